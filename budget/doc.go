@@ -1,0 +1,99 @@
+// Package budget is the ledger of residency: a pure, deterministic,
+// single-threaded state machine that accounts every byte charged at every
+// memory location and every protection on every materialization.
+//
+// It has no goroutines, no clocks and no I/O. A [Ledger] is not safe for
+// concurrent use: the runtime (package actors) owns exactly one and feeds it
+// one transition at a time. Every method either returns a typed error and
+// leaves the state (and its version) exactly as it was, or commits and bumps
+// the state version once per committed transition.
+//
+// # Locations
+//
+// A location is `pageable-host`, `pinned-host` or `cuda:N` (N a decimal
+// integer ≥ 0, written without sign or leading zeros), optionally qualified
+// with a node: `cuda:0@node-b`. The set of locations is fixed by [Config].
+// Each has an optional strict budget, used bytes (every materialization's
+// charge, entering ones and temporary reconstruction charges included),
+// reserved bytes (named reservations) and a peak (the highest used+reserved
+// ever seen). Admission of r bytes at a location succeeds when there is no
+// budget or used+reserved+r <= budget; otherwise a [*BudgetError] reports
+// the five figures as they were.
+//
+// Location order (snapshots, discard, explain) is: pageable-host,
+// pinned-host, cuda:0, cuda:1, … (numeric), node-qualified names after
+// unqualified ones, by node then the same order. The source preference of
+// a transfer (which resident copy the bytes come from) is different:
+// pinned-host, pageable-host, cuda:0, cuda:1, ….
+//
+// # Values and materializations
+//
+// A value has a name (unique for the ledger's lifetime, discarded values
+// included), a size in bytes (> 0), a replica mode (exclusive or
+// replicable), and optionally a source: a source location where the value
+// can be reconstructed by loading it into a temporary buffer. Every
+// materialization of a value is charged exactly its size.
+//
+// A materialization moves through these states:
+//
+//	            admit place/copy/move          complete
+//	(absent) ──────────────────────▶ entering ──────────▶ resident
+//	    ▲                               │ fail                │
+//	    └───────────────────────────────┘                     │
+//	    ▲            complete (source removed)                │ admit move (as source)
+//	    └──────────────────────────────────── leaving ◀───────┘
+//	    ▲                                       │ fail: back to resident
+//	    └──── evict / reclaim / discard (one commit, from resident)
+//
+// An entering materialization is charged from admission; the source of a
+// transfer stays charged until the transfer completes (overlap); a
+// reconstruction charges the value's size temporarily at the source
+// location (unless the destination is the source location) until it
+// completes or fails. Eviction is a single commit: the ledger releases the
+// charge and hands back a [EffectFree]; the runtime carries frees out on the
+// location's own serial queue before any later allocation there, so the
+// physical device never holds more than the ledger admitted.
+//
+// # Two-phase transitions
+//
+// Place, copy and move are admitted first ([Ledger.Place], [Ledger.Copy],
+// [Ledger.Move] return an [Admission] with the [Effect]s to carry out) and
+// then completed ([Ledger.Complete]) or failed ([Ledger.Fail]). Versions:
+// admission 1, completion 1, removal of a move's source 1, failure 1. Evict
+// and discard commit at once (one version per removed materialization, one
+// more for retiring a discarded handle) and return only free effects.
+//
+// # Protections
+//
+// A lease ([Ledger.Acquire]) needs a resident materialization and never
+// places. Leases record consumer events; an event stays pending (protecting
+// the materialization) until it is reaped with [Ledger.ReapEvent], even
+// after the lease is released. Holds ([Ledger.Hold]) protect until
+// released. A protected materialization (uses, holds or pending events > 0)
+// cannot be evicted, reclaimed, moved away or discarded: [*InUseError].
+//
+// # Plans
+//
+// A [Plan] is reclaim → reservations → enter. [Ledger.Explain] simulates it
+// on a copy of the figures without changing anything. [Ledger.StartRun]
+// executes a plan step by step (the runtime carries out each step's effects
+// between the steps), tracks the committed prefix and, on failure, releases
+// the run's reservations and returns a [*PlanExecutionError].
+//
+// # Controller
+//
+// The ledger keeps the GreedyDual-with-frequency priority of every
+// materialization (H = L(location) + freq(value)) and the inflation value L
+// of every location; [Ledger.Decide] runs the bounded deterministic search
+// (see decide.go).
+//
+// # Errors
+//
+// Seven typed errors mirror the seed's table: [*BudgetError],
+// [*PlanError], [*SearchLimitError], [*StaleStateError], [*InUseError],
+// [*UnavailableError], [*PlanExecutionError]. SearchLimitError and
+// StaleStateError match errors.Is(err, ErrPlan); PlanExecutionError does
+// not. Bad input (unknown names, duplicate names, double release, events on
+// released leases, malformed locations, sizes ≤ 0) is [*InvalidInputError],
+// matching errors.Is(err, ErrInvalidInput).
+package budget

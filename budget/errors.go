@@ -1,0 +1,207 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrPlan is the category of plan errors: [*PlanError], [*SearchLimitError]
+// and [*StaleStateError] all match errors.Is(err, ErrPlan).
+// [*PlanExecutionError] is a sibling category and does not.
+var ErrPlan = errors.New("residency plan error")
+
+// ErrInvalidInput is matched by every [*InvalidInputError].
+var ErrInvalidInput = errors.New("residency invalid input")
+
+// ErrDiscarded is matched by an [*UnavailableError] about a discarded handle.
+var ErrDiscarded = errors.New("residency handle discarded")
+
+// ErrForeign is matched by an [*UnavailableError] about a handle of another
+// manager.
+var ErrForeign = errors.New("residency handle of another manager")
+
+// BudgetError: a direct materialization, a temporary reconstruction charge
+// or a reservation would exceed one location's strict budget. The figures
+// are those at the refusal.
+type BudgetError struct {
+	Location       string
+	BudgetBytes    int64
+	UsedBytes      int64
+	ReservedBytes  int64
+	RequestedBytes int64
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("residency budget exceeded at %s: used %d + reserved %d + requested %d > budget %d (short by %d bytes)",
+		e.Location, e.UsedBytes, e.ReservedBytes, e.RequestedBytes, e.BudgetBytes,
+		e.UsedBytes+e.ReservedBytes+e.RequestedBytes-e.BudgetBytes)
+}
+
+// PlanError: a plan or request is invalid or infeasible before any of its
+// actions begin. Reason says what blocked, in words.
+type PlanError struct {
+	Reason string
+}
+
+func (e *PlanError) Error() string { return "residency plan error: " + e.Reason }
+
+// Is reports the ErrPlan category.
+func (e *PlanError) Is(target error) bool { return target == ErrPlan }
+
+// SearchLimitError: the controller's search reached its state limit before
+// it found any feasible assignment. Feasibility is unknown.
+type SearchLimitError struct {
+	RequestName    string
+	StateLimit     int
+	ExploredStates int
+	Detail         string
+}
+
+func (e *SearchLimitError) Error() string {
+	return fmt.Sprintf("residency search limit reached for request %q: explored %d of limit %d states: %s",
+		e.RequestName, e.ExploredStates, e.StateLimit, e.Detail)
+}
+
+// Is reports the ErrPlan category.
+func (e *SearchLimitError) Is(target error) bool { return target == ErrPlan }
+
+// StaleStateError: a decision or plan expected a state version that is no
+// longer current. Detected before any mutation.
+type StaleStateError struct {
+	ExpectedVersion uint64
+	ActualVersion   uint64
+}
+
+func (e *StaleStateError) Error() string {
+	return fmt.Sprintf("residency stale state: expected version %d, actual %d", e.ExpectedVersion, e.ActualVersion)
+}
+
+// Is reports the ErrPlan category.
+func (e *StaleStateError) Is(target error) bool { return target == ErrPlan }
+
+// InUseError: a lease, hold or pending consumer event protects the
+// materialization that a removal needed.
+type InUseError struct {
+	Handle            string
+	Location          string
+	UseCount          int
+	HoldCount         int
+	PendingEventCount int
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("residency value %q at %s is in use: %d leases, %d holds, %d pending events",
+		e.Handle, e.Location, e.UseCount, e.HoldCount, e.PendingEventCount)
+}
+
+// UnavailableReason classifies an [*UnavailableError].
+type UnavailableReason int
+
+const (
+	// UnavailableEndpoint: no resident materialization at the location.
+	UnavailableEndpoint UnavailableReason = iota
+	// UnavailableLocation: the location is well formed but not configured.
+	UnavailableLocation
+	// UnavailableSource: no resident copy and no source to reconstruct from.
+	UnavailableSource
+	// UnavailableDiscarded: the handle was discarded.
+	UnavailableDiscarded
+	// UnavailableForeign: the handle belongs to another manager.
+	UnavailableForeign
+	// UnavailableInFlight: a transition on this endpoint has not completed.
+	UnavailableInFlight
+)
+
+// UnavailableError: a direct operation needs an endpoint, a location or a
+// source that is absent. Handle or Location is empty when not relevant.
+type UnavailableError struct {
+	Handle   string
+	Location string
+	Detail   string
+	Reason   UnavailableReason
+}
+
+func (e *UnavailableError) Error() string {
+	var b strings.Builder
+	b.WriteString("residency unavailable")
+	if e.Handle != "" {
+		fmt.Fprintf(&b, ": value %q", e.Handle)
+	}
+	if e.Location != "" {
+		fmt.Fprintf(&b, " at %s", e.Location)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Detail)
+	return b.String()
+}
+
+// Is matches ErrDiscarded and ErrForeign by reason.
+func (e *UnavailableError) Is(target error) bool {
+	switch target {
+	case ErrDiscarded:
+		return e.Reason == UnavailableDiscarded
+	case ErrForeign:
+		return e.Reason == UnavailableForeign
+	}
+	return false
+}
+
+// Phases of a [*PlanExecutionError].
+const (
+	PhaseExecute = "execute"
+	PhaseReclaim = "reclaim"
+	PhaseReserve = "reserve"
+	PhaseEnter   = "enter"
+	PhaseExit    = "exit"
+)
+
+// PlanExecutionError: execution failed after preflight succeeded. The
+// transitions in PartialReport stay committed (no rollback); reservations
+// that the failed run admitted have been released. FailedAction is set for
+// reclaim and enter failures (FailedActionIndex counts within that list);
+// FailedReservation for reservation failures. Unused indexes are -1.
+type PlanExecutionError struct {
+	Phase                  string
+	FailedAction           *Action
+	FailedActionIndex      int
+	FailedReservation      *ReservationSpec
+	FailedReservationIndex int
+	PartialReport          Report
+	Cause                  error
+}
+
+func (e *PlanExecutionError) Error() string {
+	var what string
+	switch {
+	case e.FailedAction != nil:
+		what = fmt.Sprintf("action %d (%s)", e.FailedActionIndex, e.FailedAction)
+	case e.FailedReservation != nil:
+		what = fmt.Sprintf("reservation %d (%s)", e.FailedReservationIndex, e.FailedReservation)
+	default:
+		what = "plan"
+	}
+	return fmt.Sprintf("residency plan execution failed in phase %s at %s after %d committed transitions: %v",
+		e.Phase, what, len(e.PartialReport.Transitions), e.Cause)
+}
+
+// Unwrap returns the cause.
+func (e *PlanExecutionError) Unwrap() error { return e.Cause }
+
+// InvalidInputError: malformed or unknown input; nothing changed.
+type InvalidInputError struct {
+	Message string
+}
+
+func (e *InvalidInputError) Error() string { return "residency invalid input: " + e.Message }
+
+// Is matches ErrInvalidInput.
+func (e *InvalidInputError) Is(target error) bool { return target == ErrInvalidInput }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidInputError{Message: fmt.Sprintf(format, args...)}
+}
+
+func planf(format string, args ...any) error {
+	return &PlanError{Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,896 @@
+package budget
+
+import (
+	"fmt"
+	"sort"
+)
+
+type location struct {
+	name      string
+	parsed    LocationName
+	hasBudget bool
+	budget    int64
+	used      int64
+	reserved  int64
+	peak      int64
+	inflation int64 // L of the controller's priority
+	// reservations active here, in admission order.
+	reservations []*reservation
+}
+
+type reservation struct {
+	name  string
+	loc   int
+	bytes int64
+	owner string // "" for ordinary reservations; a run/scope owner otherwise
+}
+
+type mat struct {
+	loc     int
+	state   MatState
+	uses    int
+	holds   int
+	pending int
+	prio    int64  // H = L(location) + freq at the last completion or lease
+	lastUse uint64 // version of the last completion, lease, hold or release
+}
+
+func (m *mat) protected() bool { return m.uses > 0 || m.holds > 0 || m.pending > 0 }
+
+type value struct {
+	id        uint64
+	name      string
+	bytes     int64
+	mode      ReplicaMode
+	hasSource bool
+	source    int // location index of the source; -1 when none
+	discarded bool
+	freq      int64
+	mats      []*mat // any order; at most one per location
+	inflight  int    // admitted transfers not yet completed or failed
+}
+
+func (v *value) mat(loc int) *mat {
+	for _, m := range v.mats {
+		if m.loc == loc {
+			return m
+		}
+	}
+	return nil
+}
+
+func (v *value) residentCount() int {
+	n := 0
+	for _, m := range v.mats {
+		if m.state == Resident {
+			n++
+		}
+	}
+	return n
+}
+
+func (v *value) removeMat(loc int) {
+	for i, m := range v.mats {
+		if m.loc == loc {
+			v.mats = append(v.mats[:i], v.mats[i+1:]...)
+			return
+		}
+	}
+}
+
+type transfer struct {
+	id        AdmissionID
+	v         *value
+	dest      int
+	src       int // resident source; -1 for reconstruction or initialization
+	temp      int // location of the temporary reconstruction charge; -1 none
+	moveSrc   bool
+	kind      EffectKind
+	completes string // detail for the trace
+}
+
+type lease struct {
+	v    *value
+	loc  int
+	open bool
+}
+
+type event struct {
+	v   *value
+	loc int
+}
+
+type hold struct {
+	v   *value
+	loc int
+}
+
+// Ledger is the byte-accounting state machine. Not safe for concurrent use.
+type Ledger struct {
+	id      string
+	version uint64
+	locs    []location
+	locIdx  map[string]int
+	values  []*value // index = ID-1
+	byName  map[string]*value
+	resv    map[string]*reservation
+	xfers   map[AdmissionID]*transfer
+	leases  map[LeaseID]*lease
+	events  map[EventID]*event
+	holds   map[HoldID]*hold
+	nextAdm AdmissionID
+	nextLse LeaseID
+	nextEvt EventID
+	nextHld HoldID
+
+	trace traceRing
+	sink  *[]Transition // when set, committed transitions are appended
+	sim   bool          // a simulation clone (explain/decide)
+}
+
+// New returns an empty ledger with the configured locations. Errors: a
+// missing manager id, a malformed or duplicate location, a budget ≤ 0, a
+// negative trace capacity ([*InvalidInputError]).
+func New(cfg Config) (*Ledger, error) {
+	if cfg.ManagerID == "" {
+		return nil, invalidf("manager id is required")
+	}
+	if cfg.TraceCapacity < 0 {
+		return nil, invalidf("trace capacity %d is negative", cfg.TraceCapacity)
+	}
+	if len(cfg.Locations) == 0 {
+		return nil, invalidf("at least one location is required")
+	}
+	parsed := make([]location, 0, len(cfg.Locations))
+	seen := map[string]bool{}
+	for _, lc := range cfg.Locations {
+		n, err := ParseLocation(lc.Name)
+		if err != nil {
+			return nil, err
+		}
+		if n.String() != lc.Name {
+			return nil, invalidf("location %q is not in canonical form %q", lc.Name, n.String())
+		}
+		if seen[lc.Name] {
+			return nil, invalidf("location %q configured twice", lc.Name)
+		}
+		seen[lc.Name] = true
+		if lc.HasBudget && lc.BudgetBytes <= 0 {
+			return nil, invalidf("budget of %s must be positive, got %d", lc.Name, lc.BudgetBytes)
+		}
+		parsed = append(parsed, location{name: lc.Name, parsed: n, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+	}
+	sort.SliceStable(parsed, func(i, j int) bool { return locationLess(parsed[i].parsed, parsed[j].parsed) })
+	l := &Ledger{
+		id:     cfg.ManagerID,
+		locs:   parsed,
+		locIdx: make(map[string]int, len(parsed)),
+		byName: map[string]*value{},
+		resv:   map[string]*reservation{},
+		xfers:  map[AdmissionID]*transfer{},
+		leases: map[LeaseID]*lease{},
+		events: map[EventID]*event{},
+		holds:  map[HoldID]*hold{},
+		trace:  newTraceRing(cfg.TraceCapacity),
+	}
+	for i := range l.locs {
+		l.locIdx[l.locs[i].name] = i
+	}
+	return l, nil
+}
+
+// ManagerID returns the ledger's manager id.
+func (l *Ledger) ManagerID() string { return l.id }
+
+// Version returns the current state version.
+func (l *Ledger) Version() uint64 { return l.version }
+
+// Locations returns the configured location names in location order.
+func (l *Ledger) Locations() []string {
+	out := make([]string, len(l.locs))
+	for i := range l.locs {
+		out[i] = l.locs[i].name
+	}
+	return out
+}
+
+// Lookup returns the handle registered under name (discarded ones
+// included).
+func (l *Ledger) Lookup(name string) (Handle, bool) {
+	v, ok := l.byName[name]
+	if !ok {
+		return Handle{}, false
+	}
+	return l.handle(v), true
+}
+
+func (l *Ledger) handle(v *value) Handle { return Handle{Manager: l.id, ID: v.id, Name: v.name} }
+
+// ---- commits ---------------------------------------------------------------
+
+func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail string) uint64 {
+	l.version++
+	if l.trace.cap == 0 && l.sink == nil {
+		return l.version
+	}
+	t := Transition{Version: l.version, Kind: kind, Bytes: bytes, Detail: detail}
+	if v != nil {
+		t.Handle = v.name
+	}
+	if loc >= 0 {
+		t.Location = l.locs[loc].name
+	}
+	l.trace.push(t)
+	if l.sink != nil {
+		*l.sink = append(*l.sink, t)
+	}
+	return l.version
+}
+
+func (l *Ledger) charge(loc int, bytes int64) {
+	lc := &l.locs[loc]
+	lc.used += bytes
+	if c := lc.used + lc.reserved; c > lc.peak {
+		lc.peak = c
+	}
+}
+
+func (l *Ledger) uncharge(loc int, bytes int64) {
+	lc := &l.locs[loc]
+	lc.used -= bytes
+	if lc.used < 0 {
+		panic(fmt.Sprintf("budget: used bytes of %s went negative (%d): released more than charged", lc.name, lc.used))
+	}
+}
+
+// admits checks whether requested more bytes fit at loc.
+func (l *Ledger) admits(loc int, requested int64) error {
+	lc := &l.locs[loc]
+	if !lc.hasBudget || lc.used+lc.reserved+requested <= lc.budget {
+		return nil
+	}
+	return &BudgetError{Location: lc.name, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, RequestedBytes: requested}
+}
+
+// ---- validation ------------------------------------------------------------
+
+// value resolves a handle: foreign → Unavailable(foreign); unknown id or
+// mismatched name → invalid input; discarded → Unavailable(discarded).
+func (l *Ledger) value(h Handle) (*value, error) {
+	if h.Manager != l.id {
+		return nil, &UnavailableError{Handle: h.Name, Detail: fmt.Sprintf("handle belongs to another manager (%q, this is %q)", h.Manager, l.id), Reason: UnavailableForeign}
+	}
+	if h.ID == 0 || h.ID > uint64(len(l.values)) {
+		return nil, invalidf("unknown handle %q (id %d)", h.Name, h.ID)
+	}
+	v := l.values[h.ID-1]
+	if v.name != h.Name {
+		return nil, invalidf("handle id %d names %q, not %q", h.ID, v.name, h.Name)
+	}
+	if v.discarded {
+		return nil, &UnavailableError{Handle: v.name, Detail: "value was discarded", Reason: UnavailableDiscarded}
+	}
+	return v, nil
+}
+
+// location resolves a name: malformed → invalid input; well formed but not
+// configured → Unavailable(location).
+func (l *Ledger) location(name string) (int, error) {
+	if i, ok := l.locIdx[name]; ok {
+		return i, nil
+	}
+	if _, err := ParseLocation(name); err != nil {
+		return -1, err
+	}
+	return -1, &UnavailableError{Location: name, Detail: "location is not configured", Reason: UnavailableLocation}
+}
+
+func (l *Ledger) residentMat(v *value, loc int, what string) (*mat, error) {
+	m := v.mat(loc)
+	if m == nil {
+		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "no resident materialization (" + what + ")", Reason: UnavailableEndpoint}
+	}
+	if m.state != Resident {
+		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "materialization is " + m.state.String() + ", not resident (" + what + ")", Reason: UnavailableInFlight}
+	}
+	return m, nil
+}
+
+func (l *Ledger) inUse(v *value, m *mat) error {
+	return &InUseError{Handle: v.name, Location: l.locs[m.loc].name, UseCount: m.uses, HoldCount: m.holds, PendingEventCount: m.pending}
+}
+
+// ---- registration ----------------------------------------------------------
+
+// Register registers a value. With At, the value is admitted there at once
+// (1 version) and the returned admission must be completed (1 more) once
+// its bytes are initialized; with Source, it is registered without a
+// materialization (1 version). Errors (nothing changed): invalid input
+// (empty or duplicate name, bytes ≤ 0, both or neither of At/Source,
+// malformed location), Unavailable (unconfigured location), BudgetError.
+func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
+	if spec.Name == "" {
+		return Handle{}, Admission{}, invalidf("value name is empty")
+	}
+	if _, dup := l.byName[spec.Name]; dup {
+		return Handle{}, Admission{}, invalidf("duplicate value name %q", spec.Name)
+	}
+	if spec.Bytes <= 0 {
+		return Handle{}, Admission{}, invalidf("value %q: bytes must be positive, got %d", spec.Name, spec.Bytes)
+	}
+	if spec.Mode != Exclusive && spec.Mode != Replicable {
+		return Handle{}, Admission{}, invalidf("value %q: unknown replica mode %d", spec.Name, int(spec.Mode))
+	}
+	if (spec.At == "") == (spec.Source == "") {
+		return Handle{}, Admission{}, invalidf("value %q: give exactly one of a first location (at) or a source", spec.Name)
+	}
+	v := &value{id: uint64(len(l.values) + 1), name: spec.Name, bytes: spec.Bytes, mode: spec.Mode, source: -1}
+	if spec.Source != "" {
+		src, err := l.location(spec.Source)
+		if err != nil {
+			return Handle{}, Admission{}, err
+		}
+		v.hasSource, v.source = true, src
+		l.addValue(v)
+		l.commit("register", v, src, spec.Bytes, "with source")
+		return l.handle(v), Admission{}, nil
+	}
+	at, err := l.location(spec.At)
+	if err != nil {
+		return Handle{}, Admission{}, err
+	}
+	if err := l.admits(at, v.bytes); err != nil {
+		return Handle{}, Admission{}, err
+	}
+	l.addValue(v)
+	adm := l.admitTransfer(v, at, -1, -1, false, EffectInitialize, "register at")
+	return l.handle(v), adm, nil
+}
+
+func (l *Ledger) addValue(v *value) {
+	l.values = append(l.values, v)
+	l.byName[v.name] = v
+}
+
+// ---- two-phase transfers ---------------------------------------------------
+
+// admitTransfer commits an admission whose budget checks have passed.
+func (l *Ledger) admitTransfer(v *value, dest, src, temp int, moveSrc bool, kind EffectKind, detail string) Admission {
+	l.nextAdm++
+	x := &transfer{id: l.nextAdm, v: v, dest: dest, src: src, temp: temp, moveSrc: moveSrc, kind: kind}
+	l.xfers[x.id] = x
+	v.mats = append(v.mats, &mat{loc: dest, state: Entering})
+	v.inflight++
+	l.charge(dest, v.bytes)
+	if temp >= 0 {
+		l.charge(temp, v.bytes)
+	}
+	if moveSrc {
+		v.mat(src).state = Leaving
+	}
+	eff := Effect{Kind: kind, Handle: l.handle(v), Location: l.locs[dest].name, Bytes: v.bytes}
+	if src >= 0 {
+		eff.From = l.locs[src].name
+	}
+	if temp >= 0 {
+		eff.TempAt = l.locs[temp].name
+	}
+	l.commit("admit", v, dest, v.bytes, detail)
+	return Admission{ID: x.id, Pending: true, Effects: []Effect{eff}}
+}
+
+// Place ensures a resident materialization of h at dest. Already resident:
+// a no-op admission (nothing committed). An exclusive value resident
+// elsewhere is moved; otherwise the bytes are copied from a resident
+// materialization (pinned-host, pageable-host, cuda:0, … first) or
+// reconstructed from the source. Errors (nothing changed): invalid input,
+// Unavailable (no resident copy and no source, in-flight endpoint,
+// unconfigured location), InUse (an exclusive value's protected source),
+// BudgetError (dest first, then the source location).
+func (l *Ledger) Place(h Handle, dest string) (Admission, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return Admission{}, err
+	}
+	d, err := l.location(dest)
+	if err != nil {
+		return Admission{}, err
+	}
+	return l.place(v, d)
+}
+
+func (l *Ledger) place(v *value, d int) (Admission, error) {
+	if m := v.mat(d); m != nil {
+		if m.state == Resident {
+			return Admission{}, nil
+		}
+		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[d].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
+	}
+	if v.mode == Exclusive && len(v.mats) > 0 {
+		m := v.mats[0]
+		if m.state != Resident || len(v.mats) > 1 {
+			return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "exclusive value has a transition in flight", Reason: UnavailableInFlight}
+		}
+		return l.move(v, m.loc, d)
+	}
+	src := l.preferredSource(v)
+	if src >= 0 {
+		return l.copyFrom(v, src, d, false)
+	}
+	return l.reconstruct(v, d)
+}
+
+func (l *Ledger) preferredSource(v *value) int {
+	best := -1
+	for _, m := range v.mats {
+		if m.state != Resident {
+			continue
+		}
+		if best < 0 || sourceLess(l.locs[m.loc].parsed, l.locs[best].parsed) {
+			best = m.loc
+		}
+	}
+	return best
+}
+
+func (l *Ledger) reconstruct(v *value, d int) (Admission, error) {
+	if !v.hasSource {
+		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[d].name, Detail: "no resident materialization and no source to reconstruct from", Reason: UnavailableSource}
+	}
+	if err := l.admits(d, v.bytes); err != nil {
+		return Admission{}, err
+	}
+	temp := -1
+	if v.source != d {
+		temp = v.source
+		if err := l.admits(temp, v.bytes); err != nil {
+			return Admission{}, err
+		}
+	}
+	return l.admitTransfer(v, d, -1, temp, false, EffectReconstruct, "reconstruct from source "+l.locs[v.source].name), nil
+}
+
+func (l *Ledger) copyFrom(v *value, src, d int, move bool) (Admission, error) {
+	if err := l.admits(d, v.bytes); err != nil {
+		return Admission{}, err
+	}
+	detail := "copy from " + l.locs[src].name
+	if move {
+		detail = "move from " + l.locs[src].name
+	}
+	return l.admitTransfer(v, d, src, -1, move, EffectCopy, detail), nil
+}
+
+// Copy copies a replicable value's resident materialization at from to to.
+// to already resident: no-op. Errors (nothing changed): PlanError for an
+// exclusive value, Unavailable (from not resident, to in flight), invalid
+// input, BudgetError at to.
+func (l *Ledger) Copy(h Handle, from, to string) (Admission, error) {
+	v, f, t, err := l.endpoints(h, from, to)
+	if err != nil {
+		return Admission{}, err
+	}
+	if v.mode != Replicable {
+		return Admission{}, planf("copy of %q: value is exclusive; only replicable values may be copied (use move)", v.name)
+	}
+	if _, err := l.residentMat(v, f, "copy source"); err != nil {
+		return Admission{}, err
+	}
+	if m := v.mat(t); m != nil {
+		if m.state == Resident {
+			return Admission{}, nil
+		}
+		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[t].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
+	}
+	return l.copyFrom(v, f, t, false)
+}
+
+// Move moves the resident materialization at from to to: copy, then remove
+// from (admission, completion and removal: 3 versions). from must be
+// resident and unprotected before anything starts. from == to, or to
+// already resident (replicable), needs no transfer: the former is a no-op,
+// the latter removes from (1 version). Errors (nothing changed): invalid
+// input, Unavailable, InUse, BudgetError at to.
+func (l *Ledger) Move(h Handle, from, to string) (Admission, error) {
+	v, f, t, err := l.endpoints(h, from, to)
+	if err != nil {
+		return Admission{}, err
+	}
+	m, err := l.residentMat(v, f, "move source")
+	if err != nil {
+		return Admission{}, err
+	}
+	if f == t {
+		return Admission{}, nil
+	}
+	if m.protected() {
+		return Admission{}, l.inUse(v, m)
+	}
+	return l.move(v, f, t)
+}
+
+func (l *Ledger) move(v *value, f, t int) (Admission, error) {
+	src := v.mat(f)
+	if src.protected() {
+		return Admission{}, l.inUse(v, src)
+	}
+	if dm := v.mat(t); dm != nil {
+		if dm.state != Resident {
+			return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[t].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
+		}
+		l.removeMat(v, src, "move source (destination already resident)")
+		return Admission{Effects: []Effect{l.freeEffect(v, f)}}, nil
+	}
+	return l.copyFrom(v, f, t, true)
+}
+
+func (l *Ledger) endpoints(h Handle, from, to string) (*value, int, int, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	f, err := l.location(from)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	t, err := l.location(to)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return v, f, t, nil
+}
+
+// Complete commits the completion of an admitted transfer: the destination
+// becomes resident, a temporary charge is released (1 version), and a
+// move's source is removed (1 more version; its free effect is returned).
+// Unknown or already settled id: invalid input.
+func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
+	x, ok := l.xfers[id]
+	if !ok {
+		return nil, invalidf("admission %d is not pending", id)
+	}
+	delete(l.xfers, id)
+	v := x.v
+	v.inflight--
+	if x.temp >= 0 {
+		l.uncharge(x.temp, v.bytes)
+	}
+	m := v.mat(x.dest)
+	m.state = Resident
+	v.freq++
+	m.prio = l.locs[x.dest].inflation + v.freq
+	m.lastUse = l.commit("complete", v, x.dest, v.bytes, "")
+	if x.moveSrc {
+		sm := v.mat(x.src)
+		l.removeMat(v, sm, "move source")
+		return []Effect{l.freeEffect(v, x.src)}, nil
+	}
+	return nil, nil
+}
+
+// Fail commits the failure of an admitted transfer: the destination charge
+// and any temporary charge are released, a move's source is resident again
+// (1 version). Unknown or already settled id: invalid input.
+func (l *Ledger) Fail(id AdmissionID, cause error) error {
+	x, ok := l.xfers[id]
+	if !ok {
+		return invalidf("admission %d is not pending", id)
+	}
+	delete(l.xfers, id)
+	v := x.v
+	v.inflight--
+	if x.temp >= 0 {
+		l.uncharge(x.temp, v.bytes)
+	}
+	v.removeMat(x.dest)
+	l.uncharge(x.dest, v.bytes)
+	if x.moveSrc {
+		v.mat(x.src).state = Resident
+	}
+	detail := "transfer failed"
+	if cause != nil {
+		detail += ": " + cause.Error()
+	}
+	l.commit("fail", v, x.dest, v.bytes, detail)
+	return nil
+}
+
+// Pending reports the number of admitted transfers not yet settled.
+func (l *Ledger) Pending() int { return len(l.xfers) }
+
+// ---- removal ---------------------------------------------------------------
+
+func (l *Ledger) freeEffect(v *value, loc int) Effect {
+	return Effect{Kind: EffectFree, Handle: l.handle(v), Location: l.locs[loc].name, Bytes: v.bytes}
+}
+
+// removeMat removes a materialization, releases its charge, raises the
+// location's inflation to its priority and commits one version.
+func (l *Ledger) removeMat(v *value, m *mat, detail string) {
+	lc := &l.locs[m.loc]
+	if m.prio > lc.inflation {
+		lc.inflation = m.prio
+	}
+	v.removeMat(m.loc)
+	l.uncharge(m.loc, v.bytes)
+	l.commit("remove", v, m.loc, v.bytes, detail)
+}
+
+// checkEvict validates the removal of h's materialization at loc.
+func (l *Ledger) checkEvict(v *value, loc int) (*mat, error) {
+	m := v.mat(loc)
+	if m == nil {
+		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "no materialization to evict", Reason: UnavailableEndpoint}
+	}
+	if m.state != Resident {
+		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "materialization is " + m.state.String() + "; a transition is in flight", Reason: UnavailableInFlight}
+	}
+	if m.protected() {
+		return nil, l.inUse(v, m)
+	}
+	if !v.hasSource && v.residentCount() == 1 {
+		return nil, planf("evicting %q at %s would lose its data: it is the last materialization and the value has no source (use discard)", v.name, l.locs[loc].name)
+	}
+	return m, nil
+}
+
+// Evict removes h's materialization at loc (1 version) and returns the free
+// effect. Errors (nothing changed): Unavailable (absent or in flight),
+// InUse (protected; checked before data loss), PlanError (the last
+// materialization of a value without a source).
+func (l *Ledger) Evict(h Handle, loc string) ([]Effect, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return nil, err
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return nil, err
+	}
+	m, err := l.checkEvict(v, i)
+	if err != nil {
+		return nil, err
+	}
+	l.removeMat(v, m, "evict")
+	return []Effect{l.freeEffect(v, i)}, nil
+}
+
+// Discard removes every materialization of h (1 version each, location
+// order) and retires the handle (1 version). Every materialization must be
+// resident and unprotected: the first protected one in location order is
+// reported as InUse. Later use of h is Unavailable (discarded).
+func (l *Ledger) Discard(h Handle) ([]Effect, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return nil, err
+	}
+	ms := l.matsInOrder(v)
+	for _, m := range ms {
+		if m.state != Resident {
+			return nil, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "materialization is " + m.state.String() + "; a transition is in flight", Reason: UnavailableInFlight}
+		}
+	}
+	for _, m := range ms {
+		if m.protected() {
+			return nil, l.inUse(v, m)
+		}
+	}
+	effects := make([]Effect, 0, len(ms))
+	for _, m := range ms {
+		effects = append(effects, l.freeEffect(v, m.loc))
+		l.removeMat(v, m, "discard")
+	}
+	v.discarded = true
+	l.commit("discard", v, -1, 0, "handle retired")
+	return effects, nil
+}
+
+func (l *Ledger) matsInOrder(v *value) []*mat {
+	ms := append([]*mat(nil), v.mats...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].loc < ms[j].loc })
+	return ms
+}
+
+// ---- protections -----------------------------------------------------------
+
+// Acquire takes a lease on h's resident materialization at loc (1 version).
+// It never places: absent → Unavailable.
+func (l *Ledger) Acquire(h Handle, loc string) (LeaseID, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return 0, err
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return 0, err
+	}
+	m, err := l.residentMat(v, i, "acquire never places; admit the endpoint first")
+	if err != nil {
+		return 0, err
+	}
+	m.uses++
+	v.freq++
+	m.prio = l.locs[i].inflation + v.freq
+	l.nextLse++
+	id := l.nextLse
+	l.leases[id] = &lease{v: v, loc: i, open: true}
+	m.lastUse = l.commit("acquire", v, i, 0, fmt.Sprintf("lease %d", id))
+	return id, nil
+}
+
+// LeaseEndpoint returns the handle and location of an active lease.
+func (l *Ledger) LeaseEndpoint(id LeaseID) (Handle, string, bool) {
+	ls, ok := l.leases[id]
+	if !ok {
+		return Handle{}, "", false
+	}
+	return l.handle(ls.v), l.locs[ls.loc].name, true
+}
+
+// Release releases a lease (1 version). A released or unknown lease:
+// invalid input. Events it recorded stay pending until reaped.
+func (l *Ledger) Release(id LeaseID) error {
+	ls, ok := l.leases[id]
+	if !ok {
+		return invalidf("lease %d is not active (already released or never issued)", id)
+	}
+	delete(l.leases, id)
+	m := ls.v.mat(ls.loc)
+	m.uses--
+	if m.uses < 0 {
+		panic("budget: use count went negative")
+	}
+	m.lastUse = l.commit("release", ls.v, ls.loc, 0, fmt.Sprintf("lease %d", id))
+	return nil
+}
+
+// RecordEvent records a pending consumer event on an active lease's
+// materialization (1 version). Released lease: invalid input.
+func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
+	ls, ok := l.leases[id]
+	if !ok {
+		return 0, invalidf("cannot record an event on lease %d: not active (already released or never issued)", id)
+	}
+	ls.v.mat(ls.loc).pending++
+	l.nextEvt++
+	e := l.nextEvt
+	l.events[e] = &event{v: ls.v, loc: ls.loc}
+	l.commit("record_event", ls.v, ls.loc, 0, fmt.Sprintf("event %d on lease %d", e, id))
+	return e, nil
+}
+
+// ReapEvent reaps a completed event (1 version). Unknown or already reaped:
+// invalid input.
+func (l *Ledger) ReapEvent(id EventID) error {
+	e, ok := l.events[id]
+	if !ok {
+		return invalidf("event %d is not pending (already reaped or never recorded)", id)
+	}
+	delete(l.events, id)
+	m := e.v.mat(e.loc)
+	m.pending--
+	if m.pending < 0 {
+		panic("budget: pending event count went negative")
+	}
+	l.commit("reap_event", e.v, e.loc, 0, fmt.Sprintf("event %d", id))
+	return nil
+}
+
+// Hold takes a hold on h's resident materialization at loc (1 version).
+func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return 0, err
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return 0, err
+	}
+	m, err := l.residentMat(v, i, "hold needs a resident materialization")
+	if err != nil {
+		return 0, err
+	}
+	m.holds++
+	l.nextHld++
+	id := l.nextHld
+	l.holds[id] = &hold{v: v, loc: i}
+	m.lastUse = l.commit("hold", v, i, 0, fmt.Sprintf("hold %d", id))
+	return id, nil
+}
+
+// Unhold releases a hold (1 version). Released or unknown: invalid input.
+func (l *Ledger) Unhold(id HoldID) error {
+	hd, ok := l.holds[id]
+	if !ok {
+		return invalidf("hold %d is not active (already released or never issued)", id)
+	}
+	delete(l.holds, id)
+	m := hd.v.mat(hd.loc)
+	m.holds--
+	if m.holds < 0 {
+		panic("budget: hold count went negative")
+	}
+	m.lastUse = l.commit("unhold", hd.v, hd.loc, 0, fmt.Sprintf("hold %d", id))
+	return nil
+}
+
+// ---- reservations ----------------------------------------------------------
+
+// Reserve admits a named reservation of bytes at loc (1 version). Errors
+// (nothing changed): invalid input (empty or active duplicate name,
+// bytes ≤ 0, malformed location), Unavailable, BudgetError.
+func (l *Ledger) Reserve(loc, name string, bytes int64) error {
+	return l.reserve(loc, name, bytes, "")
+}
+
+// ReserveOwned is Reserve for a reservation that belongs to owner (a
+// scope): [Ledger.Unreserve] refuses it; [Ledger.UnreserveOwned] releases it.
+func (l *Ledger) ReserveOwned(loc, name string, bytes int64, owner string) error {
+	if owner == "" {
+		return invalidf("reservation owner is empty")
+	}
+	return l.reserve(loc, name, bytes, owner)
+}
+
+func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
+	if name == "" {
+		return invalidf("reservation name is empty")
+	}
+	if _, dup := l.resv[name]; dup {
+		return invalidf("duplicate reservation name %q (already active)", name)
+	}
+	if bytes <= 0 {
+		return invalidf("reservation %q: bytes must be positive, got %d", name, bytes)
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return err
+	}
+	if err := l.admits(i, bytes); err != nil {
+		return err
+	}
+	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner}
+	l.resv[name] = r
+	lc := &l.locs[i]
+	lc.reservations = append(lc.reservations, r)
+	lc.reserved += bytes
+	if c := lc.used + lc.reserved; c > lc.peak {
+		lc.peak = c
+	}
+	l.commit("reserve", nil, i, bytes, name)
+	return nil
+}
+
+// Unreserve releases an ordinary named reservation (1 version). Not
+// active, or owned by a scope: invalid input.
+func (l *Ledger) Unreserve(name string) error { return l.unreserve(name, "") }
+
+// UnreserveOwned releases a reservation owned by owner.
+func (l *Ledger) UnreserveOwned(name, owner string) error { return l.unreserve(name, owner) }
+
+func (l *Ledger) unreserve(name, owner string) error {
+	r, ok := l.resv[name]
+	if !ok {
+		return invalidf("reservation %q is not active (already released or never made)", name)
+	}
+	if r.owner != owner {
+		if owner == "" {
+			return invalidf("reservation %q belongs to scope %q; it is released when the scope exits", name, r.owner)
+		}
+		return invalidf("reservation %q does not belong to %q", name, owner)
+	}
+	delete(l.resv, name)
+	lc := &l.locs[r.loc]
+	for i, x := range lc.reservations {
+		if x == r {
+			lc.reservations = append(lc.reservations[:i], lc.reservations[i+1:]...)
+			break
+		}
+	}
+	lc.reserved -= r.bytes
+	if lc.reserved < 0 {
+		panic("budget: reserved bytes went negative")
+	}
+	l.commit("unreserve", nil, r.loc, r.bytes, name)
+	return nil
+}

@@ -1,0 +1,271 @@
+package budget
+
+import "fmt"
+
+type traceRing struct {
+	cap   int
+	buf   []Transition
+	next  int
+	count int
+}
+
+func newTraceRing(capacity int) traceRing { return traceRing{cap: capacity} }
+
+func (r *traceRing) push(t Transition) {
+	if r.cap == 0 {
+		return
+	}
+	if len(r.buf) < r.cap {
+		r.buf = append(r.buf, t)
+	} else {
+		r.buf[r.next] = t
+	}
+	r.next = (r.next + 1) % r.cap
+	if r.count < r.cap {
+		r.count++
+	}
+}
+
+func (r *traceRing) items() []Transition {
+	out := make([]Transition, 0, r.count)
+	if r.count < r.cap {
+		return append(out, r.buf[:r.count]...)
+	}
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
+}
+
+// Trace returns the committed transitions still in the trace ring, oldest
+// first. Empty when the capacity is 0. Older transitions may have been
+// overwritten.
+func (l *Ledger) Trace() []Transition { return l.trace.items() }
+
+// Snapshot is one atomic, tensor-free copy of the ledger at one version.
+// It shares nothing with the ledger.
+type Snapshot struct {
+	StateVersion uint64
+	ManagerID    string
+	Locations    []LocationRecord
+	Values       []ValueRecord
+}
+
+// LocationRecord is a location's figures.
+type LocationRecord struct {
+	Location      string
+	HasBudget     bool
+	BudgetBytes   int64
+	UsedBytes     int64
+	ReservedBytes int64
+	PeakBytes     int64
+	Reservations  []ReservationRecord
+}
+
+// ReservationRecord is one active named reservation.
+type ReservationRecord struct {
+	Name  string
+	Bytes int64
+	Owner string // "" unless owned by a scope
+}
+
+// ValueRecord is a value's state.
+type ValueRecord struct {
+	Handle           Handle
+	Bytes            int64
+	ReplicaMode      ReplicaMode
+	HasSource        bool
+	SourceLocation   string
+	Discarded        bool
+	Recoverable      bool
+	Materializations []MaterializationRecord
+}
+
+// MaterializationRecord is one materialization's state.
+type MaterializationRecord struct {
+	Location          string
+	State             MatState
+	ChargedBytes      int64
+	UseCount          int
+	HoldCount         int
+	PendingEventCount int
+}
+
+// Location returns the record of name, if configured.
+func (s *Snapshot) Location(name string) (LocationRecord, bool) {
+	for _, r := range s.Locations {
+		if r.Location == name {
+			return r, true
+		}
+	}
+	return LocationRecord{}, false
+}
+
+// Value returns the record of the value named name.
+func (s *Snapshot) Value(name string) (ValueRecord, bool) {
+	for _, r := range s.Values {
+		if r.Handle.Name == name {
+			return r, true
+		}
+	}
+	return ValueRecord{}, false
+}
+
+// Snapshot returns an atomic copy of the state: every location in location
+// order and every value in registration order (discarded ones included),
+// materializations in location order. A read: no version.
+func (l *Ledger) Snapshot() Snapshot {
+	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, len(l.values))}
+	for i := range l.locs {
+		lc := &l.locs[i]
+		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}
+		if len(lc.reservations) > 0 {
+			r.Reservations = make([]ReservationRecord, len(lc.reservations))
+			for j, x := range lc.reservations {
+				r.Reservations[j] = ReservationRecord{Name: x.name, Bytes: x.bytes, Owner: x.owner}
+			}
+		}
+		s.Locations[i] = r
+	}
+	nm := 0
+	for _, v := range l.values {
+		nm += len(v.mats)
+	}
+	mats := make([]MaterializationRecord, 0, nm)
+	for i, v := range l.values {
+		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Discarded: v.discarded, Recoverable: l.recoverable(v)}
+		if v.hasSource {
+			r.SourceLocation = l.locs[v.source].name
+		}
+		start := len(mats)
+		for _, m := range v.mats {
+			mats = append(mats, MaterializationRecord{Location: l.locs[m.loc].name, State: m.state, ChargedBytes: v.bytes, UseCount: m.uses, HoldCount: m.holds, PendingEventCount: m.pending})
+		}
+		ms := mats[start:len(mats):len(mats)]
+		if len(ms) > 1 {
+			sortMatRecords(ms, l)
+		}
+		if len(ms) > 0 {
+			r.Materializations = ms
+		}
+		s.Values[i] = r
+	}
+	return s
+}
+
+func sortMatRecords(ms []MaterializationRecord, l *Ledger) {
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && l.locIdx[ms[j].Location] < l.locIdx[ms[j-1].Location]; j-- {
+			ms[j], ms[j-1] = ms[j-1], ms[j]
+		}
+	}
+}
+
+// recoverable: the value has a resident materialization or a source.
+func (l *Ledger) recoverable(v *value) bool {
+	if v.discarded {
+		return false
+	}
+	return v.hasSource || v.residentCount() > 0
+}
+
+// CheckInvariants verifies the ledger's internal consistency: every
+// location's used bytes equal the sum of its materializations' charges and
+// in-flight temporary charges, reserved bytes equal its reservations, no
+// location is over its budget, peaks cover current charges, every count
+// equals its active leases, holds and events and none is negative,
+// exclusive values have at most one materialization outside a move, and
+// discarded values have none. Tests call it after every transition.
+func (l *Ledger) CheckInvariants() error {
+	used := make([]int64, len(l.locs))
+	reserved := make([]int64, len(l.locs))
+	type key struct {
+		v   *value
+		loc int
+	}
+	uses, holds, pend := map[key]int{}, map[key]int{}, map[key]int{}
+	for _, ls := range l.leases {
+		uses[key{ls.v, ls.loc}]++
+	}
+	for _, h := range l.holds {
+		holds[key{h.v, h.loc}]++
+	}
+	for _, e := range l.events {
+		pend[key{e.v, e.loc}]++
+	}
+	inflight := map[*value]int{}
+	for _, x := range l.xfers {
+		inflight[x.v]++
+		if x.temp >= 0 {
+			used[x.temp] += x.v.bytes
+		}
+		if m := x.v.mat(x.dest); m == nil || m.state != Entering {
+			return fmt.Errorf("transfer %d of %s: destination %s is not entering", x.id, x.v.name, l.locs[x.dest].name)
+		}
+		if x.moveSrc {
+			if m := x.v.mat(x.src); m == nil || m.state != Leaving {
+				return fmt.Errorf("move %d of %s: source %s is not leaving", x.id, x.v.name, l.locs[x.src].name)
+			}
+		}
+	}
+	for _, v := range l.values {
+		if v.discarded && len(v.mats) > 0 {
+			return fmt.Errorf("discarded value %s still has %d materializations", v.name, len(v.mats))
+		}
+		if inflight[v] != v.inflight {
+			return fmt.Errorf("value %s: inflight %d, transfers %d", v.name, v.inflight, inflight[v])
+		}
+		seen := map[int]bool{}
+		leaving, entering := 0, 0
+		for _, m := range v.mats {
+			if seen[m.loc] {
+				return fmt.Errorf("value %s has two materializations at %s", v.name, l.locs[m.loc].name)
+			}
+			seen[m.loc] = true
+			used[m.loc] += v.bytes
+			k := key{v, m.loc}
+			if m.uses != uses[k] || m.holds != holds[k] || m.pending != pend[k] {
+				return fmt.Errorf("value %s at %s: counts uses=%d holds=%d pending=%d, actual %d/%d/%d", v.name, l.locs[m.loc].name, m.uses, m.holds, m.pending, uses[k], holds[k], pend[k])
+			}
+			if m.uses < 0 || m.holds < 0 || m.pending < 0 {
+				return fmt.Errorf("value %s at %s: negative count", v.name, l.locs[m.loc].name)
+			}
+			if m.state != Resident && m.protected() {
+				return fmt.Errorf("value %s at %s: %s materialization is protected", v.name, l.locs[m.loc].name, m.state)
+			}
+			switch m.state {
+			case Leaving:
+				leaving++
+			case Entering:
+				entering++
+			}
+		}
+		if v.mode == Exclusive && len(v.mats) > 1 && !(len(v.mats) == 2 && leaving == 1 && entering == 1) {
+			return fmt.Errorf("exclusive value %s has %d materializations", v.name, len(v.mats))
+		}
+	}
+	for _, r := range l.resv {
+		reserved[r.loc] += r.bytes
+	}
+	for i := range l.locs {
+		lc := &l.locs[i]
+		n := 0
+		for _, r := range lc.reservations {
+			if l.resv[r.name] != r {
+				return fmt.Errorf("%s lists reservation %s that is not active", lc.name, r.name)
+			}
+			n++
+		}
+		if lc.used != used[i] {
+			return fmt.Errorf("%s: used %d, sum of charges %d", lc.name, lc.used, used[i])
+		}
+		if lc.reserved != reserved[i] {
+			return fmt.Errorf("%s: reserved %d, sum of reservations %d", lc.name, lc.reserved, reserved[i])
+		}
+		if lc.hasBudget && lc.used+lc.reserved > lc.budget {
+			return fmt.Errorf("%s over budget: used %d + reserved %d > %d", lc.name, lc.used, lc.reserved, lc.budget)
+		}
+		if lc.peak < lc.used+lc.reserved {
+			return fmt.Errorf("%s: peak %d below current %d", lc.name, lc.peak, lc.used+lc.reserved)
+		}
+	}
+	return nil
+}
