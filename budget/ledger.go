@@ -33,9 +33,14 @@ type mat struct {
 	pending int
 	prio    int64  // H = L(location) + freq at the last completion or lease
 	lastUse uint64 // version of the last completion, lease, hold or release
+	readers int    // in-flight copies reading this materialization
 }
 
 func (m *mat) protected() bool { return m.uses > 0 || m.holds > 0 || m.pending > 0 }
+
+// busy: the source of an in-flight copy; it cannot be removed until the
+// copy settles (it would free bytes a stream is still reading).
+func (m *mat) busy() bool { return m.readers > 0 }
 
 type value struct {
 	id        uint64
@@ -86,7 +91,7 @@ type transfer struct {
 	temp      int // location of the temporary reconstruction charge; -1 none
 	moveSrc   bool
 	kind      EffectKind
-	completes string // detail for the trace
+	admitted  Transition // the admission's own transition, for failure reports
 }
 
 type lease struct {
@@ -367,6 +372,8 @@ func (l *Ledger) admitTransfer(v *value, dest, src, temp int, moveSrc bool, kind
 	}
 	if moveSrc {
 		v.mat(src).state = Leaving
+	} else if src >= 0 {
+		v.mat(src).readers++
 	}
 	eff := Effect{Kind: kind, Handle: l.handle(v), Location: l.locs[dest].name, Bytes: v.bytes}
 	if src >= 0 {
@@ -375,7 +382,7 @@ func (l *Ledger) admitTransfer(v *value, dest, src, temp int, moveSrc bool, kind
 	if temp >= 0 {
 		eff.TempAt = l.locs[temp].name
 	}
-	l.commit("admit", v, dest, v.bytes, detail)
+	x.admitted = Transition{Version: l.commit("admit", v, dest, v.bytes, detail), Kind: "admit", Handle: v.name, Location: l.locs[dest].name, Bytes: v.bytes, Detail: detail}
 	return Admission{ID: x.id, Pending: true, Effects: []Effect{eff}}
 }
 
@@ -514,6 +521,9 @@ func (l *Ledger) move(v *value, f, t int) (Admission, error) {
 	if src.protected() {
 		return Admission{}, l.inUse(v, src)
 	}
+	if src.busy() {
+		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[f].name, Detail: "materialization is the source of a copy in flight", Reason: UnavailableInFlight}
+	}
 	if dm := v.mat(t); dm != nil {
 		if dm.state != Resident {
 			return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[t].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
@@ -555,6 +565,9 @@ func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
 	if x.temp >= 0 {
 		l.uncharge(x.temp, v.bytes)
 	}
+	if x.src >= 0 && !x.moveSrc {
+		v.mat(x.src).readers--
+	}
 	m := v.mat(x.dest)
 	m.state = Resident
 	v.freq++
@@ -581,6 +594,9 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 	v.inflight--
 	if x.temp >= 0 {
 		l.uncharge(x.temp, v.bytes)
+	}
+	if x.src >= 0 && !x.moveSrc {
+		v.mat(x.src).readers--
 	}
 	v.removeMat(x.dest)
 	l.uncharge(x.dest, v.bytes)
@@ -628,6 +644,9 @@ func (l *Ledger) checkEvict(v *value, loc int) (*mat, error) {
 	if m.protected() {
 		return nil, l.inUse(v, m)
 	}
+	if m.busy() {
+		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "materialization is the source of a copy in flight", Reason: UnavailableInFlight}
+	}
 	if !v.hasSource && v.residentCount() == 1 {
 		return nil, planf("evicting %q at %s would lose its data: it is the last materialization and the value has no source (use discard)", v.name, l.locs[loc].name)
 	}
@@ -666,7 +685,7 @@ func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 	}
 	ms := l.matsInOrder(v)
 	for _, m := range ms {
-		if m.state != Resident {
+		if m.state != Resident || m.busy() {
 			return nil, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "materialization is " + m.state.String() + "; a transition is in flight", Reason: UnavailableInFlight}
 		}
 	}
@@ -893,4 +912,100 @@ func (l *Ledger) unreserve(name, owner string) error {
 	}
 	l.commit("unreserve", nil, r.loc, r.bytes, name)
 	return nil
+}
+
+// FailDirect is [Ledger.Fail] for a direct place, copy or move (not part of
+// a plan): it commits the failure and returns the *PlanExecutionError the
+// caller reports — phase execute, the failed action (index 0), the partial
+// report (the admission and the failure), and the cause.
+func (l *Ledger) FailDirect(id AdmissionID, cause error) error {
+	x, ok := l.xfers[id]
+	if !ok {
+		return invalidf("admission %d is not pending", id)
+	}
+	a := Action{Handle: l.handle(x.v), Location: l.locs[x.dest].name}
+	if x.src >= 0 {
+		a.From = l.locs[x.src].name
+	}
+	report := []Transition{x.admitted}
+	var sink []Transition
+	l.sink = &sink
+	_ = l.Fail(id, cause)
+	l.sink = nil
+	report = append(report, sink...)
+	return &PlanExecutionError{Phase: PhaseExecute, FailedAction: &a, FailedActionIndex: 0, FailedReservationIndex: -1, PartialReport: Report{Transitions: report}, Cause: cause}
+}
+
+// Outstanding lists what still protects materializations: active leases,
+// holds and pending events, as endpoints.
+type Outstanding struct {
+	Leases []Endpoint
+	Holds  []Endpoint
+	Events []Endpoint
+}
+
+// Endpoint is a (handle, location) pair.
+type Endpoint struct {
+	Handle   string
+	Location string
+	ID       uint64 // the lease, hold or event id
+}
+
+// Empty reports whether nothing is outstanding.
+func (o Outstanding) Empty() bool { return len(o.Leases)+len(o.Holds)+len(o.Events) == 0 }
+
+// Outstanding returns the active leases, holds and pending events, by id.
+func (l *Ledger) Outstanding() Outstanding {
+	var o Outstanding
+	for id, x := range l.leases {
+		o.Leases = append(o.Leases, Endpoint{Handle: x.v.name, Location: l.locs[x.loc].name, ID: uint64(id)})
+	}
+	for id, x := range l.holds {
+		o.Holds = append(o.Holds, Endpoint{Handle: x.v.name, Location: l.locs[x.loc].name, ID: uint64(id)})
+	}
+	for id, x := range l.events {
+		o.Events = append(o.Events, Endpoint{Handle: x.v.name, Location: l.locs[x.loc].name, ID: uint64(id)})
+	}
+	for _, s := range [][]Endpoint{o.Leases, o.Holds, o.Events} {
+		sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID })
+	}
+	return o
+}
+
+// Shutdown is the ledger side of closing a runtime: it force-releases every
+// lease, hold and pending event (reported by [Ledger.Outstanding] first),
+// every reservation, and removes every materialization, committing each as
+// a transition, and returns the free effects. It refuses while transfers
+// are pending (settle them first). Afterwards every location's used and
+// reserved bytes are zero.
+func (l *Ledger) Shutdown() ([]Effect, error) {
+	if len(l.xfers) > 0 {
+		return nil, invalidf("%d transfers are still pending", len(l.xfers))
+	}
+	o := l.Outstanding()
+	for _, e := range o.Events {
+		_ = l.ReapEvent(EventID(e.ID))
+	}
+	for _, e := range o.Leases {
+		_ = l.Release(LeaseID(e.ID))
+	}
+	for _, e := range o.Holds {
+		_ = l.Unhold(HoldID(e.ID))
+	}
+	names := make([]string, 0, len(l.resv))
+	for n := range l.resv {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		_ = l.unreserve(n, l.resv[n].owner)
+	}
+	var effects []Effect
+	for _, v := range l.values {
+		for _, m := range l.matsInOrder(v) {
+			effects = append(effects, l.freeEffect(v, m.loc))
+			l.removeMat(v, m, "shutdown")
+		}
+	}
+	return effects, nil
 }

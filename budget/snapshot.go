@@ -192,8 +192,12 @@ func (l *Ledger) CheckInvariants() error {
 		pend[key{e.v, e.loc}]++
 	}
 	inflight := map[*value]int{}
+	readers := map[*mat]int{}
 	for _, x := range l.xfers {
 		inflight[x.v]++
+		if x.src >= 0 && !x.moveSrc {
+			readers[x.v.mat(x.src)]++
+		}
 		if x.temp >= 0 {
 			used[x.temp] += x.v.bytes
 		}
@@ -224,6 +228,9 @@ func (l *Ledger) CheckInvariants() error {
 			k := key{v, m.loc}
 			if m.uses != uses[k] || m.holds != holds[k] || m.pending != pend[k] {
 				return fmt.Errorf("value %s at %s: counts uses=%d holds=%d pending=%d, actual %d/%d/%d", v.name, l.locs[m.loc].name, m.uses, m.holds, m.pending, uses[k], holds[k], pend[k])
+			}
+			if m.readers != readers[m] {
+				return fmt.Errorf("value %s at %s: %d readers, %d copies in flight from it", v.name, l.locs[m.loc].name, m.readers, readers[m])
 			}
 			if m.uses < 0 || m.holds < 0 || m.pending < 0 {
 				return fmt.Errorf("value %s at %s: negative count", v.name, l.locs[m.loc].name)
