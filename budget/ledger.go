@@ -1009,3 +1009,20 @@ func (l *Ledger) Shutdown() ([]Effect, error) {
 	}
 	return effects, nil
 }
+
+// Recording runs f and returns the transitions committed while it ran.
+// The runtime uses it to build the report of a scope exit.
+func (l *Ledger) Recording(f func()) Report {
+	var sink []Transition
+	prev := l.sink
+	l.sink = &sink
+	defer func() { l.sink = prev }()
+	f()
+	return Report{Transitions: sink}
+}
+
+// EventPending reports whether event id is recorded and not yet reaped.
+func (l *Ledger) EventPending(id EventID) bool {
+	_, ok := l.events[id]
+	return ok
+}
