@@ -604,6 +604,14 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 		v.mat(x.src).state = Resident
 	}
 	detail := "transfer failed"
+	if x.kind == EffectInitialize {
+		// A registration whose first materialization failed: the value
+		// never existed for anyone else. Retire the handle and free its
+		// name so the caller can register again.
+		v.discarded = true
+		delete(l.byName, v.name)
+		detail = "registration failed; handle retired"
+	}
 	if cause != nil {
 		detail += ": " + cause.Error()
 	}
