@@ -1,0 +1,189 @@
+// Package actors carries out, on github.com/asynkron/protoactor-go, what
+// the ledger of package budget admits. It holds no budget arithmetic.
+//
+//   - The supervisor actor owns the [budget.Ledger] and serializes every
+//     state version. It admits a transition, sends the effects to carry
+//     out, and commits completion or failure when the outcome comes back.
+//   - One location actor per location allocates and frees buffers through
+//     the device backend, in the order the supervisor committed them.
+//   - One value actor per registered value carries out copies,
+//     reconstruction (running the value's loader into a temporary buffer
+//     at its source location) and initialization, and watches the consumer
+//     events recorded on its leases.
+//
+// Public callers (package system) talk to the supervisor with plain-data
+// messages from package messages and receive exactly one reply per request.
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+// Hooks inject failures in tests. Nil hooks do nothing.
+type Hooks struct {
+	// PanicOnTransfer makes the value actor panic before carrying out an
+	// effect for which it returns true.
+	PanicOnTransfer func(budget.Effect) bool
+	// PanicOnAllocate makes the location actor panic (recovered there and
+	// reported as an allocation error) for a key.
+	PanicOnAllocate func(messages.BufferKey) bool
+}
+
+// Config configures an [Engine].
+type Config struct {
+	Ledger     budget.Config
+	Backend    cuda.Backend
+	Logger     zerolog.Logger
+	StateLimit int           // controller default; 0 = budget.DefaultStateLimit
+	Timeout    time.Duration // allocation answer timeout; 0 = 30s
+	Hooks      Hooks
+}
+
+// Engine is a running set of actors around one ledger.
+type Engine struct {
+	System     *actor.ActorSystem
+	Supervisor *actor.PID
+	Buffers    *BufferTable
+
+	root         *actor.RootContext
+	backend      cuda.Backend
+	log          zerolog.Logger
+	hooks        Hooks
+	stateLimit   int
+	allocTimeout time.Duration
+	locations    map[string]*actor.PID
+	streams      map[string]cuda.Stream
+	newLoaders   *registry[string, cuda.Loader]
+	loaders      *registry[uint64, cuda.Loader]
+	events       *registry[uint64, cuda.Event]
+	watchers     sync.WaitGroup
+	ctx          context.Context
+	cancel       context.CancelFunc
+	stopOnce     sync.Once
+}
+
+// Start creates the ledger and spawns the supervisor and one actor per
+// location. protoactor's own logging is routed through cfg.Logger.
+func Start(cfg Config) (*Engine, error) {
+	if cfg.Backend == nil {
+		return nil, &budget.InvalidInputError{Message: "a device backend is required"}
+	}
+	led, err := budget.New(cfg.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(zerolog.NewSlogHandler(log.With().Str("component", "protoactor").Logger()))
+	}))
+	eng := &Engine{
+		System:       sys,
+		Buffers:      newBufferTable(),
+		root:         sys.Root,
+		backend:      cfg.Backend,
+		log:          log,
+		hooks:        cfg.Hooks,
+		stateLimit:   cfg.StateLimit,
+		allocTimeout: cfg.Timeout,
+		locations:    map[string]*actor.PID{},
+		streams:      map[string]cuda.Stream{},
+		newLoaders:   newRegistry[string, cuda.Loader](),
+		loaders:      newRegistry[uint64, cuda.Loader](),
+		events:       newRegistry[uint64, cuda.Event](),
+	}
+	if eng.stateLimit == 0 {
+		eng.stateLimit = budget.DefaultStateLimit
+	}
+	if eng.allocTimeout == 0 {
+		eng.allocTimeout = 30 * time.Second
+	}
+	eng.ctx, eng.cancel = context.WithCancel(context.Background())
+	for _, loc := range led.Locations() {
+		st, err := cfg.Backend.NewStream(loc)
+		if err != nil {
+			eng.abort()
+			return nil, fmt.Errorf("stream for %s: %w", loc, err)
+		}
+		eng.streams[loc] = st
+		l := loc
+		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
+		if err != nil {
+			eng.abort()
+			return nil, err
+		}
+		eng.locations[loc] = pid
+	}
+	sup := &supervisor{eng: eng, ledger: led, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
+	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return sup }), "supervisor")
+	if err != nil {
+		eng.abort()
+		return nil, err
+	}
+	eng.Supervisor = pid
+	return eng, nil
+}
+
+func (e *Engine) abort() {
+	e.cancel()
+	for _, st := range e.streams {
+		_ = st.Close()
+	}
+	e.System.Shutdown()
+}
+
+// Root returns the root context for sending to the supervisor.
+func (e *Engine) Root() *actor.RootContext { return e.root }
+
+// Backend returns the device backend.
+func (e *Engine) Backend() cuda.Backend { return e.backend }
+
+// StoreLoader stores the loader of a value about to be registered under
+// name; the supervisor binds it to the handle at registration.
+func (e *Engine) StoreLoader(name string, ld cuda.Loader) { e.newLoaders.put(name, ld) }
+
+// DropLoader removes a stored loader whose registration was refused.
+func (e *Engine) DropLoader(name string) { e.newLoaders.take(name) }
+
+// StoreEvent stores a device event under key for a RecordEvent message.
+func (e *Engine) StoreEvent(key uint64, ev cuda.Event) { e.events.put(key, ev) }
+
+// DropEvent removes a stored event.
+func (e *Engine) DropEvent(key uint64) { e.events.take(key) }
+
+// Stop drains the location actors (so every free sent before has been
+// carried out), stops event watchers, the actors and the streams. Call it
+// after the supervisor answered Shutdown. Idempotent.
+func (e *Engine) Stop(ctx context.Context) error {
+	var err error
+	e.stopOnce.Do(func() {
+		for loc, pid := range e.locations {
+			if _, derr := e.root.RequestFuture(pid, &messages.Drain{}, e.allocTimeout).Result(); derr != nil && err == nil {
+				err = fmt.Errorf("draining %s: %w", loc, derr)
+			}
+		}
+		e.cancel()
+		e.watchers.Wait()
+		_ = e.root.StopFuture(e.Supervisor).Wait()
+		for _, pid := range e.locations {
+			_ = e.root.StopFuture(pid).Wait()
+		}
+		for _, st := range e.streams {
+			if cerr := st.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		e.System.Shutdown()
+	})
+	return err
+}

@@ -1,0 +1,359 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages"
+)
+
+type pendingKind int
+
+const (
+	pendRegister pendingKind = iota
+	pendDirect
+	pendRun
+)
+
+type pendingOp struct {
+	kind    pendingKind
+	replyTo *actor.PID
+	handle  budget.Handle
+	run     *runState
+	effect  budget.Effect
+}
+
+type runState struct {
+	run     *budget.Run
+	replyTo *actor.PID
+	scope   string
+}
+
+// supervisor owns the ledger. It is the only code that mutates it, one
+// message at a time, so every state version is serialized and a snapshot
+// is one atomic copy. It never blocks: effects go to location and value
+// actors, whose outcomes come back as messages.
+//
+// It is also the supervision strategy of its children (the value actors):
+// a value actor that panics while carrying out a transfer has that
+// transfer failed in the ledger, its buffers freed, and is restarted.
+type supervisor struct {
+	eng     *Engine
+	ledger  *budget.Ledger
+	values  []*actor.PID // by handle id - 1
+	pending map[budget.AdmissionID]*pendingOp
+	reapers map[budget.EventID][]*actor.PID
+	closing *actor.PID // Shutdown requester, waiting for transfers to settle
+	closed  bool
+}
+
+func (s *supervisor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.Acquire:
+		id, err := s.ledger.Acquire(m.Handle, m.Location)
+		s.reply(m.ReplyTo, &messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()})
+	case *messages.Release:
+		err := s.ledger.Release(m.Lease)
+		s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+	case *messages.Register:
+		s.register(ctx, m)
+	case *messages.Transition:
+		s.transition(ctx, m)
+	case *messages.TransferDone:
+		s.transferDone(m.Admission, m.Err)
+	case *messages.RecordEvent:
+		s.recordEvent(m)
+	case *messages.EventDone:
+		s.eventDone(m)
+	case *messages.AwaitReap:
+		if s.ledger.EventPending(m.Event) {
+			s.reapers[m.Event] = append(s.reapers[m.Event], m.ReplyTo)
+		} else {
+			s.reply(m.ReplyTo, &messages.Reply{Version: s.ledger.Version()})
+		}
+	case *messages.Hold:
+		id, err := s.ledger.Hold(m.Handle, m.Location)
+		s.reply(m.ReplyTo, &messages.HoldReply{Hold: id, Err: err, Version: s.ledger.Version()})
+	case *messages.Unhold:
+		err := s.ledger.Unhold(m.Hold)
+		s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+	case *messages.Reserve:
+		err := s.ledger.Reserve(m.Location, m.Name, m.Bytes)
+		s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+	case *messages.Unreserve:
+		err := s.ledger.Unreserve(m.Name)
+		s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+	case *messages.Explain:
+		s.reply(m.ReplyTo, &messages.ExplainReply{Explanation: s.ledger.Explain(m.Plan)})
+	case *messages.Decide:
+		limit := m.StateLimit
+		if limit == 0 {
+			limit = s.eng.stateLimit
+		}
+		d, err := s.ledger.Decide(m.Request, limit)
+		s.reply(m.ReplyTo, &messages.DecideReply{Decision: d, Err: err})
+	case *messages.Execute:
+		s.startRun(m.Plan, budget.RunOptions{}, "", m.ReplyTo)
+	case *messages.EnterScope:
+		s.startRun(m.Plan, budget.RunOptions{Scope: m.Scope, CheckVersion: m.CheckVersion, ExpectedVersion: m.ExpectedVersion}, m.Scope, m.ReplyTo)
+	case *messages.ExitScope:
+		s.exitScope(m)
+	case *messages.Snapshot:
+		s.reply(m.ReplyTo, &messages.SnapshotReply{Snapshot: s.ledger.Snapshot()})
+	case *messages.Trace:
+		s.reply(m.ReplyTo, &messages.TraceReply{Trace: s.ledger.Trace()})
+	case *messages.Lookup:
+		h, ok := s.ledger.Lookup(m.Name)
+		var err error
+		if !ok {
+			err = &budget.InvalidInputError{Message: fmt.Sprintf("unknown value name %q", m.Name)}
+		}
+		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Err: err, Version: s.ledger.Version()})
+	case *messages.Shutdown:
+		s.closing = m.ReplyTo
+		s.maybeFinishShutdown()
+	}
+}
+
+func (s *supervisor) reply(to *actor.PID, msg any) {
+	if to != nil {
+		s.eng.root.Send(to, msg)
+	}
+}
+
+// dispatch sends effects to the actors that carry them out: frees to the
+// location actors, transfers to the value's actor.
+func (s *supervisor) dispatch(effects []budget.Effect, adm budget.AdmissionID, data []byte) {
+	for _, e := range effects {
+		if e.Kind == budget.EffectFree {
+			s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
+			continue
+		}
+		s.eng.root.Send(s.values[e.Handle.ID-1], &messages.DoTransfer{Admission: adm, Effect: e, Data: data})
+	}
+}
+
+func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
+	h, adm, err := s.ledger.Register(m.Spec)
+	if err != nil {
+		s.reply(m.ReplyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
+		return
+	}
+	if m.HasLoader {
+		if ld, ok := s.eng.newLoaders.take(h.Name); ok {
+			s.eng.loaders.put(h.ID, ld)
+		}
+	}
+	eng, hd := s.eng, h
+	pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng, handle: hd} }))
+	s.values = append(s.values, pid)
+	if !adm.Pending {
+		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Version: s.ledger.Version()})
+		return
+	}
+	s.pending[adm.ID] = &pendingOp{kind: pendRegister, replyTo: m.ReplyTo, handle: h, effect: adm.Effects[0]}
+	s.dispatch(adm.Effects, adm.ID, m.Data)
+}
+
+func (s *supervisor) transition(_ actor.Context, m *messages.Transition) {
+	var adm budget.Admission
+	var effects []budget.Effect
+	var err error
+	switch m.Kind {
+	case messages.Place:
+		adm, err = s.ledger.Place(m.Handle, m.To)
+	case messages.Copy:
+		adm, err = s.ledger.Copy(m.Handle, m.From, m.To)
+	case messages.Move:
+		adm, err = s.ledger.Move(m.Handle, m.From, m.To)
+	case messages.Evict:
+		effects, err = s.ledger.Evict(m.Handle, m.From)
+	case messages.Discard:
+		effects, err = s.ledger.Discard(m.Handle)
+	}
+	if err != nil {
+		s.reply(m.ReplyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+		return
+	}
+	if adm.Pending {
+		s.pending[adm.ID] = &pendingOp{kind: pendDirect, replyTo: m.ReplyTo, handle: m.Handle, effect: adm.Effects[0]}
+		s.dispatch(adm.Effects, adm.ID, nil)
+		return
+	}
+	s.dispatch(append(effects, adm.Effects...), 0, nil)
+	s.reply(m.ReplyTo, &messages.RunReply{Version: s.ledger.Version()})
+}
+
+func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
+	op, ok := s.pending[id]
+	if !ok {
+		return
+	}
+	delete(s.pending, id)
+	switch op.kind {
+	case pendRegister:
+		if cause == nil {
+			_, err := s.ledger.Complete(id)
+			s.reply(op.replyTo, &messages.HandleReply{Handle: op.handle, Err: err, Version: s.ledger.Version()})
+			break
+		}
+		err := s.ledger.FailDirect(id, cause)
+		s.eng.log.Warn().Err(cause).Str("value", op.handle.Name).Msg("registration failed; handle retired, name free again")
+		s.reply(op.replyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
+	case pendDirect:
+		if cause == nil {
+			effects, err := s.ledger.Complete(id)
+			s.dispatch(effects, 0, nil)
+			s.reply(op.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+			break
+		}
+		err := s.ledger.FailDirect(id, cause)
+		s.eng.log.Warn().Err(cause).Str("value", op.handle.Name).Str("effect", op.effect.String()).Msg("transfer failed")
+		s.reply(op.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+	case pendRun:
+		if cause == nil {
+			effects, err := op.run.run.Complete()
+			if err != nil {
+				s.reply(op.run.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+				break
+			}
+			s.dispatch(effects, 0, nil)
+			s.advance(op.run)
+			break
+		}
+		err := op.run.run.Fail(cause)
+		s.eng.log.Warn().Err(cause).Str("effect", op.effect.String()).Msg("plan step failed")
+		s.reply(op.run.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+	}
+	s.maybeFinishShutdown()
+}
+
+func (s *supervisor) startRun(p budget.Plan, opts budget.RunOptions, scope string, replyTo *actor.PID) {
+	run, err := s.ledger.StartRun(p, opts)
+	if err != nil {
+		s.reply(replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+		return
+	}
+	s.advance(&runState{run: run, replyTo: replyTo, scope: scope})
+}
+
+// advance admits the run's steps until one is pending (a transfer in
+// flight) or the run ends.
+func (s *supervisor) advance(rs *runState) {
+	for {
+		step, ok, err := rs.run.Next()
+		if err != nil {
+			s.reply(rs.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+			return
+		}
+		if !ok {
+			report, leases, err := rs.run.Finish()
+			s.reply(rs.replyTo, &messages.RunReply{Report: report, Leases: leases, Reservations: rs.run.Reservations(), Err: err, Version: s.ledger.Version()})
+			return
+		}
+		adm := step.Admission
+		if adm.Pending {
+			s.pending[adm.ID] = &pendingOp{kind: pendRun, run: rs, effect: adm.Effects[0]}
+			s.dispatch(adm.Effects, adm.ID, nil)
+			return
+		}
+		s.dispatch(adm.Effects, 0, nil)
+	}
+}
+
+func (s *supervisor) exitScope(m *messages.ExitScope) {
+	var first error
+	report := s.ledger.Recording(func() {
+		for _, id := range m.Leases {
+			if err := s.ledger.Release(id); err != nil && first == nil {
+				first = err
+			}
+		}
+		for _, name := range m.Reservations {
+			if err := s.ledger.UnreserveOwned(name, m.Scope); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	var err error
+	if first != nil {
+		err = &budget.PlanExecutionError{Phase: budget.PhaseExit, FailedActionIndex: -1, FailedReservationIndex: -1, PartialReport: report, Cause: first}
+	}
+	s.reply(m.ReplyTo, &messages.RunReply{Report: report, Err: err, Version: s.ledger.Version()})
+}
+
+func (s *supervisor) recordEvent(m *messages.RecordEvent) {
+	id, err := s.ledger.RecordEvent(m.Lease)
+	if err == nil {
+		h, _, _ := s.ledger.LeaseEndpoint(m.Lease)
+		s.eng.root.Send(s.values[h.ID-1], &messages.WatchEvent{Event: id, EventKey: m.EventKey})
+	} else {
+		s.eng.events.take(m.EventKey)
+	}
+	s.reply(m.ReplyTo, &messages.EventReply{Event: id, Err: err, Version: s.ledger.Version()})
+}
+
+func (s *supervisor) eventDone(m *messages.EventDone) {
+	err := s.ledger.ReapEvent(m.Event)
+	if err != nil && !s.closed {
+		s.eng.log.Error().Err(err).Uint64("event", uint64(m.Event)).Msg("reap failed")
+	}
+	for _, to := range s.reapers[m.Event] {
+		s.reply(to, &messages.Reply{Version: s.ledger.Version()})
+	}
+	delete(s.reapers, m.Event)
+	s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+}
+
+// maybeFinishShutdown completes a requested shutdown once no transfer is
+// in flight: it reports what was still outstanding, force-releases it,
+// removes every materialization (sending the frees) and replies with the
+// final snapshot.
+func (s *supervisor) maybeFinishShutdown() {
+	if s.closing == nil || len(s.pending) > 0 {
+		return
+	}
+	out := s.ledger.Outstanding()
+	effects, err := s.ledger.Shutdown()
+	s.dispatch(effects, 0, nil)
+	for ev, tos := range s.reapers {
+		for _, to := range tos {
+			s.reply(to, &messages.Reply{Version: s.ledger.Version()})
+		}
+		delete(s.reapers, ev)
+	}
+	s.closed = true
+	s.reply(s.closing, &messages.ShutdownReply{Outstanding: out, Final: s.ledger.Snapshot(), Err: err})
+	s.closing = nil
+}
+
+// HandleFailure makes the supervisor the supervision strategy of its
+// children. It runs on the supervisor's own mailbox goroutine (as a system
+// message), so it may touch the ledger. A value actor that crashed in the
+// middle of a transfer has that transfer failed (never completed), the
+// buffers it may have allocated freed, and is restarted.
+func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
+	msg := actor.UnwrapEnvelopeMessage(message)
+	s.eng.log.Error().Str("actor", child.String()).Interface("reason", reason).Msg("actor crashed; restarting it")
+	if t, ok := msg.(*messages.DoTransfer); ok {
+		e := t.Effect
+		s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
+		if e.TempAt != "" {
+			s.eng.root.Send(s.eng.locations[e.TempAt], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: t.Admission}})
+		}
+		s.transferDone(t.Admission, &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)})
+	}
+	sup.RestartChildren(child)
+}
+
+// ActorCrashError is the cause of a transfer whose actor panicked.
+type ActorCrashError struct {
+	Actor  string
+	Reason string
+}
+
+func (e *ActorCrashError) Error() string {
+	return fmt.Sprintf("actor %s crashed: %s", e.Actor, e.Reason)
+}

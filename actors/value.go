@@ -1,0 +1,138 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+// valueActor carries out the transfers of one value (initialization,
+// copies, reconstruction through the value's loader) and watches the
+// consumer events recorded on its leases. It holds no accounting: it only
+// does what the supervisor admitted and reports the outcome.
+type valueActor struct {
+	eng    *Engine
+	handle budget.Handle
+}
+
+func (a *valueActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.DoTransfer:
+		if a.eng.hooks.PanicOnTransfer != nil && a.eng.hooks.PanicOnTransfer(m.Effect) {
+			panic(fmt.Sprintf("injected value actor panic during %s (test hook)", m.Effect))
+		}
+		err := a.transfer(ctx, m)
+		ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
+	case *messages.WatchEvent:
+		a.watch(m)
+	}
+}
+
+func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
+	pid := a.eng.locations[key.Location]
+	res, err := ctx.RequestFuture(pid, &messages.Allocate{Key: key, Bytes: bytes}, a.eng.allocTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("allocation of %d bytes at %s: location actor did not answer: %w", bytes, key.Location, err)
+	}
+	return res.(*messages.Allocated).Err
+}
+
+func (a *valueActor) free(ctx actor.Context, key messages.BufferKey) {
+	ctx.Send(a.eng.locations[key.Location], &messages.Free{Key: key})
+}
+
+// transfer runs one transfer effect. On failure every buffer it allocated
+// is freed again; the destination's ledger charge is released by the
+// supervisor when it commits the failure.
+func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer) (err error) {
+	e := m.Effect
+	dst := messages.BufferKey{Value: e.Handle.ID, Location: e.Location}
+	if err := a.allocate(ctx, dst, e.Bytes); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			a.free(ctx, dst)
+		}
+	}()
+	dbuf, _ := a.eng.Buffers.Get(dst)
+	opctx, cancel := context.WithCancel(a.eng.ctx)
+	defer cancel()
+	switch e.Kind {
+	case budget.EffectInitialize:
+		data := m.Data
+		if data == nil {
+			data = make([]byte, e.Bytes)
+		}
+		return a.eng.backend.Write(opctx, dbuf, data)
+	case budget.EffectCopy:
+		sbuf, ok := a.eng.Buffers.Get(messages.BufferKey{Value: e.Handle.ID, Location: e.From})
+		if !ok {
+			return fmt.Errorf("copy of %s: no buffer at %s", e.Handle.Name, e.From)
+		}
+		return a.copy(opctx, dbuf, sbuf)
+	case budget.EffectReconstruct:
+		loader, ok := a.eng.loaders.get(e.Handle.ID)
+		if !ok {
+			return fmt.Errorf("reconstruct %s: no loader registered", e.Handle.Name)
+		}
+		if e.TempAt == "" {
+			return a.eng.backend.Load(opctx, dbuf, e.Location, loader)
+		}
+		tmp := messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: m.Admission}
+		if err := a.allocate(ctx, tmp, e.Bytes); err != nil {
+			return err
+		}
+		defer a.free(ctx, tmp)
+		tbuf, _ := a.eng.Buffers.Get(tmp)
+		if err := a.eng.backend.Load(opctx, tbuf, e.Location, loader); err != nil {
+			return err
+		}
+		return a.copy(opctx, dbuf, tbuf)
+	}
+	return fmt.Errorf("value actor: unexpected effect %s", e.Kind)
+}
+
+// copy enqueues dst←src on the destination location's stream, records an
+// event after it and waits for that event.
+func (a *valueActor) copy(ctx context.Context, dst, src cuda.Buffer) error {
+	st := a.eng.streams[dst.Location()]
+	if err := st.CopyAsync(dst, src); err != nil {
+		return err
+	}
+	ev, err := st.Record()
+	if err != nil {
+		return err
+	}
+	if err := ev.Wait(ctx); err != nil {
+		return err
+	}
+	return ev.Err()
+}
+
+// watch waits (on its own goroutine, so the actor stays responsive) for a
+// recorded consumer event and reports its completion to the supervisor,
+// which reaps it.
+func (a *valueActor) watch(m *messages.WatchEvent) {
+	ev, ok := a.eng.events.take(m.EventKey)
+	if !ok {
+		return
+	}
+	a.eng.watchers.Add(1)
+	go func() {
+		defer a.eng.watchers.Done()
+		select {
+		case <-ev.Done():
+			a.eng.root.Send(a.eng.Supervisor, &messages.EventDone{Event: m.Event})
+		case <-a.eng.ctx.Done():
+		}
+	}()
+}
+
+var _ = time.Second
