@@ -872,21 +872,21 @@ func TestDecideLimits(t *testing.T) {
 		return dtReq("r", f.need("w", dtGPUs))
 	}
 	dtRun(t, []dtCase{{
-		name: "exhaustive infeasible search",
+		name:  "exhaustive infeasible search",
 		setup: blocked,
 		err:   "plan",
 		reason: []string{`request "r": no feasible assignment (2 explored, search exhaustive)`,
 			"budget at cuda:0: short 50 bytes", "budget at cuda:1: short 50 bytes", "w→cuda:1"},
 	}, {
-		name: "limit equal to the whole search is not a limit",
+		name:  "limit equal to the whole search is not a limit",
 		setup: blocked, limit: 2,
 		err: "plan", reason: []string{"2 explored, search exhaustive"},
 	}, {
-		name: "limit after a feasible assignment",
+		name:  "limit after a feasible assignment",
 		setup: oneFeasibleEach, limit: 1,
 		evict: dtList("x@cuda:0"), enter: dtList("w@cuda:0"), explored: 1, exhaustive: false,
 	}, {
-		name: "same request within the limit",
+		name:  "same request within the limit",
 		setup: oneFeasibleEach, limit: 2,
 		enter: dtList("w@cuda:1"), explored: 2, exhaustive: true,
 	}})
