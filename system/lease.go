@@ -1,0 +1,237 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+var runtimeGosched = runtime.Gosched
+
+// Lease protects one resident materialization while the caller uses it.
+// Release it when done; record the events of every stream that reads the
+// buffer before releasing, so the bytes stay protected until those
+// streams have finished.
+type Lease struct {
+	sys      *System
+	id       LeaseID
+	handle   Handle
+	location string
+	released atomic.Bool
+}
+
+// Acquire takes a lease on h's resident materialization at loc. It never
+// places: an absent endpoint is an [*UnavailableError].
+func (s *System) Acquire(ctx context.Context, h Handle, loc string) (*Lease, error) {
+	s.inflight.Add(1)
+	if s.closed.Load() {
+		s.inflight.Add(-1)
+		return nil, ErrClosed
+	}
+	sl := s.slots.get()
+	s.root.Send(s.sup, &messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid})
+	s.inflight.Add(-1)
+	r, err := s.slots.await(ctx, sl, s.releaseLate)
+	if err != nil {
+		return nil, err
+	}
+	rep := r.(*messages.LeaseReply)
+	if rep.Err != nil {
+		return nil, rep.Err
+	}
+	return &Lease{sys: s, id: rep.Lease, handle: h, location: loc}, nil
+}
+
+// releaseLate releases a lease or hold granted to a caller who stopped
+// waiting for it.
+func (s *System) releaseLate(m any) {
+	switch r := m.(type) {
+	case *messages.LeaseReply:
+		if r.Err == nil {
+			s.root.Send(s.sup, &messages.Release{Lease: r.Lease})
+		}
+	case *messages.HoldReply:
+		if r.Err == nil {
+			s.root.Send(s.sup, &messages.Unhold{Hold: r.Hold})
+		}
+	}
+}
+
+// ID returns the lease id.
+func (l *Lease) ID() LeaseID { return l.id }
+
+// Handle returns the leased value.
+func (l *Lease) Handle() Handle { return l.handle }
+
+// Location returns the leased location.
+func (l *Lease) Location() string { return l.location }
+
+// Buffer returns the device buffer of the leased materialization. It is
+// valid while the lease (or an event recorded on it) protects it.
+func (l *Lease) Buffer() cuda.Buffer {
+	b, _ := l.sys.eng.Buffers.Get(messages.BufferKey{Value: l.handle.ID, Location: l.location})
+	return b
+}
+
+// Read copies the leased bytes to a new host slice.
+func (l *Lease) Read(ctx context.Context) ([]byte, error) {
+	if l.released.Load() {
+		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("lease %d was released", l.id)}
+	}
+	b := l.Buffer()
+	if b == nil {
+		return nil, fmt.Errorf("residency: no buffer for %s at %s", l.handle.Name, l.location)
+	}
+	return l.sys.backend.Read(ctx, b)
+}
+
+// RecordEvent records a consumer event (typically recorded on a stream
+// that reads the buffer): the materialization stays protected until the
+// event completes and the runtime has reaped it, even after Release.
+// Recording on a released lease is an [*InvalidInputError].
+func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error) {
+	s := l.sys
+	key := s.eventSeq.Add(1)
+	s.eng.StoreEvent(key, ev)
+	r, err := s.call(ctx, func(p *actor.PID) any {
+		return &messages.RecordEvent{Lease: l.id, EventKey: key, ReplyTo: p}
+	}, nil)
+	if err != nil {
+		s.eng.DropEvent(key)
+		return 0, err
+	}
+	rep := r.(*messages.EventReply)
+	return rep.Event, rep.Err
+}
+
+// Release releases the lease. Releasing twice is an [*InvalidInputError].
+func (l *Lease) Release(ctx context.Context) error {
+	s := l.sys
+	s.inflight.Add(1)
+	if s.closed.Load() {
+		s.inflight.Add(-1)
+		return ErrClosed
+	}
+	sl := s.slots.get()
+	s.root.Send(s.sup, &messages.Release{Lease: l.id, ReplyTo: sl.pid})
+	s.inflight.Add(-1)
+	r, err := s.slots.await(ctx, sl, nil)
+	if err != nil {
+		return err
+	}
+	if e := r.(*messages.Reply).Err; e != nil {
+		return e
+	}
+	l.released.Store(true)
+	return nil
+}
+
+// ReleaseByID releases a lease by id (for tools that keep ids, not *Lease).
+func (s *System) ReleaseByID(ctx context.Context, id LeaseID) error {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Release{Lease: id, ReplyTo: p} }, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
+// WaitReaped returns once event id is no longer pending: its device event
+// completed and the runtime reaped it (or it was never recorded).
+func (s *System) WaitReaped(ctx context.Context, id EventID) error {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.AwaitReap{Event: id, ReplyTo: p} }, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
+// Hold protects one resident materialization until released.
+type Hold struct {
+	sys *System
+	id  budget.HoldID
+}
+
+// Hold takes a hold on h's resident materialization at loc.
+func (s *System) Hold(ctx context.Context, h Handle, loc string) (*Hold, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLate)
+	if err != nil {
+		return nil, err
+	}
+	rep := r.(*messages.HoldReply)
+	if rep.Err != nil {
+		return nil, rep.Err
+	}
+	return &Hold{sys: s, id: rep.Hold}, nil
+}
+
+// ID returns the hold id.
+func (h *Hold) ID() budget.HoldID { return h.id }
+
+// Release releases the hold. Twice: [*InvalidInputError].
+func (h *Hold) Release(ctx context.Context) error {
+	r, err := h.sys.call(ctx, func(p *actor.PID) any { return &messages.Unhold{Hold: h.id, ReplyTo: p} }, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
+// Read acquires a lease on (h, loc), reads the bytes and releases it.
+func (s *System) Read(ctx context.Context, h Handle, loc string) ([]byte, error) {
+	l, err := s.Acquire(ctx, h, loc)
+	if err != nil {
+		return nil, err
+	}
+	data, rerr := l.Read(ctx)
+	if err := l.Release(context.WithoutCancel(ctx)); err != nil && rerr == nil {
+		rerr = err
+	}
+	return data, rerr
+}
+
+// ManualEvent is a consumer event completed by the application (for
+// work the backend does not see, and for tools such as the replay CLI).
+type ManualEvent struct {
+	done chan struct{}
+	once atomicOnce
+}
+
+type atomicOnce struct{ v atomic.Bool }
+
+// NewManualEvent returns an incomplete event.
+func NewManualEvent() *ManualEvent { return &ManualEvent{done: make(chan struct{})} }
+
+// Complete completes the event (idempotent).
+func (e *ManualEvent) Complete() {
+	if e.once.v.CompareAndSwap(false, true) {
+		close(e.done)
+	}
+}
+
+// Done is closed when the event completes.
+func (e *ManualEvent) Done() <-chan struct{} { return e.done }
+
+// Err is always nil.
+func (e *ManualEvent) Err() error { return nil }
+
+// Query reports completion.
+func (e *ManualEvent) Query() bool { return e.once.v.Load() }
+
+// Wait waits for completion or ctx.
+func (e *ManualEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var _ cuda.Event = (*ManualEvent)(nil)

@@ -1,0 +1,470 @@
+package system
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/residency-go/residency/actors"
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/messages"
+)
+
+// The types of the ledger, re-exported so that users import one package.
+type (
+	Handle                = budget.Handle
+	ReplicaMode           = budget.ReplicaMode
+	Plan                  = budget.Plan
+	Action                = budget.Action
+	ReservationSpec       = budget.ReservationSpec
+	Explanation           = budget.Explanation
+	Report                = budget.Report
+	Transition            = budget.Transition
+	Snapshot              = budget.Snapshot
+	Request               = budget.Request
+	Requirement           = budget.Requirement
+	Decision              = budget.Decision
+	Eviction              = budget.Eviction
+	LocationConfig        = budget.LocationConfig
+	BudgetError           = budget.BudgetError
+	PlanError             = budget.PlanError
+	SearchLimitError      = budget.SearchLimitError
+	StaleStateError       = budget.StaleStateError
+	InUseError            = budget.InUseError
+	UnavailableError      = budget.UnavailableError
+	PlanExecutionError    = budget.PlanExecutionError
+	InvalidInputError     = budget.InvalidInputError
+	LeaseID               = budget.LeaseID
+	EventID               = budget.EventID
+	Outstanding           = budget.Outstanding
+	Endpoint              = budget.Endpoint
+	ActorCrashError       = actors.ActorCrashError
+	ReservationRecord     = budget.ReservationRecord
+	MaterializationRecord = budget.MaterializationRecord
+)
+
+// Replica modes.
+const (
+	Exclusive  = budget.Exclusive
+	Replicable = budget.Replicable
+)
+
+// Error categories (use with errors.Is).
+var (
+	ErrPlan         = budget.ErrPlan
+	ErrInvalidInput = budget.ErrInvalidInput
+	ErrDiscarded    = budget.ErrDiscarded
+	ErrForeign      = budget.ErrForeign
+)
+
+// ErrClosed is returned by every call made after Close began.
+var ErrClosed = errors.New("residency: system is closed")
+
+// Limit configures a location with a strict budget of bytes.
+func Limit(name string, bytes int64) LocationConfig {
+	return LocationConfig{Name: name, HasBudget: true, BudgetBytes: bytes}
+}
+
+// NoLimit configures a location without a budget.
+func NoLimit(name string) LocationConfig { return LocationConfig{Name: name} }
+
+// Options configures [Start].
+type Options struct {
+	// ManagerID identifies this runtime; handles carry it. Default: random.
+	ManagerID string
+	// Locations is the fixed set of locations and their budgets. Required.
+	Locations []LocationConfig
+	// TraceCapacity is the size of the trace ring (default 1024);
+	// DisableTrace turns the trace off.
+	TraceCapacity int
+	DisableTrace  bool
+	// StateLimit is the controller's default search limit (default 100,000).
+	StateLimit int
+	// Backend carries out allocations and copies. Default: the soft backend
+	// (an honest simulation in Go memory) over Locations, with
+	// SoftCapacity and SoftBandwidth.
+	Backend       cuda.Backend
+	SoftCapacity  map[string]int64
+	SoftBandwidth int64
+	// Logger receives structured logs (the runtime's and protoactor's).
+	// Default: none.
+	Logger *zerolog.Logger
+	// Hooks inject failures (tests only).
+	Hooks actors.Hooks
+}
+
+// System is a running residency runtime. All methods are safe for
+// concurrent use. Every blocking call takes a context: when it is done the
+// call stops waiting and returns ctx.Err(); a transition already admitted
+// still completes or fails inside the runtime (a snapshot shows which), and
+// a lease or hold granted to a caller who stopped waiting is released.
+type System struct {
+	eng      *actors.Engine
+	root     *actor.RootContext
+	sup      *actor.PID
+	slots    slotPool
+	backend  cuda.Backend
+	ownsBack bool
+	log      zerolog.Logger
+	managerID string
+
+	closed   atomic.Bool
+	inflight atomic.Int64
+	closeMu  sync.Mutex
+	closeErr error
+	closedOK bool
+	final    budget.Snapshot
+
+	scopeSeq atomic.Uint64
+	eventSeq atomic.Uint64
+}
+
+// Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
+// no locations, a malformed or duplicate location, a budget ≤ 0).
+func Start(ctx context.Context, opts Options) (*System, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := opts.ManagerID
+	if id == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		id = "rm-" + hex.EncodeToString(b[:])
+	}
+	log := zerolog.Nop()
+	if opts.Logger != nil {
+		log = *opts.Logger
+	}
+	capTrace := opts.TraceCapacity
+	if capTrace == 0 {
+		capTrace = budget.DefaultTraceCapacity
+	}
+	if opts.DisableTrace {
+		capTrace = 0
+	}
+	lcfg := budget.Config{ManagerID: id, Locations: opts.Locations, TraceCapacity: capTrace}
+	// Validate before creating a backend.
+	if _, err := budget.New(lcfg); err != nil {
+		return nil, err
+	}
+	backend, owns := opts.Backend, false
+	if backend == nil {
+		names := make([]string, len(opts.Locations))
+		for i, l := range opts.Locations {
+			names[i] = l.Name
+		}
+		b, err := soft.New(soft.Config{Locations: names, Capacity: opts.SoftCapacity, BandwidthBytesPerSec: opts.SoftBandwidth})
+		if err != nil {
+			return nil, err
+		}
+		backend, owns = b, true
+	}
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, Hooks: opts.Hooks})
+	if err != nil {
+		if owns {
+			_ = backend.Close()
+		}
+		return nil, err
+	}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, ownsBack: owns, log: log, managerID: id}
+	s.slots.reg = eng.System.ProcessRegistry
+	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Int("locations", len(opts.Locations)).Msg("residency started")
+	return s, nil
+}
+
+// ManagerID returns the runtime's manager id.
+func (s *System) ManagerID() string { return s.managerID }
+
+// Backend returns the device backend (for streams and events of the
+// caller's own work).
+func (s *System) Backend() cuda.Backend { return s.backend }
+
+// Faults returns the backend's fault injector.
+func (s *System) Faults() *cuda.Faults { return s.backend.Faults() }
+
+// send sends msg (built with a fresh reply slot) to the supervisor and
+// waits for the reply.
+func (s *System) call(ctx context.Context, build func(*actor.PID) any, onLate func(any)) (any, error) {
+	s.inflight.Add(1)
+	if s.closed.Load() {
+		s.inflight.Add(-1)
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.inflight.Add(-1)
+		return nil, err
+	}
+	sl := s.slots.get()
+	s.root.Send(s.sup, build(sl.pid))
+	s.inflight.Add(-1)
+	return s.slots.await(ctx, sl, onLate)
+}
+
+// Value describes a value to register.
+type Value struct {
+	// Name is unique for the runtime's lifetime.
+	Name string
+	// Bytes is the fixed conservative charge of every materialization.
+	Bytes int64
+	Mode  ReplicaMode
+	// At registers the value resident at this location, initialized with
+	// Data (len Bytes; nil means zero bytes).
+	At   string
+	Data []byte
+	// Source registers the value without a materialization; Loader
+	// produces its bytes, run into a temporary buffer at Source whenever
+	// the value must be reconstructed.
+	Source string
+	Loader cuda.Loader
+}
+
+// Register registers a value. With At it returns once the value is
+// resident there. Errors: [*InvalidInputError] (empty or duplicate name,
+// bytes ≤ 0, both or neither of At/Source, a source without loader, Data
+// of the wrong length), [*UnavailableError], [*BudgetError],
+// [*PlanExecutionError] when initialization failed (the handle is then
+// retired and the name free again).
+func (s *System) Register(ctx context.Context, v Value) (Handle, error) {
+	if v.Source != "" && v.Loader == nil {
+		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a source needs a loader", v.Name)}
+	}
+	if v.Source == "" && v.Loader != nil {
+		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a loader needs a source location", v.Name)}
+	}
+	if v.Data != nil && int64(len(v.Data)) != v.Bytes {
+		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: data has %d bytes, value has %d", v.Name, len(v.Data), v.Bytes)}
+	}
+	if v.Loader != nil {
+		s.eng.StoreLoader(v.Name, v.Loader)
+	}
+	spec := budget.ValueSpec{Name: v.Name, Bytes: v.Bytes, Mode: v.Mode, At: v.At, Source: v.Source}
+	r, err := s.call(ctx, func(p *actor.PID) any {
+		return &messages.Register{Spec: spec, Data: v.Data, HasLoader: v.Loader != nil, ReplyTo: p}
+	}, nil)
+	if err != nil {
+		return Handle{}, err
+	}
+	rep := r.(*messages.HandleReply)
+	if rep.Err != nil && v.Loader != nil {
+		s.eng.DropLoader(v.Name)
+	}
+	return rep.Handle, rep.Err
+}
+
+// Lookup returns the handle registered under name.
+func (s *System) Lookup(ctx context.Context, name string) (Handle, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Lookup{Name: name, ReplyTo: p} }, nil)
+	if err != nil {
+		return Handle{}, err
+	}
+	rep := r.(*messages.HandleReply)
+	return rep.Handle, rep.Err
+}
+
+func (s *System) transition(ctx context.Context, m messages.Transition) error {
+	r, err := s.call(ctx, func(p *actor.PID) any { m.ReplyTo = p; return &m }, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.RunReply).Err
+}
+
+// Place ensures h is resident at loc and returns when it is (already
+// resident: at once). An exclusive value resident elsewhere is moved.
+// Errors: see [budget.Ledger.Place]; a failure after admission is a
+// [*PlanExecutionError] with phase "execute".
+func (s *System) Place(ctx context.Context, h Handle, loc string) error {
+	return s.transition(ctx, messages.Transition{Kind: messages.Place, Handle: h, To: loc})
+}
+
+// Copy copies a replicable value from one location to another.
+func (s *System) Copy(ctx context.Context, h Handle, from, to string) error {
+	return s.transition(ctx, messages.Transition{Kind: messages.Copy, Handle: h, From: from, To: to})
+}
+
+// Move moves h from one location to another (from must be unprotected).
+func (s *System) Move(ctx context.Context, h Handle, from, to string) error {
+	return s.transition(ctx, messages.Transition{Kind: messages.Move, Handle: h, From: from, To: to})
+}
+
+// Evict removes h's materialization at loc. Errors: [*InUseError]
+// (protected), [*PlanError] (last copy of a value without a source),
+// [*UnavailableError].
+func (s *System) Evict(ctx context.Context, h Handle, loc string) error {
+	return s.transition(ctx, messages.Transition{Kind: messages.Evict, Handle: h, From: loc})
+}
+
+// Discard removes every materialization of h and retires the handle.
+func (s *System) Discard(ctx context.Context, h Handle) error {
+	return s.transition(ctx, messages.Transition{Kind: messages.Discard, Handle: h})
+}
+
+// Reserve admits a named reservation of bytes at loc.
+func (s *System) Reserve(ctx context.Context, loc, name string, bytes int64) error {
+	r, err := s.call(ctx, func(p *actor.PID) any {
+		return &messages.Reserve{Location: loc, Name: name, Bytes: bytes, ReplyTo: p}
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
+// Unreserve releases a named reservation (not one owned by a scope).
+func (s *System) Unreserve(ctx context.Context, name string) error {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Unreserve{Name: name, ReplyTo: p} }, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
+// Explain simulates plan on the current state without changing it.
+func (s *System) Explain(ctx context.Context, plan Plan) (Explanation, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Explain{Plan: plan, ReplyTo: p} }, nil)
+	if err != nil {
+		return Explanation{}, err
+	}
+	return r.(*messages.ExplainReply).Explanation, nil
+}
+
+// Decide runs the controller's bounded search for req with the default
+// state limit. It changes nothing.
+func (s *System) Decide(ctx context.Context, req Request) (Decision, error) {
+	return s.DecideWithLimit(ctx, req, 0)
+}
+
+// DecideWithLimit is Decide with an explicit state limit (0 = default).
+func (s *System) DecideWithLimit(ctx context.Context, req Request, limit int) (Decision, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any {
+		return &messages.Decide{Request: req, StateLimit: limit, ReplyTo: p}
+	}, nil)
+	if err != nil {
+		return Decision{}, err
+	}
+	rep := r.(*messages.DecideReply)
+	return rep.Decision, rep.Err
+}
+
+// Execute runs plan without a scope: preflight (PlanError, nothing
+// changed), then reclaim → reservations → enter. Its reservations stay
+// active (release them with Unreserve). A failure after preflight is a
+// [*PlanExecutionError] with phase "execute"; committed steps stay.
+func (s *System) Execute(ctx context.Context, plan Plan) (Report, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Execute{Plan: plan, ReplyTo: p} }, nil)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := r.(*messages.RunReply)
+	return rep.Report, rep.Err
+}
+
+// Snapshot returns one atomic, tensor-free copy of the state. After Close
+// it returns the final snapshot taken at shutdown.
+func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
+	if s.closed.Load() {
+		s.closeMu.Lock()
+		defer s.closeMu.Unlock()
+		if s.closedOK {
+			return s.final, nil
+		}
+		return Snapshot{}, ErrClosed
+	}
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Snapshot{ReplyTo: p} }, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return r.(*messages.SnapshotReply).Snapshot, nil
+}
+
+// Trace returns the trace ring, oldest first.
+func (s *System) Trace(ctx context.Context) ([]Transition, error) {
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Trace{ReplyTo: p} }, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*messages.TraceReply).Trace, nil
+}
+
+// OutstandingError is returned by Close when leases, holds or pending
+// consumer events were still outstanding. Close released them anyway; the
+// error says what the application forgot.
+type OutstandingError struct {
+	Outstanding Outstanding
+}
+
+func (e *OutstandingError) Error() string {
+	o := e.Outstanding
+	list := func(eps []Endpoint) string {
+		out := make([]string, len(eps))
+		for i, x := range eps {
+			out[i] = fmt.Sprintf("%s@%s", x.Handle, x.Location)
+		}
+		sort.Strings(out)
+		return fmt.Sprint(out)
+	}
+	return fmt.Sprintf("residency: closed with %d leases %s, %d holds %s and %d pending events %s still outstanding (released at close)",
+		len(o.Leases), list(o.Leases), len(o.Holds), list(o.Holds), len(o.Events), list(o.Events))
+}
+
+// Close shuts the runtime down: new calls get ErrClosed at once; transfers
+// in flight settle; outstanding leases, holds and pending events are
+// reported (an [*OutstandingError]) and released; every materialization is
+// freed, so every location is back to zero bytes; actors, streams and the
+// soft backend stop. Idempotent: later calls return the first result.
+func (s *System) Close(ctx context.Context) error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Load() {
+		return s.closeErr
+	}
+	s.closed.Store(true)
+	for s.inflight.Load() > 0 {
+		// A caller is between its closed check and its send: a few
+		// instructions. Yield until it has sent.
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		runtimeGosched()
+	}
+	sl := s.slots.get()
+	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
+	r, err := s.slots.await(ctx, sl, nil)
+	if err != nil {
+		s.closeErr = fmt.Errorf("residency: close: waiting for transfers in flight: %w", err)
+		_ = s.eng.Stop(context.Background())
+		if s.ownsBack {
+			_ = s.backend.Close()
+		}
+		return s.closeErr
+	}
+	rep := r.(*messages.ShutdownReply)
+	s.final, s.closedOK = rep.Final, true
+	if err := s.eng.Stop(ctx); err != nil {
+		s.closeErr = err
+	}
+	s.slots.drain()
+	if s.ownsBack {
+		if err := s.backend.Close(); err != nil && s.closeErr == nil {
+			s.closeErr = err
+		}
+	}
+	if rep.Err != nil && s.closeErr == nil {
+		s.closeErr = rep.Err
+	}
+	if !rep.Outstanding.Empty() && s.closeErr == nil {
+		s.closeErr = &OutstandingError{Outstanding: rep.Outstanding}
+	}
+	s.log.Info().Uint64("state_version", rep.Final.StateVersion).Bool("outstanding", !rep.Outstanding.Empty()).Msg("residency closed")
+	return s.closeErr
+}
