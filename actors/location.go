@@ -59,4 +59,3 @@ func (a *locationActor) free(key messages.BufferKey) {
 		a.eng.log.Error().Err(err).Str("location", a.loc).Uint64("value", key.Value).Msg("free failed")
 	}
 }
-

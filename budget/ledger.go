@@ -84,14 +84,14 @@ func (v *value) removeMat(loc int) {
 }
 
 type transfer struct {
-	id        AdmissionID
-	v         *value
-	dest      int
-	src       int // resident source; -1 for reconstruction or initialization
-	temp      int // location of the temporary reconstruction charge; -1 none
-	moveSrc   bool
-	kind      EffectKind
-	admitted  Transition // the admission's own transition, for failure reports
+	id       AdmissionID
+	v        *value
+	dest     int
+	src      int // resident source; -1 for reconstruction or initialization
+	temp     int // location of the temporary reconstruction charge; -1 none
+	moveSrc  bool
+	kind     EffectKind
+	admitted Transition // the admission's own transition, for failure reports
 }
 
 type lease struct {

@@ -109,13 +109,13 @@ type Options struct {
 // still completes or fails inside the runtime (a snapshot shows which), and
 // a lease or hold granted to a caller who stopped waiting is released.
 type System struct {
-	eng      *actors.Engine
-	root     *actor.RootContext
-	sup      *actor.PID
-	slots    slotPool
-	backend  cuda.Backend
-	ownsBack bool
-	log      zerolog.Logger
+	eng       *actors.Engine
+	root      *actor.RootContext
+	sup       *actor.PID
+	slots     slotPool
+	backend   cuda.Backend
+	ownsBack  bool
+	log       zerolog.Logger
 	managerID string
 
 	closed   atomic.Bool
