@@ -57,7 +57,10 @@ type LocationRecord struct {
 	UsedBytes     int64
 	ReservedBytes int64
 	PeakBytes     int64
-	Reservations  []ReservationRecord
+	// TemporaryBytes is the part of UsedBytes charged by reconstructions in
+	// flight (their temporary buffers); the rest is the materializations'.
+	TemporaryBytes int64
+	Reservations   []ReservationRecord
 }
 
 // ReservationRecord is one active named reservation.
@@ -124,6 +127,11 @@ func (l *Ledger) Snapshot() Snapshot {
 			}
 		}
 		s.Locations[i] = r
+	}
+	for _, x := range l.xfers {
+		if x.temp >= 0 {
+			s.Locations[x.temp].TemporaryBytes += x.v.bytes
+		}
 	}
 	nm := 0
 	for _, v := range l.values {
