@@ -125,7 +125,15 @@ func Start(cfg Config) (*Engine, error) {
 		eng.locations[loc] = pid
 	}
 	sup := &supervisor{eng: eng, ledger: led, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
-	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return sup }), "supervisor")
+	// The supervisor runs on a synchronized dispatcher: a sender whose
+	// message finds the mailbox idle processes it (and whatever queued
+	// behind it) on its own goroutine, instead of protoactor starting a new
+	// goroutine per burst. The mailbox still serializes every message, so
+	// the ledger stays single-threaded; the hot path (lease acquire and
+	// release) saves a goroutine hand-off each way.
+	props := actor.PropsFromProducer(func() actor.Actor { return sup },
+		actor.WithDispatcher(actor.NewSynchronizedDispatcher(256)))
+	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		eng.abort()
 		return nil, err

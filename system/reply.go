@@ -38,7 +38,12 @@ func (s *replySlot) SendUserMessage(_ *actor.PID, m any) {
 		}
 		return
 	}
-	s.ch <- m
+	select {
+	case s.ch <- m:
+	default:
+		// Exactly one reply per request: a second one would be a runtime
+		// bug. Never block (or crash) the supervisor on it; drop it.
+	}
 	s.mu.Unlock()
 }
 
