@@ -35,8 +35,9 @@ type Hooks struct {
 	// PanicOnTransfer makes the value actor panic before carrying out an
 	// effect for which it returns true.
 	PanicOnTransfer func(budget.Effect) bool
-	// PanicOnAllocate makes the location actor panic (recovered there and
-	// reported as an allocation error) for a key.
+	// PanicOnAllocate makes the location actor panic while allocating a
+	// key; its supervision strategy answers the allocation with an error
+	// and restarts it.
 	PanicOnAllocate func(messages.BufferKey) bool
 }
 
@@ -109,6 +110,7 @@ func Start(cfg Config) (*Engine, error) {
 		eng.allocTimeout = 30 * time.Second
 	}
 	eng.ctx, eng.cancel = context.WithCancel(context.Background())
+	locRoot := actor.NewRootContext(sys, nil).WithGuardian(&locationStrategy{eng: eng})
 	for _, loc := range led.Locations() {
 		st, err := cfg.Backend.NewStream(loc)
 		if err != nil {
@@ -117,7 +119,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 		eng.streams[loc] = st
 		l := loc
-		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
+		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
 		if err != nil {
 			eng.abort()
 			return nil, err

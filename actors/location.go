@@ -30,14 +30,9 @@ func (a *locationActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *locationActor) allocate(m *messages.Allocate) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("location actor %s: allocation panicked: %v", a.loc, r)
-		}
-	}()
+func (a *locationActor) allocate(m *messages.Allocate) error {
 	if a.eng.hooks.PanicOnAllocate != nil && a.eng.hooks.PanicOnAllocate(m.Key) {
-		panic("injected allocation panic (test hook)")
+		panic(fmt.Sprintf("injected location actor panic while allocating %v (test hook)", m.Key))
 	}
 	if _, exists := a.eng.Buffers.Get(m.Key); exists {
 		return fmt.Errorf("location actor %s: buffer %v already allocated", a.loc, m.Key)
@@ -48,6 +43,33 @@ func (a *locationActor) allocate(m *messages.Allocate) (err error) {
 	}
 	a.eng.Buffers.put(m.Key, buf)
 	return nil
+}
+
+// locationStrategy supervises the location actors. A location actor that
+// crashed while allocating answers the waiting value actor with an
+// allocation error (so the transfer fails and the supervisor commits the
+// failure in the ledger) and frees a buffer it may have put in the table;
+// one that crashed while freeing retries the free. Then it is restarted:
+// it keeps no state of its own.
+type locationStrategy struct{ eng *Engine }
+
+func (st *locationStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
+	_, msg, sender := actor.UnwrapEnvelope(message)
+	st.eng.log.Error().Str("actor", child.String()).Interface("reason", reason).Msg("location actor crashed; restarting it")
+	switch m := msg.(type) {
+	case *messages.Allocate:
+		if buf, ok := st.eng.Buffers.take(m.Key); ok {
+			_ = st.eng.backend.Free(buf)
+		}
+		if sender != nil {
+			st.eng.root.Send(sender, &messages.Allocated{Key: m.Key, Err: &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)}})
+		}
+	case *messages.Free:
+		if buf, ok := st.eng.Buffers.take(m.Key); ok {
+			_ = st.eng.backend.Free(buf)
+		}
+	}
+	sup.RestartChildren(child)
 }
 
 func (a *locationActor) free(key messages.BufferKey) {
