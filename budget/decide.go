@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Requirement asks for a value to be resident at one location of one of
@@ -105,6 +106,8 @@ func (l *Ledger) Decide(req Request, stateLimit int) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	d.scratch = getDecideScratch(len(l.locs))
+	defer d.release()
 	return d.search(stateLimit)
 }
 
@@ -119,13 +122,15 @@ type decider struct {
 	l    *Ledger
 	req  Request
 	reqs []decideReq
-	// required marks the values the request requires (by value id - 1);
+	// required marks the values the request requires;
 	// none of their materializations is a candidate.
 	required map[*value]bool
 	// resvAdd is the bytes the request's reservations add, per location.
 	resvAdd []int64
 
-	streams map[int]*candStream
+	// streams[loc] is loc's candidate stream, built on first use.
+	streams []*candStream
+	scratch *decideScratch
 	memo    map[memoKey]memoEntry
 
 	// per-evaluation scratch
@@ -160,9 +165,9 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		reqs:       make([]decideReq, len(req.Requirements)),
 		required:   make(map[*value]bool, len(req.Requirements)),
 		resvAdd:    make([]int64, len(l.locs)),
-		streams:    map[int]*candStream{},
 		memo:       map[memoKey]memoEntry{},
 		adds:       make([]int64, len(l.locs)),
+		streams:    make([]*candStream, len(l.locs)),
 		failureSet: map[string]bool{},
 	}
 	for i, r := range req.Requirements {
@@ -225,11 +230,14 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 
 // ---- candidates ------------------------------------------------------------
 
-// candidate is one evictable materialization at a location.
+// candidate is one evictable materialization at a location. It holds no
+// pointer (the value is l.values[id-1]) so that candidate lists of
+// thousands of entries cost the garbage collector nothing to scan.
 type candidate struct {
-	v       *value
 	prio    int64
 	lastUse uint64
+	id      uint64
+	bytes   int64
 }
 
 // candLess is the candidate order: ascending H, then ascending last use,
@@ -242,7 +250,7 @@ func candLess(a, b *candidate) bool {
 	if a.lastUse != b.lastUse {
 		return a.lastUse < b.lastUse
 	}
-	return a.v.id < b.v.id
+	return a.id < b.id
 }
 
 // candStream yields a location's candidates in candidate order, sorting
@@ -259,11 +267,19 @@ type candStream struct {
 	protectedBytes, lastCopyBytes, requiredBytes, inFlightBytes int64
 }
 
+// stream returns loc's candidate stream, collecting it on first use with
+// one pass over the values. Its buffers come from a pool, so deciding
+// again and again on a large ledger allocates (almost) nothing for them.
 func (d *decider) stream(loc int) *candStream {
-	if s, ok := d.streams[loc]; ok {
+	if s := d.streams[loc]; s != nil {
 		return s
 	}
-	s := &candStream{prefix: []int64{0}}
+	sc := d.scratch
+	s := &candStream{
+		heap:   sc.heaps[loc][:0],
+		sorted: sc.sorted[loc][:0],
+		prefix: append(sc.prefix[loc][:0], 0),
+	}
 	for _, v := range d.l.values {
 		if v.discarded {
 			continue
@@ -275,14 +291,14 @@ func (d *decider) stream(loc int) *candStream {
 		switch {
 		case m.state != Resident || m.busy():
 			s.inFlightBytes += v.bytes
-		case d.required[v]:
+		case d.isRequired(v):
 			s.requiredBytes += v.bytes
 		case m.protected():
 			s.protectedBytes += v.bytes
 		case !v.hasSource && v.residentCount() < 2:
 			s.lastCopyBytes += v.bytes
 		default:
-			s.heap = append(s.heap, candidate{v: v, prio: m.prio, lastUse: m.lastUse})
+			s.heap = append(s.heap, candidate{prio: m.prio, lastUse: m.lastUse, id: v.id, bytes: v.bytes})
 			s.total += v.bytes
 		}
 	}
@@ -291,6 +307,51 @@ func (d *decider) stream(loc int) *candStream {
 	}
 	d.streams[loc] = s
 	return s
+}
+
+// isRequired reports whether the request requires v (a short linear scan
+// for the usual handful of requirements; the map beyond that).
+func (d *decider) isRequired(v *value) bool {
+	if len(d.reqs) > 8 {
+		return d.required[v]
+	}
+	for _, r := range d.reqs {
+		if r.v == v {
+			return true
+		}
+	}
+	return false
+}
+
+// decideScratch holds the candidate buffers of one Decide, per location,
+// for reuse by the next one. Nothing in a Decision points into them.
+type decideScratch struct {
+	heaps, sorted [][]candidate
+	prefix        [][]int64
+}
+
+var decideScratchPool = sync.Pool{New: func() any { return new(decideScratch) }}
+
+func getDecideScratch(nlocs int) *decideScratch {
+	sc := decideScratchPool.Get().(*decideScratch)
+	for len(sc.heaps) < nlocs {
+		sc.heaps = append(sc.heaps, nil)
+		sc.sorted = append(sc.sorted, nil)
+		sc.prefix = append(sc.prefix, nil)
+	}
+	return sc
+}
+
+// release hands the streams' buffers (grown or not) back to the pool.
+func (d *decider) release() {
+	sc := d.scratch
+	for loc, s := range d.streams {
+		if s != nil {
+			sc.heaps[loc], sc.sorted[loc], sc.prefix[loc] = s.heap[:0], s.sorted[:0], s.prefix[:0]
+		}
+	}
+	d.streams, d.scratch = nil, nil
+	decideScratchPool.Put(sc)
 }
 
 func (s *candStream) down(i int) {
@@ -322,7 +383,7 @@ func (s *candStream) pop() {
 		s.down(0)
 	}
 	s.sorted = append(s.sorted, top)
-	s.prefix = append(s.prefix, s.prefix[len(s.prefix)-1]+top.v.bytes)
+	s.prefix = append(s.prefix, s.prefix[len(s.prefix)-1]+top.bytes)
 }
 
 // reach sorts candidates until their running sum reaches n (or none is
@@ -530,7 +591,7 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 	}
 	for _, vc := range ev.victims {
 		ev.prios = append(ev.prios, vc.c.prio)
-		ev.evicted += vc.c.v.bytes
+		ev.evicted += vc.c.bytes
 	}
 	slices.SortFunc(ev.prios, func(a, b int64) int {
 		switch {
@@ -566,14 +627,15 @@ func (d *decider) hasSourceCopy(v *value) bool {
 func (d *decider) lastCopyConflict(vs []victim) bool {
 	var count map[*value]int
 	for _, vc := range vs {
-		if vc.c.v.hasSource {
+		v := d.l.values[vc.c.id-1]
+		if v.hasSource {
 			continue
 		}
 		if count == nil {
 			count = map[*value]int{}
 		}
-		count[vc.c.v]++
-		if count[vc.c.v] >= vc.c.v.residentCount() {
+		count[v]++
+		if count[v] >= v.residentCount() {
 			return true
 		}
 	}
@@ -605,12 +667,12 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 				s.pop()
 			}
 			c := s.sorted[i]
-			if !c.v.hasSource && removed[c.v]+1 >= c.v.residentCount() {
-				skipped += c.v.bytes
+			if v := d.l.values[c.id-1]; !v.hasSource && removed[v]+1 >= v.residentCount() {
+				skipped += c.bytes
 				continue
 			}
 			list = append(list, c)
-			prefix = append(prefix, prefix[len(prefix)-1]+c.v.bytes)
+			prefix = append(prefix, prefix[len(prefix)-1]+c.bytes)
 		}
 		if prefix[len(prefix)-1] < sf.n {
 			return nil, fmt.Sprintf("unrecoverable: at %s, short %d bytes, the remaining candidates free only %d because %d bytes are the last copies of values without a source once the victims at earlier locations are removed",
@@ -620,13 +682,17 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 		slices.Reverse(pos)
 		for _, p := range pos {
 			out = append(out, victim{loc: sf.loc, c: list[p], n: sf.n})
-			removed[list[p].v]++
+			removed[d.l.values[list[p].id-1]]++
 		}
 	}
 	return out, ""
 }
 
 // ---- search ----------------------------------------------------------------
+
+// decideExplain is the check every chosen plan passes before it is
+// returned. Tests replace it to exercise the path where the check fails.
+var decideExplain = func(l *Ledger, p Plan) (Explanation, error) { return l.explain(p) }
 
 func (d *decider) fail(chosen []int, why string) {
 	d.lastFail = why
@@ -649,58 +715,78 @@ func (d *decider) describe(chosen []int) string {
 }
 
 func (d *decider) search(limit int) (Decision, error) {
-	n := len(d.reqs)
-	tv := make([]int, n)  // tier-index vector
-	pos := make([]int, n) // position-within-tier vector
-	chosen := make([]int, n)
+	tv := make([]int, len(d.reqs)) // tier-index vector
 	explored := 0
 	for {
-		for i := range pos {
-			pos[i] = 0
-		}
-		var best *evaluation
-		var bestChosen []int
-		var bestDecision Decision
+		var rejected map[string]bool
 		for {
-			if explored == limit {
-				if best != nil {
-					bestDecision.ExploredStates = explored
-					bestDecision.Exhaustive = false
-					return bestDecision, nil
+			sc := d.scan(tv, limit-explored, rejected)
+			if sc.best == nil {
+				explored += sc.evaluated
+				if sc.cut {
+					return Decision{}, &SearchLimitError{RequestName: d.req.Name, StateLimit: limit, ExploredStates: explored,
+						Detail: d.limitDetail(explored, tv, sc.cutPos)}
 				}
-				return Decision{}, &SearchLimitError{RequestName: d.req.Name, StateLimit: limit, ExploredStates: explored,
-					Detail: d.limitDetail(explored, tv, pos)}
-			}
-			explored++
-			for i, r := range d.reqs {
-				chosen[i] = r.tiers[tv[i]][pos[i]]
-			}
-			ev, why := d.evaluate(chosen)
-			switch {
-			case ev == nil:
-				d.fail(chosen, why)
-			case best == nil || ev.better(best):
-				dec, why := d.build(chosen, ev)
-				if why != "" {
-					d.fail(chosen, why)
-					break
-				}
-				best, bestChosen, bestDecision = ev, append(bestChosen[:0], chosen...), dec
-			}
-			if !odometer(pos, func(i int) int { return len(d.reqs[i].tiers[tv[i]]) }) {
 				break
 			}
-		}
-		if best != nil {
-			bestDecision.ExploredStates = explored
-			bestDecision.Exhaustive = true
-			return bestDecision, nil
+			dec, why := d.build(sc.bestChosen, sc.best)
+			if why == "" {
+				dec.ExploredStates = explored + sc.evaluated
+				dec.Exhaustive = !sc.cut
+				return dec, nil
+			}
+			// Explain refused the plan (it should not happen): that
+			// assignment is infeasible; rescan the same positions
+			// without it. The rescan counts no new states.
+			d.fail(sc.bestChosen, why)
+			if rejected == nil {
+				rejected = map[string]bool{}
+			}
+			rejected[fmt.Sprint(sc.bestPos)] = true
 		}
 		if !odometer(tv, func(i int) int { return len(d.reqs[i].tiers) }) {
 			break
 		}
 	}
 	return Decision{}, &PlanError{Reason: d.infeasibleReason(explored)}
+}
+
+type scanResult struct {
+	best       *evaluation
+	bestChosen []int
+	bestPos    []int
+	evaluated  int
+	cut        bool  // positions remained when the budget ran out
+	cutPos     []int // the first position not evaluated
+}
+
+// scan evaluates the position vectors of tier vector tv in lexicographic
+// order, at most budget of them, and returns the best feasible one.
+// Position vectors in rejected count as evaluated but infeasible.
+func (d *decider) scan(tv []int, budget int, rejected map[string]bool) scanResult {
+	var r scanResult
+	pos := make([]int, len(d.reqs))
+	chosen := make([]int, len(d.reqs))
+	for {
+		if r.evaluated == budget {
+			r.cut, r.cutPos = true, pos
+			return r
+		}
+		r.evaluated++
+		for i, q := range d.reqs {
+			chosen[i] = q.tiers[tv[i]][pos[i]]
+		}
+		if rejected != nil && rejected[fmt.Sprint(pos)] {
+			// already reported by search
+		} else if ev, why := d.evaluate(chosen); ev == nil {
+			d.fail(chosen, why)
+		} else if r.best == nil || ev.better(r.best) {
+			r.best, r.bestChosen, r.bestPos = ev, slices.Clone(chosen), slices.Clone(pos)
+		}
+		if !odometer(pos, func(i int) int { return len(d.reqs[i].tiers[tv[i]]) }) {
+			return r
+		}
+	}
 }
 
 // odometer advances v to the next vector in lexicographic order (v[0] most
@@ -755,12 +841,12 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	plan := Plan{}
 	var evictions []Eviction
 	for _, vc := range victims {
-		h := l.handle(vc.c.v)
+		h := l.handle(l.values[vc.c.id-1])
 		name := l.locs[vc.loc].name
 		plan.Reclaim = append(plan.Reclaim, Action{Handle: h, Location: name})
-		evictions = append(evictions, Eviction{Handle: h, Location: name, Bytes: vc.c.v.bytes,
+		evictions = append(evictions, Eviction{Handle: h, Location: name, Bytes: vc.c.bytes,
 			Reason: fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; evicted to free %d bytes of the %d-byte shortfall for request %q",
-				vc.c.prio, vc.c.lastUse, name, vc.c.v.bytes, vc.n, d.req.Name)})
+				vc.c.prio, vc.c.lastUse, name, vc.c.bytes, vc.n, d.req.Name)})
 	}
 	if len(d.req.Reservations) > 0 {
 		plan.Reservations = slices.Clone(d.req.Reservations)
@@ -772,7 +858,7 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	// Explain ends by checking that every entered endpoint is resident in
 	// the final simulated state; with one enter per requirement at its
 	// chosen location, a feasible explanation is exactly the assertion.
-	ex, err := l.explain(plan)
+	ex, err := decideExplain(l, plan)
 	if err != nil || !ex.Feasible {
 		return Decision{}, "internal: the controller's arithmetic admitted a plan that Explain finds infeasible: " + ex.Reason
 	}

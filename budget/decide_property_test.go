@@ -365,7 +365,7 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 				if !v.hasSource && v.residentCount()-removed[v] < 2 {
 					continue
 				}
-				cands = append(cands, candidate{v: v, prio: m.prio, lastUse: m.lastUse})
+				cands = append(cands, candidate{prio: m.prio, lastUse: m.lastUse, id: v.id, bytes: v.bytes})
 			}
 			slices.SortFunc(cands, func(a, b candidate) int {
 				if candLess(&a, &b) {
@@ -380,9 +380,9 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 				}
 				sum := int64(0)
 				for k, c := range list {
-					sum += c.v.bytes
+					sum += c.bytes
 					if sum >= n {
-						rest, _ := rule(list[:k], n-c.v.bytes)
+						rest, _ := rule(list[:k], n-c.bytes)
 						return append(rest, c), true
 					}
 				}
@@ -401,8 +401,8 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 			for _, c := range vs {
 				o.victims = append(o.victims, victim{loc: loc, c: c, n: n})
 				o.prios = append(o.prios, c.prio)
-				o.evicted += c.v.bytes
-				removed[c.v]++
+				o.evicted += c.bytes
+				removed[l.values[c.id-1]]++
 			}
 		}
 		slices.SortFunc(o.prios, func(a, b int64) int { return cmp.Compare(b, a) })
@@ -483,8 +483,8 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 	exhaustive := explored == len(all) || all[explored].group != bestGroup
 	dec := Decision{RequestName: req.Name, ExploredStates: explored, Exhaustive: exhaustive, ExpectedStateVersion: l.version}
 	for _, vc := range best.victims {
-		h := l.handle(vc.c.v)
-		dec.Evictions = append(dec.Evictions, Eviction{Handle: h, Location: l.locs[vc.loc].name, Bytes: vc.c.v.bytes})
+		h := l.handle(l.values[vc.c.id-1])
+		dec.Evictions = append(dec.Evictions, Eviction{Handle: h, Location: l.locs[vc.loc].name, Bytes: vc.c.bytes})
 		dec.Plan.Reclaim = append(dec.Plan.Reclaim, Action{Handle: h, Location: l.locs[vc.loc].name})
 	}
 	if len(req.Reservations) > 0 {

@@ -498,12 +498,11 @@ func TestDecideVictimRule(t *testing.T) {
 }
 
 func TestCandidateOrder(t *testing.T) {
-	v1, v2 := &value{id: 1}, &value{id: 2}
 	cs := []candidate{
-		{v: v2, prio: 1, lastUse: 5},
-		{v: v1, prio: 1, lastUse: 5},
-		{v: v1, prio: 1, lastUse: 4},
-		{v: v2, prio: 0, lastUse: 9},
+		{id: 2, prio: 1, lastUse: 5},
+		{id: 1, prio: 1, lastUse: 5},
+		{id: 1, prio: 1, lastUse: 4},
+		{id: 2, prio: 0, lastUse: 9},
 	}
 	for i := 0; i+1 < len(cs); i++ {
 		if !candLess(&cs[i+1], &cs[i]) || candLess(&cs[i], &cs[i+1]) {
@@ -1070,4 +1069,31 @@ func TestDecideStaleDecisionRefused(t *testing.T) {
 	if !errors.As(err, &se) || se.ExpectedVersion != d.ExpectedStateVersion || se.ActualVersion != f.l.Version() {
 		t.Fatalf("%v", err)
 	}
+}
+
+func TestDecideRejectedByExplain(t *testing.T) {
+	// Make the final check refuse every plan that enters at cuda:1, the
+	// best assignment here: the search must fall back to the next best of
+	// the same tier vector, keep its explored count, and name the refusal
+	// if nothing else is left.
+	orig := decideExplain
+	t.Cleanup(func() { decideExplain = orig })
+	decideExplain = func(l *Ledger, p Plan) (Explanation, error) {
+		for _, a := range p.Enter {
+			if a.Location == "cuda:1" {
+				return Explanation{Reason: "test refuses cuda:1"}, errors.New("test refuses cuda:1")
+			}
+		}
+		return orig(l, p)
+	}
+	f := dtNew(t, "pageable-host", "pinned-host=100", "cuda:0=100", "cuda:1=100")
+	f.src("x", 100, Replicable, "pageable-host", "cuda:0")
+	f.src("w", 50, Replicable, "pageable-host")
+	d, err := f.l.Decide(dtReq("r", f.need("w", dtGPUs)), 0)
+	f.must(err)
+	if got := dtEnters(d); !reflect.DeepEqual(got, dtList("w@cuda:0")) || d.ExploredStates != 2 || !d.Exhaustive {
+		t.Fatalf("%v explored %d exhaustive %v", got, d.ExploredStates, d.Exhaustive)
+	}
+	_, err = f.l.Decide(dtReq("r", f.need("w", "cuda:1")), 0)
+	dtCheckErr(t, err, "plan", []string{"1 explored", "internal: the controller's arithmetic admitted a plan that Explain finds infeasible: test refuses cuda:1"})
 }

@@ -85,7 +85,72 @@
 // The ledger keeps the GreedyDual-with-frequency priority of every
 // materialization (H = L(location) + freq(value)) and the inflation value L
 // of every location; [Ledger.Decide] runs the bounded deterministic search
-// (see decide.go).
+// (decide.go). Priorities: freq counts a value's completed placements and
+// leases; a completion or lease sets H = L(location) + freq; a removal
+// raises L(location) to the removed H. Integers only, no clocks.
+//
+// A [Request] lists requirements (a handle and its tiers of locations, in
+// preference order) and reservations. The search is:
+//
+//  1. Enumerate assignments (one location per requirement) in lexicographic
+//     order of the tier-index vector, the first requirement most
+//     significant, and within one tier-index vector in lexicographic order
+//     of the position-within-tier vector. Every assignment evaluated counts
+//     one explored state.
+//  2. Evaluate an assignment by replaying place() on paper, requirement by
+//     requirement: an endpoint already resident adds nothing; an exclusive
+//     value resident elsewhere moves (its materialization must be resident,
+//     unprotected and not the source of a copy in flight); a replicable one
+//     is copied from a resident materialization (an endpoint entered earlier
+//     in the same plan counts); otherwise it is reconstructed, adding its
+//     size at the destination and, temporarily, at its source location when
+//     that differs. Reservations add their bytes. At each budgeted location
+//     the shortfall is N = added − (budget − used − reserved).
+//  3. For N > 0, choose victims among the candidates there (resident,
+//     unprotected, not the source of a copy in flight, of no required
+//     handle, and not the last resident copy of a value without a source),
+//     ordered by ascending H, then last use, then registration: take the
+//     first candidate c_k at which the running byte sum reaches N, then the
+//     victims for N − bytes(c_k) among c_1…c_{k−1}. This is the least
+//     valuable set: the smallest highest priority, then the smallest second
+//     highest, and so on. No such k: the assignment is infeasible.
+//  4. Finish the first tier-index vector with a feasible assignment and
+//     return its best: the smallest descending-sorted list of victim
+//     priorities (all locations), then fewest bytes transferred, fewest
+//     evicted bytes, fewest evictions, earliest position vector.
+//  5. Build the plan (victims in reclaim, in location then candidate order;
+//     the request's reservations; one enter per requirement, in requirement
+//     order, without From so that execution picks the source as place()
+//     does) and check it with Explain. Explain's final step checks that
+//     every entered endpoint is resident in the final simulated state, so a
+//     feasible explanation asserts every requirement's postcondition. If
+//     the check fails the assignment is treated as infeasible and the same
+//     positions are rescanned without it (this should not happen: the
+//     shortfall sums every addition at a location, an upper bound of every
+//     intermediate charge, and ignores the bytes a move frees).
+//
+// The state limit (default [DefaultStateLimit]) counts as reached when
+// explored states equal it and an assignment remains: before any feasible
+// assignment that is a [*SearchLimitError]; after one, the best found so
+// far with Exhaustive false. An exhausted search without a feasible
+// assignment is a [*PlanError] whose reason lists the distinct blockers
+// (budget shortfalls with location and bytes, and how many bytes there
+// were protected, last copies, required or in flight; protected move
+// sources; unrecoverable combinations).
+//
+// What keeps it fast without changing the result: candidate lists are
+// collected once per Decide and location, on first need, into a binary
+// heap and sorted lazily, only as deep as the largest shortfall needs; the
+// recursive rule then costs one binary search over running sums per
+// victim; victims are memoized per (location, shortfall), since the
+// candidate list is fixed during one Decide. Victims are computed per
+// location independently; only if the chosen sets would together remove
+// every copy of a value without a source (two victims, two locations) are
+// they recomputed location by location in location order, each location's
+// list dropping what would become a last copy. Dropping candidates the rule
+// did not select cannot change what it selects, so the two computations
+// agree whenever there is no such conflict. Explain runs once per returned
+// decision.
 //
 // # Errors
 //
