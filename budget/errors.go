@@ -35,7 +35,7 @@ type BudgetError struct {
 func (e *BudgetError) Error() string {
 	return fmt.Sprintf("residency budget exceeded at %s: used %d + reserved %d + requested %d > budget %d (short by %d bytes)",
 		e.Location, e.UsedBytes, e.ReservedBytes, e.RequestedBytes, e.BudgetBytes,
-		e.UsedBytes+e.ReservedBytes+e.RequestedBytes-e.BudgetBytes)
+		e.RequestedBytes-(e.BudgetBytes-e.UsedBytes-e.ReservedBytes))
 }
 
 // PlanError: a plan or request is invalid or infeasible before any of its

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -249,9 +250,19 @@ func (l *Ledger) uncharge(loc int, bytes int64) {
 }
 
 // admits checks whether requested more bytes fit at loc.
+// The comparison is exact: it is written so that no sum can overflow
+// (used+reserved never exceeds the budget, or math.MaxInt64 without one).
+// Without a budget, a charge that would make used+reserved unrepresentable
+// is invalid input rather than a wrapped-around figure.
 func (l *Ledger) admits(loc int, requested int64) error {
 	lc := &l.locs[loc]
-	if !lc.hasBudget || lc.used+lc.reserved+requested <= lc.budget {
+	if !lc.hasBudget {
+		if requested > math.MaxInt64-lc.used-lc.reserved {
+			return invalidf("%d more bytes at %s would overflow its byte accounting (used %d + reserved %d)", requested, lc.name, lc.used, lc.reserved)
+		}
+		return nil
+	}
+	if requested <= lc.budget-lc.used-lc.reserved {
 		return nil
 	}
 	return &BudgetError{Location: lc.name, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, RequestedBytes: requested}
