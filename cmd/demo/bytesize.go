@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"math/big"
+	"regexp"
+	"strings"
+)
+
+// byteUnits maps a lower-case unit suffix to its multiplier: decimal for
+// KB…TB, binary for KiB…TiB.
+var byteUnits = map[string]int64{
+	"":    1,
+	"b":   1,
+	"kb":  1000,
+	"mb":  1000 * 1000,
+	"gb":  1000 * 1000 * 1000,
+	"tb":  1000 * 1000 * 1000 * 1000,
+	"kib": 1 << 10,
+	"mib": 1 << 20,
+	"gib": 1 << 30,
+	"tib": 1 << 40,
+}
+
+var decimalRE = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
+
+// parseByteString parses a size such as "40GiB", "1.5 MB", "512b" or
+// "4096" into an exact number of bytes. The number may be negative or zero
+// (the runtime, not the parser, refuses sizes ≤ 0) and may have a
+// fraction, as long as the result is a whole number of bytes.
+func parseByteString(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 {
+		c := t[i-1]
+		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
+			i--
+			continue
+		}
+		break
+	}
+	num, unit := strings.TrimSpace(t[:i]), strings.ToLower(t[i:])
+	mult, ok := byteUnits[unit]
+	if !ok {
+		return 0, fmt.Errorf("byte size %q: unknown unit %q (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", s, t[i:])
+	}
+	if !decimalRE.MatchString(num) {
+		return 0, fmt.Errorf("byte size %q: want a decimal number followed by a unit, like \"40GiB\"", s)
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return 0, fmt.Errorf("byte size %q: %q is not a number", s, num)
+	}
+	r.Mul(r, new(big.Rat).SetInt64(mult))
+	if !r.IsInt() {
+		return 0, fmt.Errorf("byte size %q is not a whole number of bytes", s)
+	}
+	n := r.Num()
+	if !n.IsInt64() {
+		return 0, fmt.Errorf("byte size %q is too large", s)
+	}
+	return n.Int64(), nil
+}
+
+// formatBytes renders n for people: exact bytes below 1 KiB, otherwise a
+// binary unit with up to two decimals ("1.50 MiB").
+func formatBytes(n int64) string {
+	abs := n
+	if abs < 0 {
+		abs = -abs
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB"}
+	if abs < 1<<10 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n)/1024, 0
+	for u < len(units)-1 && (abs>>(10*(u+1))) >= 1<<10 {
+		v /= 1024
+		u++
+	}
+	s := fmt.Sprintf("%.2f", v)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " " + units[u]
+}

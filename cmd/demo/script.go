@@ -1,0 +1,647 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"sort"
+	"strings"
+
+	"github.com/residency-go/residency/cuda"
+)
+
+// A replay script is parsed and validated completely before anything runs.
+// Validation catches what makes a line meaningless: bad JSON, an unknown
+// op, a missing, unknown or mistyped field, register with both or neither
+// of at/source, a first op that is not start, a bad start. Values that are
+// well typed but wrong (bytes ≤ 0, a malformed location inside an op, an
+// unknown replica mode) are left for the runtime, which reports them as
+// InvalidInput results.
+
+// scriptError is a malformed script: exit status 2.
+type scriptError struct {
+	line int
+	msg  string
+}
+
+func (e *scriptError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
+
+// op is one validated operation of a script. Which fields are meaningful
+// depends on name.
+type op struct {
+	line   int
+	name   string
+	expect string // "" when the line has no expectation
+
+	handle, location, from, to string
+	as, lease, event, hold     string
+	resName, decision, scope   string
+	replica, at, source, kind  string
+	bytes                      int64
+
+	plan            *planSpec
+	request         *requestSpec
+	expectedVersion *uint64
+
+	// start
+	locations  []locationSpec
+	trace      *int64
+	stateLimit *int64
+}
+
+type locationSpec struct {
+	name      string
+	hasBudget bool
+	budget    int64
+}
+
+// planSpec is a plan as written in a script: handles by name.
+type planSpec struct {
+	reclaim      []actionSpec
+	reservations []reservationSpec
+	enter        []actionSpec
+}
+
+type actionSpec struct{ handle, location, from string }
+
+type reservationSpec struct {
+	name, location string
+	bytes          int64
+}
+
+type requestSpec struct {
+	name         string
+	requirements []requirementSpec
+	reservations []reservationSpec
+}
+
+type requirementSpec struct {
+	handle string
+	tiers  [][]string
+}
+
+// errorTypes are the names an expect may use besides "ok".
+var errorTypes = []string{
+	"ResidencyBudgetError",
+	"ResidencyPlanError",
+	"ResidencySearchLimitError",
+	"ResidencyStaleStateError",
+	"ResidencyInUseError",
+	"ResidencyUnavailableError",
+	"ResidencyPlanExecutionError",
+	"InvalidInput",
+	"Error",
+}
+
+// opFields lists, per op, its required and optional fields (besides "op"
+// and "expect").
+var opFields = map[string]struct{ required, optional []string }{
+	"start":          {[]string{"locations"}, []string{"trace", "search_state_limit"}},
+	"register":       {[]string{"handle", "bytes"}, []string{"replica", "at", "source"}},
+	"place":          {[]string{"handle", "location"}, nil},
+	"copy":           {[]string{"handle", "from", "to"}, nil},
+	"move":           {[]string{"handle", "from", "to"}, nil},
+	"evict":          {[]string{"handle", "location"}, nil},
+	"discard":        {[]string{"handle"}, nil},
+	"acquire":        {[]string{"handle", "location", "as"}, nil},
+	"release":        {[]string{"lease"}, nil},
+	"record_event":   {[]string{"lease", "event"}, nil},
+	"complete_event": {[]string{"event"}, nil},
+	"hold":           {[]string{"handle", "location", "as"}, nil},
+	"unhold":         {[]string{"hold"}, nil},
+	"reserve":        {[]string{"location", "bytes", "name"}, nil},
+	"unreserve":      {[]string{"name"}, nil},
+	"explain":        {[]string{"plan"}, nil},
+	"execute":        {[]string{"plan"}, nil},
+	"decide":         {[]string{"request", "as"}, nil},
+	"enter":          {[]string{"as"}, []string{"decision", "plan", "expected_version"}},
+	"exit":           {[]string{"scope"}, nil},
+	"snapshot":       {nil, nil},
+	"trace":          {nil, nil},
+	"fail_next":      {[]string{"kind", "location"}, nil},
+}
+
+// opNames returns the known ops, sorted (for messages).
+func opNames() string {
+	names := make([]string, 0, len(opFields))
+	for n := range opFields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// parseScript reads and validates a whole script.
+func parseScript(r io.Reader) ([]op, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	var ops []op
+	line := 0
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 || text[0] == '#' {
+			continue
+		}
+		o, err := parseOp(line, text)
+		if err != nil {
+			return nil, err
+		}
+		if len(ops) == 0 && o.name != "start" {
+			return nil, &scriptError{line, fmt.Sprintf("the first op must be \"start\", not %q", o.name)}
+		}
+		if len(ops) > 0 && o.name == "start" {
+			return nil, &scriptError{line, "\"start\" may appear only once, as the first op"}
+		}
+		ops = append(ops, o)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &scriptError{line + 1, "reading the script: " + err.Error()}
+	}
+	if len(ops) == 0 {
+		return nil, &scriptError{line, "the script has no ops (the first op must be \"start\")"}
+	}
+	return ops, nil
+}
+
+func parseOp(line int, text []byte) (op, error) {
+	o := op{line: line}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(text, &raw); err != nil {
+		return o, &scriptError{line, "not a JSON object: " + err.Error()}
+	}
+	f := &fields{raw: raw, path: ""}
+	o.name = f.str("op")
+	if f.err != nil {
+		return o, &scriptError{line, f.err.Error()}
+	}
+	spec, ok := opFields[o.name]
+	if !ok {
+		return o, &scriptError{line, fmt.Sprintf("unknown op %q (known: %s)", o.name, opNames())}
+	}
+	if e, ok := f.optStr("expect"); ok {
+		if e != "ok" && !contains(errorTypes, e) {
+			f.fail(fmt.Errorf("field \"expect\": %q is neither \"ok\" nor an error type (%s)", e, strings.Join(errorTypes, ", ")))
+		}
+		o.expect = e
+	}
+	for _, k := range spec.required {
+		if _, ok := raw[k]; !ok {
+			f.fail(fmt.Errorf("op %q needs field %q", o.name, k))
+		}
+	}
+	f.known("op", "expect")
+	f.known(spec.required...)
+	f.known(spec.optional...)
+	if f.err == nil {
+		o.fill(f)
+	}
+	if f.err == nil {
+		f.rejectUnknown()
+	}
+	if f.err != nil {
+		return o, &scriptError{line, fmt.Sprintf("op %q: %v", o.name, f.err)}
+	}
+	return o, nil
+}
+
+// fill reads the op's fields; presence of required ones was checked.
+func (o *op) fill(f *fields) {
+	switch o.name {
+	case "start":
+		o.locations = f.locations("locations")
+		o.trace = f.optInt("trace")
+		o.stateLimit = f.optInt("search_state_limit")
+		if o.trace != nil && *o.trace < 0 {
+			f.fail(fmt.Errorf("field \"trace\": the trace capacity must be ≥ 0 (0 disables the trace)"))
+		}
+		if o.stateLimit != nil && *o.stateLimit < 0 {
+			f.fail(fmt.Errorf("field \"search_state_limit\": must be ≥ 0 (0 means the default)"))
+		}
+	case "register":
+		o.handle = f.str("handle")
+		o.bytes = f.bytes("bytes")
+		o.replica, _ = f.optStr("replica")
+		at, hasAt := f.optStr("at")
+		src, hasSrc := f.optStr("source")
+		switch {
+		case hasAt && hasSrc:
+			f.fail(fmt.Errorf("give either \"at\" (resident at registration) or \"source\" (reconstructible), not both"))
+		case !hasAt && !hasSrc:
+			f.fail(fmt.Errorf("needs \"at\" (resident at registration) or \"source\" (reconstructible)"))
+		}
+		o.at, o.source = at, src
+	case "place", "evict":
+		o.handle, o.location = f.str("handle"), f.str("location")
+	case "copy", "move":
+		o.handle, o.from, o.to = f.str("handle"), f.str("from"), f.str("to")
+	case "discard":
+		o.handle = f.str("handle")
+	case "acquire", "hold":
+		o.handle, o.location, o.as = f.str("handle"), f.str("location"), f.str("as")
+	case "release":
+		o.lease = f.str("lease")
+	case "record_event":
+		o.lease, o.event = f.str("lease"), f.str("event")
+	case "complete_event":
+		o.event = f.str("event")
+	case "unhold":
+		o.hold = f.str("hold")
+	case "reserve":
+		o.location, o.bytes, o.resName = f.str("location"), f.bytes("bytes"), f.str("name")
+	case "unreserve":
+		o.resName = f.str("name")
+	case "explain", "execute":
+		o.plan = f.plan("plan")
+	case "decide":
+		o.request = f.request("request")
+		o.as = f.str("as")
+	case "enter":
+		o.as = f.str("as")
+		d, hasD := f.optStr("decision")
+		_, hasP := f.raw["plan"]
+		switch {
+		case hasD && hasP:
+			f.fail(fmt.Errorf("give either \"decision\" or \"plan\", not both"))
+		case !hasD && !hasP:
+			f.fail(fmt.Errorf("needs \"decision\" (a decision's name) or \"plan\""))
+		case hasP:
+			o.plan = f.plan("plan")
+		}
+		o.decision = d
+		if v := f.optInt("expected_version"); v != nil {
+			switch {
+			case hasD:
+				f.fail(fmt.Errorf("\"expected_version\" goes with \"plan\"; a decision carries its own"))
+			case *v < 0:
+				f.fail(fmt.Errorf("field \"expected_version\": must be ≥ 0"))
+			default:
+				u := uint64(*v)
+				o.expectedVersion = &u
+			}
+		}
+	case "exit":
+		o.scope = f.str("scope")
+	case "snapshot", "trace":
+	case "fail_next":
+		o.kind, o.location = f.str("kind"), f.str("location")
+	}
+}
+
+// fields reads typed fields of one JSON object and keeps the first error.
+type fields struct {
+	raw   map[string]json.RawMessage
+	path  string // prefix for messages, e.g. "plan.enter[0]."
+	knownKeys map[string]bool
+	err   error
+}
+
+func (f *fields) fail(err error) {
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *fields) known(keys ...string) {
+	if f.knownKeys == nil {
+		f.knownKeys = map[string]bool{}
+	}
+	for _, k := range keys {
+		f.knownKeys[k] = true
+	}
+}
+
+func (f *fields) rejectUnknown() {
+	var unknown []string
+	for k := range f.raw {
+		if !f.knownKeys[k] {
+			unknown = append(unknown, f.path+k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		f.fail(fmt.Errorf("unknown field %q", strings.Join(unknown, "\", \"")))
+	}
+}
+
+func jsonKind(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+func (f *fields) mistyped(key, want string, raw json.RawMessage) {
+	f.fail(fmt.Errorf("field %q: want %s, got %s", f.path+key, want, jsonKind(raw)))
+}
+
+func (f *fields) missing(key string) {
+	f.fail(fmt.Errorf("missing field %q", f.path+key))
+}
+
+func (f *fields) str(key string) string {
+	raw, ok := f.raw[key]
+	if !ok {
+		f.missing(key)
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		f.mistyped(key, "a string", raw)
+	}
+	return s
+}
+
+func (f *fields) optStr(key string) (string, bool) {
+	if _, ok := f.raw[key]; !ok {
+		return "", false
+	}
+	return f.str(key), true
+}
+
+// integer decodes a JSON number that is a whole number.
+func integer(raw json.RawMessage) (int64, bool) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || !(t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
+		return 0, false
+	}
+	r, ok := new(big.Rat).SetString(string(t))
+	if !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return 0, false
+	}
+	return r.Num().Int64(), true
+}
+
+func (f *fields) optInt(key string) *int64 {
+	raw, ok := f.raw[key]
+	if !ok {
+		return nil
+	}
+	n, ok := integer(raw)
+	if !ok {
+		f.mistyped(key, "an integer", raw)
+		return nil
+	}
+	return &n
+}
+
+// byteValue decodes an integer or a byte string such as "40GiB".
+func byteValue(raw json.RawMessage) (int64, error) {
+	if n, ok := integer(raw); ok {
+		return n, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return parseByteString(s)
+	}
+	return 0, fmt.Errorf("want an integer or a byte string like \"40GiB\", got %s", jsonKind(raw))
+}
+
+func (f *fields) bytes(key string) int64 {
+	raw, ok := f.raw[key]
+	if !ok {
+		f.missing(key)
+		return 0
+	}
+	n, err := byteValue(raw)
+	if err != nil {
+		f.fail(fmt.Errorf("field %q: %v", f.path+key, err))
+	}
+	return n
+}
+
+// objects decodes an array of objects; a missing key is an empty list.
+func (f *fields) objects(key string) []*fields {
+	raw, ok := f.raw[key]
+	if !ok {
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		f.mistyped(key, "an array", raw)
+		return nil
+	}
+	out := make([]*fields, 0, len(items))
+	for i, it := range items {
+		sub := f.object(fmt.Sprintf("%s%s[%d]", f.path, key, i), it)
+		if sub == nil {
+			return nil
+		}
+		out = append(out, sub)
+	}
+	return out
+}
+
+// object decodes raw as a JSON object whose fields are reported under name.
+func (f *fields) object(name string, raw json.RawMessage) *fields {
+	var m map[string]json.RawMessage
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(raw, &m) != nil {
+		f.fail(fmt.Errorf("field %q: want an object, got %s", name, jsonKind(raw)))
+		return nil
+	}
+	return &fields{raw: m, path: name + "."}
+}
+
+// done merges a nested reader's error and unknown-field check into f.
+func (f *fields) done(sub *fields, keys ...string) {
+	sub.known(keys...)
+	if sub.err == nil {
+		sub.rejectUnknown()
+	}
+	if sub.err != nil {
+		f.fail(sub.err)
+	}
+}
+
+func (f *fields) actions(key string, withFrom bool) []actionSpec {
+	var out []actionSpec
+	for _, it := range f.objects(key) {
+		a := actionSpec{handle: it.str("handle"), location: it.str("location")}
+		if withFrom {
+			a.from, _ = it.optStr("from")
+			f.done(it, "handle", "location", "from")
+		} else {
+			f.done(it, "handle", "location")
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func (f *fields) reservations(key string) []reservationSpec {
+	var out []reservationSpec
+	for _, it := range f.objects(key) {
+		r := reservationSpec{name: it.str("name"), location: it.str("location"), bytes: it.bytes("bytes")}
+		f.done(it, "name", "location", "bytes")
+		out = append(out, r)
+	}
+	return out
+}
+
+func (f *fields) plan(key string) *planSpec {
+	raw, ok := f.raw[key]
+	if !ok {
+		f.missing(key)
+		return nil
+	}
+	sub := f.object(f.path+key, raw)
+	if sub == nil {
+		return nil
+	}
+	p := &planSpec{
+		reclaim:      sub.actions("reclaim", false),
+		reservations: sub.reservations("reservations"),
+		enter:        sub.actions("enter", true),
+	}
+	f.done(sub, "reclaim", "reservations", "enter")
+	return p
+}
+
+func (f *fields) request(key string) *requestSpec {
+	raw, ok := f.raw[key]
+	if !ok {
+		f.missing(key)
+		return nil
+	}
+	sub := f.object(f.path+key, raw)
+	if sub == nil {
+		return nil
+	}
+	r := &requestSpec{name: sub.str("name")}
+	if _, ok := sub.raw["requirements"]; !ok {
+		sub.missing("requirements")
+	}
+	for _, it := range sub.objects("requirements") {
+		req := requirementSpec{handle: it.str("handle"), tiers: it.tiers("locations")}
+		sub.done(it, "handle", "locations")
+		r.requirements = append(r.requirements, req)
+	}
+	r.reservations = sub.reservations("reservations")
+	f.done(sub, "name", "requirements", "reservations")
+	return r
+}
+
+// tiers decodes a requirement's locations: each element is a location (a
+// tier of one) or an array of equally preferred locations.
+func (f *fields) tiers(key string) [][]string {
+	raw, ok := f.raw[key]
+	if !ok {
+		f.missing(key)
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		f.mistyped(key, "an array of locations or arrays of locations", raw)
+		return nil
+	}
+	tiers := make([][]string, 0, len(items))
+	for i, it := range items {
+		var one string
+		if json.Unmarshal(it, &one) == nil {
+			tiers = append(tiers, []string{one})
+			continue
+		}
+		var many []string
+		if t := bytes.TrimSpace(it); len(t) > 0 && t[0] == '[' && json.Unmarshal(it, &many) == nil {
+			tiers = append(tiers, many)
+			continue
+		}
+		f.fail(fmt.Errorf("field %q: want a location or an array of locations, got %s", fmt.Sprintf("%s%s[%d]", f.path, key, i), jsonKind(it)))
+		return nil
+	}
+	return tiers
+}
+
+// locations decodes start's map from location name to budget (integer,
+// byte string or null) and checks every name and budget: a bad start makes
+// the whole script malformed.
+func (f *fields) locations(key string) []locationSpec {
+	raw := f.raw[key]
+	var m map[string]json.RawMessage
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(raw, &m) != nil {
+		f.mistyped(key, "an object mapping location names to budgets", raw)
+		return nil
+	}
+	if len(m) == 0 {
+		f.fail(fmt.Errorf("field %q: configure at least one location", key))
+		return nil
+	}
+	out := make([]locationSpec, 0, len(m))
+	for name, b := range m {
+		if _, err := cuda.ParseLocationName(name); err != nil {
+			f.fail(fmt.Errorf("field %q: malformed location %q (use pageable-host, pinned-host or cuda:N)", key, name))
+			return nil
+		}
+		ls := locationSpec{name: name}
+		if jsonKind(b) != "null" {
+			n, err := byteValue(b)
+			switch {
+			case err != nil:
+				f.fail(fmt.Errorf("field %q: budget of %s: %v", key, name, err))
+				return nil
+			case n <= 0:
+				f.fail(fmt.Errorf("field %q: budget of %s must be > 0 (use null for no budget), got %d", key, name, n))
+				return nil
+			}
+			ls.hasBudget, ls.budget = true, n
+		}
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return locationLess(out[i].name, out[j].name) })
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// locationLess orders location names as snapshots do: pageable-host,
+// pinned-host, cuda:0, cuda:1, … (numeric), node-qualified names after
+// unqualified ones, by node. Malformed names sort last, by string.
+func locationLess(a, b string) bool {
+	la, ea := cuda.ParseLocationName(a)
+	lb, eb := cuda.ParseLocationName(b)
+	switch {
+	case ea != nil || eb != nil:
+		if (ea == nil) != (eb == nil) {
+			return ea == nil
+		}
+		return a < b
+	case la.Node != lb.Node:
+		if (la.Node == "") != (lb.Node == "") {
+			return la.Node == ""
+		}
+		return la.Node < lb.Node
+	case la.Kind != lb.Kind:
+		return la.Kind < lb.Kind
+	default:
+		return la.Ordinal < lb.Ordinal
+	}
+}
+
+// sortLocations sorts location names in location order.
+func sortLocations(names []string) {
+	sort.Slice(names, func(i, j int) bool { return locationLess(names[i], names[j]) })
+}
