@@ -115,8 +115,8 @@ func (t *truncatingBackend) Write(ctx context.Context, buf cuda.Buffer, data []b
 }
 
 func (t *truncatingBackend) MemInfo(loc string) (cuda.MemInfo, error) { return t.inner.MemInfo(loc) }
-func (t *truncatingBackend) Faults() *cuda.Faults                    { return t.inner.Faults() }
-func (t *truncatingBackend) Close() error                            { return t.inner.Close() }
+func (t *truncatingBackend) Faults() *cuda.Faults                     { return t.inner.Faults() }
+func (t *truncatingBackend) Close() error                             { return t.inner.Close() }
 
 // truncStream unwraps buffers on their way to the soft stream.
 type truncStream struct{ cuda.Stream }

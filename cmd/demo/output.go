@@ -14,15 +14,15 @@ import (
 // unavailable location, a feasible plan's reason) is written as null.
 
 type result struct {
-	Line         int              `json:"line"`
-	Op           string           `json:"op"`
-	OK           bool             `json:"ok"`
-	StateVersion uint64           `json:"state_version"`
-	Error        *errorJSON       `json:"error,omitempty"`
-	Explanation  *explanationJSON `json:"explanation,omitempty"`
-	Report       *reportJSON      `json:"report,omitempty"`
-	Decision     *decisionJSON    `json:"decision,omitempty"`
-	Snapshot     *snapshotJSON    `json:"snapshot,omitempty"`
+	Line         int               `json:"line"`
+	Op           string            `json:"op"`
+	OK           bool              `json:"ok"`
+	StateVersion uint64            `json:"state_version"`
+	Error        *errorJSON        `json:"error,omitempty"`
+	Explanation  *explanationJSON  `json:"explanation,omitempty"`
+	Report       *reportJSON       `json:"report,omitempty"`
+	Decision     *decisionJSON     `json:"decision,omitempty"`
+	Snapshot     *snapshotJSON     `json:"snapshot,omitempty"`
 	Trace        *[]transitionJSON `json:"trace,omitempty"`
 
 	// Not printed: the error itself (for the table) and whether the

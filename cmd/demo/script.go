@@ -293,10 +293,10 @@ func (o *op) fill(f *fields) {
 
 // fields reads typed fields of one JSON object and keeps the first error.
 type fields struct {
-	raw   map[string]json.RawMessage
-	path  string // prefix for messages, e.g. "plan.enter[0]."
+	raw       map[string]json.RawMessage
+	path      string // prefix for messages, e.g. "plan.enter[0]."
 	knownKeys map[string]bool
-	err   error
+	err       error
 }
 
 func (f *fields) fail(err error) {
