@@ -35,6 +35,10 @@ func (s *System) Acquire(ctx context.Context, h Handle, loc string) (*Lease, err
 		s.inflight.Add(-1)
 		return nil, ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		s.inflight.Add(-1)
+		return nil, err
+	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid})
 	s.inflight.Add(-1)
@@ -118,6 +122,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	if s.closed.Load() {
 		s.inflight.Add(-1)
 		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.inflight.Add(-1)
+		return err
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Release{Lease: l.id, ReplyTo: sl.pid})
