@@ -183,8 +183,12 @@ func (e *Engine) Stop(ctx context.Context) error {
 			}
 		}
 		e.cancel()
-		e.watchers.Wait()
+		// Stop the supervisor and its children (the value actors) before
+		// waiting for the event watchers: a value actor starts a watcher
+		// (watchers.Add) when it handles a WatchEvent, which must not run
+		// concurrently with watchers.Wait.
 		_ = e.root.StopFuture(e.Supervisor).Wait()
+		e.watchers.Wait()
 		for _, pid := range e.locations {
 			_ = e.root.StopFuture(pid).Wait()
 		}
