@@ -1,0 +1,500 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// FuzzLedger decodes the input into a configuration and a sequence of
+// operations, applies each to the real ledger (through the checked
+// harness: invariants, unchanged state on refusal, trace = versions) and
+// to the naive reference model of refmodel_test.go, and after every
+// operation compares the error (kind and typed fields), what the operation
+// returned, the state version and the whole observable state.
+//
+// Input layout: bytes 0–3 configure the budgets of pageable-host,
+// pinned-host, cuda:0 and cuda:1 (b%4 == 0: no budget; else 4 + b%40),
+// byte 4 the trace capacity (b%6; 0 disables it). Then each operation is
+// an opcode byte (b % fzOps) followed by its argument bytes; a missing
+// byte reads as 0. The fz* constants list the operations and their
+// arguments; argument decoding: location b%12 (0–9 the four configured
+// ones by b%4, 10 an unconfigured cuda:7, 11 a malformed cuda:01); handle
+// b%n over every handle ever registered, or for b ≥ 240 a foreign (even)
+// or unknown (odd) one; name b%8 == 0 an already used name, else a fresh
+// one; bytes 1 + b%16, or 0/−1 for b ≥ 250; mode b%2 (1 replicable);
+// admission, lease, hold, event, reservation b%n over all ever issued
+// (released ones included).
+func FuzzLedger(f *testing.F) {
+	// A few inline seeds besides testdata/fuzz/FuzzLedger.
+	f.Add([]byte{})
+	f.Add([]byte{0, 1, 2, 3, 5, fzRegisterDone, 1, 5, 1, 2, fzPlaceDone, 0, 3, fzAcquire, 0, 3, fzRecord, 0, fzRelease, 0, fzEvict, 0, 2, fzReap, 0, fzEvict, 0, 2})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h := newFzHarness(t, data)
+		for n := 0; !h.r.done() && n < 200; n++ {
+			h.step()
+		}
+	})
+}
+
+// Operations (opcode values) and their argument bytes.
+const (
+	fzRegisterAt     = iota // name, bytes, mode, loc
+	fzRegisterSrc           // name, bytes, mode, loc
+	fzPlace                 // handle, loc
+	fzCopy                  // handle, from, to
+	fzMove                  // handle, from, to
+	fzComplete              // admission
+	fzFail                  // admission
+	fzEvict                 // handle, loc
+	fzDiscard               // handle
+	fzAcquire               // handle, loc
+	fzRelease               // lease
+	fzRecord                // lease
+	fzReap                  // event
+	fzHold                  // handle, loc
+	fzUnhold                // hold
+	fzReserve               // name, loc, bytes
+	fzUnreserve             // reservation
+	fzUnreserveOwned        // reservation
+	fzExplain               // plan
+	fzRun                   // mode, plan
+	fzPlaceDone             // handle, loc: place and, when pending, complete
+	fzRegisterDone          // name, bytes, mode, loc: register at and complete
+	fzOps
+)
+
+var fzLocations = []string{"pageable-host", "pinned-host", "cuda:0", "cuda:1"}
+
+var errFzInjected = errors.New("injected transfer failure")
+
+type fzReader struct {
+	b []byte
+	i int
+}
+
+func (r *fzReader) done() bool { return r.i >= len(r.b) }
+
+func (r *fzReader) next() int {
+	if r.i >= len(r.b) {
+		return 0
+	}
+	x := r.b[r.i]
+	r.i++
+	return int(x)
+}
+
+type fzPair[L comparable] struct {
+	l L
+	m int
+}
+
+type fzHarness struct {
+	t      *testing.T
+	r      *fzReader
+	c      *checked
+	m      *refModel
+	log    []string
+	names  int
+	scopes int
+	// Everything ever issued, released or not, so that double releases
+	// and stale ids are exercised too.
+	handles []Handle
+	adms    []fzPair[AdmissionID]
+	leases  []fzPair[LeaseID]
+	holds   []fzPair[HoldID]
+	events  []fzPair[EventID]
+	resv    []fzResv
+}
+
+type fzResv struct{ name, owner string }
+
+func newFzHarness(t *testing.T, data []byte) *fzHarness {
+	r := &fzReader{b: data}
+	cfg := Config{ManagerID: "m1"}
+	var locs []refLoc
+	for _, name := range fzLocations {
+		b := r.next()
+		lc := LocationConfig{Name: name}
+		if b%4 != 0 {
+			lc.HasBudget, lc.BudgetBytes = true, int64(4+b%40)
+		}
+		cfg.Locations = append(cfg.Locations, lc)
+		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+	}
+	cfg.TraceCapacity = r.next() % 6
+	return &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+}
+
+func (h *fzHarness) loc() string {
+	b := h.r.next() % 12
+	switch {
+	case b < 10:
+		return fzLocations[b%4]
+	case b == 10:
+		return "cuda:7" // well formed, not configured
+	default:
+		return "cuda:01" // malformed
+	}
+}
+
+func (h *fzHarness) handle() Handle {
+	b := h.r.next()
+	if len(h.handles) == 0 || b >= 240 {
+		if b%2 == 0 {
+			return Handle{Manager: "other", ID: 1, Name: "v0"}
+		}
+		return Handle{Manager: "m1", ID: 999, Name: "ghost"}
+	}
+	return h.handles[b%len(h.handles)]
+}
+
+func (h *fzHarness) name() string {
+	b := h.r.next()
+	if b%8 == 0 && h.names > 0 {
+		return fmt.Sprint("v", b/8%h.names) // maybe taken
+	}
+	h.names++
+	return fmt.Sprint("v", h.names-1)
+}
+
+// bytes: 1…16, or 0 and −1 (bad input) for bytes ≥ 250.
+func (h *fzHarness) bytes() int64 {
+	b := h.r.next()
+	if b >= 250 {
+		return int64(b%2) - 1
+	}
+	return int64(1 + b%16)
+}
+
+func (h *fzHarness) mode() ReplicaMode {
+	if h.r.next()%2 == 1 {
+		return Replicable
+	}
+	return Exclusive
+}
+
+func pick[T any](h *fzHarness, list []T) (T, bool) {
+	b := h.r.next()
+	var zero T
+	if len(list) == 0 {
+		return zero, false
+	}
+	return list[b%len(list)], true
+}
+
+func (h *fzHarness) plan() Plan {
+	var p Plan
+	shape := h.r.next()
+	for range shape % 2 {
+		p.Reclaim = append(p.Reclaim, Action{Handle: h.handle(), Location: h.loc()})
+	}
+	for range shape / 2 % 2 {
+		name := fmt.Sprint("p", h.r.next()%4)
+		p.Reservations = append(p.Reservations, ReservationSpec{Name: name, Location: h.loc(), Bytes: h.bytes()})
+	}
+	for range shape / 4 % 3 {
+		a := Action{Handle: h.handle(), Location: h.loc()}
+		if h.r.next()%3 == 0 {
+			a.From = h.loc()
+		}
+		p.Enter = append(p.Enter, a)
+	}
+	return p
+}
+
+// fzErr renders a ledger error in the reference model's form.
+func fzErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pe *PlanExecutionError
+	if errors.As(err, &pe) {
+		cause := "injected"
+		if pe.Cause != errFzInjected {
+			cause = fzErr(pe.Cause)
+		}
+		return refExec(pe.Phase, pe.FailedAction, pe.FailedActionIndex, pe.FailedReservation, pe.FailedReservationIndex, len(pe.PartialReport.Transitions), cause)
+	}
+	var be *BudgetError
+	var ie *InUseError
+	var ue *UnavailableError
+	var se *StaleStateError
+	var pl *PlanError
+	var ii *InvalidInputError
+	switch {
+	case errors.As(err, &be):
+		return refBudget(be.Location, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes)
+	case errors.As(err, &ie):
+		return refInUse(ie.Handle, ie.Location, ie.UseCount, ie.HoldCount, ie.PendingEventCount)
+	case errors.As(err, &ue):
+		return refUnavailable(ue.Handle, ue.Location, ue.Reason)
+	case errors.As(err, &se):
+		return refStale(se.ExpectedVersion, se.ActualVersion)
+	case errors.As(err, &pl):
+		return refPlan()
+	case errors.As(err, &ii):
+		return refInvalid()
+	}
+	return fmt.Sprintf("unexpected %T: %v", err, err)
+}
+
+func (h *fzHarness) fatalf(format string, args ...any) {
+	h.t.Helper()
+	h.t.Fatalf("%s\noperations so far:\n  %s", fmt.Sprintf(format, args...), strings.Join(h.log, "\n  "))
+}
+
+func (h *fzHarness) same(what string, ledger, model any) {
+	h.t.Helper()
+	if !reflect.DeepEqual(ledger, model) {
+		h.fatalf("%s: ledger %v, model %v", what, ledger, model)
+	}
+}
+
+// step decodes and applies one operation, then compares the states.
+func (h *fzHarness) step() {
+	h.t.Helper()
+	c, m := h.c, h.m
+	op := h.r.next() % fzOps
+	var desc string
+	var lerr error
+	var merr string
+	switch op {
+	case fzRegisterAt, fzRegisterSrc, fzRegisterDone:
+		spec := ValueSpec{Name: h.name(), Bytes: h.bytes(), Mode: h.mode()}
+		if op == fzRegisterSrc {
+			spec.Source = h.loc()
+		} else {
+			spec.At = h.loc()
+		}
+		desc = fmt.Sprintf("register %+v", spec)
+		var lh Handle
+		var la Admission
+		lh, la, lerr = c.Register(spec)
+		mh, ma, e := m.Register(spec)
+		merr = e
+		if lerr == nil && e == "" {
+			h.same("handle", lh, mh)
+			h.same("pending", la.Pending, ma.id > 0)
+			h.handles = append(h.handles, lh)
+			if la.Pending {
+				h.adms = append(h.adms, fzPair[AdmissionID]{la.ID, ma.id})
+				if op == fzRegisterDone {
+					_, lerr = c.Complete(la.ID)
+					merr = m.Complete(ma.id)
+				}
+			}
+		}
+	case fzPlace, fzPlaceDone:
+		hd, loc := h.handle(), h.loc()
+		desc = fmt.Sprintf("place %s %s", hd.Name, loc)
+		la, err := c.Place(hd, loc)
+		ma, e := m.Place(hd, loc)
+		lerr, merr = err, e
+		if err == nil && e == "" {
+			h.same("pending", la.Pending, ma.id > 0)
+			if la.Pending {
+				h.adms = append(h.adms, fzPair[AdmissionID]{la.ID, ma.id})
+				if op == fzPlaceDone {
+					_, lerr = c.Complete(la.ID)
+					merr = m.Complete(ma.id)
+				}
+			}
+		}
+	case fzCopy, fzMove:
+		hd, from, to := h.handle(), h.loc(), h.loc()
+		var la Admission
+		var ma refAdm
+		if op == fzCopy {
+			desc = fmt.Sprintf("copy %s %s %s", hd.Name, from, to)
+			la, lerr = c.Copy(hd, from, to)
+			ma, merr = m.Copy(hd, from, to)
+		} else {
+			desc = fmt.Sprintf("move %s %s %s", hd.Name, from, to)
+			la, lerr = c.Move(hd, from, to)
+			ma, merr = m.Move(hd, from, to)
+		}
+		if lerr == nil && merr == "" {
+			h.same("pending", la.Pending, ma.id > 0)
+			if la.Pending {
+				h.adms = append(h.adms, fzPair[AdmissionID]{la.ID, ma.id})
+			}
+		}
+	case fzComplete, fzFail:
+		a, ok := pick(h, h.adms)
+		if !ok {
+			a = fzPair[AdmissionID]{12345, 12345}
+		}
+		if op == fzComplete {
+			desc = fmt.Sprintf("complete %d", a.l)
+			_, lerr = c.Complete(a.l)
+			merr = m.Complete(a.m)
+		} else {
+			desc = fmt.Sprintf("fail %d", a.l)
+			lerr = c.Fail(a.l, errFzInjected)
+			merr = m.Fail(a.m)
+		}
+	case fzEvict:
+		hd, loc := h.handle(), h.loc()
+		desc = fmt.Sprintf("evict %s %s", hd.Name, loc)
+		_, lerr = c.Evict(hd, loc)
+		merr = m.Evict(hd, loc)
+	case fzDiscard:
+		hd := h.handle()
+		desc = "discard " + hd.Name
+		_, lerr = c.Discard(hd)
+		merr = m.Discard(hd)
+	case fzAcquire, fzHold:
+		hd, loc := h.handle(), h.loc()
+		if op == fzAcquire {
+			desc = fmt.Sprintf("acquire %s %s", hd.Name, loc)
+			id, err := c.Acquire(hd, loc)
+			mid, e := m.Acquire(hd, loc)
+			lerr, merr = err, e
+			if err == nil && e == "" {
+				h.leases = append(h.leases, fzPair[LeaseID]{id, mid})
+			}
+		} else {
+			desc = fmt.Sprintf("hold %s %s", hd.Name, loc)
+			id, err := c.Hold(hd, loc)
+			mid, e := m.Hold(hd, loc)
+			lerr, merr = err, e
+			if err == nil && e == "" {
+				h.holds = append(h.holds, fzPair[HoldID]{id, mid})
+			}
+		}
+	case fzRelease, fzRecord:
+		ls, ok := pick(h, h.leases)
+		if !ok {
+			ls = fzPair[LeaseID]{777, 777}
+		}
+		if op == fzRelease {
+			desc = fmt.Sprintf("release lease %d", ls.l)
+			lerr = c.Release(ls.l)
+			merr = m.Release(ls.m)
+		} else {
+			desc = fmt.Sprintf("record on lease %d", ls.l)
+			id, err := c.RecordEvent(ls.l)
+			mid, e := m.RecordEvent(ls.m)
+			lerr, merr = err, e
+			if err == nil && e == "" {
+				h.events = append(h.events, fzPair[EventID]{id, mid})
+			}
+		}
+	case fzReap:
+		ev, ok := pick(h, h.events)
+		if !ok {
+			ev = fzPair[EventID]{777, 777}
+		}
+		desc = fmt.Sprintf("reap event %d", ev.l)
+		lerr = c.ReapEvent(ev.l)
+		merr = m.ReapEvent(ev.m)
+	case fzUnhold:
+		hd, ok := pick(h, h.holds)
+		if !ok {
+			hd = fzPair[HoldID]{777, 777}
+		}
+		desc = fmt.Sprintf("unhold %d", hd.l)
+		lerr = c.Unhold(hd.l)
+		merr = m.Unhold(hd.m)
+	case fzReserve:
+		name := fmt.Sprint("r", h.r.next()%6)
+		loc, b := h.loc(), h.bytes()
+		desc = fmt.Sprintf("reserve %s %s %d", name, loc, b)
+		lerr = c.Reserve(loc, name, b)
+		merr = m.Reserve(loc, name, b, "")
+		if lerr == nil {
+			h.resv = append(h.resv, fzResv{name: name})
+		}
+	case fzUnreserve, fzUnreserveOwned:
+		rs, ok := pick(h, h.resv)
+		if !ok {
+			rs = fzResv{name: "none"}
+		}
+		if op == fzUnreserve {
+			desc = "unreserve " + rs.name
+			lerr = c.Unreserve(rs.name)
+			merr = m.Unreserve(rs.name, "")
+		} else {
+			desc = fmt.Sprintf("unreserve %s owned by %q", rs.name, rs.owner)
+			lerr = c.UnreserveOwned(rs.name, rs.owner)
+			merr = m.Unreserve(rs.name, rs.owner)
+		}
+	case fzExplain:
+		p := h.plan()
+		desc = fmt.Sprintf("explain %+v", p)
+		ex := c.Explain(p)
+		ok, peaks := m.Explain(p)
+		h.same("explain feasible ("+ex.Reason+")", ex.Feasible, ok)
+		h.same("explain peaks", ex.PredictedPeakBytes, peaks)
+		h.same("explain reason given", ex.Reason != "", !ok)
+	case fzRun:
+		mode := h.r.next()
+		p := h.plan()
+		opts := RunOptions{}
+		if mode%2 == 1 {
+			h.scopes++
+			opts.Scope = fmt.Sprint("sc", h.scopes)
+		}
+		if mode/2%4 != 0 {
+			opts.CheckVersion = true
+			opts.ExpectedVersion = c.L.Version()
+			if mode/2%4 == 3 {
+				opts.ExpectedVersion--
+			}
+		}
+		failAt := mode/8%4 - 1
+		desc = fmt.Sprintf("run %+v %+v failAt=%d", opts, p, failAt)
+		var report int
+		var leases []LeaseID
+		report, leases, lerr = fzRunLedger(c, p, opts, failAt)
+		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt)
+		merr = res.err
+		if lerr == nil && merr == "" {
+			h.same("run report length", report, res.report)
+			h.same("run leases", len(leases), len(res.leases))
+			for i := range leases {
+				h.leases = append(h.leases, fzPair[LeaseID]{leases[i], res.leases[i]})
+			}
+			for _, r := range p.Reservations {
+				h.resv = append(h.resv, fzResv{name: r.Name, owner: opts.Scope})
+			}
+		}
+	}
+	h.log = append(h.log, desc)
+	h.same("error of "+desc, fzErr(lerr), merr)
+	if merr != "" {
+		h.log[len(h.log)-1] += " → " + merr
+	}
+	h.same("state after "+desc, strings.Join(ledgerState(c.L.Snapshot()), "\n"), strings.Join(m.State(), "\n"))
+}
+
+// fzRunLedger runs p on the ledger: every step admitted and completed, the
+// enter step failAt (−1: none) failed instead.
+func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseID, error) {
+	r, err := c.StartRun(p, opts)
+	if err != nil {
+		return 0, nil, err
+	}
+	for {
+		s, ok, err := r.Next()
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			break
+		}
+		if s.Admission.Pending {
+			if s.Phase == PhaseEnter && s.Index == failAt {
+				return 0, nil, r.Fail(errFzInjected)
+			}
+			if _, err := r.Complete(); err != nil {
+				return 0, nil, err
+			}
+		}
+	}
+	rep, leases, err := r.Finish()
+	return len(rep.Transitions), leases, err
+}
