@@ -113,24 +113,3 @@ func dtBenchName(n int) string {
 	return fmt.Sprint(n)
 }
 
-// TestDecideLatencyTarget checks the target on the 10k-value
-// bench state: p50 of Decide under 5 ms. Skipped under -short and with the
-// race detector, whose instrumentation slows the search several times.
-func TestDecideLatencyTarget(t *testing.T) {
-	if testing.Short() || dtRaceEnabled {
-		t.Skip("latency target is measured without -race and -short")
-	}
-	l, req := dtBenchLedger(t, 10000)
-	lat := make([]time.Duration, 0, 51)
-	for range 51 {
-		t0 := time.Now()
-		if _, err := l.Decide(req, 0); err != nil {
-			t.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	slices.Sort(lat)
-	if p50 := lat[len(lat)/2]; p50 > 5*time.Millisecond {
-		t.Errorf("Decide p50 %v with 10k resident values, target 5ms", p50)
-	}
-}
