@@ -112,4 +112,3 @@ func dtBenchName(n int) string {
 	}
 	return fmt.Sprint(n)
 }
-
