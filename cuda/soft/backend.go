@@ -1,0 +1,483 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/residency-go/residency/cuda"
+)
+
+// BackendName is what [Backend.Name] returns.
+const BackendName = "soft (simulated devices)"
+
+// Config configures a simulated backend.
+type Config struct {
+	// Locations are the simulated locations (well-formed location names,
+	// node-qualified or not, no duplicates, at least one). Every other
+	// location is rejected with cuda.ErrUnknownLocation.
+	Locations []string
+
+	// Capacity is the simulated capacity in bytes per location; a location
+	// missing here, or mapped to 0, is unlimited. Every key must be one of
+	// Locations and every value >= 0.
+	Capacity map[string]int64
+
+	// BandwidthBytesPerSec, when > 0, makes every stream copy of n bytes
+	// spend n/BandwidthBytesPerSec seconds in Sleep before its bytes are
+	// copied. 0 means copies are not delayed. Read, Write and Load are never
+	// delayed.
+	BandwidthBytesPerSec int64
+
+	// Sleep simulates the transfer time of a copy; nil means a real timer.
+	// ctx is cancelled when the copy's stream (or the backend) is closing,
+	// and Sleep should then return early: the copy is still performed, only
+	// its simulated delay is cut short. Tests inject a Sleep that blocks on
+	// a channel they control.
+	Sleep func(ctx context.Context, d time.Duration)
+}
+
+// Backend is an honest simulation of a device backend: it implements
+// [cuda.Backend] for pageable-host, pinned-host and cuda:N locations with
+// ordinary Go memory, one goroutine per stream and real byte copies. No GPU
+// and no driver is ever touched.
+//
+// A Backend is safe for concurrent use by multiple goroutines.
+type Backend struct {
+	faults    *cuda.Faults
+	bandwidth int64
+	sleep     func(context.Context, time.Duration)
+	names     []string             // configured locations, in Config order
+	stopCtx   context.Context      // cancelled when Close begins
+	stop      context.CancelFunc   // cancels stopCtx
+	closed    atomic.Bool          // set (under mu) when Close begins
+	closeDone chan struct{}        // closed when Close has finished
+	mu        sync.Mutex           // guards the fields below and location counters
+	locs      map[string]*location // fixed key set; counters guarded by mu
+	streams   map[*stream]struct{} // open streams
+	live      map[*buffer]struct{} // buffers not yet freed
+	nextID    uint64               // last buffer id handed out
+}
+
+type location struct {
+	capacity int64 // 0 = unlimited
+	used     int64 // guarded by Backend.mu
+}
+
+var _ cuda.Backend = (*Backend)(nil)
+
+// New returns a simulated backend for cfg. It starts no goroutine until a
+// stream is created. It returns an error matching cuda.ErrInvalid for a bad
+// Config: no locations, a malformed or duplicate location, a capacity for an
+// unconfigured location, or a negative capacity or bandwidth.
+func New(cfg Config) (*Backend, error) {
+	if len(cfg.Locations) == 0 {
+		return nil, fmt.Errorf("%w: soft backend: no locations configured", cuda.ErrInvalid)
+	}
+	if cfg.BandwidthBytesPerSec < 0 {
+		return nil, fmt.Errorf("%w: soft backend: negative bandwidth %d", cuda.ErrInvalid, cfg.BandwidthBytesPerSec)
+	}
+	b := &Backend{
+		faults:    cuda.NewFaults(),
+		bandwidth: cfg.BandwidthBytesPerSec,
+		sleep:     cfg.Sleep,
+		names:     slices.Clone(cfg.Locations),
+		closeDone: make(chan struct{}),
+		locs:      make(map[string]*location, len(cfg.Locations)),
+		streams:   make(map[*stream]struct{}),
+		live:      make(map[*buffer]struct{}),
+	}
+	if b.sleep == nil {
+		b.sleep = timerSleep
+	}
+	for _, name := range cfg.Locations {
+		if _, err := cuda.ParseLocationName(name); err != nil {
+			return nil, fmt.Errorf("soft backend: %w", err)
+		}
+		if _, dup := b.locs[name]; dup {
+			return nil, fmt.Errorf("%w: soft backend: location %q configured twice", cuda.ErrInvalid, name)
+		}
+		b.locs[name] = &location{}
+	}
+	for name, c := range cfg.Capacity {
+		l, ok := b.locs[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: soft backend: capacity given for %q, which is not in Locations", cuda.ErrInvalid, name)
+		}
+		if c < 0 {
+			return nil, fmt.Errorf("%w: soft backend: negative capacity %d for %s", cuda.ErrInvalid, c, name)
+		}
+		l.capacity = c
+	}
+	b.stopCtx, b.stop = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// timerSleep is the default Config.Sleep: a real timer, cut short by ctx.
+func timerSleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Name returns "soft (simulated devices)".
+func (b *Backend) Name() string { return BackendName }
+
+// Simulated returns true: every device of this backend is simulated.
+func (b *Backend) Simulated() bool { return true }
+
+// Faults returns the backend's fault injector.
+func (b *Backend) Faults() *cuda.Faults { return b.faults }
+
+// Locations returns the configured locations in Config order.
+func (b *Backend) Locations() []string { return slices.Clone(b.names) }
+
+// checkLocation validates a location argument: malformed names get a
+// *cuda.LocationError, unconfigured ones cuda.ErrUnknownLocation.
+func (b *Backend) checkLocation(loc string) (*location, error) {
+	if l, ok := b.locs[loc]; ok {
+		return l, nil
+	}
+	if _, err := cuda.ParseLocationName(loc); err != nil {
+		return nil, fmt.Errorf("soft backend: %w", err)
+	}
+	return nil, fmt.Errorf("%w: soft backend: %q", cuda.ErrUnknownLocation, loc)
+}
+
+// own returns buf as one of this backend's buffers, or an ErrInvalid error.
+func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
+	sb, ok := buf.(*buffer)
+	if !ok || sb == nil {
+		return nil, fmt.Errorf("%w: soft backend: %s is %T, not a buffer of this backend", cuda.ErrInvalid, what, buf)
+	}
+	if sb.backend != b {
+		return nil, fmt.Errorf("%w: soft backend: %s belongs to another backend", cuda.ErrInvalid, what)
+	}
+	return sb, nil
+}
+
+// Allocate returns a zeroed buffer of bytes bytes at loc, simulated with
+// ordinary Go memory whatever the location kind.
+//
+// Checks run in this order, and the first failure is returned with nothing
+// allocated: backend closed (cuda.ErrClosed), ctx done, malformed or
+// unconfigured loc, bytes <= 0 (cuda.ErrInvalid), an armed FaultAlloc at loc
+// (consumed; *cuda.InjectedFaultError), capacity (*cuda.OutOfMemoryError).
+func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
+	if b.closed.Load() {
+		return nil, cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l, err := b.checkLocation(loc)
+	if err != nil {
+		return nil, err
+	}
+	if bytes <= 0 {
+		return nil, fmt.Errorf("%w: soft backend: allocation of %d bytes at %s", cuda.ErrInvalid, bytes, loc)
+	}
+
+	// Reserve the capacity first, so that concurrent allocations can never
+	// overshoot it, then make the bytes without holding the lock.
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return nil, cuda.ErrClosed
+	}
+	if b.faults.Take(cuda.FaultAlloc, loc) {
+		b.mu.Unlock()
+		return nil, &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: loc}
+	}
+	if l.capacity > 0 && bytes > l.capacity-l.used {
+		free := l.capacity - l.used
+		b.mu.Unlock()
+		return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: free}
+	}
+	l.used += bytes
+	b.nextID++
+	id := b.nextID
+	b.mu.Unlock()
+
+	data, ok := makeBytes(bytes)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !ok || b.closed.Load() {
+		l.used -= bytes
+		if !ok {
+			return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: freeOf(l)}
+		}
+		return nil, cuda.ErrClosed
+	}
+	buf := &buffer{backend: b, id: id, loc: loc, size: bytes, data: data}
+	b.live[buf] = struct{}{}
+	return buf, nil
+}
+
+// makeBytes returns make([]byte, n), or false if the Go runtime refuses the
+// length. (A length the runtime accepts but the machine cannot back is a
+// fatal error no simulation can catch; configure capacities.)
+func makeBytes(n int64) (data []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			data, ok = nil, false
+		}
+	}()
+	return make([]byte, n), true
+}
+
+func freeOf(l *location) int64 {
+	if l.capacity == 0 {
+		return math.MaxInt64 - l.used
+	}
+	return l.capacity - l.used
+}
+
+// Free releases buf and returns its bytes to its location's capacity at
+// once. A second Free of the same buffer returns an error matching
+// cuda.ErrFreed; a foreign buffer cuda.ErrInvalid; after Close, cuda.ErrClosed.
+// A copy that is running on buf when it is freed completes into memory that
+// is then dropped; work still queued on buf fails with cuda.ErrFreed.
+func (b *Backend) Free(buf cuda.Buffer) error {
+	sb, err := b.own(buf, "buffer")
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return cuda.ErrClosed
+	}
+	if !sb.freed.CompareAndSwap(false, true) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: soft backend: %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	b.locs[sb.loc].used -= sb.size
+	delete(b.live, sb)
+	b.mu.Unlock()
+	sb.drop()
+	return nil
+}
+
+// MemInfo reports the simulated memory of loc: UsedBytes is the total size
+// of its live buffers, TotalBytes its configured capacity (0 = unlimited).
+func (b *Backend) MemInfo(loc string) (cuda.MemInfo, error) {
+	if b.closed.Load() {
+		return cuda.MemInfo{}, cuda.ErrClosed
+	}
+	l, err := b.checkLocation(loc)
+	if err != nil {
+		return cuda.MemInfo{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return cuda.MemInfo{FreeBytes: freeOf(l), TotalBytes: l.capacity, UsedBytes: l.used}, nil
+}
+
+// NewStream returns a new simulated stream owned by loc's (simulated)
+// device, with its own goroutine. Close the stream or the backend to stop
+// the goroutine.
+func (b *Backend) NewStream(loc string) (cuda.Stream, error) {
+	if b.closed.Load() {
+		return nil, cuda.ErrClosed
+	}
+	if _, err := b.checkLocation(loc); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, cuda.ErrClosed
+	}
+	s := newStream(b, loc)
+	b.streams[s] = struct{}{}
+	go s.run()
+	return s, nil
+}
+
+func (b *Backend) forget(s *stream) {
+	b.mu.Lock()
+	delete(b.streams, s)
+	b.mu.Unlock()
+}
+
+// Load runs loader on dst's own bytes, synchronously, holding dst for
+// writing so that no copy or Read of dst overlaps it.
+//
+// Checks run in this order: backend closed, ctx done, foreign or nil dst or
+// nil loader (cuda.ErrInvalid), freed dst (cuda.ErrFreed), malformed target,
+// then an armed FaultReconstruct at target (empty target = dst.Location()),
+// which is consumed and returned as *cuda.InjectedFaultError without calling
+// loader and without touching dst. target need not be configured on this
+// backend: it only keys the fault.
+//
+// A loader error is returned wrapped (errors.Is and errors.As see it); a
+// loader panic is recovered and returned as *cuda.LoaderPanicError. After a
+// loader failure the bytes of dst are whatever the loader left there.
+func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, loader cuda.Loader) error {
+	if b.closed.Load() {
+		return cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sb, err := b.own(dst, "load destination")
+	if err != nil {
+		return err
+	}
+	if loader == nil {
+		return fmt.Errorf("%w: soft backend: nil loader", cuda.ErrInvalid)
+	}
+	if sb.freed.Load() {
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	if target == "" {
+		target = sb.loc
+	} else if _, err := cuda.ParseLocationName(target); err != nil {
+		return fmt.Errorf("soft backend: load target: %w", err)
+	}
+	if b.faults.Take(cuda.FaultReconstruct, target) {
+		return &cuda.InjectedFaultError{Kind: cuda.FaultReconstruct, Location: target}
+	}
+
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.data == nil {
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	panicked, err := runLoader(ctx, loader, sb.data)
+	if panicked != nil {
+		return panicked
+	}
+	if err != nil {
+		return fmt.Errorf("soft backend: loading %d bytes at %s for %s: %w", sb.size, sb.loc, target, err)
+	}
+	return nil
+}
+
+// runLoader calls loader, turning a panic into a *cuda.LoaderPanicError.
+func runLoader(ctx context.Context, loader cuda.Loader, dst []byte) (panicked *cuda.LoaderPanicError, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = &cuda.LoaderPanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return nil, loader(ctx, dst)
+}
+
+// Read returns a copy of buf's bytes in a new slice. It does not wait for
+// stream work on buf; wait on an event first.
+func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
+	if b.closed.Load() {
+		return nil, cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sb, err := b.own(buf, "buffer")
+	if err != nil {
+		return nil, err
+	}
+	sb.mu.RLock()
+	defer sb.mu.RUnlock()
+	if sb.data == nil || sb.freed.Load() {
+		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	return slices.Clone(sb.data), nil
+}
+
+// Write copies data into buf; len(data) must equal buf.Size()
+// (cuda.ErrInvalid otherwise). It does not wait for stream work on buf.
+func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error {
+	if b.closed.Load() {
+		return cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sb, err := b.own(buf, "buffer")
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) != sb.size {
+		return fmt.Errorf("%w: soft backend: write of %d bytes into %d-byte buffer at %s", cuda.ErrInvalid, len(data), sb.size, sb.loc)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.data == nil || sb.freed.Load() {
+		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	copy(sb.data, data)
+	return nil
+}
+
+// Close refuses new work, cuts short the simulated delays of queued copies,
+// drains and stops every stream of the backend, then frees every live
+// buffer. Failures that no event reported are dropped (close each stream
+// yourself first to see them). Close is idempotent: later and concurrent
+// calls wait until the first has finished and return nil. It returns nil.
+//
+// A stream blocked in WaitEvent on an event that never completes (an event
+// of another backend that is never closed) keeps Close waiting.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		<-b.closeDone
+		return nil
+	}
+	b.closed.Store(true)
+	streams := make([]*stream, 0, len(b.streams))
+	for s := range b.streams {
+		streams = append(streams, s)
+	}
+	b.mu.Unlock()
+
+	b.stop()
+	for _, s := range streams {
+		_ = s.Close() // undelivered failures are dropped, as documented
+	}
+
+	b.mu.Lock()
+	bufs := make([]*buffer, 0, len(b.live))
+	for buf := range b.live {
+		buf.freed.Store(true)
+		b.locs[buf.loc].used -= buf.size
+		bufs = append(bufs, buf)
+	}
+	clear(b.live)
+	b.mu.Unlock()
+	for _, buf := range bufs {
+		buf.drop()
+	}
+	close(b.closeDone)
+	return nil
+}
+
+// copyDuration is the simulated transfer time of n bytes: n/bandwidth
+// seconds, rounded down to the nanosecond, saturating at the longest
+// time.Duration.
+func (b *Backend) copyDuration(n int64) time.Duration {
+	if b.bandwidth <= 0 || n <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(n), uint64(time.Second))
+	if hi >= uint64(b.bandwidth) {
+		return time.Duration(math.MaxInt64)
+	}
+	q, _ := bits.Div64(hi, lo, uint64(b.bandwidth))
+	if q > math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(q)
+}

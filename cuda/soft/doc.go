@@ -1,0 +1,73 @@
+// Package soft is an honest simulation of a device backend: it implements
+// [cuda.Backend] without any GPU, driver or cgo, so that the residency
+// runtime, its pipelines and its race tests run anywhere. Its Name is
+// "soft (simulated devices)" and Simulated reports true; nothing it does
+// should be mistaken for a measurement of real hardware.
+//
+// # What is simulated, and how
+//
+// Every location (pageable-host, pinned-host and cuda:N alike) is ordinary
+// Go memory: Allocate returns a real, zeroed []byte of the requested size.
+// Pinned memory is not page-locked and "device" memory is not on a device;
+// what is real is the data. Copies move real bytes with copy(), so every
+// test that reads a buffer back checks the data, not a bookkeeping entry.
+//
+// Each stream has one goroutine that runs its work in FIFO order. An event
+// completes when the goroutine reaches it, that is, after the bytes of
+// every earlier copy are in place. WaitEvent makes the goroutine block until
+// another stream's event completes. So the orderings the runtime relies on
+// (copy before event, event before dependent work on another stream) are
+// enforced by real concurrency, and the race detector sees them.
+//
+// Capacity: each location may have a byte capacity (Config.Capacity; 0 or
+// absent means unlimited). Allocate reserves capacity atomically, so
+// concurrent allocations never exceed it, and fails with
+// *cuda.OutOfMemoryError when it would; Free returns the bytes at once.
+// MemInfo reports exactly the bytes of live buffers.
+//
+// Bandwidth: with Config.BandwidthBytesPerSec > 0 each stream copy of n
+// bytes first calls Config.Sleep for n/bandwidth seconds, then copies. The
+// bytes appear all at once at the end of the delay. Read, Write and Load are
+// not delayed. Tests inject a Sleep that blocks on a channel they control,
+// which makes "the copy is in flight" a state they can hold and inspect;
+// with testing/synctest the default timer-based Sleep runs on the bubble's
+// fake clock.
+//
+// # Usage
+//
+//	b, err := soft.New(soft.Config{
+//		Locations: []string{"pageable-host", "pinned-host", "cuda:0"},
+//		Capacity:  map[string]int64{"cuda:0": 1 << 30},
+//	})
+//	if err != nil { … }
+//	defer b.Close()
+//	host, _ := b.Allocate(ctx, "pinned-host", n)
+//	dev, _ := b.Allocate(ctx, "cuda:0", n)
+//	_ = b.Write(ctx, host, data)
+//	s, _ := b.NewStream("cuda:0")
+//	_ = s.CopyAsync(dev, host)
+//	ev, _ := s.Record()
+//	err = ev.Wait(ctx) // dev now holds data, or err says why not
+//
+// # Faults
+//
+// Backend.Faults arms failures (see [cuda.Faults]): FaultAlloc at L fails
+// the next Allocate at L before any capacity is charged; FaultCopy at L is
+// consumed by the next CopyAsync into L when it is enqueued, and that copy
+// then fails on the stream without touching its destination, the failure
+// reaching the next recorded event; FaultReconstruct at L fails the next
+// Load whose target is L without calling the loader.
+//
+// # Concurrency and shutdown
+//
+// A Backend and everything it returns are safe for concurrent use. A buffer
+// is guarded by a read-write lock, so a Read that races with a copy sees the
+// bytes before or after it, never a torn mixture; the runtime should still
+// order its accesses with events, as it must on real devices. A Loader runs
+// with its destination locked and must not call the backend on that buffer.
+//
+// Close refuses new work with cuda.ErrClosed, cuts short the simulated
+// delays of queued copies (their bytes are still copied), drains and stops
+// every stream goroutine, and frees every live buffer. It is idempotent;
+// after it returns no goroutine of the backend is left.
+package soft

@@ -1,0 +1,235 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/residency-go/residency/cuda"
+)
+
+// stream is a simulated stream: an unbounded FIFO queue served by one
+// goroutine. Enqueueing never blocks.
+type stream struct {
+	backend *Backend
+	loc     string
+	ctx     context.Context    // cancelled when the stream or backend closes; cuts copy delays short
+	cancel  context.CancelFunc // cancels ctx
+	done    chan struct{}      // closed when run returns
+
+	mu       sync.Mutex // guards the fields below
+	cond     sync.Cond  // signalled when queue grows or closing is set; L is &mu
+	queue    []op
+	closing  bool
+	leftover error // failure no marker reported; written by run before done closes
+}
+
+var _ cuda.Stream = (*stream)(nil)
+
+type opKind int
+
+const (
+	opCopy   opKind = iota // copy src into dst (or fail with fail)
+	opRecord               // complete ev
+	opWait                 // wait for wait.Done()
+	opSync                 // deliver to sync
+)
+
+type op struct {
+	kind opKind
+	dst  *buffer
+	src  *buffer
+	fail error // opCopy: injected failure decided at enqueue
+	ev   *event
+	wait cuda.Event
+	sync *syncMarker
+}
+
+func newStream(b *Backend, loc string) *stream {
+	s := &stream{backend: b, loc: loc, done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(b.stopCtx)
+	s.cond.L = &s.mu
+	return s
+}
+
+// Location returns the location whose simulated device owns the stream.
+func (s *stream) Location() string { return s.loc }
+
+// String describes the stream for logs.
+func (s *stream) String() string { return "soft stream on " + s.loc }
+
+// isClosing reports whether Close has begun. Enqueueing checks again under
+// the lock; this early check only gives closed streams a consistent error.
+func (s *stream) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// enqueue appends o unless the stream is closing. prepare, if not nil, runs
+// under the stream lock just before o is appended, so that a fault it
+// consumes is consumed only by work that will really run.
+func (s *stream) enqueue(o op, prepare func(*op)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return cuda.ErrClosed
+	}
+	if prepare != nil {
+		prepare(&o)
+	}
+	s.queue = append(s.queue, o)
+	s.cond.Signal()
+	return nil
+}
+
+// CopyAsync enqueues a copy of src into dst. See [cuda.Stream.CopyAsync]:
+// bad input fails at once; an armed FaultCopy at dst.Location() is consumed
+// here and fails the copy when it runs, leaving dst untouched. When it
+// runs, the copy first spends its simulated transfer time
+// (Config.BandwidthBytesPerSec), then copies the bytes with both buffers
+// held. A buffer freed after enqueue makes the copy fail with
+// cuda.ErrFreed, at once, without the delay.
+func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
+	if s.isClosing() {
+		return cuda.ErrClosed
+	}
+	d, err := s.backend.own(dst, "copy destination")
+	if err != nil {
+		return err
+	}
+	sr, err := s.backend.own(src, "copy source")
+	if err != nil {
+		return err
+	}
+	if d == sr {
+		return fmt.Errorf("%w: soft backend: copy of %s onto itself", cuda.ErrInvalid, d)
+	}
+	if d.size != sr.size {
+		return fmt.Errorf("%w: soft backend: copy size mismatch: %s -> %s", cuda.ErrInvalid, sr, d)
+	}
+	for _, b := range [...]*buffer{sr, d} {
+		if b.freed.Load() {
+			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s", cuda.ErrFreed, sr.loc, d.loc, b)
+		}
+	}
+	return s.enqueue(op{kind: opCopy, dst: d, src: sr}, func(o *op) {
+		if s.backend.faults.Take(cuda.FaultCopy, d.loc) {
+			o.fail = &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: d.loc}
+		}
+	})
+}
+
+// Record enqueues a new event; see [cuda.Stream.Record].
+func (s *stream) Record() (cuda.Event, error) {
+	ev := newEvent()
+	if err := s.enqueue(op{kind: opRecord, ev: ev}, nil); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// WaitEvent makes later work on the stream wait for ev, which may come
+// from any stream of any backend (only ev.Done is used).
+func (s *stream) WaitEvent(ev cuda.Event) error {
+	if s.isClosing() {
+		return cuda.ErrClosed
+	}
+	if ev == nil {
+		return fmt.Errorf("%w: soft backend: WaitEvent(nil)", cuda.ErrInvalid)
+	}
+	if e, ok := ev.(*event); ok && e == nil {
+		return fmt.Errorf("%w: soft backend: WaitEvent of a nil event", cuda.ErrInvalid)
+	}
+	return s.enqueue(op{kind: opWait, wait: ev}, nil)
+}
+
+// Synchronize waits for the work enqueued before it; see
+// [cuda.Stream.Synchronize].
+func (s *stream) Synchronize(ctx context.Context) error {
+	if s.isClosing() {
+		return cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m := &syncMarker{done: make(chan struct{})}
+	if err := s.enqueue(op{kind: opSync, sync: m}, nil); err != nil {
+		return err
+	}
+	return m.wait(ctx)
+}
+
+// Close refuses new work, cuts short the simulated delays of queued copies
+// (their bytes are still copied), drains the queue and stops the goroutine.
+// The first call returns the first failure no event or Synchronize
+// reported; later calls wait for the stream to stop and return nil.
+func (s *stream) Close() error {
+	s.mu.Lock()
+	first := !s.closing
+	s.closing = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if !first {
+		<-s.done
+		return nil
+	}
+	s.cancel()
+	<-s.done
+	s.backend.forget(s)
+	return s.leftover // written by run before done was closed
+}
+
+// run is the stream goroutine.
+func (s *stream) run() {
+	defer close(s.done)
+	var pending error // first failure not yet reported to a marker
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closing {
+			s.cond.Wait()
+		}
+		if len(s.queue) == 0 {
+			s.leftover = pending
+			s.mu.Unlock()
+			return
+		}
+		o := s.queue[0]
+		s.queue[0] = op{} // let the buffers go
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+
+		switch o.kind {
+		case opCopy:
+			err := o.fail
+			if err == nil {
+				err = s.copy(o.dst, o.src)
+			}
+			if pending == nil {
+				pending = err
+			}
+		case opRecord:
+			o.ev.complete(pending)
+			pending = nil
+		case opWait:
+			<-o.wait.Done()
+		case opSync:
+			if o.sync.deliver(pending) {
+				pending = nil
+			}
+		}
+	}
+}
+
+// copy performs one stream copy: a buffer freed since enqueue fails it at
+// once; otherwise it spends the simulated transfer time, then moves the
+// bytes (copyBuffer checks again, under the buffer locks).
+func (s *stream) copy(dst, src *buffer) error {
+	if dst.freed.Load() || src.freed.Load() {
+		return copyBuffer(dst, src) // reports which one, as ErrFreed
+	}
+	if d := s.backend.copyDuration(dst.size); d > 0 && s.ctx.Err() == nil {
+		s.backend.sleep(s.ctx, d)
+	}
+	return copyBuffer(dst, src)
+}
