@@ -1,0 +1,135 @@
+// Command demo shows the residency runtime at work and replays operation
+// scripts against it.
+//
+// Usage:
+//
+//	go run ./cmd/demo                          # the embedded scenario (make demo)
+//	go run ./cmd/demo replay FILE              # a script, as a table
+//	go run ./cmd/demo replay --json FILE       # a script, one JSON object per op
+//	go run ./cmd/demo help
+//
+// Everything runs on the soft backend: pinned-host and cuda:N are simulated
+// in ordinary Go memory, with real bytes, goroutine streams and events. No
+// GPU is needed or used, and no timing printed says anything about real
+// hardware.
+//
+// # The scenario
+//
+// Without arguments, demo runs a short story on two simulated GPUs with
+// budgets scaled down (1 MiB stands for 1 GiB): it registers four models
+// (one resident at registration with its bytes, three with loaders), places
+// them, shows that a lease and then a recorded consumer event protect a
+// model from eviction (ResidencyInUseError with its counts), shows a
+// budget refusal with its five byte fields, asks the controller for a
+// decision that needs an eviction and enters a scope for it, injects a
+// copy fault and shows the ResidencyPlanExecutionError with its partial
+// report, reads every model back to check its bytes, and ends with a
+// snapshot table and Close. It takes well under a second.
+//
+// # Replay scripts
+//
+// demo replay FILE runs a JSON-lines script against a fresh runtime and
+// prints one result per op. Use it for capacity what-ifs ("do these models
+// fit on these GPUs with this much KV cache?") and as a regression test of
+// budgets in CI: give ops an "expect" and the command fails when one does
+// not hold. testdata/capacity-whatif.jsonl is a sample to copy. FILE may be
+// - for standard input.
+//
+// One JSON object per line; blank lines and lines starting with # are
+// skipped. The first op is start:
+//
+//	{"op":"start","locations":{"pageable-host":null,"cuda:0":"80GiB"},"trace":1024,"search_state_limit":100000}
+//
+// locations maps each location (pageable-host, pinned-host, cuda:N) to its
+// budget, or null for none; trace is the trace ring's capacity (0 turns
+// the trace off) and search_state_limit the controller's default limit,
+// both optional. Byte fields take an integer or a string: "512B", "1.5MB",
+// "40GiB" (KB, MB, GB, TB are decimal; KiB, MiB, GiB, TiB binary; any
+// case).
+//
+// The ops and their fields (all required unless marked optional):
+//
+//	register       handle, bytes, replica (optional: exclusive or replicable), and at or source
+//	place          handle, location
+//	copy, move     handle, from, to
+//	evict          handle, location
+//	discard        handle
+//	acquire        handle, location, as          take a lease named as
+//	release        lease
+//	record_event   lease, event                  a consumer event named event, pending until completed
+//	complete_event event                         returns once the runtime has reaped it
+//	hold           handle, location, as
+//	unhold         hold
+//	reserve        location, bytes, name
+//	unreserve      name
+//	explain        plan
+//	execute        plan
+//	decide         request, as                   keep the decision under as
+//	enter          as, and decision or plan (with optional expected_version)
+//	exit           scope
+//	snapshot, trace
+//	fail_next      kind (alloc, copy or reconstruct), location   inject a fault
+//
+// A value registered with at is resident there at once; one registered
+// with source is reconstructed by a deterministic loader through that
+// location whenever it must be placed, so every replay produces the same
+// bytes. Handles, leases, holds, events, decisions and scopes are named in
+// the script; using a name that does not exist is an InvalidInput result.
+//
+// A plan is {"reclaim":[{handle,location}], "reservations":[{name,location,
+// bytes}], "enter":[{handle,location,from}]} (from optional; a missing list
+// is empty). A request is {"name", "requirements":[{"handle","locations"}],
+// "reservations"}: each element of locations is a tier in preference
+// order, a location or an array of equally preferred locations, as in
+// ["cuda:0","pinned-host"] or [["cuda:0","cuda:1"],"pinned-host"].
+//
+// Any op may carry "expect": "ok" or an error type name. An expected
+// ResidencyPlanError also accepts ResidencySearchLimitError and
+// ResidencyStaleStateError.
+//
+// # Output
+//
+// With --json, each op prints {"line", "op", "ok", "state_version", ...}:
+// line is the physical line of the script, state_version the state version
+// right after the op. A failed op adds "error": {"type", "message", and the
+// error's fields in snake_case}:
+//
+//	ResidencyBudgetError         location, budget_bytes, used_bytes, reserved_bytes, requested_bytes
+//	ResidencyPlanError           reason
+//	ResidencySearchLimitError    request_name, state_limit, explored_states, detail
+//	ResidencyStaleStateError     expected_version, actual_version
+//	ResidencyInUseError          handle, location, use_count, hold_count, pending_event_count
+//	ResidencyUnavailableError    handle, location, detail (null when not relevant)
+//	ResidencyPlanExecutionError  phase, failed_action, failed_action_index, failed_reservation,
+//	                             failed_reservation_index, partial_report, cause {type, message}
+//	InvalidInput                 (the message only)
+//	Error                        anything else, such as an op that ran out of time
+//
+// explain adds "explanation" {feasible, reason, predicted_peak_bytes};
+// execute and enter add "report" {transitions}; decide adds "decision"
+// {expected_state_version, explored_states, evictions, plan, explanation,
+// exhaustive}; snapshot adds "snapshot"; trace adds "trace". Without --json
+// the same results are printed as a table, one row per op. A failed
+// expectation is also reported on standard error.
+//
+// The runtime's own rules (what each op costs in state versions, when it
+// is refused) are those of SEMANTICS.md; the scripts in testdata, with
+// their .golden outputs, show each of them.
+//
+// # Exit status
+//
+//	0  every op ran and every expectation held
+//	1  an expectation failed (everything is still printed)
+//	2  the script is malformed: bad JSON, an unknown op, a missing, unknown
+//	   or mistyped field, both or neither of at and source, a first op that
+//	   is not start, a bad start. The whole script is checked before
+//	   anything runs, and the message names the line.
+//
+// Values that are well formed but wrong (bytes ≤ 0, a malformed location
+// inside an op, an unknown replica mode or fault kind) are not malformed
+// scripts: they are InvalidInput results, like any refusal of the runtime.
+//
+// Replays keep at most 1 MiB of real memory per buffer, so scripts with
+// budgets and models of tens of GiB run anywhere; the accounting is exact
+// whatever the sizes.
+package main
