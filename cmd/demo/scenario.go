@@ -210,7 +210,7 @@ func (s *scenario) run() error {
 	s.show("(used %s + reserved %s + requested %s > budget %s)", formatBytes(be.UsedBytes), formatBytes(be.ReservedBytes),
 		formatBytes(be.RequestedBytes), formatBytes(be.BudgetBytes))
 
-	s.say("A user asks for llm-large on cuda:0 next to the embedder. The GPU is full, so ask the controller what to do.")
+	s.say("A user asks for llm-large on cuda:0 next to the embedder. It does not fit as things are: ask the controller.")
 	req := system.Request{
 		Name: "chat-large",
 		Requirements: []system.Requirement{
