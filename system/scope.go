@@ -76,7 +76,7 @@ func (sc *Scope) Enter(ctx context.Context) error {
 	}
 	r, err := sc.sys.call(ctx, func(p *actor.PID) any {
 		return &messages.EnterScope{Scope: sc.name, Plan: sc.plan, CheckVersion: sc.check, ExpectedVersion: sc.expected, ReplyTo: p}
-	}, nil)
+	}, sc.exitLate)
 	if err != nil {
 		sc.state = scopeFailed
 		return err
@@ -88,6 +88,15 @@ func (sc *Scope) Enter(ctx context.Context) error {
 	}
 	sc.state, sc.leases, sc.resv, sc.report = scopeEntered, rep.Leases, rep.Reservations, rep.Report
 	return nil
+}
+
+// exitLate hands back what an entry took for a caller who stopped waiting
+// for it (the scope is failed for that caller and can never exit): its
+// leases and reservations are released as an exit would.
+func (sc *Scope) exitLate(m any) {
+	if rep, ok := m.(*messages.RunReply); ok && rep.Err == nil {
+		sc.sys.root.Send(sc.sys.sup, &messages.ExitScope{Scope: sc.name, Leases: rep.Leases, Reservations: rep.Reservations})
+	}
 }
 
 // Report returns the transitions the scope's entry committed.
