@@ -3,8 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
 )
 
@@ -340,4 +343,66 @@ func TestExecuteReservationsStayActive(t *testing.T) {
 		t.Fatalf("cuda:0 after unreserve: %+v", c0)
 	}
 	as[*system.InvalidInputError](t, f.sys.Unreserve(ctx, f.reservationName), "second unreserve")
+}
+
+// waitFor takes snapshots until cond holds (each snapshot is a round trip
+// through the supervisor, so this waits on the state, not on a clock) and
+// returns the first snapshot where it does; it gives up after a deadline.
+func waitFor(t *testing.T, sys *system.System, what string, cond func(system.Snapshot) bool) system.Snapshot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		s, err := sys.Snapshot(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if cond(s) {
+			return s
+		}
+		runtime.Gosched()
+	}
+}
+
+// A caller that stops waiting for a scope entry (its context ends while an
+// enter is in flight) never gets the scope: the leases and reservations the
+// entry takes when it completes must be released, as for a lease or hold
+// granted to a caller who stopped waiting.
+func TestScopeEntryAbandonedByCallerIsReleased(t *testing.T) {
+	ctx := context.Background()
+	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1<<20)})
+	data := pattern(2000, 5)
+	ld := newBlockingLoader(data)
+	h := register(t, sys, system.Value{Name: "s", Bytes: 2000, Source: "pageable-host", Loader: ld.load})
+	sc := sys.NewScope(system.Plan{
+		Reservations: []system.ReservationSpec{{Name: "scratch", Location: "cuda:0", Bytes: 100}},
+		Enter:        []system.Action{{Handle: h, Location: "cuda:0"}},
+	})
+	callerCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- sc.Enter(callerCtx) }()
+	<-ld.started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("enter: %v, want context.Canceled", err)
+	}
+	close(ld.release)
+	// The entry completes inside the runtime; whatever it took for the
+	// caller who left is handed back right after (ordered before any later
+	// request), so the snapshot after the first one showing s resident
+	// must show it released.
+	waitFor(t, sys, "s resident at cuda:0", func(s system.Snapshot) bool {
+		m, ok := mats(t, s, "s")["cuda:0"]
+		return ok && m.State == budget.Resident
+	})
+	s := snapshot(t, sys)
+	if m := mats(t, s, "s")["cuda:0"]; m.UseCount != 0 {
+		t.Errorf("s at cuda:0 still leased by the abandoned scope: %+v", m)
+	}
+	if l := loc(t, s, "cuda:0"); l.ReservedBytes != 0 {
+		t.Errorf("the abandoned scope's reservation is still active: %+v", l.Reservations)
+	}
+	as[*system.InvalidInputError](t, sc.Exit(ctx), "exit of the abandoned scope")
+	as[*system.InvalidInputError](t, sc.Enter(ctx), "enter of the abandoned scope")
+	must(t, sys.Evict(ctx, h, "cuda:0"), "evict once nothing protects s")
 }
