@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
@@ -237,3 +238,47 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 }
 
 var _ cuda.Backend = (*soft.Backend)(nil)
+
+// Close lets a transfer in flight settle before it shuts down: new calls
+// are refused at once, the transfer's caller gets its result, and the final
+// snapshot is all zeros.
+func TestCloseSettlesTransfersInFlight(t *testing.T) {
+	ctx := context.Background()
+	sys, err := system.Start(ctx, system.Options{Locations: fourLocations(0, 0, 1<<20)})
+	must(t, err, "start")
+	ld := newBlockingLoader(pattern(3000, 8))
+	h := register(t, sys, system.Value{Name: "s", Bytes: 3000, Source: "pinned-host", Loader: ld.load})
+	placed := make(chan error, 1)
+	go func() { placed <- sys.Place(ctx, h, "cuda:0") }()
+	<-ld.started
+
+	closed := make(chan error, 1)
+	go func() { closed <- sys.Close(ctx) }()
+	// Wait until Close has begun: calls are refused from then on.
+	for {
+		if _, err := sys.Explain(ctx, system.Plan{}); errors.Is(err, system.ErrClosed) {
+			break
+		}
+		runtime.Gosched()
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("close returned %v while a transfer was in flight", err)
+	case err := <-placed:
+		t.Fatalf("place returned %v before its loader finished", err)
+	default:
+	}
+	close(ld.release)
+	must(t, <-placed, "the place in flight completes")
+	must(t, <-closed, "close")
+	final, err := sys.Snapshot(ctx)
+	must(t, err, "final snapshot")
+	for _, l := range final.Locations {
+		if l.UsedBytes != 0 || l.ReservedBytes != 0 || l.TemporaryBytes != 0 {
+			t.Fatalf("%s after close: %+v", l.Location, l)
+		}
+	}
+	// The transfer completed before the shutdown removed it: register,
+	// admit, complete, then the removal at shutdown.
+	equal(t, uint64(4), final.StateVersion, "final state version")
+}
