@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -66,11 +65,10 @@ func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer) (err er
 	defer cancel()
 	switch e.Kind {
 	case budget.EffectInitialize:
-		data := m.Data
-		if data == nil {
-			data = make([]byte, e.Bytes)
+		if m.Data == nil {
+			return nil // the buffer keeps its fresh contents (zero on the soft backend)
 		}
-		return a.eng.backend.Write(opctx, dbuf, data)
+		return a.eng.backend.Write(opctx, dbuf, m.Data)
 	case budget.EffectCopy:
 		sbuf, ok := a.eng.Buffers.Get(messages.BufferKey{Value: e.Handle.ID, Location: e.From})
 		if !ok {
@@ -134,5 +132,3 @@ func (a *valueActor) watch(m *messages.WatchEvent) {
 		}
 	}()
 }
-
-var _ = time.Second
