@@ -99,9 +99,12 @@ func (l *Lease) Read(ctx context.Context) ([]byte, error) {
 // RecordEvent records a consumer event (typically recorded on a stream
 // that reads the buffer): the materialization stays protected until the
 // event completes and the runtime has reaped it, even after Release.
-// Recording on a released lease is an [*InvalidInputError].
+// Recording on a released lease, or a nil event, is an [*InvalidInputError].
 func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error) {
 	s := l.sys
+	if ev == nil {
+		return 0, &budget.InvalidInputError{Message: fmt.Sprintf("lease %d: cannot record a nil event", l.id)}
+	}
 	key := s.eventSeq.Add(1)
 	s.eng.StoreEvent(key, ev)
 	r, err := s.call(ctx, func(p *actor.PID) any {
