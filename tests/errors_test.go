@@ -760,3 +760,53 @@ func TestInvalidInputLeavesStateUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// Recording a nil event is bad input: refused, nothing changed (before the
+// fix it was recorded as pending and crashed the watcher goroutine).
+func TestRecordNilEventIsInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	sys := start(t, system.Options{Locations: fourLocations(0, 0, 0)})
+	h := register(t, sys, system.Value{Name: "v", Bytes: 10, At: "cuda:0"})
+	l, err := sys.Acquire(ctx, h, "cuda:0")
+	must(t, err, "acquire")
+	before := snapshot(t, sys)
+	_, err = l.RecordEvent(ctx, nil)
+	as[*system.InvalidInputError](t, err, "record a nil event")
+	unchanged(t, sys, before, "nil event")
+	must(t, l.Release(ctx), "release")
+}
+
+// A registration whose initialization fails is a PlanExecutionError; the
+// handle is retired and the name is free again.
+func TestRegistrationFailureRetiresHandle(t *testing.T) {
+	ctx := context.Background()
+	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1000)})
+	before := snapshot(t, sys)
+	sys.Faults().Arm(cuda.FaultAlloc, "cuda:0")
+	_, err := sys.Register(ctx, system.Value{Name: "n", Bytes: 100, At: "cuda:0"})
+	pe := as[*system.PlanExecutionError](t, err, "register with an allocation fault")
+	if pe.Phase != budget.PhaseExecute || pe.FailedAction == nil || pe.FailedAction.Location != "cuda:0" || pe.FailedAction.Handle.Name != "n" {
+		t.Fatalf("%+v", pe)
+	}
+	equal(t, []string{"admit", "fail"}, kinds(pe.PartialReport), "report")
+	retired := pe.FailedAction.Handle
+	after := snapshot(t, sys)
+	equal(t, before.StateVersion+2, after.StateVersion, "versions")
+	if l := loc(t, after, "cuda:0"); l.UsedBytes != 0 {
+		t.Fatalf("cuda:0 after the failed registration: %+v", l)
+	}
+	if err := sys.Place(ctx, retired, "pinned-host"); !errors.Is(err, system.ErrDiscarded) {
+		t.Fatalf("the retired handle: %v", err)
+	}
+	data := pattern(100, 6)
+	h := register(t, sys, system.Value{Name: "n", Bytes: 100, At: "cuda:0", Data: data})
+	if h == retired {
+		t.Fatal("the new registration reuses the retired handle")
+	}
+	got, err := sys.Read(ctx, h, "cuda:0")
+	must(t, err, "read")
+	requireBytes(t, data, got, "n")
+	if looked, err := sys.Lookup(ctx, "n"); err != nil || looked != h {
+		t.Fatalf("lookup %v %v", looked, err)
+	}
+}
