@@ -5,9 +5,11 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/system"
 )
 
@@ -315,4 +317,96 @@ func TestLeaseEventProtectsBytesUntilCopyCompletes(t *testing.T) {
 	must(t, err, "read host buffer")
 	requireBytes(t, data, got, "bytes the consumer copied")
 	must(t, sys.WaitReaped(ctx, id), "wait reaped of a reaped event")
+}
+
+// gatedSleep is a soft-backend Sleep that, while armed, holds the next
+// stream copy in flight until released: a copy in flight becomes a state
+// the test holds and inspects.
+type gatedSleep struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGatedSleep() *gatedSleep {
+	return &gatedSleep{entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (g *gatedSleep) sleep(ctx context.Context, _ time.Duration) {
+	if !g.armed.CompareAndSwap(true, false) {
+		return
+	}
+	g.entered <- struct{}{}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+}
+
+// While a move is in flight both ends are charged (overlap), the source is
+// leaving and the destination entering; neither can be leased or removed.
+// A copy's source stays removable only once the copy has settled.
+func TestTransferInFlightChargesBothEnds(t *testing.T) {
+	ctx := context.Background()
+	gate := newGatedSleep()
+	backend, err := soft.New(soft.Config{Locations: stressLocations, BandwidthBytesPerSec: 1 << 30, Sleep: gate.sleep})
+	must(t, err, "soft backend")
+	defer func() { must(t, backend.Close(), "close backend") }()
+	sys := start(t, system.Options{Locations: fourLocations(0, 1<<20, 1<<20), Backend: backend})
+	const n = 8192
+	xData, rData := pattern(n, 1), pattern(n, 2)
+	x := register(t, sys, system.Value{Name: "x", Bytes: n, At: "pinned-host", Data: xData})
+	r := register(t, sys, system.Value{Name: "r", Bytes: n, Mode: system.Replicable, At: "pinned-host", Data: rData})
+
+	t.Run("move", func(t *testing.T) {
+		gate.armed.Store(true)
+		done := make(chan error, 1)
+		go func() { done <- sys.Move(ctx, x, "pinned-host", "cuda:0") }()
+		<-gate.entered
+		mid := snapshot(t, sys)
+		m := mats(t, mid, "x")
+		if m["pinned-host"].State != budget.Leaving || m["cuda:0"].State != budget.Entering {
+			t.Fatalf("x during the move: %+v", m)
+		}
+		if p, c := loc(t, mid, "pinned-host"), loc(t, mid, "cuda:0"); p.UsedBytes != 2*n || c.UsedBytes != n {
+			t.Fatalf("during the move: pinned-host %+v, cuda:0 %+v", p, c)
+		}
+		for _, at := range []string{"pinned-host", "cuda:0"} {
+			_, err := sys.Acquire(ctx, x, at)
+			as[*system.UnavailableError](t, err, "acquire x at "+at+" during the move")
+			as[*system.UnavailableError](t, sys.Evict(ctx, x, at), "evict x at "+at+" during the move")
+		}
+		as[*system.UnavailableError](t, sys.Place(ctx, x, "cuda:1"), "place x during the move")
+		unchanged(t, sys, mid, "refusals during the move")
+		gate.release <- struct{}{}
+		must(t, <-done, "move")
+		after := snapshot(t, sys)
+		equal(t, []string{"cuda:0"}, keys(mats(t, after, "x")), "x after the move")
+		if p := loc(t, after, "pinned-host"); p.UsedBytes != n {
+			t.Fatalf("pinned-host after the move: %+v", p)
+		}
+		readBoth(t, sys, x, "cuda:0", xData)
+	})
+
+	t.Run("copy", func(t *testing.T) {
+		gate.armed.Store(true)
+		done := make(chan error, 1)
+		go func() { done <- sys.Copy(ctx, r, "pinned-host", "cuda:1") }()
+		<-gate.entered
+		mid := snapshot(t, sys)
+		if m := mats(t, mid, "r"); m["pinned-host"].State != budget.Resident || m["cuda:1"].State != budget.Entering {
+			t.Fatalf("r during the copy: %+v", m)
+		}
+		// The source is read by the copy: it stays resident and leasable,
+		// but cannot be removed until the copy settles.
+		ue := as[*system.UnavailableError](t, sys.Evict(ctx, r, "pinned-host"), "evict the source of a copy in flight")
+		if ue.Reason != budget.UnavailableInFlight {
+			t.Fatalf("%+v", *ue)
+		}
+		readBoth(t, sys, r, "pinned-host", rData)
+		gate.release <- struct{}{}
+		must(t, <-done, "copy")
+		readBoth(t, sys, r, "cuda:1", rData)
+		must(t, sys.Evict(ctx, r, "pinned-host"), "evict the source once the copy settled")
+	})
 }
