@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/system"
 )
@@ -236,8 +235,6 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 	must(t, err, "read n2")
 	requireBytes(t, n2data, got, "n2")
 }
-
-var _ cuda.Backend = (*soft.Backend)(nil)
 
 // Close lets a transfer in flight settle before it shuts down: new calls
 // are refused at once, the transfer's caller gets its result, and the final
