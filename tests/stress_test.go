@@ -631,3 +631,40 @@ func TestLocationActorAllocationPanic(t *testing.T) {
 	must(t, sys.Copy(ctx, h, "pinned-host", "cuda:1"), "copy after the panic")
 	readBoth(t, sys, h, "cuda:1", data)
 }
+
+// The snapshot checker the stress test relies on must reject every kind of
+// inconsistency it claims to find.
+func TestInvariantCheckerCatchesViolations(t *testing.T) {
+	good := func() system.Snapshot {
+		return system.Snapshot{
+			StateVersion: 7,
+			Locations: []budget.LocationRecord{
+				{Location: "pinned-host", UsedBytes: 300, TemporaryBytes: 100, PeakBytes: 300},
+				{Location: "cuda:0", HasBudget: true, BudgetBytes: 500, UsedBytes: 200, ReservedBytes: 250, PeakBytes: 450,
+					Reservations: []system.ReservationRecord{{Name: "a", Bytes: 50}, {Name: "b", Bytes: 200}}},
+			},
+			Values: []budget.ValueRecord{{Handle: system.Handle{Name: "v", ID: 1}, Bytes: 200, Materializations: []system.MaterializationRecord{
+				{Location: "pinned-host", ChargedBytes: 200}, {Location: "cuda:0", ChargedBytes: 200, UseCount: 1}}}},
+		}
+	}
+	must(t, checkInvariants(good()), "a consistent snapshot")
+	for name, corrupt := range map[string]func(*system.Snapshot){
+		"over budget": func(s *system.Snapshot) {
+			s.Locations[1].ReservedBytes, s.Locations[1].Reservations[1].Bytes = 350, 300
+		},
+		"used without a charge":   func(s *system.Snapshot) { s.Locations[0].UsedBytes = 400 },
+		"temporary not counted":   func(s *system.Snapshot) { s.Locations[0].TemporaryBytes = 0 },
+		"reservations mismatch":   func(s *system.Snapshot) { s.Locations[1].Reservations = s.Locations[1].Reservations[:1] },
+		"negative count":          func(s *system.Snapshot) { s.Values[0].Materializations[1].UseCount = -1 },
+		"negative pending events": func(s *system.Snapshot) { s.Values[0].Materializations[0].PendingEventCount = -1 },
+		"wrong charge":            func(s *system.Snapshot) { s.Values[0].Materializations[0].ChargedBytes = 100 },
+		"peak below current":      func(s *system.Snapshot) { s.Locations[1].PeakBytes = 400 },
+		"discarded but resident":  func(s *system.Snapshot) { s.Values[0].Discarded = true },
+	} {
+		s := good()
+		corrupt(&s)
+		if err := checkInvariants(s); err == nil {
+			t.Errorf("%s: not detected", name)
+		}
+	}
+}
