@@ -134,7 +134,7 @@ func Start(cfg Config) (*Engine, error) {
 	// the ledger stays single-threaded; the hot path (lease acquire and
 	// release) saves a goroutine hand-off each way.
 	props := actor.PropsFromProducer(func() actor.Actor { return sup },
-		actor.WithDispatcher(actor.NewSynchronizedDispatcher(256)))
+		actor.WithDispatcher(actor.NewSynchronizedDispatcher(64)))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		eng.abort()

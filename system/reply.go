@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -115,6 +116,12 @@ func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any)) (a
 	select {
 	case m := <-s.ch:
 		p.put(s)
+		// The supervisor runs on its senders' goroutines (caller-runs
+		// dispatch), so this goroutine may just have served other callers
+		// whose replies made them runnable behind it. Yield once so they
+		// run now rather than when the scheduler preempts us: it bounds
+		// the tail latency of every caller (see BENCHMARKS.md).
+		runtime.Gosched()
 		return m, nil
 	case <-ctx.Done():
 		s.abandon(onLate)
