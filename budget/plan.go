@@ -46,7 +46,8 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 
 // planValues resolves and validates every handle and location of a plan.
 // Errors: Unavailable (foreign, discarded, unconfigured location), invalid
-// input (unknown handle, malformed location, bad reservation).
+// input (unknown handle, malformed location, bad reservation: empty,
+// repeated or already active name, bytes ≤ 0).
 func (l *Ledger) planValues(p Plan) ([]*value, error) {
 	var vals []*value
 	check := func(a Action, what string, i int) error {
@@ -80,6 +81,9 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 		}
 		if names[r.Name] {
 			return nil, invalidf("reservation name %q appears twice in the plan", r.Name)
+		}
+		if _, active := l.resv[r.Name]; active {
+			return nil, invalidf("duplicate reservation name %q (already active)", r.Name)
 		}
 		names[r.Name] = true
 		if r.Bytes <= 0 {

@@ -750,7 +750,7 @@ func (m *refModel) validate(p Plan) string {
 	}
 	seen := map[string]bool{}
 	for _, r := range p.Reservations {
-		if r.Name == "" || seen[r.Name] || r.Bytes <= 0 {
+		if r.Name == "" || seen[r.Name] || m.findResv(r.Name) >= 0 || r.Bytes <= 0 {
 			return refInvalid()
 		}
 		seen[r.Name] = true

@@ -132,6 +132,8 @@ package budget
 //   leases on every entered endpoint, only after every enter
 //   (resolved: failed entry holds none; one version per lease)
 //                                        → TestRule_ScopeLeasesTakenOnlyAfterAllEnters
+//   (resolved) duplicate names are invalid input, plan reservations too
+//                                        → TestRule_PlanReservationNamesAreValidatedAsInput
 //   (resolved) execute's reservations stay active
 //                                        → TestRule_ExecuteReservationsStayActive
 //   (resolved) scope reservations refused by unreserve
@@ -1878,6 +1880,28 @@ func TestRule_ScopeLeasesTakenOnlyAfterAllEnters(t *testing.T) {
 	eq(t, "report = every version of the entry", rep.Transitions[n-1].Version-rep.Transitions[0].Version+1, uint64(n))
 	_, _, err = r.Finish()
 	wantInvalid(t, err, "already finished")
+}
+
+func TestRule_PlanReservationNamesAreValidatedAsInput(t *testing.T) {
+	// Duplicate names are invalid input (resolved details), in a plan too:
+	// repeated within the plan, or already active.
+	e := newPlanEnv(t)
+	c := e.c
+	c.must(c.Reserve("cuda:1", "q", 1))
+	for _, p := range []Plan{
+		{Reservations: []ReservationSpec{{Name: "q", Location: "cuda:0", Bytes: 1}}},
+		{Reservations: []ReservationSpec{{Name: "z", Location: "cuda:0", Bytes: 1}, {Name: "z", Location: "cuda:1", Bytes: 1}}},
+		{Reservations: []ReservationSpec{{Name: "", Location: "cuda:0", Bytes: 1}}},
+		{Reservations: []ReservationSpec{{Name: "z", Location: "cuda:0", Bytes: 0}}},
+	} {
+		for _, scope := range []string{"", "s"} {
+			err := c.refused("start", func() error { _, err := c.StartRun(p, RunOptions{Scope: scope}); return err })
+			wantInvalid(t, err)
+		}
+		if ex := c.Explain(p); ex.Feasible {
+			t.Fatalf("explain of %+v is feasible", p)
+		}
+	}
 }
 
 func TestRule_ExecuteReservationsStayActive(t *testing.T) {
