@@ -274,7 +274,7 @@ func (l *Ledger) admits(loc int, requested int64) error {
 // mismatched name → invalid input; discarded → Unavailable(discarded).
 func (l *Ledger) value(h Handle) (*value, error) {
 	if h.Manager != l.id {
-		return nil, &UnavailableError{Handle: h.Name, Detail: fmt.Sprintf("handle belongs to another manager (%q, this is %q)", h.Manager, l.id), Reason: UnavailableForeign}
+		return nil, &UnavailableError{Handle: h.Name, Detail: fmt.Sprintf("foreign handle: it belongs to another manager (%q, this is %q)", h.Manager, l.id), Reason: UnavailableForeign}
 	}
 	if h.ID == 0 || h.ID > uint64(len(l.values)) {
 		return nil, invalidf("unknown handle %q (id %d)", h.Name, h.ID)

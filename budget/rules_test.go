@@ -998,7 +998,7 @@ func TestRule_ForeignHandleIsUnavailable(t *testing.T) {
 	other := newChecked(t, Config{ManagerID: "m2", Locations: []LocationConfig{{Name: "pageable-host"}}})
 	f := other.reg("w", 10, Replicable, "pageable-host")
 	eq(t, "foreign handle looks local", f.ID, uint64(1))
-	checkDeadHandle(t, c, f, UnavailableForeign, ErrForeign, "another manager")
+	checkDeadHandle(t, c, f, UnavailableForeign, ErrForeign, "foreign")
 }
 
 // checkDeadHandle: every operation on h is an UnavailableError with the
@@ -2046,7 +2046,7 @@ func TestRule_BadInputIsRefusedAndChangesNothing(t *testing.T) {
 				eq(t, "plan error", *as[*PlanError](t, err), PlanError{Reason: `copy of "w": value is exclusive; only replicable values may be copied (use move)`})
 			}},
 		{"foreign handle", func() error { _, err := c.Acquire(foreign, "pageable-host"); return err },
-			unav(UnavailableError{Handle: "w", Detail: `handle belongs to another manager ("m9", this is "m1")`, Reason: UnavailableForeign})},
+			unav(UnavailableError{Handle: "w", Detail: `foreign handle: it belongs to another manager ("m9", this is "m1")`, Reason: UnavailableForeign})},
 		{"discarded handle", func() error { _, err := c.Place(d, "cuda:0"); return err },
 			unav(UnavailableError{Handle: "d", Detail: "value was discarded", Reason: UnavailableDiscarded})},
 		{"unconfigured location", func() error { _, err := c.Place(r, "cuda:3"); return err },
