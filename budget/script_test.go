@@ -118,8 +118,10 @@ func TestScripts(t *testing.T) {
 		t.Fatalf("no scripts: %v", err)
 	}
 	seen := map[string]bool{}
+	ran := 0
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
+			ran++
 			blocks, trailing := parseScript(t, path)
 			s := &scriptRunner{t: t, runs: map[string]*checkedRun{}}
 			for i := range blocks {
@@ -145,6 +147,9 @@ func TestScripts(t *testing.T) {
 		})
 	}
 	// Together the scripts must show every error type of the ledger.
+	if ran < len(files) {
+		return // -run selected some of them
+	}
 	for _, want := range []string{"*budget.BudgetError", "*budget.PlanError", "*budget.SearchLimitError", "*budget.StaleStateError",
 		"*budget.InUseError", "*budget.UnavailableError", "*budget.PlanExecutionError", "*budget.InvalidInputError"} {
 		if !seen[want] {
