@@ -54,6 +54,7 @@ type value struct {
 	freq      int64
 	mats      []*mat // any order; at most one per location
 	inflight  int    // admitted transfers not yet completed or failed
+	stillborn bool   // registration failed: retired, left out of snapshots
 }
 
 func (v *value) mat(loc int) *mat {
@@ -620,6 +621,7 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 		// never existed for anyone else. Retire the handle and free its
 		// name so the caller can register again.
 		v.discarded = true
+		v.stillborn = true
 		delete(l.byName, v.name)
 		detail = "registration failed; handle retired"
 	}

@@ -281,7 +281,8 @@ func (r *Run) record(f func()) {
 // Next admits the next step and returns it; ok is false when every step
 // has been admitted and settled. A step with a pending admission must be
 // settled before Next is called again. On failure it returns a
-// *PlanExecutionError (the run's reservations released) and the run is over.
+// *PlanExecutionError and the run is over; a scope's reservations admitted
+// so far are released, an execute's stay active.
 func (r *Run) Next() (step Step, ok bool, err error) {
 	if r.failed != nil {
 		return Step{}, false, r.failed
@@ -408,11 +409,15 @@ func (r *Run) fail(cause error, a *Action, ai int, s *ReservationSpec, si int) e
 		PartialReport:          Report{Transitions: append([]Transition(nil), r.report...)},
 		Cause:                  cause,
 	}
-	// Reservation-prefix cleanup: release what this run admitted.
-	for j := len(r.resv) - 1; j >= 0; j-- {
-		_ = r.l.unreserve(r.resv[j], r.opts.Scope)
+	// Reservation-prefix cleanup on a failed scope entry: release what
+	// this run admitted. A plain execute admits ordinary reservations that
+	// stay active (released by name), failed or not.
+	if r.opts.Scope != "" {
+		for j := len(r.resv) - 1; j >= 0; j-- {
+			_ = r.l.unreserve(r.resv[j], r.opts.Scope)
+		}
+		r.resv = nil
 	}
-	r.resv = nil
 	r.failed = e
 	r.done = true
 	return e

@@ -35,6 +35,7 @@ type refValue struct {
 	replicable bool
 	source     string // "" when the value has no source
 	discarded  bool
+	stillborn  bool
 	state      map[string]MatState // location → state of the materialization there
 }
 
@@ -543,6 +544,7 @@ func (m *refModel) Fail(id int) string {
 		// The ledger's documented choice: a failed registration retires
 		// the handle and frees the name.
 		v.discarded = true
+		v.stillborn = true
 		delete(m.names, v.name)
 	}
 	m.bump()
@@ -878,8 +880,10 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 	fail := func(ph string, a *Action, ai int, r *ReservationSpec, ri int, cause string) refRunResult {
 		m.report = nil
 		n := len(report)
-		for i := len(admitted) - 1; i >= 0; i-- {
-			m.Unreserve(admitted[i], scope)
+		if scope != "" { // a failed scope entry releases its reservations; execute's stay
+			for i := len(admitted) - 1; i >= 0; i-- {
+				m.Unreserve(admitted[i], scope)
+			}
 		}
 		return refRunResult{err: refExec(phase(ph), a, ai, r, ri, n, cause), report: n}
 	}
@@ -957,6 +961,9 @@ func (m *refModel) State() []string {
 		out = append(out, line)
 	}
 	for _, v := range m.values {
+		if v.stillborn { // a failed registration never existed: not in snapshots
+			continue
+		}
 		mode := "exclusive"
 		if v.replicable {
 			mode = "replicable"

@@ -550,8 +550,14 @@ func TestRule_Recoverability(t *testing.T) {
 	eq(t, "resident", c.val("w").Recoverable, true)
 	eq(t, "entering only, no source", c.val("lost").Recoverable, false)
 	c.must(c.Fail(a.ID, errors.New("init failed")))
-	eq(t, "initialization failed", c.val("lost").Recoverable, false)
-	eq(t, "initialization failed: retired", c.val("lost").Discarded, true)
+	// A failed registration never existed: retired, name free, and left
+	// out of snapshots.
+	if snap := c.L.Snapshot(); func() bool { _, ok := snap.Value("lost"); return ok }() {
+		t.Fatal("a value whose registration failed must not appear in snapshots")
+	}
+	if _, ok := c.L.Lookup("lost"); ok {
+		t.Fatal("the name of a failed registration must be free again")
+	}
 	c.placed(s, "cuda:1")
 	eq(t, "source and resident", c.val("s").Recoverable, true)
 	_, err = c.Discard(w)
@@ -1724,10 +1730,17 @@ func TestRule_RunReserveFailureIsPlanExecutionError(t *testing.T) {
 			PartialReport: Report{Transitions: []Transition{{Version: v, Kind: "reserve", Location: "cuda:0", Bytes: 10, Detail: "q1"}}},
 			Cause:         &BudgetError{Location: "cuda:0", BudgetBytes: 100, UsedBytes: 60, ReservedBytes: 35, RequestedBytes: 20},
 		})
-		// q1 was released (1 version); "other" is untouched.
-		eq(t, "reservations", c.loc("cuda:0").Reservations, []ReservationRecord{{Name: "other", Bytes: 25}})
-		eq(t, "version", c.L.Version(), v+2)
-		wantInvalid(t, c.Unreserve("q1"), "not active")
+		if scope != "" {
+			// A failed scope entry releases q1 (1 version); "other" is untouched.
+			eq(t, "reservations", c.loc("cuda:0").Reservations, []ReservationRecord{{Name: "other", Bytes: 25}})
+			eq(t, "version", c.L.Version(), v+2)
+			wantInvalid(t, c.Unreserve("q1"), "not active")
+		} else {
+			// An execute's reservations are ordinary ones: q1 stays active.
+			eq(t, "reservations", c.loc("cuda:0").Reservations, []ReservationRecord{{Name: "q1", Bytes: 10}, {Name: "other", Bytes: 25}})
+			eq(t, "version", c.L.Version(), v+1)
+			c.must(c.Unreserve("q1"))
+		}
 	}
 }
 
@@ -1806,8 +1819,10 @@ func TestRule_ExecuteFailureCarriesPhaseExecute(t *testing.T) {
 	err = r.Fail(errors.New("copy engine fault"))
 	pe := as[*PlanExecutionError](t, err)
 	eq(t, "fields", []any{pe.Phase, *pe.FailedAction, pe.FailedActionIndex, pe.FailedReservationIndex}, []any{PhaseExecute, p.Enter[0], 0, -1})
-	// A failed execute releases the reservations it admitted (our choice).
-	eq(t, "released", len(c.loc("cuda:0").Reservations), 0)
+	// A failed execute keeps the reservations it admitted: they are
+	// ordinary named reservations (SEMANTICS: they stay active; only a
+	// failed scope entry cleans its reservation prefix).
+	eq(t, "kept", c.loc("cuda:0").Reservations, []ReservationRecord{{Name: "q", Bytes: 10}})
 }
 
 func TestRule_DirectTransferFailureIsPlanExecutionError(t *testing.T) {

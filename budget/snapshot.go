@@ -113,10 +113,11 @@ func (s *Snapshot) Value(name string) (ValueRecord, bool) {
 }
 
 // Snapshot returns an atomic copy of the state: every location in location
-// order and every value in registration order (discarded ones included),
+// order and every value in registration order (discarded ones included;
+// a value whose registration failed never existed and is left out),
 // materializations in location order. A read: no version.
 func (l *Ledger) Snapshot() Snapshot {
-	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, len(l.values))}
+	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, len(l.values))}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}
@@ -138,7 +139,10 @@ func (l *Ledger) Snapshot() Snapshot {
 		nm += len(v.mats)
 	}
 	mats := make([]MaterializationRecord, 0, nm)
-	for i, v := range l.values {
+	for _, v := range l.values {
+		if v.stillborn {
+			continue
+		}
 		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Discarded: v.discarded, Recoverable: l.recoverable(v)}
 		if v.hasSource {
 			r.SourceLocation = l.locs[v.source].name
@@ -154,7 +158,7 @@ func (l *Ledger) Snapshot() Snapshot {
 		if len(ms) > 0 {
 			r.Materializations = ms
 		}
-		s.Values[i] = r
+		s.Values = append(s.Values, r)
 	}
 	return s
 }

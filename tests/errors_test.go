@@ -459,13 +459,15 @@ func TestPlanExecutionErrorExecute(t *testing.T) {
 	}
 	after := snapshot(t, sys)
 	// x's move stays committed; y is back at pinned-host only; the
-	// reservation the failed run admitted is released.
+	// reservation the execute admitted is an ordinary named one: it stays
+	// active until released by name, even though the execute failed.
 	equal(t, []string{"cuda:0"}, keys(mats(t, after, "x")), "x after the failed execute")
 	equal(t, []string{"pinned-host"}, keys(mats(t, after, "y")), "y after the failed execute")
 	equal(t, []string{"pinned-host"}, keys(mats(t, after, "z")), "z after the failed execute")
-	if l := loc(t, after, "cuda:0"); l.ReservedBytes != 0 || l.UsedBytes != 200 {
+	if l := loc(t, after, "cuda:0"); l.ReservedBytes != 100 || l.UsedBytes != 200 {
 		t.Fatalf("cuda:0 after the failed execute: %+v", l)
 	}
+	must(t, sys.Unreserve(ctx, "ws"), "unreserve ws")
 	if l := loc(t, after, "cuda:1"); l.UsedBytes != 0 {
 		t.Fatalf("cuda:1 after the failed execute: %+v", l)
 	}
