@@ -64,7 +64,7 @@ type Engine struct {
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
-	streams      map[string]cuda.Stream
+	streams      map[string]*lockedStream
 	newLoaders   *registry[string, cuda.Loader]
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
@@ -98,7 +98,7 @@ func Start(cfg Config) (*Engine, error) {
 		stateLimit:   cfg.StateLimit,
 		allocTimeout: cfg.Timeout,
 		locations:    map[string]*actor.PID{},
-		streams:      map[string]cuda.Stream{},
+		streams:      map[string]*lockedStream{},
 		newLoaders:   newRegistry[string, cuda.Loader](),
 		loaders:      newRegistry[uint64, cuda.Loader](),
 		events:       newRegistry[uint64, cuda.Event](),
@@ -117,7 +117,7 @@ func Start(cfg Config) (*Engine, error) {
 			eng.abort()
 			return nil, fmt.Errorf("stream for %s: %w", loc, err)
 		}
-		eng.streams[loc] = st
+		eng.streams[loc] = &lockedStream{Stream: st}
 		l := loc
 		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
 		if err != nil {
@@ -200,4 +200,25 @@ func (e *Engine) Stop(ctx context.Context) error {
 		e.System.Shutdown()
 	})
 	return err
+}
+
+// lockedStream is a destination location's copy stream, shared by every
+// value actor. A stream reports a failed copy through the first event
+// recorded after it, so a copy and the event that reports on it must not
+// be interleaved with another actor's: each copy and its Record happen
+// under mu, and every event speaks for exactly its own copy.
+type lockedStream struct {
+	cuda.Stream
+	mu sync.Mutex
+}
+
+// copyAndRecord enqueues dst←src and records the event that completes
+// (with this copy's outcome) once the copy has run.
+func (s *lockedStream) copyAndRecord(dst, src cuda.Buffer) (cuda.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.CopyAsync(dst, src); err != nil {
+		return nil, err
+	}
+	return s.Record()
 }

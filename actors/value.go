@@ -100,11 +100,7 @@ func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer) (err er
 // copy enqueues dst←src on the destination location's stream, records an
 // event after it and waits for that event.
 func (a *valueActor) copy(ctx context.Context, dst, src cuda.Buffer) error {
-	st := a.eng.streams[dst.Location()]
-	if err := st.CopyAsync(dst, src); err != nil {
-		return err
-	}
-	ev, err := st.Record()
+	ev, err := a.eng.streams[dst.Location()].copyAndRecord(dst, src)
 	if err != nil {
 		return err
 	}
