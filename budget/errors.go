@@ -186,8 +186,32 @@ func (e *PlanExecutionError) Error() string {
 		e.Phase, what, len(e.PartialReport.Transitions), e.Cause)
 }
 
-// Unwrap returns the cause.
-func (e *PlanExecutionError) Unwrap() error { return e.Cause }
+// Unwrap returns the cause — except that PlanExecutionError is a sibling
+// category of PlanError: when the cause is itself a plan error (a reclaim
+// refused as data loss, say), Unwrap returns a wrapper of it that
+// errors.Is(err, ErrPlan) does not match, while errors.As(err, &planErr)
+// and errors.Is(err, cause) still find it. Cause holds the cause itself.
+func (e *PlanExecutionError) Unwrap() error {
+	if e.Cause != nil && errors.Is(e.Cause, ErrPlan) {
+		return causeOf{e.Cause}
+	}
+	return e.Cause
+}
+
+// causeOf carries a PlanExecutionError's cause through the error chain
+// without its plan category.
+type causeOf struct{ err error }
+
+func (c causeOf) Error() string { return c.err.Error() }
+
+func (c causeOf) Is(target error) bool {
+	if target == ErrPlan {
+		return false
+	}
+	return errors.Is(c.err, target)
+}
+
+func (c causeOf) As(target any) bool { return errors.As(c.err, target) }
 
 // InvalidInputError: malformed or unknown input; nothing changed.
 type InvalidInputError struct {

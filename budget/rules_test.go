@@ -1982,12 +1982,25 @@ func TestRule_ErrorCategories(t *testing.T) {
 		&PlanExecutionError{Phase: PhaseEnter, FailedActionIndex: 0, FailedReservationIndex: -1, Cause: errors.New("boom")},
 		&PlanExecutionError{Phase: PhaseReserve, FailedActionIndex: -1, Cause: &BudgetError{Location: "cuda:0"}},
 		&PlanExecutionError{Phase: PhaseReclaim, Cause: &InUseError{Handle: "w"}},
+		// A sibling category even when its cause is a plan error.
+		&PlanExecutionError{Phase: PhaseReclaim, Cause: &PlanError{Reason: "would lose data"}},
+		&PlanExecutionError{Phase: PhaseEnter, Cause: fmt.Errorf("wrapped: %w", &StaleStateError{})},
 		&BudgetError{}, &InUseError{}, &UnavailableError{}, &InvalidInputError{},
 	}
 	for _, err := range notPlan {
 		if errors.Is(err, ErrPlan) {
 			t.Errorf("%T (%v) must not match ErrPlan", err, err)
 		}
+	}
+	// The cause stays reachable for everything but the plan category.
+	pe := &PlanExecutionError{Phase: PhaseReclaim, Cause: &PlanError{Reason: "would lose data"}}
+	var cause *PlanError
+	if !errors.As(pe, &cause) || cause.Reason != "would lose data" {
+		t.Error("errors.As must still find a PlanExecutionError's cause")
+	}
+	inner := &UnavailableError{Reason: UnavailableDiscarded}
+	if !errors.Is(&PlanExecutionError{Cause: inner}, ErrDiscarded) || !errors.Is(&PlanExecutionError{Cause: inner}, inner) {
+		t.Error("errors.Is must still reach a PlanExecutionError's cause")
 	}
 	if !errors.Is(&InvalidInputError{Message: "m"}, ErrInvalidInput) || errors.Is(&PlanError{}, ErrInvalidInput) {
 		t.Error("ErrInvalidInput category")
