@@ -313,6 +313,24 @@ func (l *Ledger) residentMat(v *value, loc int, what string) (*mat, error) {
 	return m, nil
 }
 
+// residentEndpoint resolves (h, loc) to a resident materialization; what
+// says why one is needed, for the UnavailableError.
+func (l *Ledger) residentEndpoint(h Handle, loc, what string) (*value, int, *mat, error) {
+	v, err := l.value(h)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	m, err := l.residentMat(v, i, what)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return v, i, m, nil
+}
+
 func (l *Ledger) inUse(v *value, m *mat) error {
 	return &InUseError{Handle: v.name, Location: l.locs[m.loc].name, UseCount: m.uses, HoldCount: m.holds, PendingEventCount: m.pending}
 }
@@ -736,15 +754,7 @@ func (l *Ledger) matsInOrder(v *value) []*mat {
 // Acquire takes a lease on h's resident materialization at loc (1 version).
 // It never places: absent → Unavailable.
 func (l *Ledger) Acquire(h Handle, loc string) (LeaseID, error) {
-	v, err := l.value(h)
-	if err != nil {
-		return 0, err
-	}
-	i, err := l.location(loc)
-	if err != nil {
-		return 0, err
-	}
-	m, err := l.residentMat(v, i, "acquire never places; admit the endpoint first")
+	v, i, m, err := l.residentEndpoint(h, loc, "acquire never places; admit the endpoint first")
 	if err != nil {
 		return 0, err
 	}
@@ -818,15 +828,7 @@ func (l *Ledger) ReapEvent(id EventID) error {
 
 // Hold takes a hold on h's resident materialization at loc (1 version).
 func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
-	v, err := l.value(h)
-	if err != nil {
-		return 0, err
-	}
-	i, err := l.location(loc)
-	if err != nil {
-		return 0, err
-	}
-	m, err := l.residentMat(v, i, "hold needs a resident materialization")
+	v, i, m, err := l.residentEndpoint(h, loc, "hold needs a resident materialization")
 	if err != nil {
 		return 0, err
 	}

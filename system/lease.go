@@ -146,21 +146,13 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // ReleaseByID releases a lease by id (for tools that keep ids, not *Lease).
 func (s *System) ReleaseByID(ctx context.Context, id LeaseID) error {
-	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Release{Lease: id, ReplyTo: p} }, nil)
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
+	return s.callErr(ctx, func(p *actor.PID) any { return &messages.Release{Lease: id, ReplyTo: p} })
 }
 
 // WaitReaped returns once event id is no longer pending: its device event
 // completed and the runtime reaped it (or it was never recorded).
 func (s *System) WaitReaped(ctx context.Context, id EventID) error {
-	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.AwaitReap{Event: id, ReplyTo: p} }, nil)
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
+	return s.callErr(ctx, func(p *actor.PID) any { return &messages.AwaitReap{Event: id, ReplyTo: p} })
 }
 
 // Hold protects one resident materialization until released.
@@ -187,11 +179,7 @@ func (h *Hold) ID() budget.HoldID { return h.id }
 
 // Release releases the hold. Twice: [*InvalidInputError].
 func (h *Hold) Release(ctx context.Context) error {
-	r, err := h.sys.call(ctx, func(p *actor.PID) any { return &messages.Unhold{Hold: h.id, ReplyTo: p} }, nil)
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
+	return h.sys.callErr(ctx, func(p *actor.PID) any { return &messages.Unhold{Hold: h.id, ReplyTo: p} })
 }
 
 // Read acquires a lease on (h, loc), reads the bytes and releases it.

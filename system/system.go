@@ -210,6 +210,15 @@ func (s *System) call(ctx context.Context, build func(*actor.PID) any, onLate fu
 	return s.slots.await(ctx, sl, onLate)
 }
 
+// callErr is call for requests answered by a plain *messages.Reply.
+func (s *System) callErr(ctx context.Context, build func(*actor.PID) any) error {
+	r, err := s.call(ctx, build, nil)
+	if err != nil {
+		return err
+	}
+	return r.(*messages.Reply).Err
+}
+
 // Value describes a value to register.
 type Value struct {
 	// Name is unique for the runtime's lifetime.
@@ -311,22 +320,14 @@ func (s *System) Discard(ctx context.Context, h Handle) error {
 
 // Reserve admits a named reservation of bytes at loc.
 func (s *System) Reserve(ctx context.Context, loc, name string, bytes int64) error {
-	r, err := s.call(ctx, func(p *actor.PID) any {
+	return s.callErr(ctx, func(p *actor.PID) any {
 		return &messages.Reserve{Location: loc, Name: name, Bytes: bytes, ReplyTo: p}
-	}, nil)
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
+	})
 }
 
 // Unreserve releases a named reservation (not one owned by a scope).
 func (s *System) Unreserve(ctx context.Context, name string) error {
-	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Unreserve{Name: name, ReplyTo: p} }, nil)
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
+	return s.callErr(ctx, func(p *actor.PID) any { return &messages.Unreserve{Name: name, ReplyTo: p} })
 }
 
 // Explain simulates plan on the current state without changing it.
