@@ -32,7 +32,7 @@ bench:
 
 # Bounded native Go fuzzing of the ledger against a naive reference model.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime $(FUZZTIME) ./budget/
+	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./budget/
 
 vet:
 	$(GO) vet $(PKGS)
