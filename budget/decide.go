@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // Requirement asks for a value to be resident at one location of one of
@@ -106,7 +105,7 @@ func (l *Ledger) Decide(req Request, stateLimit int) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	d.scratch = getDecideScratch(len(l.locs))
+	d.scratch = l.decideScratch(len(l.locs))
 	defer d.release()
 	return d.search(stateLimit)
 }
@@ -330,10 +329,13 @@ type decideScratch struct {
 	prefix        [][]int64
 }
 
-var decideScratchPool = sync.Pool{New: func() any { return new(decideScratch) }}
-
-func getDecideScratch(nlocs int) *decideScratch {
-	sc := decideScratchPool.Get().(*decideScratch)
+// decideScratch returns the ledger's reusable candidate buffers (the
+// ledger is single-threaded, so one set serves every Decide in turn).
+func (l *Ledger) decideScratch(nlocs int) *decideScratch {
+	if l.scratch == nil {
+		l.scratch = new(decideScratch)
+	}
+	sc := l.scratch
 	for len(sc.heaps) < nlocs {
 		sc.heaps = append(sc.heaps, nil)
 		sc.sorted = append(sc.sorted, nil)
@@ -342,7 +344,7 @@ func getDecideScratch(nlocs int) *decideScratch {
 	return sc
 }
 
-// release hands the streams' buffers (grown or not) back to the pool.
+// release keeps the streams' buffers (grown or not) for the next Decide.
 func (d *decider) release() {
 	sc := d.scratch
 	for loc, s := range d.streams {
@@ -351,7 +353,6 @@ func (d *decider) release() {
 		}
 	}
 	d.streams, d.scratch = nil, nil
-	decideScratchPool.Put(sc)
 }
 
 func (s *candStream) down(i int) {

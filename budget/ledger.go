@@ -130,9 +130,10 @@ type Ledger struct {
 	nextEvt EventID
 	nextHld HoldID
 
-	trace traceRing
-	sink  *[]Transition // when set, committed transitions are appended
-	sim   bool          // a simulation clone (explain/decide)
+	trace   traceRing
+	sink    *[]Transition  // when set, committed transitions are appended
+	sim     bool           // a simulation clone (explain/decide)
+	scratch *decideScratch // Decide's reusable candidate buffers
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
