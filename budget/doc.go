@@ -77,8 +77,14 @@
 // A [Plan] is reclaim → reservations → enter. [Ledger.Explain] simulates it
 // on a copy of the figures without changing anything. [Ledger.StartRun]
 // executes a plan step by step (the runtime carries out each step's effects
-// between the steps), tracks the committed prefix and, on failure, releases
-// the run's reservations and returns a [*PlanExecutionError].
+// between the steps), tracks the committed prefix and, on failure, returns
+// a [*PlanExecutionError]; a failed scope entry also releases the
+// reservations it admitted (a plain execute's stay active, released by
+// name). Completed reclaims and enters are never rolled back.
+//
+// A copy's source materialization is busy until the copy settles: it
+// cannot be evicted, moved away or discarded meanwhile (an
+// [*UnavailableError] saying so), so a stream never reads freed bytes.
 //
 // # Controller
 //
