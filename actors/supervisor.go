@@ -102,6 +102,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.exitScope(m)
 	case *messages.Snapshot:
 		s.reply(m.ReplyTo, &messages.SnapshotReply{Snapshot: s.ledger.Snapshot()})
+	case *messages.StateVersion:
+		s.reply(m.ReplyTo, &messages.Reply{Version: s.ledger.Version()})
 	case *messages.Trace:
 		s.reply(m.ReplyTo, &messages.TraceReply{Trace: s.ledger.Trace()})
 	case *messages.Lookup:

@@ -153,6 +153,10 @@ type ExitScope struct {
 // Snapshot asks for an atomic snapshot.
 type Snapshot struct{ ReplyTo *actor.PID }
 
+// StateVersion asks for the current state version (answered by a Reply
+// whose Version is that version).
+type StateVersion struct{ ReplyTo *actor.PID }
+
 // Trace asks for the trace ring.
 type Trace struct{ ReplyTo *actor.PID }
 

@@ -154,3 +154,15 @@ func ExampleSystem_Close() {
 	// cuda:0 used after close: 0
 	// later calls: true
 }
+
+// StateVersion reads the version without copying the state.
+func ExampleSystem_StateVersion() {
+	ctx := context.Background()
+	sys, _ := system.Start(ctx, system.Options{ManagerID: "rm-example", Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})
+	defer sys.Close(ctx)
+	before, _ := sys.StateVersion(ctx)
+	_, _ = sys.Register(ctx, system.Value{Name: "kv-block", Bytes: 4096, At: "pageable-host"})
+	after, _ := sys.StateVersion(ctx)
+	fmt.Println(before, after)
+	// Output: 0 2
+}

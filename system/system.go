@@ -388,6 +388,22 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	return r.(*messages.SnapshotReply).Snapshot, nil
 }
 
+// StateVersion returns the current state version: the number of committed
+// mutations so far. It costs one round trip to the supervisor and copies
+// nothing (use it instead of Snapshot when only the version is needed).
+// After Close it returns the final snapshot's version.
+func (s *System) StateVersion(ctx context.Context) (uint64, error) {
+	if s.closed.Load() {
+		snap, err := s.Snapshot(ctx)
+		return snap.StateVersion, err
+	}
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.StateVersion{ReplyTo: p} }, nil)
+	if err != nil {
+		return 0, err
+	}
+	return r.(*messages.Reply).Version, nil
+}
+
 // Trace returns the trace ring, oldest first.
 func (s *System) Trace(ctx context.Context) ([]Transition, error) {
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Trace{ReplyTo: p} }, nil)
