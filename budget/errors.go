@@ -21,6 +21,14 @@ var ErrDiscarded = errors.New("residency handle discarded")
 // manager.
 var ErrForeign = errors.New("residency handle of another manager")
 
+// ErrBusy is matched by refusals that are about something in use rather
+// than over budget: every [*InUseError] (a lease, hold or pending event
+// protects the materialization) and an [*UnavailableError] whose reason is
+// [UnavailableInFlight] (a transition on the endpoint has not completed).
+// Such a refusal can succeed later without any budget change: retry after
+// the protection ends. A [*BudgetError] never matches it.
+var ErrBusy = errors.New("residency busy")
+
 // BudgetError: a direct materialization, a temporary reconstruction charge
 // or a reservation would exceed one location's strict budget. The figures
 // are those at the refusal.
@@ -90,6 +98,9 @@ type InUseError struct {
 	PendingEventCount int
 }
 
+// Is reports the ErrBusy category.
+func (e *InUseError) Is(target error) bool { return target == ErrBusy }
+
 func (e *InUseError) Error() string {
 	return fmt.Sprintf("residency value %q at %s is in use: %d leases, %d holds, %d pending events",
 		e.Handle, e.Location, e.UseCount, e.HoldCount, e.PendingEventCount)
@@ -136,9 +147,11 @@ func (e *UnavailableError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrDiscarded and ErrForeign by reason.
+// Is matches ErrDiscarded, ErrForeign and ErrBusy (in flight) by reason.
 func (e *UnavailableError) Is(target error) bool {
 	switch target {
+	case ErrBusy:
+		return e.Reason == UnavailableInFlight
 	case ErrDiscarded:
 		return e.Reason == UnavailableDiscarded
 	case ErrForeign:

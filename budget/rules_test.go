@@ -2011,6 +2011,17 @@ func TestRule_ErrorCategories(t *testing.T) {
 	if !errors.Is(&UnavailableError{Reason: UnavailableForeign}, ErrForeign) || errors.Is(&UnavailableError{Reason: UnavailableEndpoint}, ErrForeign) {
 		t.Error("ErrForeign")
 	}
+	// ErrBusy: in use or in flight, never over budget or absent.
+	for _, err := range []error{&InUseError{Handle: "w", UseCount: 1}, &UnavailableError{Reason: UnavailableInFlight}, fmt.Errorf("wrapped: %w", &InUseError{})} {
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("%T (%v) must match ErrBusy", err, err)
+		}
+	}
+	for _, err := range []error{&BudgetError{}, &UnavailableError{Reason: UnavailableEndpoint}, &UnavailableError{Reason: UnavailableDiscarded}, &PlanError{}, &InvalidInputError{}} {
+		if errors.Is(err, ErrBusy) {
+			t.Errorf("%T (%v) must not match ErrBusy", err, err)
+		}
+	}
 }
 
 // TestRule_BadInputIsRefusedAndChangesNothing gathers the bad inputs the
