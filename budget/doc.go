@@ -79,8 +79,12 @@
 // executes a plan step by step (the runtime carries out each step's effects
 // between the steps), tracks the committed prefix and, on failure, returns
 // a [*PlanExecutionError]; a failed scope entry also releases the
-// reservations it admitted (a plain execute's stay active, released by
-// name). Completed reclaims and enters are never rolled back.
+// reservations it admitted, and the leases it took when the failure came
+// while taking them (a plain execute's reservations stay active, released
+// by name). The error's partial report is taken after that cleanup: it
+// lists every transition the run committed, in order, the releases
+// included, and nothing committed by others between its steps. Completed
+// reclaims and enters are never rolled back.
 //
 // A copy's source materialization is busy until the copy settles: it
 // cannot be evicted, moved away or discarded meanwhile (an

@@ -172,7 +172,8 @@ const (
 // PlanExecutionError: execution failed after preflight succeeded. The
 // transitions in PartialReport stay committed (no rollback); reservations
 // that a failed scope entry admitted have been released (those of a plain
-// execute stay active, like any named reservation). FailedAction is set for
+// execute stay active, like any named reservation), and PartialReport
+// lists those releases too: it is every transition the run committed. FailedAction is set for
 // reclaim and enter failures (FailedActionIndex counts within that list);
 // FailedReservation for reservation failures. Unused indexes are -1.
 type PlanExecutionError struct {

@@ -272,10 +272,29 @@ func (r *Run) phaseName() string {
 	}
 }
 
+// record runs f with the ledger's transitions appended to the run's
+// report.
 func (r *Run) record(f func()) {
+	prev := r.l.sink
 	r.l.sink = &r.report
-	defer func() { r.l.sink = nil }()
+	defer func() { r.l.sink = prev }()
 	f()
+}
+
+// releaseReservations releases, newest first, the reservations a failed
+// scope entry admitted, recording each release in the report. A plain
+// execute admits ordinary reservations that stay active (released by
+// name), failed or not: nothing to do.
+func (r *Run) releaseReservations() {
+	if r.opts.Scope == "" {
+		return
+	}
+	r.record(func() {
+		for j := len(r.resv) - 1; j >= 0; j-- {
+			_ = r.l.unreserve(r.resv[j], r.opts.Scope)
+		}
+	})
+	r.resv = nil
 }
 
 // Next admits the next step and returns it; ok is false when every step
@@ -399,7 +418,12 @@ func (r *Run) Fail(cause error) error {
 	return r.fail(cause, &a, i, nil, -1)
 }
 
+// fail ends the run with a *PlanExecutionError. A failed scope entry first
+// releases the reservations it admitted; the partial report is taken after
+// that cleanup, so it lists every transition the run committed, the
+// releases included.
 func (r *Run) fail(cause error, a *Action, ai int, s *ReservationSpec, si int) error {
+	r.releaseReservations()
 	e := &PlanExecutionError{
 		Phase:                  r.phaseName(),
 		FailedAction:           a,
@@ -408,15 +432,6 @@ func (r *Run) fail(cause error, a *Action, ai int, s *ReservationSpec, si int) e
 		FailedReservationIndex: si,
 		PartialReport:          Report{Transitions: append([]Transition(nil), r.report...)},
 		Cause:                  cause,
-	}
-	// Reservation-prefix cleanup on a failed scope entry: release what
-	// this run admitted. A plain execute admits ordinary reservations that
-	// stay active (released by name), failed or not.
-	if r.opts.Scope != "" {
-		for j := len(r.resv) - 1; j >= 0; j-- {
-			_ = r.l.unreserve(r.resv[j], r.opts.Scope)
-		}
-		r.resv = nil
 	}
 	r.failed = e
 	r.done = true
@@ -444,15 +459,14 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 			var err error
 			r.record(func() { id, err = r.l.Acquire(a.Handle, a.Location) })
 			if err != nil {
-				// Release what was taken; the entry failed.
-				for _, x := range leases {
-					_ = r.l.Release(x)
-				}
-				for j := len(r.resv) - 1; j >= 0; j-- {
-					_ = r.l.unreserve(r.resv[j], r.opts.Scope)
-				}
-				r.failed = &PlanExecutionError{Phase: PhaseEnter, FailedAction: &a, FailedActionIndex: i, FailedReservationIndex: -1, PartialReport: Report{Transitions: append([]Transition(nil), r.report...)}, Cause: err}
-				return Report{}, nil, r.failed
+				// The entry failed: release the leases taken so far and
+				// the reservations (both recorded in the report).
+				r.record(func() {
+					for _, x := range leases {
+						_ = r.l.Release(x)
+					}
+				})
+				return Report{}, nil, r.fail(err, &a, i, nil, -1)
 			}
 			leases = append(leases, id)
 		}

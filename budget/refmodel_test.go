@@ -1,9 +1,8 @@
 package budget
 
-// A deliberately naive reference model of the ledger, written from
-// /work/shared/SEMANTICS.md (and, where SEMANTICS leaves the order of checks
-// or a detail open, from the ledger's documented choices in doc.go and the
-// method comments). FuzzLedger runs it side by side with the real ledger.
+// A deliberately naive reference model of the ledger, written from the
+// rules in docs/semantics.md (and, where they leave a detail open, from the
+// ledger's documented choices in doc.go and the method comments). FuzzLedger runs it side by side with the real ledger.
 //
 // It shares no code with the ledger: plain maps and slices, no cached
 // figures. used, reserved, use/hold/pending counts and "copy in flight from
@@ -851,7 +850,7 @@ func (m *refModel) simulate(p Plan) bool {
 // refRunResult is what a whole run (StartRun, every step, Finish) gives.
 type refRunResult struct {
 	err    string // "" or the error form; a PlanExecutionError is "exec{…}"
-	report int    // transitions committed by the run (before cleanup)
+	report int    // transitions committed by the run (its cleanup included)
 	leases []int  // scope leases, in enter order
 }
 
@@ -878,13 +877,15 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 		return p
 	}
 	fail := func(ph string, a *Action, ai int, r *ReservationSpec, ri int, cause string) refRunResult {
-		m.report = nil
-		n := len(report)
 		if scope != "" { // a failed scope entry releases its reservations; execute's stay
 			for i := len(admitted) - 1; i >= 0; i-- {
 				m.Unreserve(admitted[i], scope)
 			}
 		}
+		// The partial report lists every committed transition, the
+		// releases of the cleanup included.
+		m.report = nil
+		n := len(report)
 		return refRunResult{err: refExec(phase(ph), a, ai, r, ri, n, cause), report: n}
 	}
 	for i, a := range p.Reclaim {

@@ -1,13 +1,13 @@
 package budget
 
-// Rule tests: one or more tests for every rule of /work/shared/SEMANTICS.md
-// that concerns the ledger. Each test fails if its rule is broken. Every
+// Rule tests: one or more tests for every rule of docs/semantics.md that
+// concerns the ledger. Each test fails if its rule is broken. Every
 // call goes through the checked harness (bottom of this file): invariants
 // after every transition; a refused call must leave Version() and
 // Snapshot() exactly as they were; the trace must hold every committed
 // version.
 //
-// SEMANTICS rule → test
+// docs/semantics.md rule → test
 //
 // Locations
 //   names pageable-host, pinned-host, cuda:N, @node; else bad input naming
@@ -126,6 +126,9 @@ package budget
 //                                        → TestRule_RunReclaimFailureIsPlanExecutionError,
 //                                          TestRule_RunReserveFailureIsPlanExecutionError,
 //                                          TestRule_RunEnterFailureIsPlanExecutionError
+//   partial report = every committed transition, the release of a failed
+//   entry's reservations (and leases) included
+//                                        → TestRule_FailedScopeEntryReportListsEveryTransition
 //   execute failures carry phase execute → TestRule_ExecuteFailureCarriesPhaseExecute
 //   (resolved) direct place/copy/move failing after admission
 //                                        → TestRule_DirectTransferFailureIsPlanExecutionError
@@ -1722,12 +1725,17 @@ func TestRule_RunReserveFailureIsPlanExecutionError(t *testing.T) {
 		_, _, err = r.Next()
 		pe := as[*PlanExecutionError](t, err)
 		wantPhase := PhaseReserve
+		report := []Transition{{Version: v, Kind: "reserve", Location: "cuda:0", Bytes: 10, Detail: "q1"}}
 		if scope == "" {
 			wantPhase = PhaseExecute
+		} else {
+			// The release of q1 is a committed transition of the failed
+			// entry: the partial report lists it.
+			report = append(report, Transition{Version: v + 2, Kind: "unreserve", Location: "cuda:0", Bytes: 10, Detail: "q1"})
 		}
 		eq(t, "error", *pe, PlanExecutionError{
 			Phase: wantPhase, FailedActionIndex: -1, FailedReservation: &p.Reservations[1], FailedReservationIndex: 1,
-			PartialReport: Report{Transitions: []Transition{{Version: v, Kind: "reserve", Location: "cuda:0", Bytes: 10, Detail: "q1"}}},
+			PartialReport: Report{Transitions: report},
 			Cause:         &BudgetError{Location: "cuda:0", BudgetBytes: 100, UsedBytes: 60, ReservedBytes: 35, RequestedBytes: 20},
 		})
 		if scope != "" {
@@ -1770,8 +1778,8 @@ func TestRule_RunEnterFailureIsPlanExecutionError(t *testing.T) {
 		eq(t, "action", pe.FailedAction, &p.Enter[1])
 		eq(t, "indexes", []int{pe.FailedActionIndex, pe.FailedReservationIndex}, []int{1, -1})
 		eq(t, "reservation", pe.FailedReservation, (*ReservationSpec)(nil))
-		eq(t, "report", kinds(pe.PartialReport.Transitions), []string{"reserve@cuda:1", "admit r@cuda:1", "complete r@cuda:1", "admit a@pinned-host", "fail a@pinned-host"})
-		eq(t, "report versions", []uint64{pe.PartialReport.Transitions[0].Version, pe.PartialReport.Transitions[4].Version}, []uint64{v + 1, v + 5})
+		eq(t, "report", kinds(pe.PartialReport.Transitions), []string{"reserve@cuda:1", "admit r@cuda:1", "complete r@cuda:1", "admit a@pinned-host", "fail a@pinned-host", "unreserve@cuda:1"})
+		eq(t, "report versions", []uint64{pe.PartialReport.Transitions[0].Version, pe.PartialReport.Transitions[5].Version}, []uint64{v + 1, v + 6})
 		if !errors.Is(err, cause) || errors.Unwrap(err) != cause || pe.Cause != cause {
 			t.Fatalf("cause lost: %v", err)
 		}
@@ -1782,7 +1790,7 @@ func TestRule_RunEnterFailureIsPlanExecutionError(t *testing.T) {
 		eq(t, "r", c.mats("r"), []string{"pageable-host:resident:0/0/0", "cuda:1:resident:0/0/0"})
 		eq(t, "a back at its source", c.mats("a"), []string{"cuda:0:resident:0/0/0"})
 		eq(t, "cuda:1", c.figures("cuda:1"), [3]int64{50, 0, 60})
-		eq(t, "version: 5 committed + 1 release", c.L.Version(), v+6)
+		eq(t, "version: 5 committed + 1 release, all reported", c.L.Version(), v+6)
 	})
 	t.Run("admission refused", func(t *testing.T) {
 		e := newPlanEnv(t)
@@ -1803,6 +1811,168 @@ func TestRule_RunEnterFailureIsPlanExecutionError(t *testing.T) {
 			[]any{PhaseEnter, p.Enter[1], 1, -1, 3})
 		eq(t, "cause", pe.Cause, error(&BudgetError{Location: "cuda:0", BudgetBytes: 100, ReservedBytes: 80, RequestedBytes: 30}))
 	})
+}
+
+// TestRule_FailedScopeEntryReportListsEveryTransition: the partial report
+// of a failed scope entry is every transition the entry committed, in
+// order, the cleanup included (the release of the reservations it admitted
+// and of the leases it took), and nothing committed by anyone else between
+// its steps. (Issue 7: the report used to be copied before the cleanup.)
+func TestRule_FailedScopeEntryReportListsEveryTransition(t *testing.T) {
+	type env struct {
+		*planEnv
+		outside func(f func()) // commits f's transitions as someone else's
+	}
+	cases := []struct {
+		name   string
+		plan   func(e env) Plan
+		drive  func(e env, r *checkedRun) error // the steps, up to the failure
+		phase  string
+		action func(p Plan) *Action
+		actIdx int
+		resIdx int
+		kinds  []string
+	}{{
+		name: "reclaim refused (nothing to clean up)",
+		plan: func(e env) Plan {
+			e.c.placed(e.r, "cuda:1")
+			return Plan{Reclaim: []Action{{Handle: e.a, Location: "cuda:0"}, {Handle: e.r, Location: "cuda:1"}},
+				Reservations: []ReservationSpec{{Name: "q", Location: "cuda:1", Bytes: 5}}}
+		},
+		drive: func(e env, r *checkedRun) error {
+			e.c.must3(r.Next())
+			e.outside(func() { e.c.must2(e.c.Hold(e.r, "cuda:1")) })
+			_, _, err := r.Next()
+			return err
+		},
+		phase: PhaseReclaim, action: func(p Plan) *Action { return &p.Reclaim[1] }, actIdx: 1, resIdx: -1,
+		kinds: []string{"remove a@cuda:0"},
+	}, {
+		name: "reservation refused",
+		plan: func(e env) Plan {
+			return Plan{Reservations: []ReservationSpec{{Name: "q1", Location: "cuda:0", Bytes: 10}, {Name: "q2", Location: "cuda:0", Bytes: 20}}}
+		},
+		drive: func(e env, r *checkedRun) error {
+			e.c.must3(r.Next())
+			e.outside(func() { e.c.must(e.c.Reserve("cuda:0", "other", 25)) })
+			_, _, err := r.Next()
+			return err
+		},
+		phase: PhaseReserve, actIdx: -1, resIdx: 1,
+		kinds: []string{"reserve@cuda:0", "unreserve@cuda:0"},
+	}, {
+		name: "enter admission refused",
+		plan: func(e env) Plan {
+			return Plan{Reclaim: []Action{{Handle: e.a, Location: "cuda:0"}},
+				Reservations: []ReservationSpec{{Name: "q1", Location: "cuda:1", Bytes: 5}, {Name: "q2", Location: "pinned-host", Bytes: 5}},
+				Enter:        []Action{{Handle: e.r, Location: "pinned-host"}, {Handle: e.w, Location: "cuda:0", From: "cuda:1"}}}
+		},
+		drive: func(e env, r *checkedRun) error {
+			for range 4 { // reclaim, two reservations, enter 0
+				e.c.must3(r.Next())
+			}
+			e.c.must2(r.Complete())
+			e.outside(func() { e.c.must(e.c.Reserve("cuda:0", "thief", 80)) })
+			_, _, err := r.Next()
+			return err
+		},
+		phase: PhaseEnter, action: func(p Plan) *Action { return &p.Enter[1] }, actIdx: 1, resIdx: -1,
+		kinds: []string{"remove a@cuda:0", "reserve@cuda:1", "reserve@pinned-host", "admit r@pinned-host", "complete r@pinned-host",
+			"unreserve@pinned-host", "unreserve@cuda:1"},
+	}, {
+		name: "enter transfer failed",
+		plan: func(e env) Plan {
+			return Plan{Reservations: []ReservationSpec{{Name: "q", Location: "cuda:1", Bytes: 10}},
+				Enter: []Action{{Handle: e.r, Location: "cuda:1"}, {Handle: e.a, Location: "pinned-host"}}}
+		},
+		drive: func(e env, r *checkedRun) error {
+			e.c.must3(r.Next())
+			e.c.must3(r.Next())
+			e.outside(func() { e.c.must(e.c.Reserve("pageable-host", "elsewhere", 1)) })
+			e.c.must2(r.Complete())
+			e.c.must3(r.Next())
+			return r.Fail(errors.New("loader crashed"))
+		},
+		phase: PhaseEnter, action: func(p Plan) *Action { return &p.Enter[1] }, actIdx: 1, resIdx: -1,
+		kinds: []string{"reserve@cuda:1", "admit r@cuda:1", "complete r@cuda:1", "admit a@pinned-host", "fail a@pinned-host", "unreserve@cuda:1"},
+	}, {
+		name: "lease refused at the end of the entry",
+		plan: func(e env) Plan {
+			return Plan{Reservations: []ReservationSpec{{Name: "q1", Location: "cuda:1", Bytes: 10}, {Name: "q2", Location: "pinned-host", Bytes: 5}},
+				Enter: []Action{{Handle: e.w, Location: "cuda:0"}, {Handle: e.r, Location: "cuda:1"}}}
+		},
+		drive: func(e env, r *checkedRun) error {
+			for {
+				s, ok, err := r.Next()
+				e.c.must(err)
+				if !ok {
+					break
+				}
+				if s.Admission.Pending {
+					e.c.must2(r.Complete())
+				}
+			}
+			// Someone evicts the second entered endpoint before the
+			// scope takes its leases.
+			e.outside(func() { e.c.must2(e.c.Evict(e.r, "cuda:1")) })
+			_, _, err := r.Finish()
+			return err
+		},
+		phase: PhaseEnter, action: func(p Plan) *Action { return &p.Enter[1] }, actIdx: 1, resIdx: -1,
+		kinds: []string{"reserve@cuda:1", "reserve@pinned-host", "admit w@cuda:0", "complete w@cuda:0", "remove w@cuda:1",
+			"admit r@cuda:1", "complete r@cuda:1", "acquire w@cuda:0", "release w@cuda:0", "unreserve@pinned-host", "unreserve@cuda:1"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pe0 := newPlanEnv(t)
+			c := pe0.c
+			others := map[uint64]bool{}
+			e := env{planEnv: pe0, outside: func(f func()) {
+				v := c.L.Version()
+				f()
+				for x := v + 1; x <= c.L.Version(); x++ {
+					others[x] = true
+				}
+			}}
+			p := tc.plan(e)
+			start := c.L.Version()
+			r, err := c.StartRun(p, RunOptions{Scope: "s1"})
+			c.must(err)
+			err = tc.drive(e, r)
+			pe := as[*PlanExecutionError](t, err)
+			eq(t, "phase", pe.Phase, tc.phase)
+			var wantAction *Action
+			if tc.action != nil {
+				wantAction = tc.action(p)
+			}
+			eq(t, "failed action", pe.FailedAction, wantAction)
+			eq(t, "indexes", []int{pe.FailedActionIndex, pe.FailedReservationIndex}, []int{tc.actIdx, tc.resIdx})
+			eq(t, "report", kinds(pe.PartialReport.Transitions), tc.kinds)
+			// Exactly the run's own transitions: every version since the
+			// start that nobody else committed, with the trace's content.
+			var own []Transition
+			for _, x := range c.L.Trace() {
+				if x.Version > start && !others[x.Version] {
+					own = append(own, x)
+				}
+			}
+			eq(t, "report = the entry's committed transitions", pe.PartialReport.Transitions, own)
+			if !strings.Contains(pe.Error(), fmt.Sprintf("after %d committed transitions", len(tc.kinds))) {
+				t.Fatalf("message %q does not count the cleanup", pe.Error())
+			}
+			// Nothing of the scope is left: no owned reservation, no lease.
+			for _, l := range c.Snapshot().Locations {
+				for _, x := range l.Reservations {
+					if x.Owner != "" {
+						t.Fatalf("%s keeps the scope's reservation %+v", l.Location, x)
+					}
+				}
+			}
+			if o := c.L.Outstanding(); len(o.Leases) != 0 {
+				t.Fatalf("leases left: %+v", o.Leases)
+			}
+		})
+	}
 }
 
 func TestRule_ExecuteFailureCarriesPhaseExecute(t *testing.T) {
