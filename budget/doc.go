@@ -72,6 +72,14 @@
 // released. A protected materialization (uses, holds or pending events > 0)
 // cannot be evicted, reclaimed, moved away or discarded: [*InUseError].
 //
+// Discard removes every materialization at once, so it checks them all
+// before removing any, protection first: the first protected
+// materialization in location order is the [*InUseError], even when one
+// earlier in location order is in flight (entering, leaving, or the source
+// of a copy in flight), and even when the protected one is itself the
+// source of a copy in flight. Only when none is protected is the first one
+// in flight, in location order, an [*UnavailableError] (in flight).
+//
 // # Plans
 //
 // A [Plan] is reclaim → reservations → enter. [Ledger.Explain] simulates it

@@ -715,9 +715,14 @@ func (l *Ledger) Evict(h Handle, loc string) ([]Effect, error) {
 }
 
 // Discard removes every materialization of h (1 version each, location
-// order) and retires the handle (1 version). Every materialization must be
-// resident and unprotected: the first protected one in location order is
-// reported as InUse. Later use of h is Unavailable (discarded).
+// order) and retires the handle (1 version); its name is free for a new
+// registration, which gets a new handle. Every materialization must be
+// unprotected and settled. Protection is checked first, over every
+// materialization: the first protected one in location order is reported
+// as InUse, even when a materialization earlier in location order is in
+// flight. Only when none is protected, the first one in location order
+// that is entering, leaving or the source of a copy in flight is
+// Unavailable (in flight). Later use of h is Unavailable (discarded).
 func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 	v, err := l.value(h)
 	if err != nil {
@@ -725,13 +730,16 @@ func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 	}
 	ms := l.matsInOrder(v)
 	for _, m := range ms {
-		if m.state != Resident || m.busy() {
-			return nil, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "materialization is " + m.state.String() + "; a transition is in flight", Reason: UnavailableInFlight}
+		if m.protected() {
+			return nil, l.inUse(v, m)
 		}
 	}
 	for _, m := range ms {
-		if m.protected() {
-			return nil, l.inUse(v, m)
+		if m.state != Resident {
+			return nil, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "materialization is " + m.state.String() + "; a transition is in flight", Reason: UnavailableInFlight}
+		}
+		if m.busy() {
+			return nil, &UnavailableError{Handle: v.name, Location: l.locs[m.loc].name, Detail: "materialization is the source of a copy in flight", Reason: UnavailableInFlight}
 		}
 	}
 	effects := make([]Effect, 0, len(ms))

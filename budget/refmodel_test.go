@@ -595,16 +595,18 @@ func (m *refModel) Discard(h Handle) string {
 	if e != "" {
 		return e
 	}
+	// Protection first, over every materialization in location order;
+	// then the first one in flight (entering, leaving or read by a copy).
 	locs := m.matLocs(v)
-	for _, loc := range locs {
-		if v.state[loc] != Resident || m.readers(v.id, loc) > 0 {
-			return refUnavailable(v.name, loc, UnavailableInFlight)
-		}
-	}
 	for _, loc := range locs {
 		if m.protected(v.id, loc) {
 			u, hd, p := m.counts(v.id, loc)
 			return refInUse(v.name, loc, u, hd, p)
+		}
+	}
+	for _, loc := range locs {
+		if v.state[loc] != Resident || m.readers(v.id, loc) > 0 {
+			return refUnavailable(v.name, loc, UnavailableInFlight)
 		}
 	}
 	for _, loc := range locs {

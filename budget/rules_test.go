@@ -70,7 +70,9 @@ package budget
 //   discard removes everything, retires the handle
 //                                        → TestRule_DiscardRemovesEveryMaterializationAndRetires
 //   (resolved) discard reports first protected in location order
-//                                        → TestRule_DiscardReportsFirstProtectedInLocationOrder
+//   (ledger choice: protection over every materialization before any
+//   in-flight check)                     → TestRule_DiscardReportsFirstProtectedInLocationOrder,
+//                                          TestRule_DiscardChecksProtectionBeforeInFlight
 //   discarded handle → Unavailable "discarded" everywhere (plans too)
 //                                        → TestRule_DiscardedHandleIsUnavailableEverywhere
 //   foreign handle → Unavailable "foreign" → TestRule_ForeignHandleIsUnavailable
@@ -986,6 +988,114 @@ func TestRule_DiscardReportsFirstProtectedInLocationOrder(t *testing.T) {
 	err := c.refused("discard", func() error { _, err := c.Discard(w); return err })
 	wantInUse(t, err, InUseError{Handle: "w", Location: "pinned-host", UseCount: 1})
 	eq(t, "nothing removed", len(c.val("w").Materializations), 3)
+}
+
+// TestRule_DiscardChecksProtectionBeforeInFlight: discard reports the
+// first protected materialization in location order, whatever else is in
+// flight (issue 7: the in-flight check used to come first); only when
+// nothing is protected is the first materialization in flight, in location
+// order, Unavailable (in flight).
+func TestRule_DiscardChecksProtectionBeforeInFlight(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(c *checked) (Handle, []AdmissionID, func())
+		check func(t *testing.T, err error)
+	}{{
+		name: "protected after an entering one in location order",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			r := c.reg("r", 10, Replicable, "cuda:1")
+			l, err := c.Acquire(r, "cuda:1")
+			c.must(err)
+			a, err := c.Place(r, "pageable-host") // pageable-host entering, cuda:1 read
+			c.must(err)
+			return r, []AdmissionID{a.ID}, func() { c.must(c.Release(l)) }
+		},
+		check: func(t *testing.T, err error) {
+			wantInUse(t, err, InUseError{Handle: "r", Location: "cuda:1", UseCount: 1})
+		},
+	}, {
+		name: "protected source of a copy in flight",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			r := c.reg("r", 10, Replicable, "pinned-host")
+			hd, err := c.Hold(r, "pinned-host")
+			c.must(err)
+			a, err := c.Copy(r, "pinned-host", "cuda:0")
+			c.must(err)
+			return r, []AdmissionID{a.ID}, func() { c.must(c.Unhold(hd)) }
+		},
+		check: func(t *testing.T, err error) {
+			wantInUse(t, err, InUseError{Handle: "r", Location: "pinned-host", HoldCount: 1})
+		},
+	}, {
+		name: "pending event behind two transfers in flight",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			s := c.regSrc("s", 10, Replicable, "pinned-host")
+			c.placed(s, "cuda:1")
+			l, err := c.Acquire(s, "cuda:1")
+			c.must(err)
+			ev, err := c.RecordEvent(l)
+			c.must(err)
+			c.must(c.Release(l))
+			a1, err := c.Place(s, "pageable-host")
+			c.must(err)
+			a2, err := c.Place(s, "cuda:0")
+			c.must(err)
+			return s, []AdmissionID{a1.ID, a2.ID}, func() { c.must(c.ReapEvent(ev)) }
+		},
+		check: func(t *testing.T, err error) {
+			wantInUse(t, err, InUseError{Handle: "s", Location: "cuda:1", PendingEventCount: 1})
+		},
+	}, {
+		name: "nothing protected: the first in flight in location order",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			r := c.reg("r", 10, Replicable, "pinned-host")
+			c.placed(r, "cuda:1")
+			a, err := c.Copy(r, "cuda:1", "cuda:0") // cuda:0 entering, cuda:1 read
+			c.must(err)
+			return r, []AdmissionID{a.ID}, func() {}
+		},
+		check: func(t *testing.T, err error) {
+			ue := wantUnavailable(t, err, "r", "cuda:0", UnavailableInFlight)
+			eq(t, "detail", ue.Detail, "materialization is entering; a transition is in flight")
+		},
+	}, {
+		name: "nothing protected: a copy's source first in location order",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			r := c.reg("r", 10, Replicable, "pinned-host")
+			a, err := c.Copy(r, "pinned-host", "cuda:1")
+			c.must(err)
+			return r, []AdmissionID{a.ID}, func() {}
+		},
+		check: func(t *testing.T, err error) {
+			ue := wantUnavailable(t, err, "r", "pinned-host", UnavailableInFlight)
+			eq(t, "detail", ue.Detail, "materialization is the source of a copy in flight")
+		},
+	}, {
+		name: "nothing protected: an exclusive value moving",
+		setup: func(c *checked) (Handle, []AdmissionID, func()) {
+			w := c.reg("w", 10, Exclusive, "cuda:0")
+			a, err := c.Move(w, "cuda:0", "pageable-host")
+			c.must(err)
+			return w, []AdmissionID{a.ID}, func() {}
+		},
+		check: func(t *testing.T, err error) {
+			wantUnavailable(t, err, "w", "pageable-host", UnavailableInFlight)
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := std(t)
+			h, adms, unprotect := tc.setup(c)
+			err := c.refused("discard", func() error { _, err := c.Discard(h); return err })
+			tc.check(t, err)
+			// Settled and unprotected, the value can be discarded.
+			for _, id := range adms {
+				c.must2(c.Complete(id))
+			}
+			unprotect()
+			c.must2(c.Discard(h))
+		})
+	}
 }
 
 func TestRule_DiscardedHandleIsUnavailableEverywhere(t *testing.T) {
