@@ -39,6 +39,12 @@ type Hooks struct {
 	// key; its supervision strategy answers the allocation with an error
 	// and restarts it.
 	PanicOnAllocate func(messages.BufferKey) bool
+	// AfterLedger is called by the supervisor after the ledger handled a
+	// request and before the reply is sent. A panic in it stands for a
+	// ledger invariant panic: the change is applied, the caller has no
+	// reply yet, and the supervisor must stop the runtime with a
+	// [*FatalError].
+	AfterLedger func(msg any)
 }
 
 // Config configures an [Engine].
@@ -46,9 +52,12 @@ type Config struct {
 	Ledger     budget.Config
 	Backend    cuda.Backend
 	Logger     zerolog.Logger
-	StateLimit int           // controller default; 0 = budget.DefaultStateLimit
-	Timeout    time.Duration // allocation answer timeout; 0 = 30s
-	Hooks      Hooks
+	StateLimit int // controller default; 0 = budget.DefaultStateLimit
+	// AllocTimeout bounds one physical allocation: the location actor
+	// passes it to the backend as a deadline, and an allocation that
+	// returns after it is freed again and fails. 0 = 30s.
+	AllocTimeout time.Duration
+	Hooks        Hooks
 }
 
 // Engine is a running set of actors around one ledger.
@@ -65,7 +74,7 @@ type Engine struct {
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
 	streams      map[string]*lockedStream
-	newLoaders   *registry[string, cuda.Loader]
+	newLoaders   *registry[uint64, cuda.Loader]
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
 	watchers     sync.WaitGroup
@@ -96,10 +105,10 @@ func Start(cfg Config) (*Engine, error) {
 		log:          log,
 		hooks:        cfg.Hooks,
 		stateLimit:   cfg.StateLimit,
-		allocTimeout: cfg.Timeout,
+		allocTimeout: cfg.AllocTimeout,
 		locations:    map[string]*actor.PID{},
 		streams:      map[string]*lockedStream{},
-		newLoaders:   newRegistry[string, cuda.Loader](),
+		newLoaders:   newRegistry[uint64, cuda.Loader](),
 		loaders:      newRegistry[uint64, cuda.Loader](),
 		events:       newRegistry[uint64, cuda.Event](),
 	}
@@ -158,18 +167,34 @@ func (e *Engine) Root() *actor.RootContext { return e.root }
 // Backend returns the device backend.
 func (e *Engine) Backend() cuda.Backend { return e.backend }
 
-// StoreLoader stores the loader of a value about to be registered under
-// name; the supervisor binds it to the handle at registration.
-func (e *Engine) StoreLoader(name string, ld cuda.Loader) { e.newLoaders.put(name, ld) }
+// StoreLoader parks the loader of one registration call under key (unique
+// per call, never a value name: two concurrent registrations of one name
+// must not see each other's loader). Once a Register message carrying key
+// is sent, the supervisor owns the entry: it binds it to the new handle or
+// drops it.
+func (e *Engine) StoreLoader(key uint64, ld cuda.Loader) { e.newLoaders.put(key, ld) }
 
-// DropLoader removes a stored loader whose registration was refused.
-func (e *Engine) DropLoader(name string) { e.newLoaders.take(name) }
+// DropLoader removes a parked loader whose Register message was never sent.
+func (e *Engine) DropLoader(key uint64) { e.newLoaders.take(key) }
 
-// StoreEvent stores a device event under key for a RecordEvent message.
+// StoreEvent parks a device event under key for a RecordEvent message.
+// Once the message is sent the supervisor owns the entry (a value actor
+// watches it, or the supervisor drops it when recording is refused).
 func (e *Engine) StoreEvent(key uint64, ev cuda.Event) { e.events.put(key, ev) }
 
-// DropEvent removes a stored event.
+// DropEvent removes a parked event whose RecordEvent was never sent.
 func (e *Engine) DropEvent(key uint64) { e.events.take(key) }
+
+// Parked reports the entries waiting in the hand-over tables: loaders of
+// registrations not yet bound and events not yet watched. Both are zero
+// whenever no Register or RecordEvent is on its way (tests check that
+// nothing is left behind).
+func (e *Engine) Parked() (loaders, events int) {
+	return e.newLoaders.len(), e.events.len()
+}
+
+// Bound reports the number of loaders bound to live handles.
+func (e *Engine) Bound() int { return e.loaders.len() }
 
 // Stop drains the location actors (so every free sent before has been
 // carried out), stops event watchers, the actors and the streams. Call it
@@ -191,6 +216,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 		e.watchers.Wait()
 		for _, pid := range e.locations {
 			_ = e.root.StopFuture(pid).Wait()
+		}
+		// Nothing allocates any more. After an orderly shutdown the ledger
+		// has freed everything and the table is empty; after a fatal stop
+		// (the ledger can no longer be trusted) whatever is left is freed
+		// here, so no device memory outlives the runtime.
+		if n := e.Buffers.freeAll(e.backend); n > 0 {
+			e.log.Warn().Int("buffers", n).Msg("freed buffers the ledger did not free (fatal stop)")
 		}
 		for _, st := range e.streams {
 			if cerr := st.Close(); cerr != nil && err == nil {

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -37,9 +38,20 @@ func (a *locationActor) allocate(m *messages.Allocate) error {
 	if _, exists := a.eng.Buffers.Get(m.Key); exists {
 		return fmt.Errorf("location actor %s: buffer %v already allocated", a.loc, m.Key)
 	}
-	buf, err := a.eng.backend.Allocate(context.Background(), a.loc, m.Bytes)
+	// The deadline is enforced here, where the buffer is made, never by the
+	// waiting value actor: a value actor that gave up while the backend
+	// still allocated would let the ledger release a charge for bytes the
+	// device then holds (physical above admitted). An allocation that
+	// returns after its deadline is freed before this actor answers.
+	ctx, cancel := context.WithTimeout(a.eng.ctx, a.eng.allocTimeout)
+	defer cancel()
+	buf, err := a.eng.backend.Allocate(ctx, a.loc, m.Bytes)
 	if err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		_ = a.eng.backend.Free(buf)
+		return &AllocTimeoutError{Location: a.loc, Bytes: m.Bytes, Timeout: a.eng.allocTimeout}
 	}
 	a.eng.Buffers.put(m.Key, buf)
 	return nil
@@ -71,6 +83,22 @@ func (st *locationStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Superv
 	}
 	sup.RestartChildren(child)
 }
+
+// AllocTimeoutError: a physical allocation took longer than the runtime's
+// allocation timeout. The buffer, if the backend made one late, was freed
+// again; the transfer fails and its charge is released.
+type AllocTimeoutError struct {
+	Location string
+	Bytes    int64
+	Timeout  time.Duration
+}
+
+func (e *AllocTimeoutError) Error() string {
+	return fmt.Sprintf("allocation of %d bytes at %s took longer than the allocation timeout (%s); nothing is left allocated", e.Bytes, e.Location, e.Timeout)
+}
+
+// Is matches context.DeadlineExceeded.
+func (e *AllocTimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
 
 func (a *locationActor) free(key messages.BufferKey) {
 	buf, ok := a.eng.Buffers.take(key)

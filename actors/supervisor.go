@@ -2,10 +2,12 @@ package actors
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/messages"
 )
 
@@ -26,9 +28,10 @@ type pendingOp struct {
 }
 
 type runState struct {
-	run     *budget.Run
-	replyTo *actor.PID
-	scope   string
+	run      *budget.Run
+	replyTo  *actor.PID
+	scope    string
+	decision *budget.Decision // Admit: the decision being entered
 }
 
 // supervisor owns the ledger. It is the only code that mutates it, one
@@ -47,10 +50,32 @@ type supervisor struct {
 	reapers map[budget.EventID][]*actor.PID
 	closing *actor.PID // Shutdown requester, waiting for transfers to settle
 	closed  bool
+	current any         // the message being handled (for Hooks.AfterLedger)
+	fatal   *FatalError // set once the supervisor stopped the runtime
 }
 
+// Receive handles one message. A panic while handling it (a ledger
+// invariant broken, a bug) must not leave a half-applied change behind a
+// runtime that carries on, nor a caller without a reply: the supervisor
+// recovers it and stops the runtime (see stopFatal).
 func (s *supervisor) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	msg := ctx.Message()
+	if s.fatal != nil {
+		s.refuse(msg)
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.stopFatal(msg, r, debug.Stack())
+		}
+	}()
+	s.current = msg
+	s.receive(ctx, msg)
+	s.current = nil
+}
+
+func (s *supervisor) receive(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *messages.Acquire:
 		id, err := s.ledger.Acquire(m.Handle, m.Location)
 		s.reply(m.ReplyTo, &messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()})
@@ -95,9 +120,11 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		d, err := s.ledger.Decide(m.Request, limit)
 		s.reply(m.ReplyTo, &messages.DecideReply{Decision: d, Err: err})
 	case *messages.Execute:
-		s.startRun(m.Plan, budget.RunOptions{}, "", m.ReplyTo)
+		s.startRun(m.Plan, budget.RunOptions{}, "", m.ReplyTo, nil)
 	case *messages.EnterScope:
-		s.startRun(m.Plan, budget.RunOptions{Scope: m.Scope, CheckVersion: m.CheckVersion, ExpectedVersion: m.ExpectedVersion}, m.Scope, m.ReplyTo)
+		s.startRun(m.Plan, budget.RunOptions{Scope: m.Scope, CheckVersion: m.CheckVersion, ExpectedVersion: m.ExpectedVersion}, m.Scope, m.ReplyTo, nil)
+	case *messages.Admit:
+		s.admit(m)
 	case *messages.ExitScope:
 		s.exitScope(m)
 	case *messages.Snapshot:
@@ -120,6 +147,71 @@ func (s *supervisor) Receive(ctx actor.Context) {
 }
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
+	if h := s.eng.hooks.AfterLedger; h != nil && s.current != nil {
+		cur := s.current
+		s.current = nil // once per message
+		h(cur)
+	}
+	if to != nil {
+		s.eng.root.Send(to, msg)
+	}
+}
+
+// replyRun answers a run's caller; an Admit's reply carries its decision.
+func (s *supervisor) replyRun(rs *runState, rep *messages.RunReply) {
+	rep.Decision = rs.decision
+	if rep.Version == 0 {
+		rep.Version = s.ledger.Version()
+	}
+	s.reply(rs.replyTo, rep)
+}
+
+// stopFatal stops the runtime after a panic while handling msg. The
+// ledger may hold a half-applied change, so from now on nothing is
+// admitted: the caller of msg, every caller waiting on a transfer, a run, a
+// reap or the shutdown, and every later caller receive the same
+// [*FatalError]. Close still frees every physical buffer (Engine.Stop).
+func (s *supervisor) stopFatal(msg, reason any, stack []byte) {
+	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg)), Version: s.ledger.Version(), Stack: string(stack)}
+	s.eng.log.Error().Str("reason", s.fatal.Reason).Str("message", s.fatal.Message).Uint64("state_version", s.fatal.Version).Str("stack", s.fatal.Stack).Msg("supervisor panicked; runtime stopped (every caller receives the fatal error)")
+	s.current = nil
+	s.refuse(msg)
+	for id, op := range s.pending {
+		to := op.replyTo
+		if op.run != nil {
+			to = op.run.replyTo
+		}
+		s.send(to, &messages.FatalReply{Err: s.fatal})
+		delete(s.pending, id)
+	}
+	for ev, tos := range s.reapers {
+		for _, to := range tos {
+			s.send(to, &messages.FatalReply{Err: s.fatal})
+		}
+		delete(s.reapers, ev)
+	}
+	if s.closing != nil {
+		s.send(s.closing, &messages.FatalReply{Err: s.fatal})
+		s.closing = nil
+	}
+}
+
+// refuse answers a request after a fatal stop.
+func (s *supervisor) refuse(msg any) {
+	msg = actor.UnwrapEnvelopeMessage(msg)
+	switch m := msg.(type) { // what the sender parked for this request is ours to drop
+	case *messages.Register:
+		s.eng.newLoaders.take(m.LoaderKey)
+	case *messages.RecordEvent:
+		s.eng.events.take(m.EventKey)
+	}
+	if r, ok := msg.(messages.Request); ok {
+		s.send(r.Replier(), &messages.FatalReply{Err: s.fatal})
+	}
+}
+
+// send sends without the AfterLedger hook.
+func (s *supervisor) send(to *actor.PID, msg any) {
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
@@ -138,15 +230,19 @@ func (s *supervisor) dispatch(effects []budget.Effect, adm budget.AdmissionID, d
 }
 
 func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
+	// The parked loader is this call's own (keyed per call): take it out
+	// whatever the outcome, so a refused registration leaves nothing behind.
+	var ld cuda.Loader
+	if m.LoaderKey != 0 {
+		ld, _ = s.eng.newLoaders.take(m.LoaderKey)
+	}
 	h, adm, err := s.ledger.Register(m.Spec)
 	if err != nil {
 		s.reply(m.ReplyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
 		return
 	}
-	if m.HasLoader {
-		if ld, ok := s.eng.newLoaders.take(h.Name); ok {
-			s.eng.loaders.put(h.ID, ld)
-		}
+	if ld != nil {
+		s.eng.loaders.put(h.ID, ld)
 	}
 	eng, hd := s.eng, h
 	pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng, handle: hd} }))
@@ -179,6 +275,9 @@ func (s *supervisor) transition(_ actor.Context, m *messages.Transition) {
 		s.reply(m.ReplyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
 		return
 	}
+	if m.Kind == messages.Discard {
+		s.eng.loaders.take(m.Handle.ID) // a retired value keeps no loader
+	}
 	if adm.Pending {
 		s.pending[adm.ID] = &pendingOp{kind: pendDirect, replyTo: m.ReplyTo, handle: m.Handle, effect: adm.Effects[0]}
 		s.dispatch(adm.Effects, adm.ID, nil)
@@ -202,6 +301,7 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 			break
 		}
 		err := s.ledger.FailDirect(id, cause)
+		s.eng.loaders.take(op.handle.ID)
 		s.eng.log.Warn().Err(cause).Str("value", op.handle.Name).Msg("registration failed; handle retired, name free again")
 		s.reply(op.replyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
 	case pendDirect:
@@ -218,7 +318,7 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 		if cause == nil {
 			effects, err := op.run.run.Complete()
 			if err != nil {
-				s.reply(op.run.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+				s.replyRun(op.run, &messages.RunReply{Err: err})
 				break
 			}
 			s.dispatch(effects, 0, nil)
@@ -227,18 +327,37 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 		}
 		err := op.run.run.Fail(cause)
 		s.eng.log.Warn().Err(cause).Str("effect", op.effect.String()).Msg("plan step failed")
-		s.reply(op.run.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+		s.replyRun(op.run, &messages.RunReply{Err: err})
 	}
 	s.maybeFinishShutdown()
 }
 
-func (s *supervisor) startRun(p budget.Plan, opts budget.RunOptions, scope string, replyTo *actor.PID) {
+func (s *supervisor) startRun(p budget.Plan, opts budget.RunOptions, scope string, replyTo *actor.PID, d *budget.Decision) {
+	rs := &runState{replyTo: replyTo, scope: scope, decision: d}
 	run, err := s.ledger.StartRun(p, opts)
 	if err != nil {
-		s.reply(replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+		s.replyRun(rs, &messages.RunReply{Err: err})
 		return
 	}
-	s.advance(&runState{run: run, replyTo: replyTo, scope: scope})
+	rs.run = run
+	s.advance(rs)
+}
+
+// admit decides and enters in one message: no other mutation can come
+// between the decision and the scope entry, so the decision's expected
+// version is current by construction (the stale check still runs and
+// cannot fail).
+func (s *supervisor) admit(m *messages.Admit) {
+	limit := m.StateLimit
+	if limit == 0 {
+		limit = s.eng.stateLimit
+	}
+	d, err := s.ledger.Decide(m.Request, limit)
+	if err != nil {
+		s.reply(m.ReplyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+		return
+	}
+	s.startRun(d.Plan, budget.RunOptions{Scope: m.Scope, CheckVersion: true, ExpectedVersion: d.ExpectedStateVersion}, m.Scope, m.ReplyTo, &d)
 }
 
 // advance admits the run's steps until one is pending (a transfer in
@@ -247,12 +366,12 @@ func (s *supervisor) advance(rs *runState) {
 	for {
 		step, ok, err := rs.run.Next()
 		if err != nil {
-			s.reply(rs.replyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
+			s.replyRun(rs, &messages.RunReply{Err: err})
 			return
 		}
 		if !ok {
 			report, leases, err := rs.run.Finish()
-			s.reply(rs.replyTo, &messages.RunReply{Report: report, Leases: leases, Reservations: rs.run.Reservations(), Err: err, Version: s.ledger.Version()})
+			s.replyRun(rs, &messages.RunReply{Report: report, Leases: leases, Reservations: rs.run.Reservations(), Err: err})
 			return
 		}
 		adm := step.Admission
@@ -339,7 +458,12 @@ func (s *supervisor) maybeFinishShutdown() {
 func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
 	msg := actor.UnwrapEnvelopeMessage(message)
 	s.eng.log.Error().Str("actor", child.String()).Interface("reason", reason).Msg("actor crashed; restarting it")
-	if t, ok := msg.(*messages.DoTransfer); ok {
+	defer func() {
+		if r := recover(); r != nil {
+			s.stopFatal(nil, r, debug.Stack())
+		}
+	}()
+	if t, ok := msg.(*messages.DoTransfer); ok && s.fatal == nil {
 		e := t.Effect
 		s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
 		if e.TempAt != "" {
@@ -348,6 +472,26 @@ func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 		s.transferDone(t.Admission, &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)})
 	}
 	sup.RestartChildren(child)
+}
+
+// FatalError: the supervisor panicked while handling a message (a ledger
+// invariant broke, or a bug) and stopped the runtime. The ledger may hold
+// a half-applied change, so nothing more is admitted: the caller whose
+// request was being handled, every caller waiting on the runtime and every
+// later caller receive this error. Close still frees every device buffer.
+type FatalError struct {
+	// Reason is the panic value, in words.
+	Reason string
+	// Message is the type of the message being handled.
+	Message string
+	// Version is the state version when it happened.
+	Version uint64
+	// Stack is the supervisor's stack at the panic.
+	Stack string
+}
+
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("residency runtime stopped on a fatal error while handling %s at state version %d: %s (nothing more is admitted; Close frees every buffer)", e.Message, e.Version, e.Reason)
 }
 
 // ActorCrashError is the cause of a transfer whose actor panicked.

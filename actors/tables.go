@@ -48,6 +48,19 @@ func (t *BufferTable) Len() int {
 	return len(t.bufs)
 }
 
+// freeAll frees every buffer still in the table through backend and
+// returns how many there were.
+func (t *BufferTable) freeAll(backend cuda.Backend) int {
+	t.mu.Lock()
+	bufs := t.bufs
+	t.bufs = map[messages.BufferKey]cuda.Buffer{}
+	t.mu.Unlock()
+	for _, b := range bufs {
+		_ = backend.Free(b)
+	}
+	return len(bufs)
+}
+
 // registry is a concurrency-safe map from keys to objects that cannot
 // travel inside messages (loaders, device events).
 type registry[K comparable, V any] struct {
@@ -76,4 +89,10 @@ func (r *registry[K, V]) take(k K) (V, bool) {
 	delete(r.m, k)
 	r.mu.Unlock()
 	return v, ok
+}
+
+func (r *registry[K, V]) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
 }

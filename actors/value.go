@@ -35,7 +35,11 @@ func (a *valueActor) Receive(ctx actor.Context) {
 
 func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
 	pid := a.eng.locations[key.Location]
-	res, err := ctx.RequestFuture(pid, &messages.Allocate{Key: key, Bytes: bytes}, a.eng.allocTimeout).Result()
+	// No timeout of our own: the location actor enforces the allocation
+	// deadline and always answers (its supervision strategy answers for it
+	// if it crashes). Giving up here could leave a buffer the ledger no
+	// longer charges.
+	res, err := ctx.RequestFuture(pid, &messages.Allocate{Key: key, Bytes: bytes}, -1).Result()
 	if err != nil {
 		return fmt.Errorf("allocation of %d bytes at %s: location actor did not answer: %w", bytes, key.Location, err)
 	}

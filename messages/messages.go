@@ -18,12 +18,14 @@ import (
 // ---- requests to the supervisor ------------------------------------------
 
 // Register registers a value. Data (optional) initializes a value
-// registered At a location; HasLoader says a loader was stored under the
-// value's name for reconstruction.
+// registered At a location. LoaderKey (0: none) names the loader the caller
+// parked in the runtime's loader table for this one call: from the moment
+// the message is sent the supervisor owns that entry (it binds it to the
+// new handle, or drops it when the registration is refused or fails).
 type Register struct {
 	Spec      budget.ValueSpec
 	Data      []byte
-	HasLoader bool
+	LoaderKey uint64
 	ReplyTo   *actor.PID
 }
 
@@ -142,6 +144,16 @@ type EnterScope struct {
 	ReplyTo         *actor.PID
 }
 
+// Admit decides Request and enters the decision's plan as scope Scope in
+// one step of the supervisor, so the decision cannot go stale between the
+// two. The reply is a RunReply carrying the Decision.
+type Admit struct {
+	Request    budget.Request
+	StateLimit int
+	Scope      string
+	ReplyTo    *actor.PID
+}
+
 // ExitScope releases a scope's leases and reservations.
 type ExitScope struct {
 	Scope        string
@@ -217,8 +229,10 @@ type DecideReply struct {
 	Err      error
 }
 
-// RunReply answers Execute and EnterScope.
+// RunReply answers Execute, EnterScope, Admit and the direct transitions.
 type RunReply struct {
+	// Decision is set for Admit once the controller decided.
+	Decision     *budget.Decision
 	Report       budget.Report
 	Leases       []budget.LeaseID
 	Reservations []string
@@ -239,6 +253,39 @@ type ShutdownReply struct {
 	Final       budget.Snapshot
 	Err         error
 }
+
+// FatalReply answers any request once the supervisor has stopped the
+// runtime on a fatal error (a panic while it handled a message): the ledger
+// may be half-updated, so nothing more is admitted and every waiting and
+// later caller receives Err.
+type FatalReply struct{ Err error }
+
+// Request is implemented by every message to the supervisor that expects a
+// reply: Replier returns where the reply goes (nil: nobody waits).
+type Request interface{ Replier() *actor.PID }
+
+func (m *Register) Replier() *actor.PID     { return m.ReplyTo }
+func (m *Transition) Replier() *actor.PID   { return m.ReplyTo }
+func (m *Acquire) Replier() *actor.PID      { return m.ReplyTo }
+func (m *Release) Replier() *actor.PID      { return m.ReplyTo }
+func (m *RecordEvent) Replier() *actor.PID  { return m.ReplyTo }
+func (m *EventDone) Replier() *actor.PID    { return m.ReplyTo }
+func (m *AwaitReap) Replier() *actor.PID    { return m.ReplyTo }
+func (m *Hold) Replier() *actor.PID         { return m.ReplyTo }
+func (m *Unhold) Replier() *actor.PID       { return m.ReplyTo }
+func (m *Reserve) Replier() *actor.PID      { return m.ReplyTo }
+func (m *Unreserve) Replier() *actor.PID    { return m.ReplyTo }
+func (m *Explain) Replier() *actor.PID      { return m.ReplyTo }
+func (m *Decide) Replier() *actor.PID       { return m.ReplyTo }
+func (m *Execute) Replier() *actor.PID      { return m.ReplyTo }
+func (m *EnterScope) Replier() *actor.PID   { return m.ReplyTo }
+func (m *Admit) Replier() *actor.PID        { return m.ReplyTo }
+func (m *ExitScope) Replier() *actor.PID    { return m.ReplyTo }
+func (m *Snapshot) Replier() *actor.PID     { return m.ReplyTo }
+func (m *StateVersion) Replier() *actor.PID { return m.ReplyTo }
+func (m *Trace) Replier() *actor.PID        { return m.ReplyTo }
+func (m *Shutdown) Replier() *actor.PID     { return m.ReplyTo }
+func (m *Lookup) Replier() *actor.PID       { return m.ReplyTo }
 
 // ---- between actors --------------------------------------------------------
 

@@ -31,18 +31,14 @@ type Lease struct {
 // places: an absent endpoint is an [*UnavailableError].
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (*Lease, error) {
 	s.inflight.Add(1)
-	if s.closed.Load() {
-		s.inflight.Add(-1)
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.refusal(ctx); err != nil {
 		s.inflight.Add(-1)
 		return nil, err
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid})
 	s.inflight.Add(-1)
-	r, err := s.slots.await(ctx, sl, s.releaseLate)
+	r, err := s.await(ctx, sl, s.releaseLate)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +96,9 @@ func (l *Lease) Read(ctx context.Context) ([]byte, error) {
 // that reads the buffer): the materialization stays protected until the
 // event completes and the runtime has reaped it, even after Release.
 // Recording on a released lease, or a nil event, is an [*InvalidInputError].
+// If ctx ends after the request was sent, the call returns ctx.Err() but
+// the runtime still records the event (when the lease allows it) and reaps
+// it once it completes: the protection never outlives the event.
 func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error) {
 	s := l.sys
 	if ev == nil {
@@ -107,11 +106,14 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 	}
 	key := s.eventSeq.Add(1)
 	s.eng.StoreEvent(key, ev)
-	r, err := s.call(ctx, func(p *actor.PID) any {
+	// Once sent, the event belongs to the runtime even if ctx ends before
+	// the reply: the supervisor either records it (and a watcher reaps it
+	// when it completes) or drops it. Dropping it here after sending would
+	// leave a recorded event nobody watches, protecting the bytes forever.
+	r, err := s.callOwned(ctx, func(p *actor.PID) any {
 		return &messages.RecordEvent{Lease: l.id, EventKey: key, ReplyTo: p}
-	}, nil)
+	}, nil, func() { s.eng.DropEvent(key) })
 	if err != nil {
-		s.eng.DropEvent(key)
 		return 0, err
 	}
 	rep := r.(*messages.EventReply)
@@ -122,18 +124,14 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
 	s.inflight.Add(1)
-	if s.closed.Load() {
-		s.inflight.Add(-1)
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.refusal(ctx); err != nil {
 		s.inflight.Add(-1)
 		return err
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Release{Lease: l.id, ReplyTo: sl.pid})
 	s.inflight.Add(-1)
-	r, err := s.slots.await(ctx, sl, nil)
+	r, err := s.await(ctx, sl, nil)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -48,9 +49,27 @@ type (
 	EventID               = budget.EventID
 	Outstanding           = budget.Outstanding
 	Endpoint              = budget.Endpoint
+	HoldID                = budget.HoldID
 	ActorCrashError       = actors.ActorCrashError
+	FatalError            = actors.FatalError
+	AllocTimeoutError     = actors.AllocTimeoutError
 	ReservationRecord     = budget.ReservationRecord
 	MaterializationRecord = budget.MaterializationRecord
+	LocationRecord        = budget.LocationRecord
+	ValueRecord           = budget.ValueRecord
+	MatState              = budget.MatState
+	UnavailableReason     = budget.UnavailableReason
+	// Hooks inject failures into the actors (tests only); their arguments
+	// are an Effect and a BufferKey.
+	Hooks      = actors.Hooks
+	Effect     = budget.Effect
+	EffectKind = budget.EffectKind
+	BufferKey  = messages.BufferKey
+	// The device types a caller meets: a value's loader, a consumer event
+	// and a buffer (package cuda).
+	Loader = cuda.Loader
+	Event  = cuda.Event
+	Buffer = cuda.Buffer
 )
 
 // Replica modes.
@@ -59,12 +78,57 @@ const (
 	Replicable = budget.Replicable
 )
 
+// Materialization states (MaterializationRecord.State).
+const (
+	Entering = budget.Entering
+	Resident = budget.Resident
+	Leaving  = budget.Leaving
+)
+
+// Reasons of an [*UnavailableError].
+const (
+	UnavailableEndpoint  = budget.UnavailableEndpoint
+	UnavailableLocation  = budget.UnavailableLocation
+	UnavailableSource    = budget.UnavailableSource
+	UnavailableDiscarded = budget.UnavailableDiscarded
+	UnavailableForeign   = budget.UnavailableForeign
+	UnavailableInFlight  = budget.UnavailableInFlight
+)
+
+// Phases of a [*PlanExecutionError].
+const (
+	PhaseExecute = budget.PhaseExecute
+	PhaseReclaim = budget.PhaseReclaim
+	PhaseReserve = budget.PhaseReserve
+	PhaseEnter   = budget.PhaseEnter
+	PhaseExit    = budget.PhaseExit
+)
+
+// Effect kinds (for Hooks).
+const (
+	EffectInitialize  = budget.EffectInitialize
+	EffectCopy        = budget.EffectCopy
+	EffectReconstruct = budget.EffectReconstruct
+	EffectFree        = budget.EffectFree
+)
+
+// Defaults.
+const (
+	DefaultStateLimit    = budget.DefaultStateLimit
+	DefaultTraceCapacity = budget.DefaultTraceCapacity
+)
+
 // Error categories (use with errors.Is).
 var (
 	ErrPlan         = budget.ErrPlan
 	ErrInvalidInput = budget.ErrInvalidInput
 	ErrDiscarded    = budget.ErrDiscarded
 	ErrForeign      = budget.ErrForeign
+	// ErrBusy matches refusals about something in use or in flight (an
+	// [*InUseError], an [*UnavailableError] with reason
+	// UnavailableInFlight), never a [*BudgetError]: retry once the
+	// protection ends.
+	ErrBusy = budget.ErrBusy
 )
 
 // ErrClosed is returned by every call made after Close began.
@@ -99,8 +163,15 @@ type Options struct {
 	// Logger receives structured logs (the runtime's and protoactor's).
 	// Default: none.
 	Logger *zerolog.Logger
+	// AllocTimeout bounds one physical allocation (default 30s). The
+	// location's actor enforces it where the buffer is made: an allocation
+	// still running at the deadline fails the transfer with an
+	// [*AllocTimeoutError] (matching context.DeadlineExceeded), and a
+	// buffer the backend hands back late is freed before the ledger
+	// releases the charge, so device bytes never exceed admitted bytes.
+	AllocTimeout time.Duration
 	// Hooks inject failures (tests only).
-	Hooks actors.Hooks
+	Hooks Hooks
 }
 
 // System is a running residency runtime. All methods are safe for
@@ -119,14 +190,16 @@ type System struct {
 	managerID string
 
 	closed   atomic.Bool
+	fatal    atomic.Pointer[FatalError]
 	inflight atomic.Int64
 	closeMu  sync.Mutex
 	closeErr error
 	closedOK bool
 	final    budget.Snapshot
 
-	scopeSeq atomic.Uint64
-	eventSeq atomic.Uint64
+	scopeSeq  atomic.Uint64
+	eventSeq  atomic.Uint64
+	loaderSeq atomic.Uint64
 }
 
 // Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
@@ -169,7 +242,13 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 		}
 		backend, owns = b, true
 	}
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, Hooks: opts.Hooks})
+	if opts.AllocTimeout < 0 {
+		if owns {
+			_ = backend.Close()
+		}
+		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
+	}
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: opts.Hooks})
 	if err != nil {
 		if owns {
 			_ = backend.Close()
@@ -192,22 +271,59 @@ func (s *System) Backend() cuda.Backend { return s.backend }
 // Faults returns the backend's fault injector.
 func (s *System) Faults() *cuda.Faults { return s.backend.Faults() }
 
-// send sends msg (built with a fresh reply slot) to the supervisor and
-// waits for the reply.
+// call sends msg (built with a fresh reply slot) to the supervisor and
+// waits for the reply. onLate receives a reply that arrives after ctx
+// ended (to hand back what it granted).
 func (s *System) call(ctx context.Context, build func(*actor.PID) any, onLate func(any)) (any, error) {
+	return s.callOwned(ctx, build, onLate, nil)
+}
+
+// callOwned is call for a request that hands the runtime something parked
+// in a table (a loader, an event): onUnsent runs when the request was
+// never sent (closed, stopped, ctx already done), so the caller takes it
+// back. Once sent, the supervisor owns it whether or not we still wait.
+func (s *System) callOwned(ctx context.Context, build func(*actor.PID) any, onLate func(any), onUnsent func()) (any, error) {
 	s.inflight.Add(1)
-	if s.closed.Load() {
+	if err := s.refusal(ctx); err != nil {
 		s.inflight.Add(-1)
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		s.inflight.Add(-1)
+		if onUnsent != nil {
+			onUnsent()
+		}
 		return nil, err
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, build(sl.pid))
 	s.inflight.Add(-1)
-	return s.slots.await(ctx, sl, onLate)
+	return s.await(ctx, sl, onLate)
+}
+
+// refusal says why a call must not be sent: the runtime stopped on a fatal
+// error, it is closed, or ctx is done.
+func (s *System) refusal(ctx context.Context) error {
+	if f := s.fatal.Load(); f != nil {
+		return f
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// await waits for the reply in sl. A FatalReply becomes its error (and
+// every later call's).
+func (s *System) await(ctx context.Context, sl *replySlot, onLate func(any)) (any, error) {
+	m, err := s.slots.await(ctx, sl, onLate)
+	if err != nil {
+		return nil, err
+	}
+	if f, ok := m.(*messages.FatalReply); ok {
+		var fe *FatalError
+		if errors.As(f.Err, &fe) {
+			s.fatal.CompareAndSwap(nil, fe)
+		}
+		return nil, f.Err
+	}
+	return m, nil
 }
 
 // callErr is call for requests answered by a plain *messages.Reply.
@@ -253,20 +369,25 @@ func (s *System) Register(ctx context.Context, v Value) (Handle, error) {
 	if v.Data != nil && int64(len(v.Data)) != v.Bytes {
 		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: data has %d bytes, value has %d", v.Name, len(v.Data), v.Bytes)}
 	}
+	// The loader is parked under a key of this call alone: a concurrent
+	// registration of the same name can never be bound to it.
+	var key uint64
 	if v.Loader != nil {
-		s.eng.StoreLoader(v.Name, v.Loader)
+		key = s.loaderSeq.Add(1)
+		s.eng.StoreLoader(key, v.Loader)
 	}
 	spec := budget.ValueSpec{Name: v.Name, Bytes: v.Bytes, Mode: v.Mode, At: v.At, Source: v.Source}
-	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.Register{Spec: spec, Data: v.Data, HasLoader: v.Loader != nil, ReplyTo: p}
-	}, nil)
+	r, err := s.callOwned(ctx, func(p *actor.PID) any {
+		return &messages.Register{Spec: spec, Data: v.Data, LoaderKey: key, ReplyTo: p}
+	}, nil, func() {
+		if key != 0 {
+			s.eng.DropLoader(key)
+		}
+	})
 	if err != nil {
 		return Handle{}, err
 	}
 	rep := r.(*messages.HandleReply)
-	if rep.Err != nil && v.Loader != nil {
-		s.eng.DropLoader(v.Name)
-	}
 	return rep.Handle, rep.Err
 }
 
@@ -379,6 +500,9 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 		if s.closedOK {
 			return s.final, nil
 		}
+		if f := s.fatal.Load(); f != nil {
+			return Snapshot{}, f
+		}
 		return Snapshot{}, ErrClosed
 	}
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Snapshot{ReplyTo: p} }, nil)
@@ -439,6 +563,8 @@ func (e *OutstandingError) Error() string {
 // reported (an [*OutstandingError]) and released; every materialization is
 // freed, so every location is back to zero bytes; actors, streams and the
 // soft backend stop. Idempotent: later calls return the first result.
+// After a fatal stop Close frees every device buffer and returns the
+// [*FatalError].
 func (s *System) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -456,7 +582,20 @@ func (s *System) Close(ctx context.Context) error {
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
-	r, err := s.slots.await(ctx, sl, nil)
+	r, err := s.await(ctx, sl, nil)
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		// The ledger cannot be trusted: nothing to report from it. Stop
+		// the actors; Engine.Stop frees every buffer still allocated.
+		s.closeErr = fe
+		_ = s.eng.Stop(ctx)
+		s.slots.drain()
+		if s.ownsBack {
+			_ = s.backend.Close()
+		}
+		s.log.Error().Err(fe).Msg("residency closed after a fatal stop")
+		return s.closeErr
+	}
 	if err != nil {
 		s.closeErr = fmt.Errorf("residency: close: waiting for transfers in flight: %w", err)
 		_ = s.eng.Stop(context.Background())
