@@ -40,11 +40,12 @@ type Hooks struct {
 	// and restarts it.
 	PanicOnAllocate func(messages.BufferKey) bool
 	// AfterLedger is called by the supervisor after the ledger handled a
-	// request and before the reply is sent. A panic in it stands for a
-	// ledger invariant panic: the change is applied, the caller has no
-	// reply yet, and the supervisor must stop the runtime with a
-	// [*FatalError].
-	AfterLedger func(msg any)
+	// request and before the reply is sent, with the request's kind (the
+	// message type's name: "Acquire", "Register", "Transition", …). A
+	// panic in it stands for a ledger invariant panic: the change is
+	// applied, the caller has no reply yet, and the supervisor must stop
+	// the runtime with a [*FatalError].
+	AfterLedger func(request string)
 }
 
 // Config configures an [Engine].

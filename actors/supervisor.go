@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -150,11 +151,20 @@ func (s *supervisor) reply(to *actor.PID, msg any) {
 	if h := s.eng.hooks.AfterLedger; h != nil && s.current != nil {
 		cur := s.current
 		s.current = nil // once per message
-		h(cur)
+		h(requestKind(cur))
 	}
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
+}
+
+// requestKind names a message by its type, without package or pointer.
+func requestKind(m any) string {
+	k := fmt.Sprintf("%T", m)
+	if i := strings.LastIndexByte(k, '.'); i >= 0 {
+		k = k[i+1:]
+	}
+	return k
 }
 
 // replyRun answers a run's caller; an Admit's reply carries its decision.
@@ -172,7 +182,7 @@ func (s *supervisor) replyRun(rs *runState, rep *messages.RunReply) {
 // reap or the shutdown, and every later caller receive the same
 // [*FatalError]. Close still frees every physical buffer (Engine.Stop).
 func (s *supervisor) stopFatal(msg, reason any, stack []byte) {
-	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg)), Version: s.ledger.Version(), Stack: string(stack)}
+	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: requestKind(actor.UnwrapEnvelopeMessage(msg)), Version: s.ledger.Version(), Stack: string(stack)}
 	s.eng.log.Error().Str("reason", s.fatal.Reason).Str("message", s.fatal.Message).Uint64("state_version", s.fatal.Version).Str("stack", s.fatal.Stack).Msg("supervisor panicked; runtime stopped (every caller receives the fatal error)")
 	s.current = nil
 	s.refuse(msg)

@@ -372,3 +372,69 @@ func TestAdmitAbandonedHandsBackItsScope(t *testing.T) {
 	})
 	require.NoError(t, sys.Close(ctx))
 }
+
+// gatedLoader blocks until release is closed, then produces data.
+func gatedLoader(data []byte, entered chan<- struct{}, release <-chan struct{}) system.Loader {
+	return func(ctx context.Context, dst []byte) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		copy(dst, data)
+		return nil
+	}
+}
+
+// Defect 6: a panic inside the supervisor (here: after the ledger granted
+// a lease, before the reply) must not leave a runtime that carries on over
+// a half-applied change, nor a caller without a reply. The runtime stops
+// with a FatalError that the caller, every waiting caller and every later
+// caller receive; Close frees every buffer.
+func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
+	ctx := context.Background()
+	backend, err := soft.New(soft.Config{Locations: []string{"pageable-host", "pinned-host", "cuda:0", "cuda:1"}})
+	require.NoError(t, err)
+	defer backend.Close()
+	var armed atomic.Bool
+	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1<<20), Backend: backend, Hooks: system.Hooks{
+		AfterLedger: func(request string) {
+			if request == "Acquire" && armed.CompareAndSwap(true, false) {
+				panic("injected ledger invariant panic (test hook)")
+			}
+		},
+	}})
+	h := register(t, sys, system.Value{Name: "resident", Bytes: 4096, At: "cuda:0", Data: pattern(4096, 1)})
+	// A transfer in flight: its caller waits on the supervisor too.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	slow := register(t, sys, system.Value{Name: "slow", Bytes: 4096, Source: "pageable-host", Loader: gatedLoader(pattern(4096, 2), entered, release)})
+	placeErr := make(chan error, 1)
+	go func() { placeErr <- sys.Place(ctx, slow, "cuda:1") }()
+	<-entered
+
+	armed.Store(true)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = sys.Acquire(wctx, h, "cuda:0")
+	var fe *system.FatalError
+	require.ErrorAs(t, err, &fe, "the caller whose request panicked gets the fatal error, not a wait")
+	assert.Equal(t, "Acquire", fe.Message)
+	assert.Contains(t, fe.Reason, "injected ledger invariant panic")
+	assert.NotEmpty(t, fe.Stack)
+
+	require.ErrorAs(t, <-placeErr, &fe, "a caller waiting on a transfer gets the fatal error")
+	// Every later call, reads included: the ledger cannot be trusted.
+	_, err = sys.Snapshot(ctx)
+	require.ErrorAs(t, err, &fe)
+	_, err = sys.Register(ctx, system.Value{Name: "later", Bytes: 1, At: "pageable-host"})
+	require.ErrorAs(t, err, &fe)
+	require.ErrorAs(t, sys.Place(ctx, h, "cuda:1"), &fe)
+
+	close(release) // the in-flight transfer finishes into a stopped runtime
+	require.ErrorAs(t, sys.Close(ctx), &fe, "Close reports the fatal stop")
+	require.ErrorAs(t, sys.Close(ctx), &fe, "Close is idempotent")
+	for _, l := range []string{"pageable-host", "pinned-host", "cuda:0", "cuda:1"} {
+		assert.Zero(t, backendUsed(t, backend, l), "%s: Close after a fatal stop frees every buffer", l)
+	}
+}
