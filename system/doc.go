@@ -36,6 +36,15 @@
 // evicted, moved away or discarded ([*InUseError]); the controller never
 // picks it as a victim.
 //
+// # Admission
+//
+// [System.Admit] is the call to make under load: the controller decides
+// where the request's values go (fallback tiers, victims chosen by value)
+// and the decision is entered as a [*Scope] in the same step of the
+// runtime, so it can never be stale. The [Decision] comes back as evidence
+// (explored states, every eviction with its reason, the plan). Exit the
+// scope when done; until then a lease protects every entered endpoint.
+//
 // # Plans, decisions and scopes
 //
 // A [Plan] is reclaim → reservations → enter. [System.Explain] simulates it
@@ -46,8 +55,9 @@
 // plan and its explanation. [System.ScopeFor] turns a decision into a
 // single-use [*Scope]: Enter checks the state version first
 // ([*StaleStateError]), then reclaims, reserves, enters and leases every
-// entered endpoint until Exit. [System.Execute] runs a plan without a
-// scope.
+// entered endpoint until Exit. This two-step path is for what-if use: with
+// other callers committing in between, Enter is usually stale; use Admit.
+// [System.Execute] runs a plan without a scope.
 //
 // # Errors
 //
@@ -58,15 +68,29 @@
 // reservation and index, the partial report of committed transitions, the
 // cause) and [*InvalidInputError]. Use errors.As. SearchLimitError and
 // StaleStateError also match errors.Is(err, ErrPlan); PlanExecutionError
-// does not.
+// does not. [ErrBusy] matches the refusals that are about something in use
+// or in flight ([*InUseError], an [*UnavailableError] in flight), never a
+// [*BudgetError]: they may succeed once the protection ends.
+//
+// An allocation that takes longer than [Options].AllocTimeout fails its
+// transfer with an [*AllocTimeoutError]; a buffer the device hands back
+// late is freed before the charge is released, so device bytes never
+// exceed admitted bytes. If the supervisor itself panics (a broken ledger
+// invariant), the runtime stops: the caller, every waiting caller and every
+// later caller get a [*FatalError], nothing more is admitted, and Close
+// frees every device buffer.
 //
 // # Evidence
 //
 // [System.Snapshot] is one atomic, tensor-free copy of the state at one
-// version; [System.Trace] returns the bounded ring of committed
+// version ([System.StateVersion] reads just the version); [System.Trace] returns the bounded ring of committed
 // transitions.
 //
 // # Concurrency and contexts
+//
+// A user imports this package alone: the ledger's types, constants and
+// errors are re-exported here (and the device types of package cuda a
+// caller meets: [Loader], [Event], [Buffer]).
 //
 // Every method is safe for concurrent use. One supervisor actor owns the
 // ledger and serializes every state version; calls wait for its reply

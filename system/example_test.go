@@ -274,6 +274,40 @@ func ExampleSystem_Explain() {
 	// [pinned-host cuda:0] [pinned-host]
 }
 
+// Admit is the path to use under load: the controller decides and the
+// scope is entered in one step, so the decision can never be stale.
+func ExampleSystem_Admit() {
+	ctx := context.Background()
+	sys := startExample()
+	defer closeExample(sys)
+
+	old, _ := sys.Register(ctx, system.Value{Name: "old", Bytes: 40 << 10, Mode: system.Replicable, At: "pinned-host"})
+	_ = sys.Copy(ctx, old, "pinned-host", "cuda:0")
+	_ = sys.Copy(ctx, old, "pinned-host", "cuda:1")
+	h, _ := sys.Register(ctx, system.Value{Name: "new", Bytes: 32 << 10, At: "pinned-host"})
+
+	sc, d, err := sys.Admit(ctx, system.Request{
+		Name:         "step-1",
+		Requirements: []system.Requirement{{Handle: h, Tiers: [][]string{{"cuda:0", "cuda:1"}, {"pinned-host"}}}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sc.Exit(ctx)
+	// The decision is the evidence of what was done and why.
+	for _, e := range d.Evictions {
+		fmt.Printf("evicted %s at %s (%d bytes): %s\n", e.Handle.Name, e.Location, e.Bytes, e.Reason)
+	}
+	fmt.Println("explored states:", d.ExploredStates)
+	fmt.Println("leases held:", len(sc.Leases()))
+	fmt.Println(where(sys, "old"), where(sys, "new"))
+	// Output:
+	// evicted old at cuda:0 (40960 bytes): priority H=2 (last use v4) among the lowest at cuda:0; evicted to free 40960 bytes of the 8192-byte shortfall for request "step-1"
+	// explored states: 2
+	// leases held: 1
+	// [pinned-host cuda:1] [cuda:0]
+}
+
 func ExampleSystem_Decide() {
 	ctx := context.Background()
 	sys := startExample()

@@ -7,9 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/residency-go/residency/actors"
-	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
 )
 
 // A location actor that crashes while allocating must fail the transfer
@@ -21,7 +18,7 @@ func TestLocationActorCrashFailsTransferAndRestarts(t *testing.T) {
 	armed.Store(true)
 	s, err := Start(ctx, Options{
 		Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)},
-		Hooks: actors.Hooks{PanicOnAllocate: func(k messages.BufferKey) bool {
+		Hooks: Hooks{PanicOnAllocate: func(k BufferKey) bool {
 			return k.Location == "cuda:0" && armed.CompareAndSwap(true, false)
 		}},
 	})
@@ -36,7 +33,7 @@ func TestLocationActorCrashFailsTransferAndRestarts(t *testing.T) {
 	}
 	err = s.Place(ctx, h, "cuda:0")
 	var pe *PlanExecutionError
-	if !errors.As(err, &pe) || pe.Phase != budget.PhaseExecute {
+	if !errors.As(err, &pe) || pe.Phase != PhaseExecute {
 		t.Fatalf("want a PlanExecutionError in phase execute, got %v", err)
 	}
 	var crash *ActorCrashError
