@@ -28,11 +28,18 @@
 //
 // # Values and materializations
 //
-// A value has a name (unique for the ledger's lifetime, discarded values
-// included), a size in bytes (> 0), a replica mode (exclusive or
-// replicable), and optionally a source: a source location where the value
-// can be reconstructed by loading it into a temporary buffer. Every
-// materialization of a value is charged exactly its size.
+// A value has a name (unique among live values), a size in bytes (> 0), a
+// replica mode (exclusive or replicable), and optionally a source: a source
+// location where the value can be reconstructed by loading it into a
+// temporary buffer. Every materialization of a value is charged exactly its
+// size.
+//
+// A [Handle] carries the value's ID and name; IDs are never reused. Discard
+// retires a handle and frees its name (so does a registration whose first
+// materialization failed): a new registration under that name gets a new
+// handle, [Ledger.Lookup] returns the new one, and the retired handle keeps
+// answering [*UnavailableError] (discarded) everywhere; it never resolves
+// to the new value.
 //
 // A materialization moves through these states:
 //

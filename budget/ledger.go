@@ -202,8 +202,10 @@ func (l *Ledger) Locations() []string {
 	return out
 }
 
-// Lookup returns the handle registered under name (discarded ones
-// included).
+// Lookup returns the handle of the live value registered under name. A
+// discarded value's name, like that of a failed registration, is free:
+// Lookup does not find it, and a new registration under it gets a new
+// handle (a new ID; IDs are never reused), which Lookup then returns.
 func (l *Ledger) Lookup(name string) (Handle, bool) {
 	v, ok := l.byName[name]
 	if !ok {
@@ -344,6 +346,9 @@ func (l *Ledger) inUse(v *value, m *mat) error {
 // materialization (1 version). Errors (nothing changed): invalid input
 // (empty or duplicate name, bytes ≤ 0, both or neither of At/Source,
 // malformed location), Unavailable (unconfigured location), BudgetError.
+// Names are unique among live values (a registration in flight included):
+// the name of a discarded value, or of a failed registration, may be
+// registered again, and gets a new handle.
 func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
 	if spec.Name == "" {
 		return Handle{}, Admission{}, invalidf("value name is empty")
@@ -748,6 +753,9 @@ func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 		l.removeMat(v, m, "discard")
 	}
 	v.discarded = true
+	// The name is free for a new registration; the retired handle keeps
+	// its id, which still answers Unavailable (discarded).
+	delete(l.byName, v.name)
 	l.commit("discard", v, -1, 0, "handle retired")
 	return effects, nil
 }

@@ -64,7 +64,7 @@ type refModel struct {
 	locs    []refLoc // in location order
 	version uint64
 	values  []*refValue
-	names   map[string]uint64 // taken value names
+	names   map[string]uint64 // names of live values (taken)
 	xfers   map[int]*refXfer
 	leases  map[int]refEndpoint
 	holds   map[int]refEndpoint
@@ -614,6 +614,7 @@ func (m *refModel) Discard(h Handle) string {
 		m.bump()
 	}
 	v.discarded = true
+	delete(m.names, v.name) // the name is free for a new registration
 	m.bump()
 	return ""
 }

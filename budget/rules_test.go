@@ -75,6 +75,8 @@ package budget
 //                                          TestRule_DiscardChecksProtectionBeforeInFlight
 //   discarded handle → Unavailable "discarded" everywhere (plans too)
 //                                        → TestRule_DiscardedHandleIsUnavailableEverywhere
+//   its name is free for a new registration, which gets a new handle
+//                                        → TestRule_DiscardedNameIsFreeForANewHandle
 //   foreign handle → Unavailable "foreign" → TestRule_ForeignHandleIsUnavailable
 //   (resolved) unknown names → invalid input
 //                                        → TestRule_UnknownHandleIsInvalidInput
@@ -1103,12 +1105,69 @@ func TestRule_DiscardedHandleIsUnavailableEverywhere(t *testing.T) {
 	w := c.reg("w", 10, Replicable, "pageable-host")
 	c.must2(c.Discard(w))
 	checkDeadHandle(t, c, w, UnavailableDiscarded, ErrDiscarded, "discarded")
-	// The name stays taken.
-	err := c.refused("re-register", func() error {
+	// Request validation too.
+	_, err := c.L.Decide(Request{Name: "q", Requirements: []Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}, 0)
+	wantUnavailable(t, err, "w", "", UnavailableDiscarded)
+}
+
+// TestRule_DiscardedNameIsFreeForANewHandle: a discarded value's name is
+// free for a new registration, which gets a new handle (a new ID: IDs are
+// never reused); Lookup returns the new handle; the retired handle still
+// answers Unavailable (discarded) everywhere and never reaches the new
+// value. (Issue 7: Discard used to keep the name taken.)
+func TestRule_DiscardedNameIsFreeForANewHandle(t *testing.T) {
+	c := std(t)
+	old := c.reg("w", 10, Replicable, "pageable-host")
+	c.placed(old, "cuda:0")
+	c.reg("other", 5, Exclusive, "cuda:1")
+	c.must2(c.Discard(old))
+	if h, ok := c.L.Lookup("w"); ok {
+		t.Fatalf("Lookup of a discarded name found %+v", h)
+	}
+	// Same name, another size, mode and kind of registration.
+	var h2 Handle
+	eq(t, "register again: 1 version", c.delta(func() { h2 = c.regSrc("w", 30, Exclusive, "pinned-host") }), uint64(1))
+	eq(t, "new handle", h2, Handle{Manager: "m1", ID: 3, Name: "w"})
+	if h, ok := c.L.Lookup("w"); !ok || h != h2 {
+		t.Fatalf("Lookup(w) = %+v %v, want the new handle %+v", h, ok, h2)
+	}
+	// The name is taken again while the new value lives.
+	err := c.refused("register a live name", func() error {
 		_, _, err := c.Register(ValueSpec{Name: "w", Bytes: 1, At: "cuda:0"})
 		return err
 	})
-	wantInvalid(t, err, "duplicate", `"w"`)
+	wantInvalid(t, err, `duplicate value name "w"`)
+	c.placed(h2, "cuda:0")
+	// The old handle is dead everywhere, and none of its refusals touched
+	// the new value (checkDeadHandle: refused, state unchanged).
+	checkDeadHandle(t, c, old, UnavailableDiscarded, ErrDiscarded, "discarded")
+	_, err = c.L.Decide(Request{Name: "q", Requirements: []Requirement{{Handle: old, Tiers: [][]string{{"cuda:1"}}}}}, 0)
+	wantUnavailable(t, err, "w", "", UnavailableDiscarded)
+	eq(t, "new value untouched", c.mats("w"), []string{"cuda:0:resident:0/0/0"})
+	// The snapshot lists both; Value(name) is the live one.
+	v := c.val("w")
+	eq(t, "Value(w)", []any{v.Handle, v.Discarded, v.Bytes}, []any{h2, false, int64(30)})
+	var listed []string
+	for _, r := range c.Snapshot().Values {
+		listed = append(listed, fmt.Sprintf("%s#%d discarded=%v", r.Handle.Name, r.Handle.ID, r.Discarded))
+	}
+	eq(t, "snapshot values", listed, []string{"w#1 discarded=true", "other#2 discarded=false", "w#3 discarded=false"})
+	// The new handle works, and is retired in its turn; a third
+	// registration gets a third id.
+	l, err := c.Acquire(h2, "cuda:0")
+	c.must(err)
+	c.must(c.Release(l))
+	c.must2(c.Discard(h2))
+	checkDeadHandle(t, c, h2, UnavailableDiscarded, ErrDiscarded, "discarded")
+	h3 := c.reg("w", 1, Replicable, "cuda:1")
+	eq(t, "third handle", h3.ID, uint64(4))
+	// A handle that pairs the old id with another name is unknown, not
+	// discarded: ids, not names, identify values.
+	err = c.refused("old id, other name", func() error {
+		_, err := c.Place(Handle{Manager: "m1", ID: old.ID, Name: "other"}, "cuda:0")
+		return err
+	})
+	wantInvalid(t, err, `handle id 1 names "w", not "other"`)
 }
 
 func TestRule_ForeignHandleIsUnavailable(t *testing.T) {

@@ -10,7 +10,7 @@ package budget
 // command must leave the version and the snapshot unchanged), and compares
 // the output with the golden text. `go test ./budget -run TestScripts
 // -update` rewrites the golden output in place (review the diff by hand:
-// it must be what SEMANTICS.md says, not merely what the code does).
+// it must be what docs/semantics.md says, not merely what the code does).
 //
 // Every command's output ends with "version N (+d)": the state version
 // after the command and how many versions it committed. Errors print as
@@ -19,9 +19,11 @@ package budget
 // ErrDiscarded, ErrForeign).
 //
 // Commands (names are value names, resolved to the latest handle of that
-// name, retired ones included; a name never registered stands for an
-// unknown handle (id 0), "foreign:NAME" for NAME's handle under another
-// manager id; ADM is an admission id or "last", the latest pending one):
+// name, retired ones included; "NAME#ID" is the handle with that id and
+// name, e.g. a retired handle whose name was registered again; a name
+// never registered stands for an unknown handle (id 0), "foreign:NAME" for
+// NAME's handle under another manager id; ADM is an admission id or
+// "last", the latest pending one):
 //
 //	start LOC[=BYTES] … [manager=ID] [trace=N]   new ledger; LOC alone: no budget
 //	register NAME BYTES [exclusive|replicable] at=LOC|source=LOC
@@ -468,10 +470,14 @@ func (s *scriptRunner) handle(name string) Handle {
 		h.Manager = "other-manager"
 		return h
 	}
+	if n, id, ok := strings.Cut(name, "#"); ok {
+		return Handle{Manager: s.c.L.ManagerID(), ID: uint64(s.int(id)), Name: n}
+	}
 	if h, ok := s.c.L.Lookup(name); ok {
 		return h
 	}
-	// A retired handle whose name was freed (failed registration).
+	// A retired handle whose name was freed (discarded; a failed
+	// registration is not in snapshots and stays unknown).
 	vals := s.c.L.Snapshot().Values
 	for i := len(vals) - 1; i >= 0; i-- {
 		if vals[i].Handle.Name == name {

@@ -102,10 +102,12 @@ func (s *Snapshot) Location(name string) (LocationRecord, bool) {
 	return LocationRecord{}, false
 }
 
-// Value returns the record of the value named name.
+// Value returns the record of the value named name: the latest
+// registration under that name, which is the live value when there is one
+// (a discarded value's name may be registered again).
 func (s *Snapshot) Value(name string) (ValueRecord, bool) {
-	for _, r := range s.Values {
-		if r.Handle.Name == name {
+	for i := len(s.Values) - 1; i >= 0; i-- {
+		if r := s.Values[i]; r.Handle.Name == name {
 			return r, true
 		}
 	}
@@ -113,9 +115,10 @@ func (s *Snapshot) Value(name string) (ValueRecord, bool) {
 }
 
 // Snapshot returns an atomic copy of the state: every location in location
-// order and every value in registration order (discarded ones included;
-// a value whose registration failed never existed and is left out),
-// materializations in location order. A read: no version.
+// order and every value in registration order (discarded ones included,
+// so a name registered again after a discard may appear twice, under two
+// handles; a value whose registration failed never existed and is left
+// out), materializations in location order. A read: no version.
 func (l *Ledger) Snapshot() Snapshot {
 	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, len(l.values))}
 	for i := range l.locs {
