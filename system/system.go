@@ -337,7 +337,8 @@ func (s *System) callErr(ctx context.Context, build func(*actor.PID) any) error 
 
 // Value describes a value to register.
 type Value struct {
-	// Name is unique for the runtime's lifetime.
+	// Name is unique among live values; a discarded value's name is free
+	// for a new registration (which gets a new handle).
 	Name string
 	// Bytes is the fixed conservative charge of every materialization.
 	Bytes int64

@@ -526,7 +526,9 @@ func TestPlanExecutionErrorScopeEnter(t *testing.T) {
 			for i := 0; i < nth; i++ {
 				want = append(want, steps[i]...)
 			}
-			want = append(want, "admit", "fail")
+			// The failed entry then releases the scope's two reservations;
+			// the partial report lists every committed transition.
+			want = append(want, "admit", "fail", "unreserve", "unreserve")
 			pe := checkExecErr(t, err, budget.PhaseEnter, &plan.Enter[nth], nth, nil, -1, want)
 			requireConsecutive(t, pe.PartialReport, before.StateVersion)
 			if !errors.Is(err, cuda.ErrInjectedFault) {
@@ -641,7 +643,7 @@ func TestPlanExecutionErrorReclaimAndReservePhases(t *testing.T) {
 		// Someone reserves the room r1 needed: 300 + 100 + 450 + 200 > 1000.
 		must(t, l.Reserve("cuda:0", "other", 450), "reserve other")
 		_, _, err = run.Next()
-		pe := checkExecErr(t, err, budget.PhaseReserve, nil, -1, &plan.Reservations[1], 1, []string{"remove", "reserve"})
+		pe := checkExecErr(t, err, budget.PhaseReserve, nil, -1, &plan.Reservations[1], 1, []string{"remove", "reserve", "unreserve"})
 		be := as[*budget.BudgetError](t, pe, "cause")
 		equal(t, budget.BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: 300, ReservedBytes: 550, RequestedBytes: 200}, *be, "cause")
 		// r0, admitted by the failed run, is released; the other one stays.
