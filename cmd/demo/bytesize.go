@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -81,4 +82,14 @@ func formatBytes(n int64) string {
 	s := fmt.Sprintf("%.2f", v)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s + " " + units[u]
+}
+
+// bytesText renders a byte figure for a table: the size for people and,
+// from 1 KiB on, the exact integer too ("26 GiB (27917287424)"), so that
+// a figure can be checked against the script and the JSON output.
+func bytesText(n int64) string {
+	if n > -1<<10 && n < 1<<10 {
+		return formatBytes(n)
+	}
+	return formatBytes(n) + " (" + strconv.FormatInt(n, 10) + ")"
 }

@@ -10,31 +10,47 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	go func() {
+		// The first Ctrl-C cancels ctx and the command stops on its own,
+		// promptly; from then on a second one kills it outright.
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run is the whole command; it returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run is the whole command; it returns the exit status (130 when ctx
+// ended: Ctrl-C).
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return scenarioMain(ctx, stdout, stderr)
+		return scenarioExit(ctx, scenarioMain(ctx, stdout, stderr), stderr)
 	}
 	switch args[0] {
 	case "replay":
-		return replayMain(ctx, args[1:], stdout, stderr)
+		return replayMain(ctx, args[1:], stdin, stdout, stderr)
 	case "scenario":
 		if len(args) > 1 {
 			fmt.Fprintln(stderr, "demo scenario takes no arguments")
 			return 2
 		}
-		return scenarioMain(ctx, stdout, stderr)
+		return scenarioExit(ctx, scenarioMain(ctx, stdout, stderr), stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "demo: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// scenarioExit maps an interrupted scenario to exit status 130.
+func scenarioExit(ctx context.Context, code int, stderr io.Writer) int {
+	if code != 0 && ctx.Err() != nil {
+		fmt.Fprintln(stderr, "demo: interrupted")
+		return exitInterrupted
+	}
+	return code
 }
 
 const usage = `demo — the residency runtime, shown and scripted
@@ -44,13 +60,15 @@ Usage:
                               simulated GPUs; this is what "make demo" runs)
   demo scenario               the same
   demo replay [--json] FILE   run a JSON-lines operation script against a fresh
-                              runtime and print one result per op (a table, or
-                              one JSON object per line with --json); FILE may
-                              be - for standard input
+                              runtime and print one result per op as it
+                              finishes (a table, or one JSON object per line
+                              with --json); FILE may be - for standard input,
+                              and --json may also follow FILE
   demo help                   this text
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an
 expectation failed, 2 when the script is malformed (the message names the
-line). See "go doc ./cmd/demo" for the script format, and
-cmd/demo/testdata/capacity-whatif.jsonl for a sample to adapt.
+line), 130 when interrupted (Ctrl-C). The script format is described in
+docs/replay.md and "go doc ./cmd/demo"; cmd/demo/testdata/capacity-whatif.jsonl
+is a sample to adapt.
 `

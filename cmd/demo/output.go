@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/residency-go/residency/system"
 )
@@ -84,7 +85,35 @@ func marshal(v any) ([]byte, error) {
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return escapeJSONControls(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// escapeJSONControls escapes DEL and the C1 control characters (U+0080 to
+// U+009F), which encoding/json leaves raw but a terminal may obey (U+009B
+// starts an escape sequence). They can only occur inside strings, so the
+// result is the same JSON value. C0 controls are escaped by the encoder.
+func escapeJSONControls(b []byte) []byte {
+	i := 0
+	for i < len(b) && b[i] != 0x7f && b[i] != 0xc2 {
+		i++
+	}
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	out = append(out, b[:i]...)
+	for ; i < len(b); i++ {
+		switch {
+		case b[i] == 0x7f:
+			out = append(out, `\u007f`...)
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			out = append(out, fmt.Sprintf(`\u%04x`, b[i+1])...)
+			i++
+		default:
+			out = append(out, b[i])
+		}
+	}
+	return out
 }
 
 // locationInts marshals a map from location to bytes in location order.
@@ -231,40 +260,57 @@ func toReservation(r system.ReservationSpec) reservationJSON {
 	return reservationJSON{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
 }
 
-func toExplanation(e system.Explanation) explanationJSON {
+// wording puts the runtime's words into the script's: its ids of leases,
+// holds, events and scopes become the script's names (see runner.words).
+// A nil *runner leaves everything as the runtime wrote it.
+func (r *runner) message(s string) string {
+	if r == nil {
+		return s
+	}
+	return r.words(s)
+}
+
+func (r *runner) detail(s string) string {
+	if r == nil {
+		return s
+	}
+	return r.detailWords(s)
+}
+
+func (r *runner) toExplanation(e system.Explanation) explanationJSON {
 	peaks := locationInts{}
 	for k, v := range e.PredictedPeakBytes {
 		peaks[k] = v
 	}
-	return explanationJSON{Feasible: e.Feasible, Reason: nullable(e.Reason), PredictedPeakBytes: peaks}
+	return explanationJSON{Feasible: e.Feasible, Reason: nullable(r.message(e.Reason)), PredictedPeakBytes: peaks}
 }
 
-func toTransitions(ts []system.Transition) []transitionJSON {
+func (r *runner) toTransitions(ts []system.Transition) []transitionJSON {
 	out := make([]transitionJSON, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, transitionJSON{
 			Version: t.Version, Kind: t.Kind, Handle: nullable(t.Handle),
-			Location: nullable(t.Location), Bytes: t.Bytes, Detail: t.Detail,
+			Location: nullable(t.Location), Bytes: t.Bytes, Detail: r.detail(t.Detail),
 		})
 	}
 	return out
 }
 
-func toReport(r system.Report) *reportJSON {
-	return &reportJSON{Transitions: toTransitions(r.Transitions)}
+func (r *runner) toReport(rep system.Report) *reportJSON {
+	return &reportJSON{Transitions: r.toTransitions(rep.Transitions)}
 }
 
-func toDecision(d system.Decision) *decisionJSON {
+func (r *runner) toDecision(d system.Decision) *decisionJSON {
 	out := &decisionJSON{
 		ExpectedStateVersion: d.ExpectedStateVersion,
 		ExploredStates:       d.ExploredStates,
 		Evictions:            make([]evictionJSON, 0, len(d.Evictions)),
 		Plan:                 toPlan(d.Plan),
-		Explanation:          toExplanation(d.Explanation),
+		Explanation:          r.toExplanation(d.Explanation),
 		Exhaustive:           d.Exhaustive,
 	}
 	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
+		out.Evictions = append(out.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason)})
 	}
 	return out
 }
@@ -338,10 +384,11 @@ func classify(err error) (string, error) {
 	return "Error", err
 }
 
-// errorObject renders err as the contract's error object.
-func errorObject(err error) *errorJSON {
+// errorObject renders err as the contract's error object, in the
+// script's words.
+func (r *runner) errorObject(err error) *errorJSON {
 	typ, e := classify(err)
-	out := &errorJSON{Type: typ, Message: err.Error()}
+	out := &errorJSON{Type: typ, Message: r.message(err.Error())}
 	switch x := e.(type) {
 	case *system.BudgetError:
 		out.Fields = []kv{{"location", x.Location}, {"budget_bytes", x.BudgetBytes}, {"used_bytes", x.UsedBytes},
@@ -359,12 +406,12 @@ func errorObject(err error) *errorJSON {
 	case *system.UnavailableError:
 		out.Fields = []kv{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}}
 	case *system.PlanExecutionError:
-		out.Fields = planExecutionFields(x)
+		out.Fields = r.planExecutionFields(x)
 	}
 	return out
 }
 
-func planExecutionFields(x *system.PlanExecutionError) []kv {
+func (r *runner) planExecutionFields(x *system.PlanExecutionError) []kv {
 	var action, actionIndex, resv, resvIndex any
 	if x.FailedAction != nil {
 		a := toAction(*x.FailedAction)
@@ -382,7 +429,7 @@ func planExecutionFields(x *system.PlanExecutionError) []kv {
 	var cause any
 	if x.Cause != nil {
 		typ, _ := classify(x.Cause)
-		cause = orderedObject{{"type", typ}, {"message", x.Cause.Error()}}
+		cause = orderedObject{{"type", typ}, {"message", r.message(x.Cause.Error())}}
 	}
 	return []kv{
 		{"phase", x.Phase},
@@ -390,7 +437,7 @@ func planExecutionFields(x *system.PlanExecutionError) []kv {
 		{"failed_action_index", actionIndex},
 		{"failed_reservation", resv},
 		{"failed_reservation_index", resvIndex},
-		{"partial_report", toReport(x.PartialReport)},
+		{"partial_report", r.toReport(x.PartialReport)},
 		{"cause", cause},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/residency-go/residency/cuda"
@@ -23,8 +25,13 @@ const replayManagerID = "replay"
 // (type "Error") instead of hanging a user's CI.
 const opTimeout = time.Minute
 
-// replayMain implements `demo replay [--json] FILE`.
-func replayMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// exitInterrupted is the exit status of a replay stopped by Ctrl-C
+// (128 + SIGINT, as shells report it).
+const exitInterrupted = 130
+
+// replayMain implements `demo replay [--json] FILE`. Flags may come before
+// or after FILE.
+func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per op instead of a table")
@@ -32,45 +39,230 @@ func replayMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "usage: demo replay [--json] FILE   (FILE may be - for standard input)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+		if fs.Arg(0) != "-" && len(args) > 0 && args[0] == "--" {
+			// `FILE -- …`: nothing after a "--" is a flag.
+			files = append(files, args[1:]...)
+			break
+		}
 	}
-	if fs.NArg() != 1 {
+	if len(files) != 1 {
+		if len(files) > 1 {
+			fmt.Fprintf(stderr, "demo replay: one script at a time (got %d: %s)\n", len(files), strings.Join(quoteAll(files), ", "))
+		}
 		fs.Usage()
 		return 2
 	}
-	path := fs.Arg(0)
-	var in io.Reader
-	if path == "-" {
-		in = os.Stdin
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "demo replay: %v\n", err)
-			return 2
-		}
-		defer f.Close()
-		in = f
-	}
-	ops, err := parseScript(in)
+	path := files[0]
+	src, err := openScript(ctx, path, stdin)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %s: %v\n", path, err)
+		fmt.Fprintf(stderr, "demo replay: %v\n", err)
+		return 2
+	}
+	defer src.close()
+
+	// Pass 1: the whole script is checked before anything runs.
+	info, err := checkScript(ctx, src.first, src.tee)
+	if err != nil {
+		return scriptFailure(ctx, stderr, path, err, "while reading the script; nothing ran")
+	}
+	r, err := src.again()
+	if err != nil {
+		fmt.Fprintf(stderr, "demo replay: %s: reading the script again: %v\n", path, err)
 		return 2
 	}
 	var out resultWriter
 	if *asJSON {
-		out = &jsonWriter{w: stdout}
+		out = newJSONWriter(stdout)
 	} else {
-		out = newTableWriter(stdout)
+		out = newTableWriter(stdout, info)
 	}
-	return replay(ctx, path, ops, out, stderr)
+	return replay(ctx, path, newScriptReader(ctx, r, nil), info, out, stderr)
 }
 
-// replay runs a validated script against a fresh runtime, writing one
-// result per op. It returns the exit status: 0 when every expectation
-// held, 1 otherwise, 2 when the runtime refused the start op.
-func replay(ctx context.Context, path string, ops []op, out resultWriter, stderr io.Writer) int {
-	start := ops[0]
+func quoteAll(list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}
+
+// scriptFailure reports an error of reading or checking the script: a
+// malformed script (2) or an interruption (130).
+func scriptFailure(ctx context.Context, stderr io.Writer, path string, err error, when string) int {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		fmt.Fprintf(stderr, "demo replay: %s: interrupted %s\n", escapeText(path), when)
+		return exitInterrupted
+	}
+	fmt.Fprintf(stderr, "demo replay: %s: %s\n", escapeText(path), escapeText(err.Error()))
+	return 2
+}
+
+// scriptInfo is what checking a script learns, for the table's layout.
+type scriptInfo struct {
+	ops      int
+	lastLine int // line of the last op
+	opWidth  int // longest op name used
+}
+
+// checkScript reads a whole script and checks every op (pass 1).
+func checkScript(ctx context.Context, r io.Reader, tee io.Writer) (scriptInfo, error) {
+	sr := newScriptReader(ctx, r, tee)
+	var info scriptInfo
+	for {
+		o, ok, err := sr.next()
+		if err != nil {
+			return info, err
+		}
+		if !ok {
+			return info, nil
+		}
+		info.ops++
+		info.lastLine = o.line
+		info.opWidth = max(info.opWidth, len(o.name))
+	}
+}
+
+// scriptSource gives a script twice: once to check it whole (first, with
+// tee receiving a copy when the input cannot be read again), then again
+// to run it.
+type scriptSource struct {
+	first io.Reader
+	tee   io.Writer
+	again func() (io.Reader, error)
+	close func()
+}
+
+// openScript opens FILE (or standard input for "-"). A regular file is
+// read twice; anything else (a pipe, a terminal) is copied to a temporary
+// file while it is checked, and its reads stop when ctx ends, so Ctrl-C
+// works while a script is being typed or piped in.
+func openScript(ctx context.Context, path string, stdin io.Reader) (*scriptSource, error) {
+	var in io.Reader
+	closeIn := func() {}
+	if path == "-" {
+		in = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		in, closeIn = f, func() { f.Close() }
+	}
+	if rs, ok := rewindable(in); ok {
+		start, _ := rs.Seek(0, io.SeekCurrent)
+		return &scriptSource{
+			first: in,
+			again: func() (io.Reader, error) {
+				_, err := rs.Seek(start, io.SeekStart)
+				return in, err
+			},
+			close: closeIn,
+		}, nil
+	}
+	spool, err := os.CreateTemp("", "demo-replay-*.jsonl")
+	if err != nil {
+		closeIn()
+		return nil, fmt.Errorf("a temporary copy of the script: %w", err)
+	}
+	os.Remove(spool.Name()) // unlinked at once: nothing is left behind
+	w := bufio.NewWriterSize(spool, 64<<10)
+	return &scriptSource{
+		first: &ctxReader{ctx: ctx, r: in},
+		tee:   w,
+		again: func() (io.Reader, error) {
+			if err := w.Flush(); err != nil {
+				return nil, err
+			}
+			_, err := spool.Seek(0, io.SeekStart)
+			return spool, err
+		},
+		close: func() { spool.Close(); closeIn() },
+	}, nil
+}
+
+// rewindable reports whether r can be read again from where it is now: a
+// regular file, or an in-memory reader.
+func rewindable(r io.Reader) (io.ReadSeeker, bool) {
+	rs, ok := r.(io.ReadSeeker)
+	if !ok {
+		return nil, false
+	}
+	if f, isFile := r.(*os.File); isFile {
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			return nil, false
+		}
+	}
+	if _, err := rs.Seek(0, io.SeekCurrent); err != nil {
+		return nil, false
+	}
+	return rs, true
+}
+
+// ctxReader reads r on a helper goroutine so that a Read can return as
+// soon as ctx ends, even while r blocks (a terminal, a pipe nobody
+// writes to).
+type ctxReader struct {
+	ctx     context.Context
+	r       io.Reader
+	pending chan readResult
+	buf     []byte
+}
+
+type readResult struct {
+	n   int
+	err error
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.pending == nil {
+		if cap(c.buf) < len(p) {
+			c.buf = make([]byte, len(p))
+		}
+		buf := c.buf[:len(p)]
+		ch := make(chan readResult, 1)
+		go func() {
+			n, err := c.r.Read(buf)
+			ch <- readResult{n, err}
+		}()
+		c.pending = ch
+	}
+	select {
+	case <-c.ctx.Done():
+		return 0, c.ctx.Err()
+	case rr := <-c.pending:
+		c.pending = nil
+		return copy(p, c.buf[:rr.n]), rr.err
+	}
+}
+
+// replay runs a checked script against a fresh runtime, writing one
+// result per op as it finishes. It returns the exit status: 0 when every
+// expectation held, 1 otherwise, 2 when the runtime refused the start op
+// (or the script changed between its check and its run), 130 when ctx
+// ended (Ctrl-C).
+func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo, out resultWriter, stderr io.Writer) int {
+	start, ok, err := sr.next()
+	if err != nil || !ok {
+		if err == nil {
+			err = errors.New("the script changed after it was checked: it has no ops now")
+		}
+		return scriptFailure(ctx, stderr, path, err, "before the runtime started; nothing ran")
+	}
 	opts := system.Options{ManagerID: replayManagerID}
 	for _, l := range start.locations {
 		if l.hasBudget {
@@ -95,26 +287,48 @@ func replay(ctx context.Context, path string, ops []op, out resultWriter, stderr
 	}
 	backend, err := newReplayBackend(names)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", path, start.line, err)
+		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", escapeText(path), start.line, err)
 		return 2
 	}
 	defer backend.Close()
 	opts.Backend = backend
 	sys, err := system.Start(ctx, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", path, start.line, err)
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "demo replay: %s: interrupted before the runtime started; nothing ran\n", escapeText(path))
+			return exitInterrupted
+		}
+		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", escapeText(path), start.line, err)
 		return 2
 	}
+	closeSys := func() error {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		return sys.Close(closeCtx)
+	}
 	r := newRunner(sys, start.locations)
-	failed := 0
-	for i, o := range ops {
+	failed, done := 0, 0
+	stop := func(code int, format string, args ...any) int {
+		if err := out.flush(); err != nil {
+			fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
+		}
+		_ = closeSys()
+		fmt.Fprintf(stderr, "demo replay: %s: "+format+"\n", append([]any{escapeText(path)}, args...)...)
+		return code
+	}
+	o := start
+	for {
 		var res result
-		if i == 0 {
+		if done == 0 {
 			res = result{Line: o.line, Op: o.name, OK: true}
-			res.StateVersion = r.version(ctx)
 		} else {
 			res = r.run(ctx, o)
 		}
+		if ctx.Err() != nil && res.err != nil && isContextError(res.err) {
+			// The op was cut short by Ctrl-C: it has no result to show.
+			return stop(exitInterrupted, "interrupted at line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
+		}
+		done++
 		if o.expect != "" {
 			res.expectation = o.expect
 			if !matches(o.expect, &res) {
@@ -123,109 +337,54 @@ func replay(ctx context.Context, path string, ops []op, out resultWriter, stderr
 				if !res.OK {
 					got = res.Error.Type + ": " + res.Error.Message
 				}
-				fmt.Fprintf(stderr, "demo replay: %s: line %d: %s: expected %s, got %s\n", path, o.line, o.name, o.expect, got)
+				fmt.Fprintf(stderr, "demo replay: %s: line %d: %s: expected %s, got %s\n", escapeText(path), o.line, o.name, o.expect, escapeText(got))
 			}
 		}
 		if err := out.write(&res); err != nil {
 			fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
-			_ = sys.Close(context.Background())
+			_ = closeSys()
 			return 1
+		}
+		if ctx.Err() != nil && done < info.ops {
+			return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
+		}
+		prev := o
+		var ok bool
+		o, ok, err = sr.next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", prev.line, prev.name, done, info.ops)
+			}
+			return stop(2, "the script changed after it was checked: %v", err)
+		}
+		if !ok {
+			break
 		}
 	}
 	if err := out.flush(); err != nil {
 		fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
 		failed++
 	}
-	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	defer cancel()
-	if err := sys.Close(closeCtx); err != nil {
+	if err := closeSys(); err != nil {
 		var oe *system.OutstandingError
 		if errors.As(err, &oe) {
 			// Scripts may end with leases or holds still taken; Close
 			// releases them. Say so, but it is not a failure.
-			fmt.Fprintf(stderr, "demo replay: note: %v\n", err)
+			fmt.Fprintf(stderr, "demo replay: note: %s\n", escapeText(err.Error()))
 		} else {
-			fmt.Fprintf(stderr, "demo replay: closing the runtime: %v\n", err)
+			fmt.Fprintf(stderr, "demo replay: closing the runtime: %s\n", escapeText(err.Error()))
 			failed++
 		}
 	}
 	if failed > 0 {
-		fmt.Fprintf(stderr, "demo replay: %s: %d failed expectation(s)\n", path, failed)
+		fmt.Fprintf(stderr, "demo replay: %s: %d failed expectation(s)\n", escapeText(path), failed)
 		return 1
 	}
 	return 0
 }
 
-// runner holds a replay's runtime and the script-level names.
-type runner struct {
-	sys       *system.System
-	locations map[string]bool
-	handles   map[string]system.Handle
-	leases    map[string]*system.Lease
-	holds     map[string]*system.Hold
-	events    map[string]*scriptEvent
-	decisions map[string]system.Decision
-	scopes    map[string]*system.Scope
-}
-
-type scriptEvent struct {
-	ev        *system.ManualEvent
-	id        system.EventID
-	completed bool
-}
-
-func newRunner(sys *system.System, locs []locationSpec) *runner {
-	r := &runner{
-		sys: sys, locations: map[string]bool{},
-		handles: map[string]system.Handle{}, leases: map[string]*system.Lease{},
-		holds: map[string]*system.Hold{}, events: map[string]*scriptEvent{},
-		decisions: map[string]system.Decision{}, scopes: map[string]*system.Scope{},
-	}
-	for _, l := range locs {
-		r.locations[l.name] = true
-	}
-	return r
-}
-
-func (r *runner) version(ctx context.Context) uint64 {
-	s, err := r.sys.Snapshot(ctx)
-	if err != nil {
-		return 0
-	}
-	return s.StateVersion
-}
-
-// run executes one op and builds its result; the state version is read
-// from a snapshot taken right after the op.
-func (r *runner) run(ctx context.Context, o op) result {
-	res := result{Line: o.line, Op: o.name}
-	octx, cancel := context.WithTimeout(ctx, opTimeout)
-	err := r.exec(octx, o, &res)
-	cancel()
-	if err != nil {
-		res.OK, res.err, res.Error = false, err, errorObject(err)
-		res.Explanation, res.Report, res.Decision, res.Snapshot, res.Trace = nil, nil, nil, nil, nil
-	} else {
-		res.OK = true
-	}
-	if res.Snapshot != nil {
-		res.StateVersion = res.Snapshot.StateVersion
-	} else {
-		res.StateVersion = r.version(ctx)
-	}
-	return res
-}
-
-func invalid(format string, args ...any) error {
-	return &system.InvalidInputError{Message: fmt.Sprintf(format, args...)}
-}
-
-func (r *runner) handle(name string) (system.Handle, error) {
-	h, ok := r.handles[name]
-	if !ok {
-		return system.Handle{}, invalid("unknown handle %q (register it first)", name)
-	}
-	return h, nil
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // fill returns the deterministic content of value name at offset off:
@@ -258,285 +417,29 @@ func deterministicLoader(name string) cuda.Loader {
 	}
 }
 
-func (r *runner) exec(ctx context.Context, o op, res *result) error {
-	switch o.name {
-	case "register":
-		var mode system.ReplicaMode
-		switch o.replica {
-		case "", "exclusive":
-			mode = system.Exclusive
-		case "replicable":
-			mode = system.Replicable
-		default:
-			return invalid("unknown replica mode %q (use exclusive or replicable)", o.replica)
-		}
-		v := system.Value{Name: o.handle, Bytes: o.bytes, Mode: mode, At: o.at, Source: o.source}
-		if o.source != "" {
-			v.Loader = deterministicLoader(o.handle)
-		} else if o.bytes > 0 && o.bytes <= 1<<30 {
-			v.Data = make([]byte, o.bytes)
-			fill(o.handle, 0, v.Data)
-		}
-		h, err := r.sys.Register(ctx, v)
-		if err != nil {
-			return err
-		}
-		r.handles[o.handle] = h
-		return nil
-	case "place", "evict", "discard", "copy", "move":
-		h, err := r.handle(o.handle)
-		if err != nil {
-			return err
-		}
-		switch o.name {
-		case "place":
-			return r.sys.Place(ctx, h, o.location)
-		case "evict":
-			return r.sys.Evict(ctx, h, o.location)
-		case "discard":
-			return r.sys.Discard(ctx, h)
-		case "copy":
-			return r.sys.Copy(ctx, h, o.from, o.to)
-		default:
-			return r.sys.Move(ctx, h, o.from, o.to)
-		}
-	case "acquire":
-		h, err := r.handle(o.handle)
-		if err != nil {
-			return err
-		}
-		if _, dup := r.leases[o.as]; dup {
-			return invalid("duplicate lease name %q", o.as)
-		}
-		l, err := r.sys.Acquire(ctx, h, o.location)
-		if err != nil {
-			return err
-		}
-		r.leases[o.as] = l
-		return nil
-	case "release":
-		l, ok := r.leases[o.lease]
-		if !ok {
-			return invalid("unknown lease %q", o.lease)
-		}
-		return l.Release(ctx)
-	case "record_event":
-		l, ok := r.leases[o.lease]
-		if !ok {
-			return invalid("unknown lease %q", o.lease)
-		}
-		if _, dup := r.events[o.event]; dup {
-			return invalid("duplicate event name %q", o.event)
-		}
-		ev := system.NewManualEvent()
-		id, err := l.RecordEvent(ctx, ev)
-		if err != nil {
-			return err
-		}
-		r.events[o.event] = &scriptEvent{ev: ev, id: id}
-		return nil
-	case "complete_event":
-		e, ok := r.events[o.event]
-		if !ok {
-			return invalid("unknown event %q", o.event)
-		}
-		if e.completed {
-			return invalid("event %q was already completed", o.event)
-		}
-		e.completed = true
-		e.ev.Complete()
-		return r.sys.WaitReaped(ctx, e.id)
-	case "hold":
-		h, err := r.handle(o.handle)
-		if err != nil {
-			return err
-		}
-		if _, dup := r.holds[o.as]; dup {
-			return invalid("duplicate hold name %q", o.as)
-		}
-		hd, err := r.sys.Hold(ctx, h, o.location)
-		if err != nil {
-			return err
-		}
-		r.holds[o.as] = hd
-		return nil
-	case "unhold":
-		hd, ok := r.holds[o.hold]
-		if !ok {
-			return invalid("unknown hold %q", o.hold)
-		}
-		return hd.Release(ctx)
-	case "reserve":
-		return r.sys.Reserve(ctx, o.location, o.resName, o.bytes)
-	case "unreserve":
-		return r.sys.Unreserve(ctx, o.resName)
-	case "explain":
-		p, err := r.plan(o.plan)
-		if err != nil {
-			return err
-		}
-		ex, err := r.sys.Explain(ctx, p)
-		if err != nil {
-			return err
-		}
-		e := toExplanation(ex)
-		res.Explanation = &e
-		return nil
-	case "execute":
-		p, err := r.plan(o.plan)
-		if err != nil {
-			return err
-		}
-		rep, err := r.sys.Execute(ctx, p)
-		if err != nil {
-			return err
-		}
-		res.Report = toReport(rep)
-		return nil
-	case "decide":
-		if _, dup := r.decisions[o.as]; dup {
-			return invalid("duplicate decision name %q", o.as)
-		}
-		req, err := r.request(o.request)
-		if err != nil {
-			return err
-		}
-		d, err := r.sys.Decide(ctx, req)
-		if err != nil {
-			return err
-		}
-		r.decisions[o.as] = d
-		res.Decision = toDecision(d)
-		return nil
-	case "enter":
-		if _, dup := r.scopes[o.as]; dup {
-			return invalid("duplicate scope name %q", o.as)
-		}
-		var sc *system.Scope
-		switch {
-		case o.decision != "":
-			d, ok := r.decisions[o.decision]
-			if !ok {
-				return invalid("unknown decision %q", o.decision)
-			}
-			sc = r.sys.ScopeFor(d)
-		default:
-			p, err := r.plan(o.plan)
-			if err != nil {
-				return err
-			}
-			if o.expectedVersion != nil {
-				sc = r.sys.NewScopeExpecting(p, *o.expectedVersion)
-			} else {
-				sc = r.sys.NewScope(p)
-			}
-		}
-		r.scopes[o.as] = sc
-		if err := sc.Enter(ctx); err != nil {
-			return err
-		}
-		res.Report = toReport(sc.Report())
-		return nil
-	case "exit":
-		sc, ok := r.scopes[o.scope]
-		if !ok {
-			return invalid("unknown scope %q", o.scope)
-		}
-		return sc.Exit(ctx)
-	case "snapshot":
-		s, err := r.sys.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		res.Snapshot = toSnapshot(s)
-		return nil
-	case "trace":
-		t, err := r.sys.Trace(ctx)
-		if err != nil {
-			return err
-		}
-		ts := toTransitions(t)
-		res.Trace = &ts
-		return nil
-	case "fail_next":
-		kind, err := cuda.ParseFaultKind(o.kind)
-		if err != nil {
-			return invalid("unknown fault kind %q (use alloc, copy or reconstruct)", o.kind)
-		}
-		if _, err := cuda.ParseLocationName(o.location); err != nil {
-			return invalid("malformed location %q", o.location)
-		}
-		if !r.locations[o.location] {
-			return &system.UnavailableError{Location: o.location, Detail: "location is not configured"}
-		}
-		r.sys.Faults().Arm(kind, o.location)
-		return nil
-	}
-	return fmt.Errorf("op %q is not implemented", o.name)
-}
-
-// plan resolves a script plan's handle names.
-func (r *runner) plan(p *planSpec) (system.Plan, error) {
-	var out system.Plan
-	actions := func(in []actionSpec) ([]system.Action, error) {
-		var as []system.Action
-		for _, a := range in {
-			h, err := r.handle(a.handle)
-			if err != nil {
-				return nil, err
-			}
-			as = append(as, system.Action{Handle: h, Location: a.location, From: a.from})
-		}
-		return as, nil
-	}
-	var err error
-	if out.Reclaim, err = actions(p.reclaim); err != nil {
-		return out, err
-	}
-	out.Reservations = reservations(p.reservations)
-	if out.Enter, err = actions(p.enter); err != nil {
-		return out, err
-	}
-	return out, nil
-}
-
-func reservations(in []reservationSpec) []system.ReservationSpec {
-	var out []system.ReservationSpec
-	for _, rs := range in {
-		out = append(out, system.ReservationSpec{Name: rs.name, Location: rs.location, Bytes: rs.bytes})
-	}
-	return out
-}
-
-// request resolves a script request's handle names.
-func (r *runner) request(q *requestSpec) (system.Request, error) {
-	out := system.Request{Name: q.name, Reservations: reservations(q.reservations)}
-	for _, req := range q.requirements {
-		h, err := r.handle(req.handle)
-		if err != nil {
-			return out, err
-		}
-		out.Requirements = append(out.Requirements, system.Requirement{Handle: h, Tiers: req.tiers})
-	}
-	return out, nil
-}
-
 // resultWriter prints results as they come.
 type resultWriter interface {
 	write(*result) error
 	flush() error
 }
 
-type jsonWriter struct{ w io.Writer }
+// jsonWriter prints one JSON object per result, each written out as soon
+// as its op finished.
+type jsonWriter struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+func newJSONWriter(w io.Writer) *jsonWriter { return &jsonWriter{w: bufio.NewWriterSize(w, 64<<10)} }
 
 func (j *jsonWriter) write(r *result) error {
 	b, err := marshal(r)
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
-	_, err = j.w.Write(b)
-	return err
+	j.w.Write(b)
+	j.w.WriteByte('\n')
+	return j.w.Flush()
 }
 
-func (j *jsonWriter) flush() error { return nil }
+func (j *jsonWriter) flush() error { return j.w.Flush() }

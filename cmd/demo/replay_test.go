@@ -21,7 +21,7 @@ func replayFile(t *testing.T, path string, asJSON bool) (int, string, string) {
 		args = []string{"replay", "--json", path}
 	}
 	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -155,11 +155,11 @@ func TestReplayExitStatus(t *testing.T) {
 			`{"op":"snapshot"}` + "\n", 1, "line 2: register: expected ok, got ResidencyBudgetError"},
 		{"expected an error, got ok", okStart +
 			`{"op":"register","handle":"a","bytes":1,"at":"cuda:0","expect":"ResidencyBudgetError"}` + "\n", 1, "line 2"},
-		{"bad JSON", okStart + "\n# comment\n" + `{"op":"snapshot"` + "\n", 2, "line 4: not a JSON object"},
+		{"bad JSON", okStart + "\n# comment\n" + `{"op":"snapshot"` + "\n", 2, "line 4: malformed JSON: column 17"},
 		{"not an object", okStart + `["snapshot"]` + "\n", 2, "line 2"},
 		{"unknown op", okStart + `{"op":"teleport"}` + "\n", 2, `line 2: unknown op "teleport"`},
 		{"missing op", okStart + `{"handle":"a"}` + "\n", 2, `line 2: missing field "op"`},
-		{"missing field", okStart + `{"op":"place","handle":"a"}` + "\n", 2, `line 2: op "place": op "place" needs field "location"`},
+		{"missing field", okStart + `{"op":"place","handle":"a"}` + "\n", 2, `line 2: op "place": needs field "location"`},
 		{"mistyped field", okStart + `{"op":"place","handle":7,"location":"cuda:0"}` + "\n", 2, `line 2: op "place": field "handle": want a string, got a number`},
 		{"mistyped bytes", okStart + `{"op":"reserve","location":"cuda:0","name":"r","bytes":true}` + "\n", 2, `field "bytes"`},
 		{"fractional bytes", okStart + `{"op":"reserve","location":"cuda:0","name":"r","bytes":1.5}` + "\n", 2, `field "bytes"`},
@@ -177,6 +177,7 @@ func TestReplayExitStatus(t *testing.T) {
 		{"first op not start", `{"op":"snapshot"}` + "\n" + okStart, 2, `line 1: the first op must be "start"`},
 		{"second start", okStart + okStart, 2, `line 2: "start" may appear only once`},
 		{"empty script", "# nothing\n\n", 2, "no ops"},
+		{"empty file", "", 2, "the script is empty"},
 		{"malformed start location", `{"op":"start","locations":{"gpu:0":null}}` + "\n", 2, `line 1: op "start": field "locations": malformed location "gpu:0"`},
 		{"zero budget", `{"op":"start","locations":{"cuda:0":0}}` + "\n", 2, "budget of cuda:0 must be > 0"},
 		{"negative budget", `{"op":"start","locations":{"cuda:0":"-1GiB"}}` + "\n", 2, "budget of cuda:0 must be > 0"},
@@ -184,7 +185,7 @@ func TestReplayExitStatus(t *testing.T) {
 		{"negative trace", `{"op":"start","locations":{"cuda:0":null},"trace":-1}` + "\n", 2, `field "trace"`},
 		{"a late line is checked before anything runs", okStart +
 			`{"op":"register","handle":"a","bytes":1,"at":"cuda:0"}` + "\n" +
-			`{"op":"evict","handle":"a"}` + "\n", 2, `line 3: op "evict": op "evict" needs field "location"`},
+			`{"op":"evict","handle":"a"}` + "\n", 2, `line 3: op "evict": needs field "location"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,7 +209,7 @@ func TestReplayExitStatus(t *testing.T) {
 func TestReplayUsage(t *testing.T) {
 	for _, args := range [][]string{{"replay"}, {"replay", "a", "b"}, {"replay", "--nope", "x"}, {"replay", "/does/not/exist.jsonl"}, {"frobnicate"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != 2 {
+		if code := run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 2 {
 			t.Errorf("%v: exit status %d, want 2", args, code)
 		}
 		if errb.Len() == 0 {
@@ -216,7 +217,7 @@ func TestReplayUsage(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "demo replay [--json] FILE") {
+	if code := run(context.Background(), []string{"help"}, strings.NewReader(""), &out, &errb); code != 0 || !strings.Contains(out.String(), "demo replay [--json] FILE") {
 		t.Errorf("help: exit %d, output:\n%s", code, out.String())
 	}
 }

@@ -11,7 +11,7 @@ import (
 // that it completes and prints the evidence of every step.
 func TestScenario(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, &out, &errb); code != 0 {
+	if code := run(context.Background(), nil, strings.NewReader(""), &out, &errb); code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s\nstdout:\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()

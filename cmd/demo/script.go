@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"math/big"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/residency-go/residency/cuda"
@@ -27,7 +29,12 @@ type scriptError struct {
 	msg  string
 }
 
-func (e *scriptError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
+func (e *scriptError) Error() string {
+	if e.line <= 0 {
+		return e.msg // about the script as a whole
+	}
+	return fmt.Sprintf("line %d: %s", e.line, e.msg)
+}
 
 // op is one validated operation of a script. Which fields are meaningful
 // depends on name.
@@ -134,46 +141,131 @@ func opNames() string {
 	return strings.Join(names, ", ")
 }
 
-// parseScript reads and validates a whole script.
-func parseScript(r io.Reader) ([]op, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	var ops []op
-	line := 0
-	for sc.Scan() {
-		line++
-		text := bytes.TrimSpace(sc.Bytes())
+// utf8BOM is the byte order mark some editors put at the start of a file.
+const utf8BOM = "\xef\xbb\xbf"
+
+// scriptReader reads a script one op at a time. Memory is bounded by the
+// longest line (maxLineBytes), whatever the number of lines.
+type scriptReader struct {
+	ctx  context.Context
+	br   *bufio.Reader
+	tee  io.Writer // when set, every byte read is copied here (spooling stdin)
+	buf  []byte
+	line int // physical line number of the last line read
+	ops  int // ops read so far
+}
+
+func newScriptReader(ctx context.Context, r io.Reader, tee io.Writer) *scriptReader {
+	return &scriptReader{ctx: ctx, br: bufio.NewReaderSize(r, 64<<10), tee: tee}
+}
+
+// readLine returns the next physical line without its line ending; ok is
+// false at the end of the input.
+func (s *scriptReader) readLine() (text []byte, ok bool, err error) {
+	s.buf = s.buf[:0]
+	for {
+		chunk, err := s.br.ReadSlice('\n')
+		if s.tee != nil && len(chunk) > 0 {
+			if _, werr := s.tee.Write(chunk); werr != nil {
+				return nil, false, fmt.Errorf("keeping a copy of the script: %w", werr)
+			}
+		}
+		if len(s.buf)+len(chunk) > maxLineBytes+2 { // +2: the line ending
+			return nil, false, &scriptError{s.line + 1, fmt.Sprintf("the line is longer than %s, the most one line may hold", formatBytes(maxLineBytes))}
+		}
+		s.buf = append(s.buf, chunk...)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && len(s.buf) == 0:
+			return nil, false, nil
+		case err != nil && err != io.EOF:
+			return nil, false, err
+		}
+		s.line++
+		t := bytes.TrimSuffix(s.buf, []byte("\n"))
+		t = bytes.TrimSuffix(t, []byte("\r"))
+		if s.line == 1 {
+			t = bytes.TrimPrefix(t, []byte(utf8BOM))
+		}
+		return t, true, nil
+	}
+}
+
+// next returns the next op of the script, checked; ok is false at the end.
+// A context that ends stops the reading with its error.
+func (s *scriptReader) next() (o op, ok bool, err error) {
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return op{}, false, err
+		}
+		text, ok, err := s.readLine()
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return op{}, false, err
+			}
+			var se *scriptError
+			if errors.As(err, &se) {
+				return op{}, false, err
+			}
+			return op{}, false, &scriptError{s.line + 1, "reading the script: " + err.Error()}
+		}
+		if !ok {
+			if s.ops == 0 {
+				what := "the script is empty"
+				if s.line > 0 {
+					what = "the script has only blank lines and comments"
+				}
+				return op{}, false, &scriptError{0, what + `: it has no ops (the first op must be "start")`}
+			}
+			return op{}, false, nil
+		}
+		text = bytes.TrimSpace(text)
 		if len(text) == 0 || text[0] == '#' {
 			continue
 		}
-		o, err := parseOp(line, text)
+		o, err := parseOp(s.line, text)
+		if err != nil {
+			return op{}, false, err
+		}
+		if s.ops == 0 && o.name != "start" {
+			return op{}, false, &scriptError{s.line, fmt.Sprintf("the first op must be \"start\", not %q", o.name)}
+		}
+		if s.ops > 0 && o.name == "start" {
+			return op{}, false, &scriptError{s.line, "\"start\" may appear only once, as the first op"}
+		}
+		s.ops++
+		return o, true, nil
+	}
+}
+
+// parseScript reads and checks a whole script held in memory (tests and
+// small tools; the replay itself streams).
+func parseScript(r io.Reader) ([]op, error) {
+	sr := newScriptReader(context.Background(), r, nil)
+	var ops []op
+	for {
+		o, ok, err := sr.next()
 		if err != nil {
 			return nil, err
 		}
-		if len(ops) == 0 && o.name != "start" {
-			return nil, &scriptError{line, fmt.Sprintf("the first op must be \"start\", not %q", o.name)}
-		}
-		if len(ops) > 0 && o.name == "start" {
-			return nil, &scriptError{line, "\"start\" may appear only once, as the first op"}
+		if !ok {
+			return ops, nil
 		}
 		ops = append(ops, o)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, &scriptError{line + 1, "reading the script: " + err.Error()}
-	}
-	if len(ops) == 0 {
-		return nil, &scriptError{line, "the script has no ops (the first op must be \"start\")"}
-	}
-	return ops, nil
 }
 
 func parseOp(line int, text []byte) (op, error) {
 	o := op{line: line}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(text, &raw); err != nil {
-		return o, &scriptError{line, "not a JSON object: " + err.Error()}
+	v, err := parseJSON(text)
+	if err != nil {
+		return o, &scriptError{line, "malformed JSON: " + err.Error()}
 	}
-	f := &fields{raw: raw, path: ""}
+	if v.kind != jObject {
+		return o, &scriptError{line, fmt.Sprintf("not a JSON object: the line holds %s; each line is one op, an object like {\"op\":\"snapshot\"}", v.kindName())}
+	}
+	f := &fields{obj: &v}
 	o.name = f.str("op")
 	if f.err != nil {
 		return o, &scriptError{line, f.err.Error()}
@@ -189,18 +281,18 @@ func parseOp(line int, text []byte) (op, error) {
 		o.expect = e
 	}
 	for _, k := range spec.required {
-		if _, ok := raw[k]; !ok {
-			f.fail(fmt.Errorf("op %q needs field %q", o.name, k))
+		if !v.has(k) {
+			f.fail(fmt.Errorf("needs field %q", k))
 		}
 	}
 	f.known("op", "expect")
 	f.known(spec.required...)
 	f.known(spec.optional...)
 	if f.err == nil {
-		o.fill(f)
+		f.rejectUnknown()
 	}
 	if f.err == nil {
-		f.rejectUnknown()
+		o.fill(f)
 	}
 	if f.err != nil {
 		return o, &scriptError{line, fmt.Sprintf("op %q: %v", o.name, f.err)}
@@ -262,7 +354,7 @@ func (o *op) fill(f *fields) {
 	case "enter":
 		o.as = f.str("as")
 		d, hasD := f.optStr("decision")
-		_, hasP := f.raw["plan"]
+		hasP := f.obj.has("plan")
 		switch {
 		case hasD && hasP:
 			f.fail(fmt.Errorf("give either \"decision\" or \"plan\", not both"))
@@ -293,9 +385,9 @@ func (o *op) fill(f *fields) {
 
 // fields reads typed fields of one JSON object and keeps the first error.
 type fields struct {
-	raw       map[string]json.RawMessage
+	obj       *jval
 	path      string // prefix for messages, e.g. "plan.enter[0]."
-	knownKeys map[string]bool
+	knownKeys []string
 	err       error
 }
 
@@ -305,51 +397,30 @@ func (f *fields) fail(err error) {
 	}
 }
 
-func (f *fields) known(keys ...string) {
-	if f.knownKeys == nil {
-		f.knownKeys = map[string]bool{}
-	}
-	for _, k := range keys {
-		f.knownKeys[k] = true
-	}
-}
+func (f *fields) known(keys ...string) { f.knownKeys = append(f.knownKeys, keys...) }
 
 func (f *fields) rejectUnknown() {
 	var unknown []string
-	for k := range f.raw {
-		if !f.knownKeys[k] {
+	for _, k := range f.obj.keys {
+		if !contains(f.knownKeys, k) {
 			unknown = append(unknown, f.path+k)
 		}
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		f.fail(fmt.Errorf("unknown field %q", strings.Join(unknown, "\", \"")))
-	}
-}
-
-func jsonKind(raw json.RawMessage) string {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 {
-		return "nothing"
-	}
-	switch t[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
+	switch len(unknown) {
+	case 0:
+	case 1:
+		f.fail(fmt.Errorf("unknown field %q", unknown[0]))
 	default:
-		return "a number"
+		quoted := make([]string, len(unknown))
+		for i, u := range unknown {
+			quoted[i] = strconv.Quote(u)
+		}
+		f.fail(fmt.Errorf("unknown fields %s", strings.Join(quoted, ", ")))
 	}
 }
 
-func (f *fields) mistyped(key, want string, raw json.RawMessage) {
-	f.fail(fmt.Errorf("field %q: want %s, got %s", f.path+key, want, jsonKind(raw)))
+func (f *fields) mistyped(key, want string, v *jval) {
+	f.fail(fmt.Errorf("field %q: want %s, got %s", f.path+key, want, v.kindName()))
 }
 
 func (f *fields) missing(key string) {
@@ -357,70 +428,80 @@ func (f *fields) missing(key string) {
 }
 
 func (f *fields) str(key string) string {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		f.missing(key)
 		return ""
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		f.mistyped(key, "a string", raw)
+	if v.kind != jString {
+		f.mistyped(key, "a string", v)
+		return ""
 	}
-	return s
+	return v.s
 }
 
 func (f *fields) optStr(key string) (string, bool) {
-	if _, ok := f.raw[key]; !ok {
+	if !f.obj.has(key) {
 		return "", false
 	}
 	return f.str(key), true
 }
 
-// integer decodes a JSON number that is a whole number.
-func integer(raw json.RawMessage) (int64, bool) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || !(t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
-		return 0, false
+// numberError explains why a JSON number is not an acceptable integer;
+// unit is what the number counts ("" or "bytes").
+func numberError(text string, p numberProblem, unit string) error {
+	switch p {
+	case numberFractional:
+		if unit != "" {
+			return fmt.Errorf("%s is not a whole number of %s", text, unit)
+		}
+		return fmt.Errorf("%s is not a whole number (want an integer)", text)
+	case numberTooLarge:
+		return fmt.Errorf("%s is too large: the largest integer accepted is %d", text, int64(math.MaxInt64))
+	default:
+		return fmt.Errorf("%s is too small: the smallest integer accepted is %d", text, int64(math.MinInt64))
 	}
-	r, ok := new(big.Rat).SetString(string(t))
-	if !ok || !r.IsInt() || !r.Num().IsInt64() {
-		return 0, false
-	}
-	return r.Num().Int64(), true
 }
 
 func (f *fields) optInt(key string) *int64 {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		return nil
 	}
-	n, ok := integer(raw)
-	if !ok {
-		f.mistyped(key, "an integer", raw)
+	if v.kind != jNumber {
+		f.mistyped(key, "an integer", v)
+		return nil
+	}
+	n, p := jsonInt(v.s)
+	if p != numberOK {
+		f.fail(fmt.Errorf("field %q: %v", f.path+key, numberError(v.s, p, "")))
 		return nil
 	}
 	return &n
 }
 
 // byteValue decodes an integer or a byte string such as "40GiB".
-func byteValue(raw json.RawMessage) (int64, error) {
-	if n, ok := integer(raw); ok {
+func byteValue(v *jval) (int64, error) {
+	switch v.kind {
+	case jNumber:
+		n, p := jsonInt(v.s)
+		if p != numberOK {
+			return 0, numberError(v.s, p, "bytes")
+		}
 		return n, nil
+	case jString:
+		return parseByteString(v.s)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return parseByteString(s)
-	}
-	return 0, fmt.Errorf("want an integer or a byte string like \"40GiB\", got %s", jsonKind(raw))
+	return 0, fmt.Errorf("want an integer or a byte string like \"40GiB\", got %s", v.kindName())
 }
 
 func (f *fields) bytes(key string) int64 {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		f.missing(key)
 		return 0
 	}
-	n, err := byteValue(raw)
+	n, err := byteValue(v)
 	if err != nil {
 		f.fail(fmt.Errorf("field %q: %v", f.path+key, err))
 	}
@@ -429,18 +510,17 @@ func (f *fields) bytes(key string) int64 {
 
 // objects decodes an array of objects; a missing key is an empty list.
 func (f *fields) objects(key string) []*fields {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		return nil
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		f.mistyped(key, "an array", raw)
+	if v.kind != jArray {
+		f.mistyped(key, "an array", v)
 		return nil
 	}
-	out := make([]*fields, 0, len(items))
-	for i, it := range items {
-		sub := f.object(fmt.Sprintf("%s%s[%d]", f.path, key, i), it)
+	out := make([]*fields, 0, len(v.items))
+	for i := range v.items {
+		sub := f.object(fmt.Sprintf("%s%s[%d]", f.path, key, i), &v.items[i])
 		if sub == nil {
 			return nil
 		}
@@ -449,14 +529,14 @@ func (f *fields) objects(key string) []*fields {
 	return out
 }
 
-// object decodes raw as a JSON object whose fields are reported under name.
-func (f *fields) object(name string, raw json.RawMessage) *fields {
-	var m map[string]json.RawMessage
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(raw, &m) != nil {
-		f.fail(fmt.Errorf("field %q: want an object, got %s", name, jsonKind(raw)))
+// object wraps v, which must be a JSON object whose fields are reported
+// under name.
+func (f *fields) object(name string, v *jval) *fields {
+	if v.kind != jObject {
+		f.fail(fmt.Errorf("field %q: want an object, got %s", name, v.kindName()))
 		return nil
 	}
-	return &fields{raw: m, path: name + "."}
+	return &fields{obj: v, path: name + "."}
 }
 
 // done merges a nested reader's error and unknown-field check into f.
@@ -496,12 +576,12 @@ func (f *fields) reservations(key string) []reservationSpec {
 }
 
 func (f *fields) plan(key string) *planSpec {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		f.missing(key)
 		return nil
 	}
-	sub := f.object(f.path+key, raw)
+	sub := f.object(f.path+key, v)
 	if sub == nil {
 		return nil
 	}
@@ -515,17 +595,17 @@ func (f *fields) plan(key string) *planSpec {
 }
 
 func (f *fields) request(key string) *requestSpec {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		f.missing(key)
 		return nil
 	}
-	sub := f.object(f.path+key, raw)
+	sub := f.object(f.path+key, v)
 	if sub == nil {
 		return nil
 	}
 	r := &requestSpec{name: sub.str("name")}
-	if _, ok := sub.raw["requirements"]; !ok {
+	if !sub.obj.has("requirements") {
 		sub.missing("requirements")
 	}
 	for _, it := range sub.objects("requirements") {
@@ -541,29 +621,36 @@ func (f *fields) request(key string) *requestSpec {
 // tiers decodes a requirement's locations: each element is a location (a
 // tier of one) or an array of equally preferred locations.
 func (f *fields) tiers(key string) [][]string {
-	raw, ok := f.raw[key]
+	v, ok := f.obj.get(key)
 	if !ok {
 		f.missing(key)
 		return nil
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		f.mistyped(key, "an array of locations or arrays of locations", raw)
+	if v.kind != jArray {
+		f.mistyped(key, "an array of locations or arrays of locations", v)
 		return nil
 	}
-	tiers := make([][]string, 0, len(items))
-	for i, it := range items {
-		var one string
-		if json.Unmarshal(it, &one) == nil {
-			tiers = append(tiers, []string{one})
+	tiers := make([][]string, 0, len(v.items))
+	for i := range v.items {
+		it := &v.items[i]
+		where := fmt.Sprintf("%s%s[%d]", f.path, key, i)
+		switch it.kind {
+		case jString:
+			tiers = append(tiers, []string{it.s})
 			continue
-		}
-		var many []string
-		if t := bytes.TrimSpace(it); len(t) > 0 && t[0] == '[' && json.Unmarshal(it, &many) == nil {
+		case jArray:
+			many := make([]string, 0, len(it.items))
+			for j := range it.items {
+				if it.items[j].kind != jString {
+					f.fail(fmt.Errorf("field %q: want a location (a string), got %s", fmt.Sprintf("%s[%d]", where, j), it.items[j].kindName()))
+					return nil
+				}
+				many = append(many, it.items[j].s)
+			}
 			tiers = append(tiers, many)
 			continue
 		}
-		f.fail(fmt.Errorf("field %q: want a location or an array of locations, got %s", fmt.Sprintf("%s%s[%d]", f.path, key, i), jsonKind(it)))
+		f.fail(fmt.Errorf("field %q: want a location or an array of locations, got %s", where, it.kindName()))
 		return nil
 	}
 	return tiers
@@ -573,24 +660,24 @@ func (f *fields) tiers(key string) [][]string {
 // byte string or null) and checks every name and budget: a bad start makes
 // the whole script malformed.
 func (f *fields) locations(key string) []locationSpec {
-	raw := f.raw[key]
-	var m map[string]json.RawMessage
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(raw, &m) != nil {
-		f.mistyped(key, "an object mapping location names to budgets", raw)
+	v, _ := f.obj.get(key)
+	if v.kind != jObject {
+		f.mistyped(key, "an object mapping location names to budgets", v)
 		return nil
 	}
-	if len(m) == 0 {
+	if len(v.keys) == 0 {
 		f.fail(fmt.Errorf("field %q: configure at least one location", key))
 		return nil
 	}
-	out := make([]locationSpec, 0, len(m))
-	for name, b := range m {
+	out := make([]locationSpec, 0, len(v.keys))
+	for i, name := range v.keys {
+		b := &v.items[i]
 		if _, err := cuda.ParseLocationName(name); err != nil {
 			f.fail(fmt.Errorf("field %q: malformed location %q (use pageable-host, pinned-host or cuda:N)", key, name))
 			return nil
 		}
 		ls := locationSpec{name: name}
-		if jsonKind(b) != "null" {
+		if b.kind != jNull {
 			n, err := byteValue(b)
 			switch {
 			case err != nil:

@@ -1,22 +1,62 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
-	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 )
 
-// tableWriter prints replay results as a table, one row per op: the same
-// facts as --json, condensed for people.
+// tableWriter prints replay results as a table, one row per op, each row
+// written out as soon as its op finished: the same facts as --json,
+// condensed for people. The columns have fixed widths taken from the
+// checked script (its last line number, its longest op name) and from the
+// longest result type, so rows line up without waiting for the end.
 type tableWriter struct {
-	tw *tabwriter.Writer
+	w                             *bufio.Writer
+	lineW, opW, resultW, versionW int
 }
 
-func newTableWriter(w io.Writer) *tableWriter {
-	t := &tableWriter{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
-	fmt.Fprintln(t.tw, "LINE\tOP\tRESULT\tVERSION\tEXPECT\tDETAIL")
+// tableExpectW is the width of the EXPECT column: "-", "held" or "FAILED".
+const tableExpectW = len("FAILED")
+
+func newTableWriter(w io.Writer, info scriptInfo) *tableWriter {
+	t := &tableWriter{
+		w:        bufio.NewWriterSize(w, 16<<10),
+		lineW:    max(len("LINE"), len(strconv.Itoa(info.lastLine))),
+		opW:      max(len("OP"), info.opWidth),
+		resultW:  len("RESULT"),
+		versionW: len("VERSION"),
+	}
+	for _, typ := range errorTypes {
+		t.resultW = max(t.resultW, len(typ))
+	}
+	t.row("LINE", "OP", "RESULT", "VERSION", "EXPECT", "DETAIL")
 	return t
+}
+
+func (t *tableWriter) row(line, op, status, version, expect, detail string) {
+	pad := func(s string, w int) {
+		t.w.WriteString(s)
+		for n := utf8.RuneCountInString(s); n < w+2; n++ {
+			t.w.WriteByte(' ')
+		}
+	}
+	pad(line, t.lineW)
+	pad(op, t.opW)
+	pad(status, t.resultW)
+	pad(version, t.versionW)
+	if detail == "" {
+		t.w.WriteString(expect)
+	} else {
+		pad(expect, tableExpectW)
+		t.w.WriteString(detail)
+	}
+	t.w.WriteByte('\n')
 }
 
 func (t *tableWriter) write(r *result) error {
@@ -24,27 +64,96 @@ func (t *tableWriter) write(r *result) error {
 	if !r.OK {
 		status = r.Error.Type
 	}
-	expect := "-"
+	expect, d := "-", detail(r)
 	if r.expectation != "" {
 		if matches(r.expectation, r) {
 			expect = "held"
 		} else {
-			expect = "FAILED (wanted " + r.expectation + ")"
+			expect = "FAILED"
+			want := "wanted " + r.expectation
+			if d == "" {
+				d = want
+			} else {
+				d = want + "; " + d
+			}
 		}
 	}
-	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.Line, r.Op, status, r.StateVersion, expect, oneLine(detail(r)))
-	return err
+	t.row(strconv.Itoa(r.Line), r.Op, status, strconv.FormatUint(r.StateVersion, 10), expect, oneLine(d))
+	return t.w.Flush()
 }
 
-func (t *tableWriter) flush() error { return t.tw.Flush() }
+func (t *tableWriter) flush() error { return t.w.Flush() }
 
+// oneLine makes s safe and readable on one table row: control characters
+// (a name may hold any) are escaped, runs of spaces collapsed.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\t", " ")), " ")
+	return strings.Join(strings.Fields(escapeText(humanBytes(s))), " ")
+}
+
+// budgetFigure finds the byte figures of the runtime's budget messages
+// ("used 3145728 + reserved 0 + requested 2097152 > budget 4194304 (short
+// by 1048576 bytes)").
+var budgetFigure = regexp.MustCompile(`\b(used|reserved|requested|budget|short by) (-?[0-9]+)( bytes)?\b`)
+
+// humanBytes shows the byte figures of a runtime message as sizes with
+// their exact integers, like every other byte figure of the table.
+func humanBytes(s string) string {
+	if !strings.Contains(s, "budget") {
+		return s
+	}
+	return budgetFigure.ReplaceAllStringFunc(s, func(m string) string {
+		sub := budgetFigure.FindStringSubmatch(m)
+		n, err := strconv.ParseInt(sub[2], 10, 64)
+		if err != nil {
+			return m
+		}
+		return sub[1] + " " + bytesText(n)
+	})
+}
+
+// escapeText escapes the control characters of s (C0, DEL, C1, the line
+// and paragraph separators, the bidirectional overrides, and invalid
+// UTF-8) the way Go quotes strings, leaving everything else as it is, so
+// that a name like "a\x1b[2Jb" cannot clear a terminal or forge a row.
+func escapeText(s string) string {
+	clean := true
+	for _, c := range s {
+		if c == utf8.RuneError || needsEscape(c) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case needsEscape(c):
+			q := strconv.QuoteRuneToASCII(c) // '\n', '\x1b', '\u0085', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func needsEscape(c rune) bool {
+	return unicode.IsControl(c) || c == '\u2028' || c == '\u2029' ||
+		(c >= '\u202a' && c <= '\u202e') || (c >= '\u2066' && c <= '\u2069')
 }
 
 // detail summarizes a result's payload or error in one line.
 func detail(r *result) string {
 	if !r.OK {
+		if be := budgetDetail(r.Error); be != "" {
+			return be
+		}
 		return r.Error.Message
 	}
 	switch {
@@ -58,10 +167,10 @@ func detail(r *result) string {
 			parts = append(parts, "not exhaustive (state limit)")
 		}
 		for _, e := range d.Evictions {
-			parts = append(parts, fmt.Sprintf("evict %s@%s (%s): %s", e.Handle, e.Location, formatBytes(e.Bytes), e.Reason))
+			parts = append(parts, fmt.Sprintf("evict %s@%s (%s): %s", e.Handle, e.Location, bytesText(e.Bytes), e.Reason))
 		}
 		for _, rs := range d.Plan.Reservations {
-			parts = append(parts, fmt.Sprintf("reserve %s@%s (%s)", rs.Name, rs.Location, formatBytes(rs.Bytes)))
+			parts = append(parts, fmt.Sprintf("reserve %s@%s (%s)", rs.Name, rs.Location, bytesText(rs.Bytes)))
 		}
 		for _, a := range d.Plan.Enter {
 			parts = append(parts, "enter "+actionText(a))
@@ -75,10 +184,10 @@ func detail(r *result) string {
 		for _, l := range r.Snapshot.Locations {
 			b := "no budget"
 			if l.BudgetBytes != nil {
-				b = "budget " + formatBytes(*l.BudgetBytes)
+				b = "budget " + bytesText(*l.BudgetBytes)
 			}
 			parts = append(parts, fmt.Sprintf("%s used %s reserved %s peak %s (%s)", l.Location,
-				formatBytes(l.UsedBytes), formatBytes(l.ReservedBytes), formatBytes(l.PeakBytes), b))
+				bytesText(l.UsedBytes), bytesText(l.ReservedBytes), bytesText(l.PeakBytes), b))
 		}
 		for _, v := range r.Snapshot.Values {
 			var at []string
@@ -108,6 +217,29 @@ func detail(r *result) string {
 	return ""
 }
 
+// budgetDetail renders a BudgetError's figures for people, each byte
+// figure as a size and its exact integer.
+func budgetDetail(e *errorJSON) string {
+	if e == nil || e.Type != "ResidencyBudgetError" {
+		return ""
+	}
+	f := map[string]any{}
+	for _, kv := range e.Fields {
+		f[kv.Key] = kv.Value
+	}
+	loc, ok1 := f["location"].(string)
+	budget, ok2 := f["budget_bytes"].(int64)
+	used, ok3 := f["used_bytes"].(int64)
+	reserved, ok4 := f["reserved_bytes"].(int64)
+	requested, ok5 := f["requested_bytes"].(int64)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5) {
+		return ""
+	}
+	return fmt.Sprintf("budget exceeded at %s: used %s + reserved %s + requested %s > budget %s (short by %s)",
+		loc, bytesText(used), bytesText(reserved), bytesText(requested), bytesText(budget),
+		bytesText(used+reserved+requested-budget))
+}
+
 func actionText(a actionJSON) string {
 	s := a.Handle + "@" + a.Location
 	if a.From != nil {
@@ -125,7 +257,7 @@ func explainText(e explanationJSON) string {
 	}
 	sortLocations(keys)
 	for _, k := range keys {
-		peaks = append(peaks, fmt.Sprintf("%s %s", k, formatBytes(m[k])))
+		peaks = append(peaks, fmt.Sprintf("%s %s", k, bytesText(m[k])))
 	}
 	peak := "predicted peak " + strings.Join(peaks, ", ")
 	if e.Feasible {

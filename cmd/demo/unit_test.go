@@ -74,7 +74,7 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%v) = %s, want %s", tc.err, got, tc.want)
 		}
 	}
-	b, err := marshal(errorObject(pe))
+	b, err := marshal((*runner)(nil).errorObject(pe))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// A small JSON reader for script lines. encoding/json would accept an
+// object with the same key twice (the last one wins) and decodes into maps
+// that forget the order of keys; a script line with "handle" twice is
+// ambiguous, so this reader rejects duplicate keys, names the key, and
+// bounds how deep a line may nest. Everything else follows RFC 8259.
+
+// maxLineBytes bounds one line of a script. An op is a few hundred bytes;
+// a plan or request with thousands of entries still fits.
+const maxLineBytes = 1 << 20
+
+// maxDepth bounds the nesting of arrays and objects in one line. The
+// deepest legitimate op (a request's tiers) nests four levels.
+const maxDepth = 32
+
+type jkind uint8
+
+const (
+	jNull jkind = iota
+	jBool
+	jNumber
+	jString
+	jArray
+	jObject
+)
+
+// jval is one parsed JSON value.
+type jval struct {
+	kind  jkind
+	b     bool     // a boolean's value
+	s     string   // a string's value, or a number's text as written
+	items []jval   // array elements, or object member values
+	keys  []string // object member names, in order (parallel to items)
+	col   int      // 1-based column of the value's first byte
+}
+
+// get returns the member named key of an object.
+func (v *jval) get(key string) (*jval, bool) {
+	for i, k := range v.keys {
+		if k == key {
+			return &v.items[i], true
+		}
+	}
+	return nil, false
+}
+
+func (v *jval) has(key string) bool {
+	_, ok := v.get(key)
+	return ok
+}
+
+// kindName says what a value is, for messages ("got a number").
+func (v *jval) kindName() string {
+	switch v.kind {
+	case jNull:
+		return "null"
+	case jBool:
+		return "a boolean"
+	case jNumber:
+		return "a number"
+	case jString:
+		return "a string"
+	case jArray:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// jsonError is a syntax error at a column of the line.
+type jsonError struct {
+	col int
+	msg string
+}
+
+func (e *jsonError) Error() string { return fmt.Sprintf("column %d: %s", e.col, e.msg) }
+
+type jparser struct {
+	data  []byte
+	pos   int
+	depth int
+}
+
+// parseJSON parses one complete JSON value (a script line).
+func parseJSON(data []byte) (jval, error) {
+	p := &jparser{data: data}
+	p.space()
+	v, err := p.value()
+	if err != nil {
+		return jval{}, err
+	}
+	p.space()
+	if p.pos < len(p.data) {
+		return jval{}, p.errorf("unexpected %s after the end of the JSON value", p.describe())
+	}
+	return v, nil
+}
+
+func (p *jparser) errorf(format string, args ...any) error {
+	return &jsonError{col: p.pos + 1, msg: fmt.Sprintf(format, args...)}
+}
+
+// describe names the byte at pos for a message.
+func (p *jparser) describe() string {
+	if p.pos >= len(p.data) {
+		return "end of line"
+	}
+	c := p.data[p.pos]
+	if c < 0x20 || c >= 0x7f {
+		return fmt.Sprintf("byte 0x%02x", c)
+	}
+	return fmt.Sprintf("character %q", rune(c))
+}
+
+func (p *jparser) space() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jparser) value() (jval, error) {
+	if p.pos >= len(p.data) {
+		return jval{}, p.errorf("unexpected end of line: want a value")
+	}
+	col := p.pos + 1
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		s, err := p.str()
+		return jval{kind: jString, s: s, col: col}, err
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return jval{kind: jBool, b: true, col: col}, p.literal("true")
+	case c == 'f':
+		return jval{kind: jBool, col: col}, p.literal("false")
+	case c == 'n':
+		return jval{kind: jNull, col: col}, p.literal("null")
+	}
+	return jval{}, p.errorf("unexpected %s: want a value (object, array, string, number, true, false or null)", p.describe())
+}
+
+func (p *jparser) literal(word string) error {
+	if !strings.HasPrefix(string(p.data[p.pos:min(len(p.data), p.pos+len(word))]), word) {
+		return p.errorf("unexpected %s: want a value (object, array, string, number, true, false or null)", p.describe())
+	}
+	p.pos += len(word)
+	return nil
+}
+
+func (p *jparser) enter() error {
+	p.depth++
+	if p.depth > maxDepth {
+		return p.errorf("nested more than %d levels deep", maxDepth)
+	}
+	return nil
+}
+
+func (p *jparser) object() (jval, error) {
+	v := jval{kind: jObject, col: p.pos + 1}
+	if err := p.enter(); err != nil {
+		return v, err
+	}
+	p.pos++ // {
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		p.depth--
+		return v, nil
+	}
+	var seen map[string]bool // only for large objects; small ones scan keys
+	for {
+		p.space()
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			return v, p.errorf("unexpected %s: want a key (a string in double quotes)", p.describe())
+		}
+		keyCol := p.pos + 1
+		key, err := p.str()
+		if err != nil {
+			return v, err
+		}
+		dup := false
+		if seen != nil {
+			dup = seen[key]
+		} else {
+			dup = v.has(key)
+		}
+		if dup {
+			return v, &jsonError{col: keyCol, msg: fmt.Sprintf("duplicate key %q in one object (each key may appear once)", key)}
+		}
+		if len(v.keys) == 16 {
+			seen = make(map[string]bool, 32)
+			for _, k := range v.keys {
+				seen[k] = true
+			}
+		}
+		if seen != nil {
+			seen[key] = true
+		}
+		p.space()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			return v, p.errorf("unexpected %s: want ':' after key %q", p.describe(), key)
+		}
+		p.pos++
+		p.space()
+		item, err := p.value()
+		if err != nil {
+			return v, err
+		}
+		v.keys = append(v.keys, key)
+		v.items = append(v.items, item)
+		p.space()
+		if p.pos < len(p.data) {
+			switch p.data[p.pos] {
+			case ',':
+				p.pos++
+				continue
+			case '}':
+				p.pos++
+				p.depth--
+				return v, nil
+			}
+		}
+		return v, p.errorf("unexpected %s: want ',' or '}' in an object", p.describe())
+	}
+}
+
+func (p *jparser) array() (jval, error) {
+	v := jval{kind: jArray, col: p.pos + 1}
+	if err := p.enter(); err != nil {
+		return v, err
+	}
+	p.pos++ // [
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		p.depth--
+		return v, nil
+	}
+	for {
+		p.space()
+		item, err := p.value()
+		if err != nil {
+			return v, err
+		}
+		v.items = append(v.items, item)
+		p.space()
+		if p.pos < len(p.data) {
+			switch p.data[p.pos] {
+			case ',':
+				p.pos++
+				continue
+			case ']':
+				p.pos++
+				p.depth--
+				return v, nil
+			}
+		}
+		return v, p.errorf("unexpected %s: want ',' or ']' in an array", p.describe())
+	}
+}
+
+// str reads a string starting at its opening quote.
+func (p *jparser) str() (string, error) {
+	start := p.pos
+	p.pos++
+	simple := true
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			raw := p.data[start+1 : p.pos]
+			p.pos++
+			if simple || utf8.Valid(raw) && !hasByte(raw, '\\') {
+				return string(raw), nil
+			}
+			// Escapes (and invalid UTF-8, which becomes U+FFFD) are
+			// decoded by encoding/json.
+			var s string
+			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
+				return "", &jsonError{col: start + 1, msg: "bad string: " + strings.TrimPrefix(err.Error(), "json: ")}
+			}
+			return s, nil
+		case c == '\\':
+			simple = false
+			p.pos += 2
+		case c < 0x20:
+			return "", p.errorf("control character 0x%02x inside a string (write it as an escape such as \\u%04x)", c, c)
+		default:
+			if c >= 0x80 {
+				simple = false
+			}
+			p.pos++
+		}
+	}
+	return "", &jsonError{col: start + 1, msg: "unterminated string (no closing '\"' on this line)"}
+}
+
+func hasByte(b []byte, c byte) bool {
+	for _, x := range b {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// number reads a number per the JSON grammar and keeps its text.
+func (p *jparser) number() (jval, error) {
+	start := p.pos
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	if p.data[p.pos] == '-' {
+		p.pos++
+	}
+	if p.pos < len(p.data) && p.data[p.pos] == '0' {
+		p.pos++
+	} else if digits() == 0 {
+		return jval{}, p.errorf("bad number: want a digit after '-'")
+	}
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		p.pos++
+		if digits() == 0 {
+			return jval{}, p.errorf("bad number: want a digit after '.'")
+		}
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return jval{}, p.errorf("bad number: want a digit in the exponent")
+		}
+	}
+	if p.pos < len(p.data) {
+		if c := p.data[p.pos]; c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+' {
+			return jval{}, p.errorf("bad number %q", string(p.data[start:p.pos+1]))
+		}
+	}
+	return jval{kind: jNumber, s: string(p.data[start:p.pos]), col: start + 1}, nil
+}
+
+// numberProblem says why a JSON number is not an int64.
+type numberProblem int
+
+const (
+	numberOK numberProblem = iota
+	numberFractional
+	numberTooLarge
+	numberTooSmall
+)
+
+// jsonInt converts the text of a JSON number (already checked against the
+// grammar) to an int64, exactly: "1e3" is 1000 and "2.50e1" is 25, while
+// "1.5" is fractional and "1e30" too large. Huge exponents are decided
+// without computing the number.
+func jsonInt(text string) (int64, numberProblem) {
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return n, numberOK
+	}
+	neg := strings.HasPrefix(text, "-")
+	t := strings.TrimPrefix(text, "-")
+	mant, exp := t, 0
+	if i := strings.IndexAny(t, "eE"); i >= 0 {
+		mant = t[:i]
+		e := strings.TrimPrefix(t[i+1:], "+")
+		eneg := strings.HasPrefix(e, "-")
+		e = strings.TrimLeft(strings.TrimPrefix(e, "-"), "0")
+		if len(e) > 7 {
+			e = "9999999" // any exponent this large decides the answer alike
+		}
+		exp, _ = strconv.Atoi("0" + e)
+		if eneg {
+			exp = -exp
+		}
+	}
+	intPart, frac := mant, ""
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		intPart, frac = mant[:i], mant[i+1:]
+	}
+	digits := strings.TrimLeft(intPart+frac, "0")
+	exp -= len(frac)
+	for strings.HasSuffix(digits, "0") {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	if digits == "" {
+		return 0, numberOK // a zero, however written
+	}
+	if exp < 0 {
+		return 0, numberFractional
+	}
+	big := func() numberProblem {
+		if neg {
+			return numberTooSmall
+		}
+		return numberTooLarge
+	}
+	if len(digits)+exp > 19 {
+		return 0, big()
+	}
+	s := digits + strings.Repeat("0", exp)
+	if neg {
+		s = "-" + s
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, big()
+	}
+	return n, numberOK
+}
