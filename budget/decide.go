@@ -89,11 +89,14 @@ type Decision struct {
 // Errors (nothing changes): a foreign or discarded handle, or a well-formed
 // but unconfigured location → [*UnavailableError]; an empty request name, a
 // malformed location, an unknown handle, a bad reservation (empty,
-// repeated or already active name, bytes ≤ 0) → [*InvalidInputError]; an
-// exclusive handle required twice, a requirement or tier with no
-// locations, or no feasible assignment at all → [*PlanError] whose Reason
+// repeated or already active name, bytes ≤ 0) → [*InvalidInputError]; a
+// requirement or tier with no locations, an exclusive handle required
+// twice, or no feasible assignment at all → [*PlanError] whose Reason
 // names what blocked (the budget with its location and shortfall,
 // protected materializations, last copies of values without a source).
+// The first problem is reported, in the order of checks of the package
+// documentation: the request's name, its requirements in order, its
+// reservations, then the rules in the order just listed.
 func (l *Ledger) Decide(req Request, stateLimit int) (Decision, error) {
 	if stateLimit < 0 {
 		return Decision{}, invalidf("request %q: state limit %d is negative (0 means the default %d)", req.Name, stateLimit, DefaultStateLimit)
@@ -208,7 +211,9 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		}
 		d.resvAdd[loc] += r.Bytes
 	}
-	seen := map[*value]int{}
+	// Rules only after every field passed, in the order of the rule list:
+	// a requirement or tier with no locations (any requirement), then an
+	// exclusive value required twice.
 	for i, r := range d.reqs {
 		if len(r.tiers) == 0 {
 			return nil, planf("request %q: requirement %d (%s) has no locations", req.Name, i, r.v.name)
@@ -218,6 +223,9 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 				return nil, planf("request %q: requirement %d (%s): tier %d has no locations", req.Name, i, r.v.name, t)
 			}
 		}
+	}
+	seen := map[*value]int{}
+	for i, r := range d.reqs {
 		if j, dup := seen[r.v]; dup && r.v.mode == Exclusive {
 			return nil, planf("request %q: requirements %d and %d both require %q, an exclusive value; only replicable values may be required at several locations", req.Name, j, i, r.v.name)
 		}

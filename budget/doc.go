@@ -177,6 +177,36 @@
 // agree whenever there is no such conflict. Explain runs once per returned
 // decision.
 //
+// # Order of checks
+//
+// An operation with several problems reports the first, and changes
+// nothing. Fields come first, in document order, each field checked whole
+// before the next (malformed or unknown → [*InvalidInputError]; discarded,
+// foreign or unconfigured → [*UnavailableError]):
+//
+//   - a plan: every reclaim action, then every reservation, then every
+//     enter action, each list in order;
+//   - a request: its name, then its requirements in order (each one's
+//     handle, then its tiers' locations in order), then its reservations;
+//   - an action: handle, location, from (a from on a reclaim action is
+//     invalid input, checked in from's place);
+//   - a reservation: name (empty, repeated within the plan or request, or
+//     already active), bytes, location;
+//   - a copy or move: handle, from, to; place, evict, acquire and hold:
+//     handle, location.
+//
+// Rules come only after every field passed, in this order: replica mode
+// (copy), a requirement or tier with no locations (any requirement of the
+// request), an exclusive value required twice, residency (absent or in
+// flight), protection, data loss, budget (the destination, then the
+// source location). A plan's rules are met step by step in plan order, so
+// its first failing step is the reason. A scope entry's stale-version
+// check ([RunOptions.CheckVersion]) comes before everything, fields
+// included. [Ledger.Explain] never fails on a plan's content: a plan whose
+// fields fail validation is infeasible, its reason the validation error's
+// message and its predicted peaks the current used+reserved of every
+// location.
+//
 // # Errors
 //
 // Seven typed errors mirror the seed's table: [*BudgetError],

@@ -149,6 +149,29 @@ package budget
 //   SearchLimitError and StaleStateError match ErrPlan; PlanExecutionError
 //   does not                             → TestRule_ErrorCategories
 //
+// Resolved details: order of checks (edgecases_test.go)
+//   fields first in document order, each whole before the next; rules
+//   after every field, in the order of the rule list; stale before all
+//                                        → TestRule_OrderOfChecksPlans,
+//                                          TestRule_OrderOfChecksRequests,
+//                                          TestRule_OrderOfChecksDirectOperations
+//
+// Resolved details: edge cases (edgecases_test.go, scripts)
+//   explain never fails on a plan's content (reason = the validation
+//   error's message, peaks = current used+reserved)
+//                                        → TestRule_ExplainOfAnInvalidPlanIsInfeasible
+//   move(h, L, L) resident at L: no-op, protected or not
+//                                        → TestRule_MoveOntoItselfIsANoOp
+//   register … at L failing: PlanExecutionError (execute, (h, L), 0) after
+//   2 versions; retired, name free, absent from snapshots
+//                                        → TestRule_RegisterAtFailureRetiresTheHandle
+//   reconstruction into L ≠ S through a temporary buffer at S
+//                                        → TestRule_ReconstructionThroughATemporaryBuffer
+//                                          (the fault order: tests/edgecases_test.go)
+//   victims chosen again location by location when together they would
+//   remove a last copy; a location then short → infeasible
+//                                        → TestDecideUnrecoverableNeverChosen, controller.txt
+//
 // Not ledger rules (tested where they live): scope exit and exit_error
 // (system), fault injection (cuda/soft, replay CLI), the controller
 // (decide*_test.go).
