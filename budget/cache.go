@@ -1,0 +1,301 @@
+package budget
+
+import "fmt"
+
+// ---- owned reservations: the ledger side of a loader cache ------------------
+
+// ResizeOwned sets the bytes of the active reservation name, which must
+// belong to owner ("" for an ordinary reservation), to bytes. Shrinking is
+// always admitted; growing is admitted like a new charge of the difference
+// (a refusal is a [*BudgetError] whose RequestedBytes is the difference and
+// whose other figures are the location's as they were). One version when
+// the size changes, none when it is already bytes.
+//
+// Errors (nothing changed): invalid input (name not active, another owner,
+// bytes ≤ 0: release the reservation instead), [*BudgetError].
+func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
+	r, ok := l.resv[name]
+	if !ok {
+		return invalidf("reservation %q is not active (already released or never made)", name)
+	}
+	if r.owner != owner {
+		return invalidf("reservation %q does not belong to %q", name, owner)
+	}
+	if bytes <= 0 {
+		return invalidf("reservation %q: bytes must be positive, got %d (release it instead)", name, bytes)
+	}
+	if bytes == r.bytes {
+		return nil
+	}
+	lc := &l.locs[r.loc]
+	if delta := bytes - r.bytes; delta > 0 {
+		if err := l.admits(r.loc, delta); err != nil {
+			return err
+		}
+	}
+	old := r.bytes
+	lc.reserved += bytes - old
+	r.bytes = bytes
+	if lc.reserved < 0 {
+		panic("budget: reserved bytes went negative")
+	}
+	if c := lc.used + lc.reserved; c > lc.peak {
+		lc.peak = c
+	}
+	l.commit("resize", nil, r.loc, bytes, fmt.Sprintf("%s: %d → %d", name, old, bytes))
+	return nil
+}
+
+// OwnerCharges is what one owner's reservations charge at one location,
+// beside the location's own figures (a read: no version).
+type OwnerCharges struct {
+	Location      string
+	HasBudget     bool
+	BudgetBytes   int64
+	UsedBytes     int64 // the location's, every owner's
+	ReservedBytes int64 // the location's, every owner's
+	// OwnedBytes and OwnedReservations count the active reservations of
+	// the owner at the location.
+	OwnedBytes        int64
+	OwnedReservations int
+}
+
+// OwnerCharges returns the figures of loc and what owner's active
+// reservations charge there. Errors: a malformed location (invalid
+// input), an unconfigured one ([*UnavailableError]), an empty owner
+// (invalid input).
+func (l *Ledger) OwnerCharges(loc, owner string) (OwnerCharges, error) {
+	if owner == "" {
+		return OwnerCharges{}, invalidf("reservation owner is empty")
+	}
+	i, err := l.location(loc)
+	if err != nil {
+		return OwnerCharges{}, err
+	}
+	lc := &l.locs[i]
+	out := OwnerCharges{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved}
+	for _, r := range lc.reservations {
+		if r.owner == owner {
+			out.OwnedBytes += r.bytes
+			out.OwnedReservations++
+		}
+	}
+	return out, nil
+}
+
+// ---- the cache's book: entries, recency and victims -------------------------
+
+// CacheState is the state of a key in a [CacheBook].
+type CacheState int
+
+const (
+	// CacheAbsent: the key has no entry.
+	CacheAbsent CacheState = iota
+	// CacheLoading: a load of the key is in flight.
+	CacheLoading
+	// CacheReady: the key is resident.
+	CacheReady
+)
+
+func (s CacheState) String() string {
+	switch s {
+	case CacheLoading:
+		return "loading"
+	case CacheReady:
+		return "ready"
+	default:
+		return "absent"
+	}
+}
+
+// CacheBook is the bookkeeping of a loader cache: which keys are loading,
+// which are ready, in which order the ready ones were last used, and how
+// many were evicted. It holds one item of the caller's type per key (the
+// runtime keeps its entry there) and knows nothing about bytes, values or
+// goroutines: whether an entry may be evicted is the caller's answer,
+// asked through the evictable function at the moment a victim is chosen.
+//
+// Like the ledger it is pure and not safe for concurrent use; every method
+// is O(1) except [CacheBook.Victim], which walks the ready entries from the
+// least recently used one until one is evictable.
+type CacheBook[E any] struct {
+	entries   map[string]*cacheSlot[E]
+	head      *cacheSlot[E] // least recently used ready entry
+	tail      *cacheSlot[E] // most recently used ready entry
+	ready     int
+	evictions uint64
+}
+
+type cacheSlot[E any] struct {
+	key        string
+	item       E
+	state      CacheState
+	prev, next *cacheSlot[E]
+}
+
+// NewCacheBook returns an empty book.
+func NewCacheBook[E any]() *CacheBook[E] {
+	return &CacheBook[E]{entries: map[string]*cacheSlot[E]{}}
+}
+
+// Get returns key's item and state. A ready entry becomes the most
+// recently used one.
+func (b *CacheBook[E]) Get(key string) (E, CacheState) {
+	s, ok := b.entries[key]
+	if !ok {
+		var zero E
+		return zero, CacheAbsent
+	}
+	if s.state == CacheReady {
+		b.unlink(s)
+		b.pushBack(s)
+	}
+	return s.item, s.state
+}
+
+// Peek is Get without touching the recency order.
+func (b *CacheBook[E]) Peek(key string) (E, CacheState) {
+	s, ok := b.entries[key]
+	if !ok {
+		var zero E
+		return zero, CacheAbsent
+	}
+	return s.item, s.state
+}
+
+// StartLoad records that a load of key is in flight, with its item.
+// Errors (nothing changed): the key already has an entry (invalid input).
+func (b *CacheBook[E]) StartLoad(key string, item E) error {
+	if s, ok := b.entries[key]; ok {
+		return invalidf("cache key %q is already %s", key, s.state)
+	}
+	b.entries[key] = &cacheSlot[E]{key: key, item: item, state: CacheLoading}
+	return nil
+}
+
+// FinishLoad makes the loading entry of key ready with item, as the most
+// recently used entry. Errors (nothing changed): key is not loading.
+func (b *CacheBook[E]) FinishLoad(key string, item E) error {
+	s, ok := b.entries[key]
+	if !ok || s.state != CacheLoading {
+		return invalidf("cache key %q is not loading", key)
+	}
+	s.item, s.state = item, CacheReady
+	b.pushBack(s)
+	b.ready++
+	return nil
+}
+
+// AbortLoad removes the loading entry of key (its load failed). Errors
+// (nothing changed): key is not loading.
+func (b *CacheBook[E]) AbortLoad(key string) error {
+	s, ok := b.entries[key]
+	if !ok || s.state != CacheLoading {
+		return invalidf("cache key %q is not loading", key)
+	}
+	delete(b.entries, key)
+	return nil
+}
+
+// Victim removes and returns the least recently used ready entry for which
+// evictable returns true, and counts an eviction. Loading entries are never
+// victims. None: ok is false and nothing changed.
+func (b *CacheBook[E]) Victim(evictable func(E) bool) (key string, item E, ok bool) {
+	for s := b.head; s != nil; s = s.next {
+		if evictable(s.item) {
+			b.remove(s)
+			b.evictions++
+			return s.key, s.item, true
+		}
+	}
+	return "", item, false
+}
+
+// CacheEvictOutcome is the outcome of [CacheBook.Evict].
+type CacheEvictOutcome int
+
+const (
+	// EvictAbsent: no entry; nothing changed.
+	EvictAbsent CacheEvictOutcome = iota
+	// EvictBusy: loading, or ready but not evictable; nothing changed.
+	EvictBusy
+	// Evicted: the entry was removed and the eviction counted.
+	Evicted
+)
+
+// Evict removes key's ready entry if evictable says it may go, and counts
+// an eviction.
+func (b *CacheBook[E]) Evict(key string, evictable func(E) bool) (E, CacheEvictOutcome) {
+	s, ok := b.entries[key]
+	if !ok {
+		var zero E
+		return zero, EvictAbsent
+	}
+	if s.state != CacheReady || !evictable(s.item) {
+		return s.item, EvictBusy
+	}
+	b.remove(s)
+	b.evictions++
+	return s.item, Evicted
+}
+
+// Drain removes every ready entry, least recently used first, and returns
+// their items. Loading entries stay (their loads settle them). Not counted
+// as evictions.
+func (b *CacheBook[E]) Drain() []E {
+	out := make([]E, 0, b.ready)
+	for b.head != nil {
+		s := b.head
+		b.remove(s)
+		out = append(out, s.item)
+	}
+	return out
+}
+
+// Len returns the number of entries, ready and loading.
+func (b *CacheBook[E]) Len() int { return len(b.entries) }
+
+// Ready returns the number of ready entries.
+func (b *CacheBook[E]) Ready() int { return b.ready }
+
+// Evictions returns the number of entries removed by Victim or Evict.
+func (b *CacheBook[E]) Evictions() uint64 { return b.evictions }
+
+// Order returns the keys of the ready entries, least recently used first.
+func (b *CacheBook[E]) Order() []string {
+	out := make([]string, 0, b.ready)
+	for s := b.head; s != nil; s = s.next {
+		out = append(out, s.key)
+	}
+	return out
+}
+
+func (b *CacheBook[E]) remove(s *cacheSlot[E]) {
+	b.unlink(s)
+	delete(b.entries, s.key)
+	b.ready--
+}
+
+func (b *CacheBook[E]) unlink(s *cacheSlot[E]) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		b.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else {
+		b.tail = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+func (b *CacheBook[E]) pushBack(s *cacheSlot[E]) {
+	s.prev, s.next = b.tail, nil
+	if b.tail != nil {
+		b.tail.next = s
+	} else {
+		b.head = s
+	}
+	b.tail = s
+}
