@@ -141,6 +141,8 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 			err = &budget.InvalidInputError{Message: fmt.Sprintf("unknown value name %q", m.Name)}
 		}
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Err: err, Version: s.ledger.Version()})
+	case messages.CacheRequest:
+		s.cacheRequest(m)
 	case *messages.Shutdown:
 		s.closing = m.ReplyTo
 		s.maybeFinishShutdown()

@@ -1,0 +1,72 @@
+package messages
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/budget"
+)
+
+// ---- the loader cache's requests to the supervisor -------------------------
+//
+// A cache's charges are named reservations owned by the cache (Owner) at
+// its location. Each request below is answered by one reply: a Reply for
+// the three mutations, a CacheChargesReply for CacheCharges.
+
+// CacheRequest is implemented by the cache's requests (the supervisor
+// handles them together).
+type CacheRequest interface {
+	Request
+	cacheRequest()
+}
+
+// CacheReserve admits a reservation of Bytes at Location named Name and
+// owned by Owner (1 version).
+type CacheReserve struct {
+	Location string
+	Name     string
+	Owner    string
+	Bytes    int64
+	ReplyTo  *actor.PID
+}
+
+// CacheResize sets an owned reservation's bytes: shrinking is always
+// admitted, growing is admitted like a charge of the difference (1
+// version; none when the size does not change).
+type CacheResize struct {
+	Name    string
+	Owner   string
+	Bytes   int64
+	ReplyTo *actor.PID
+}
+
+// CacheUnreserve releases an owned reservation (1 version).
+type CacheUnreserve struct {
+	Name    string
+	Owner   string
+	ReplyTo *actor.PID
+}
+
+// CacheCharges asks for the figures of Location and the bytes Owner's
+// reservations charge there (a read).
+type CacheCharges struct {
+	Location string
+	Owner    string
+	ReplyTo  *actor.PID
+}
+
+// CacheChargesReply answers CacheCharges.
+type CacheChargesReply struct {
+	Charges budget.OwnerCharges
+	Err     error
+	Version uint64
+}
+
+func (m *CacheReserve) Replier() *actor.PID   { return m.ReplyTo }
+func (m *CacheResize) Replier() *actor.PID    { return m.ReplyTo }
+func (m *CacheUnreserve) Replier() *actor.PID { return m.ReplyTo }
+func (m *CacheCharges) Replier() *actor.PID   { return m.ReplyTo }
+
+func (*CacheReserve) cacheRequest()   {}
+func (*CacheResize) cacheRequest()    {}
+func (*CacheUnreserve) cacheRequest() {}
+func (*CacheCharges) cacheRequest()   {}
