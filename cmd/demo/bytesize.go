@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"regexp"
 	"strconv"
@@ -30,6 +31,9 @@ var decimalRE = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
 // (the runtime, not the parser, refuses sizes ≤ 0) and may have a
 // fraction, as long as the result is a whole number of bytes.
 func parseByteString(s string) (int64, error) {
+	if n, ok := quickByteString(s); ok {
+		return n, nil
+	}
 	t := strings.TrimSpace(s)
 	i := len(t)
 	for i > 0 {
@@ -61,6 +65,48 @@ func parseByteString(s string) (int64, error) {
 		return 0, fmt.Errorf("byte size %q is too large", s)
 	}
 	return n.Int64(), nil
+}
+
+// quickByteString parses the common forms ("4096", "64KiB", "1MB": a
+// non-negative whole number of at most 15 digits and a unit) without the
+// general path's regular expression and rationals; ok is false for
+// anything else, which the general path then decides.
+func quickByteString(s string) (int64, bool) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 15 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	unit := s[i:]
+	var mult int64
+	switch unit {
+	case "", "B", "b":
+		mult = 1
+	case "KiB":
+		mult = 1 << 10
+	case "MiB":
+		mult = 1 << 20
+	case "GiB":
+		mult = 1 << 30
+	case "KB":
+		mult = 1000
+	case "MB":
+		mult = 1000 * 1000
+	case "GB":
+		mult = 1000 * 1000 * 1000
+	default:
+		return 0, false
+	}
+	if n > math.MaxInt64/mult {
+		return 0, false
+	}
+	return n * mult, true
 }
 
 // formatBytes renders n for people: exact bytes below 1 KiB, otherwise a

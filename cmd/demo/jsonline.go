@@ -88,7 +88,25 @@ type jparser struct {
 	data  []byte
 	pos   int
 	depth int
+	// Members of the objects being parsed, innermost last; each object
+	// copies its own out when it ends, so its slices are allocated once,
+	// at their exact size.
+	keys  []string
+	items []jval
 }
+
+// internKeys are the keys of script ops: decoding one of them as a key
+// allocates nothing.
+var internKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"op", "expect", "name", "requirements", "reservations", "locations",
+		"reclaim", "enter", "from", "to", "handle", "location", "bytes", "as", "lease", "event", "hold",
+		"replica", "at", "source", "plan", "request", "decision", "scope", "kind", "expected_version",
+		"trace", "search_state_limit"} {
+		m[k] = k
+	}
+	return m
+}()
 
 // parseJSON parses one complete JSON value (a script line).
 func parseJSON(data []byte) (jval, error) {
@@ -185,6 +203,8 @@ func (p *jparser) object() (jval, error) {
 		p.depth--
 		return v, nil
 	}
+	base := len(p.keys)
+	defer func() { p.keys, p.items = p.keys[:base], p.items[:base] }()
 	var seen map[string]bool // only for large objects; small ones scan keys
 	for {
 		p.space()
@@ -192,7 +212,7 @@ func (p *jparser) object() (jval, error) {
 			return v, p.errorf("unexpected %s: want a key (a string in double quotes)", p.describe())
 		}
 		keyCol := p.pos + 1
-		key, err := p.str()
+		key, err := p.key()
 		if err != nil {
 			return v, err
 		}
@@ -200,14 +220,19 @@ func (p *jparser) object() (jval, error) {
 		if seen != nil {
 			dup = seen[key]
 		} else {
-			dup = v.has(key)
+			for _, k := range p.keys[base:] {
+				if k == key {
+					dup = true
+					break
+				}
+			}
 		}
 		if dup {
 			return v, &jsonError{col: keyCol, msg: fmt.Sprintf("duplicate key %q in one object (each key may appear once)", key)}
 		}
-		if len(v.keys) == 16 {
+		if len(p.keys)-base == 16 {
 			seen = make(map[string]bool, 32)
-			for _, k := range v.keys {
+			for _, k := range p.keys[base:] {
 				seen[k] = true
 			}
 		}
@@ -224,8 +249,8 @@ func (p *jparser) object() (jval, error) {
 		if err != nil {
 			return v, err
 		}
-		v.keys = append(v.keys, key)
-		v.items = append(v.items, item)
+		p.keys = append(p.keys, key)
+		p.items = append(p.items, item)
 		p.space()
 		if p.pos < len(p.data) {
 			switch p.data[p.pos] {
@@ -235,11 +260,39 @@ func (p *jparser) object() (jval, error) {
 			case '}':
 				p.pos++
 				p.depth--
+				v.keys = append([]string(nil), p.keys[base:]...)
+				v.items = append([]jval(nil), p.items[base:]...)
 				return v, nil
 			}
 		}
 		return v, p.errorf("unexpected %s: want ',' or '}' in an object", p.describe())
 	}
+}
+
+// key reads an object key: a string, interned when it is a known one.
+func (p *jparser) key() (string, error) {
+	start := p.pos
+	if end := indexQuote(p.data, start+1); end > 0 {
+		if k, ok := internKeys[string(p.data[start+1:end])]; ok {
+			p.pos = end + 1
+			return k, nil
+		}
+	}
+	return p.str()
+}
+
+// indexQuote returns the index of the first '"' at or after from when no
+// escape or control character comes before it, else -1.
+func indexQuote(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i
+		case c == '\\' || c < 0x20:
+			return -1
+		}
+	}
+	return -1
 }
 
 func (p *jparser) array() (jval, error) {

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -433,6 +434,22 @@ type jsonWriter struct {
 func newJSONWriter(w io.Writer) *jsonWriter { return &jsonWriter{w: bufio.NewWriterSize(w, 64<<10)} }
 
 func (j *jsonWriter) write(r *result) error {
+	if r.Error == nil && r.Explanation == nil && r.Report == nil && r.Decision == nil && r.Snapshot == nil && r.Trace == nil {
+		// The common case, written directly: what encoding/json would
+		// write for it (op names need no escaping).
+		b := append(j.buf[:0], `{"line":`...)
+		b = strconv.AppendInt(b, int64(r.Line), 10)
+		b = append(b, `,"op":"`...)
+		b = append(b, r.Op...)
+		b = append(b, `","ok":`...)
+		b = strconv.AppendBool(b, r.OK)
+		b = append(b, `,"state_version":`...)
+		b = strconv.AppendUint(b, r.StateVersion, 10)
+		b = append(b, "}\n"...)
+		j.buf = b
+		j.w.Write(b)
+		return j.w.Flush()
+	}
 	b, err := marshal(r)
 	if err != nil {
 		return err

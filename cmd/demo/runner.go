@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/system"
@@ -43,6 +45,47 @@ type runner struct {
 	badReplica string
 
 	version uint64 // the state version after the last op
+	watch   watchdog
+}
+
+// errOpTimeout is the cause of an op stopped by the watchdog.
+var errOpTimeout = fmt.Errorf("the op did not finish within %v (the limit of one op)", opTimeout)
+
+// watchdog bounds every op to opTimeout with one timer for the whole
+// replay (a timer per op costs more than many ops).
+type watchdog struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	cancel context.CancelCauseFunc // of the op running now
+}
+
+func (w *watchdog) start(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	octx, cancel := context.WithCancelCause(ctx)
+	w.mu.Lock()
+	w.cancel = cancel
+	if w.timer == nil {
+		w.timer = time.AfterFunc(opTimeout, w.fire)
+	} else {
+		w.timer.Reset(opTimeout)
+	}
+	w.mu.Unlock()
+	return octx, cancel
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel(errOpTimeout)
+	}
+}
+
+func (w *watchdog) stop(cancel context.CancelCauseFunc) {
+	w.mu.Lock()
+	w.timer.Stop()
+	w.cancel = nil
+	w.mu.Unlock()
+	cancel(nil)
 }
 
 type leaseEntry struct {
@@ -95,9 +138,12 @@ func newRunner(sys *system.System, locs []locationSpec) *runner {
 func (r *runner) run(ctx context.Context, o op) result {
 	res := result{Line: o.line, Op: o.name}
 	r.unresolved, r.badReplica = r.unresolved[:0], ""
-	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	octx, cancel := r.watch.start(ctx)
 	reached, err := r.exec(octx, o, &res)
-	cancel()
+	if err != nil && context.Cause(octx) == errOpTimeout {
+		err = fmt.Errorf("%w: %w", errOpTimeout, err)
+	}
+	r.watch.stop(cancel)
 	if err != nil {
 		res.OK, res.err, res.Error = false, err, r.errorObject(err)
 		res.Explanation, res.Report, res.Decision, res.Snapshot, res.Trace = nil, nil, nil, nil, nil

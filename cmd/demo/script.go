@@ -285,11 +285,8 @@ func parseOp(line int, text []byte) (op, error) {
 			f.fail(fmt.Errorf("needs field %q", k))
 		}
 	}
-	f.known("op", "expect")
-	f.known(spec.required...)
-	f.known(spec.optional...)
 	if f.err == nil {
-		f.rejectUnknown()
+		f.rejectUnknown(commonKeys, spec.required, spec.optional)
 	}
 	if f.err == nil {
 		o.fill(f)
@@ -383,12 +380,14 @@ func (o *op) fill(f *fields) {
 	}
 }
 
+// commonKeys are the fields every op may have.
+var commonKeys = []string{"op", "expect"}
+
 // fields reads typed fields of one JSON object and keeps the first error.
 type fields struct {
-	obj       *jval
-	path      string // prefix for messages, e.g. "plan.enter[0]."
-	knownKeys []string
-	err       error
+	obj  *jval
+	path string // prefix for messages, e.g. "plan.enter[0]."
+	err  error
 }
 
 func (f *fields) fail(err error) {
@@ -397,12 +396,18 @@ func (f *fields) fail(err error) {
 	}
 }
 
-func (f *fields) known(keys ...string) { f.knownKeys = append(f.knownKeys, keys...) }
-
-func (f *fields) rejectUnknown() {
+// rejectUnknown fails on any key that is in none of the allowed lists.
+func (f *fields) rejectUnknown(allowed ...[]string) {
 	var unknown []string
 	for _, k := range f.obj.keys {
-		if !contains(f.knownKeys, k) {
+		ok := false
+		for _, list := range allowed {
+			if contains(list, k) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
 			unknown = append(unknown, f.path+k)
 		}
 	}
@@ -541,9 +546,8 @@ func (f *fields) object(name string, v *jval) *fields {
 
 // done merges a nested reader's error and unknown-field check into f.
 func (f *fields) done(sub *fields, keys ...string) {
-	sub.known(keys...)
 	if sub.err == nil {
-		sub.rejectUnknown()
+		sub.rejectUnknown(keys)
 	}
 	if sub.err != nil {
 		f.fail(sub.err)
