@@ -187,9 +187,11 @@ func (e *Engine) StoreEvent(key uint64, ev cuda.Event) { e.events.put(key, ev) }
 func (e *Engine) DropEvent(key uint64) { e.events.take(key) }
 
 // Parked reports the entries waiting in the hand-over tables: loaders of
-// registrations not yet bound and events not yet watched. Both are zero
-// whenever no Register or RecordEvent is on its way (tests check that
-// nothing is left behind).
+// registrations not yet bound and events not yet watched. A loader leaves
+// the table when the supervisor handles its Register; an event when its
+// value actor handles the WatchEvent that follows a recorded RecordEvent
+// (shortly after the reply), or when recording is refused. Tests check
+// that both return to zero once the runtime is quiet.
 func (e *Engine) Parked() (loaders, events int) {
 	return e.newLoaders.len(), e.events.len()
 }
@@ -204,7 +206,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 	var err error
 	e.stopOnce.Do(func() {
 		for loc, pid := range e.locations {
-			if _, derr := e.root.RequestFuture(pid, &messages.Drain{}, e.allocTimeout).Result(); derr != nil && err == nil {
+			// A location actor may be inside an allocation of up to the
+			// allocation timeout (longer if the backend ignores it).
+			if _, derr := e.root.RequestFuture(pid, &messages.Drain{}, e.allocTimeout+30*time.Second).Result(); derr != nil && err == nil {
 				err = fmt.Errorf("draining %s: %w", loc, derr)
 			}
 		}

@@ -32,11 +32,14 @@ func (a *locationActor) Receive(ctx actor.Context) {
 }
 
 func (a *locationActor) allocate(m *messages.Allocate) error {
-	if a.eng.hooks.PanicOnAllocate != nil && a.eng.hooks.PanicOnAllocate(m.Key) {
-		panic(fmt.Sprintf("injected location actor panic while allocating %v (test hook)", m.Key))
-	}
 	if _, exists := a.eng.Buffers.Get(m.Key); exists {
 		return fmt.Errorf("location actor %s: buffer %v already allocated", a.loc, m.Key)
+	}
+	// From here on the key is ours: a crash past this point (the strategy
+	// frees whatever the table holds under the key) can only free a buffer
+	// this allocation made, never one that was there before.
+	if a.eng.hooks.PanicOnAllocate != nil && a.eng.hooks.PanicOnAllocate(m.Key) {
+		panic(fmt.Sprintf("injected location actor panic while allocating %v (test hook)", m.Key))
 	}
 	// The deadline is enforced here, where the buffer is made, never by the
 	// waiting value actor: a value actor that gave up while the backend
@@ -49,8 +52,11 @@ func (a *locationActor) allocate(m *messages.Allocate) error {
 	if err != nil {
 		return err
 	}
-	if ctx.Err() != nil {
+	if cerr := ctx.Err(); cerr != nil {
 		_ = a.eng.backend.Free(buf)
+		if cerr == context.Canceled {
+			return fmt.Errorf("allocation of %d bytes at %s abandoned: the runtime is stopping", m.Bytes, a.loc)
+		}
 		return &AllocTimeoutError{Location: a.loc, Bytes: m.Bytes, Timeout: a.eng.allocTimeout}
 	}
 	a.eng.Buffers.put(m.Key, buf)

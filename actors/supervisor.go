@@ -22,6 +22,7 @@ const (
 
 type pendingOp struct {
 	kind    pendingKind
+	request string // kind of the request whose caller waits (see handling)
 	replyTo *actor.PID
 	handle  budget.Handle
 	run     *runState
@@ -51,8 +52,13 @@ type supervisor struct {
 	reapers map[budget.EventID][]*actor.PID
 	closing *actor.PID // Shutdown requester, waiting for transfers to settle
 	closed  bool
-	current any         // the message being handled (for Hooks.AfterLedger)
-	fatal   *FatalError // set once the supervisor stopped the runtime
+	// handling is the kind of the request being answered: the message in
+	// hand, or, while a transfer settles, the request that admitted it (so
+	// Hooks.AfterLedger and a FatalError name the caller's request, never
+	// "TransferDone"). hooked: AfterLedger already ran for it.
+	handling string
+	hooked   bool
+	fatal    *FatalError // set once the supervisor stopped the runtime
 }
 
 // Receive handles one message. A panic while handling it (a ledger
@@ -70,9 +76,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 			s.stopFatal(msg, r, debug.Stack())
 		}
 	}()
-	s.current = msg
+	s.handling, s.hooked = requestKind(msg), false
 	s.receive(ctx, msg)
-	s.current = nil
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {
@@ -150,10 +155,9 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 }
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
-	if h := s.eng.hooks.AfterLedger; h != nil && s.current != nil {
-		cur := s.current
-		s.current = nil // once per message
-		h(requestKind(cur))
+	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != "" {
+		s.hooked = true // once per request
+		h(s.handling)
 	}
 	if to != nil {
 		s.eng.root.Send(to, msg)
@@ -184,9 +188,12 @@ func (s *supervisor) replyRun(rs *runState, rep *messages.RunReply) {
 // reap or the shutdown, and every later caller receive the same
 // [*FatalError]. Close still frees every physical buffer (Engine.Stop).
 func (s *supervisor) stopFatal(msg, reason any, stack []byte) {
-	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: requestKind(actor.UnwrapEnvelopeMessage(msg)), Version: s.ledger.Version(), Stack: string(stack)}
+	kind := s.handling
+	if kind == "" {
+		kind = requestKind(actor.UnwrapEnvelopeMessage(msg))
+	}
+	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: kind, Version: s.ledger.Version(), Stack: string(stack)}
 	s.eng.log.Error().Str("reason", s.fatal.Reason).Str("message", s.fatal.Message).Uint64("state_version", s.fatal.Version).Str("stack", s.fatal.Stack).Msg("supervisor panicked; runtime stopped (every caller receives the fatal error)")
-	s.current = nil
 	s.refuse(msg)
 	for id, op := range s.pending {
 		to := op.replyTo
@@ -263,7 +270,7 @@ func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Version: s.ledger.Version()})
 		return
 	}
-	s.pending[adm.ID] = &pendingOp{kind: pendRegister, replyTo: m.ReplyTo, handle: h, effect: adm.Effects[0]}
+	s.pending[adm.ID] = &pendingOp{kind: pendRegister, request: s.handling, replyTo: m.ReplyTo, handle: h, effect: adm.Effects[0]}
 	s.dispatch(adm.Effects, adm.ID, m.Data)
 }
 
@@ -291,7 +298,7 @@ func (s *supervisor) transition(_ actor.Context, m *messages.Transition) {
 		s.eng.loaders.take(m.Handle.ID) // a retired value keeps no loader
 	}
 	if adm.Pending {
-		s.pending[adm.ID] = &pendingOp{kind: pendDirect, replyTo: m.ReplyTo, handle: m.Handle, effect: adm.Effects[0]}
+		s.pending[adm.ID] = &pendingOp{kind: pendDirect, request: s.handling, replyTo: m.ReplyTo, handle: m.Handle, effect: adm.Effects[0]}
 		s.dispatch(adm.Effects, adm.ID, nil)
 		return
 	}
@@ -304,7 +311,10 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 	if !ok {
 		return
 	}
-	delete(s.pending, id)
+	// The op stays pending until its caller is answered: a panic while it
+	// settles (a ledger invariant in Complete or Fail) reaches stopFatal
+	// with the op still listed, so its caller receives the FatalError.
+	s.handling, s.hooked = op.request, false
 	switch op.kind {
 	case pendRegister:
 		if cause == nil {
@@ -341,6 +351,7 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 		s.eng.log.Warn().Err(cause).Str("effect", op.effect.String()).Msg("plan step failed")
 		s.replyRun(op.run, &messages.RunReply{Err: err})
 	}
+	delete(s.pending, id)
 	s.maybeFinishShutdown()
 }
 
@@ -388,7 +399,7 @@ func (s *supervisor) advance(rs *runState) {
 		}
 		adm := step.Admission
 		if adm.Pending {
-			s.pending[adm.ID] = &pendingOp{kind: pendRun, run: rs, effect: adm.Effects[0]}
+			s.pending[adm.ID] = &pendingOp{kind: pendRun, request: s.handling, run: rs, effect: adm.Effects[0]}
 			s.dispatch(adm.Effects, adm.ID, nil)
 			return
 		}
