@@ -1,0 +1,181 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/residency-go/residency/budget"
+)
+
+// MemoryBudget is the allocation side of a [Cache]: reservations for
+// memory the application owns (a model's workspace, a loader's scratch,
+// the allocations of a [LoadBudgeted] value) under the same location
+// budget. A reservation may evict idle entries of the cache, never another
+// reservation.
+//
+// A MemoryBudget refers to its cache weakly: values that hold it (a
+// budgeted model charging its own growth) do not keep the cache alive, and
+// there is no cache → value → budget → cache ownership cycle. Once the
+// cache is closed (or unreachable) [MemoryBudget.Cache] returns nil and
+// reservations still work, under the same ceiling, without eviction.
+//
+// Safe for concurrent use.
+type MemoryBudget struct {
+	sys   *System
+	loc   string
+	owner string
+	seq   *atomic.Uint64
+	cache weak.Pointer[Cache]
+}
+
+// Cache returns the live cache of this budget, or nil once it is closed
+// or no longer referenced.
+func (b *MemoryBudget) Cache() *Cache {
+	c := b.cache.Value()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return c
+}
+
+// Location returns the location whose budget this is.
+func (b *MemoryBudget) Location() string { return b.loc }
+
+// Reserve reserves bytes (≥ 0) before the caller allocates them. When the
+// budget is short it evicts idle entries of the cache, least recently used
+// first, one at a time (waiting for each one's release), never a
+// reservation. A zero-byte reservation is allowed and charges nothing (it
+// is not recorded in the ledger). Release the reservation when the memory
+// is freed — including every alias and queued use of it.
+//
+// Errors: bytes < 0 ([*InvalidInputError]); more than the whole budget
+// ([*BudgetError]); short with nothing idle to evict ([*CacheBusyError],
+// errors.Is [ErrBusy]); [ErrClosed]; ctx.Err() (nothing reserved).
+// Versions: 1 (0 for zero bytes), plus 1 per eviction.
+func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReservation, error) {
+	if bytes < 0 {
+		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("memory budget: bytes must be ≥ 0, got %d", bytes)}
+	}
+	r := &MemoryReservation{b: b}
+	if bytes == 0 {
+		if err := b.sys.refusal(ctx); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	name := fmt.Sprintf("%s/budget#%d", b.owner, b.seq.Add(1))
+	err := b.admit(ctx, func(ctx context.Context) error { return reserveOwned(ctx, b.sys, b.loc, b.owner, name, bytes) })
+	if err != nil {
+		return nil, err
+	}
+	r.name, r.bytes = name, bytes
+	return r, nil
+}
+
+// ReservedBytes returns what the cache and its budget charge at the
+// location: resident entries, loads in flight and live reservations (the
+// same figure as [CacheStats].ReservedBytes). Versions: 0.
+func (b *MemoryBudget) ReservedBytes(ctx context.Context) (int64, error) {
+	ch, err := ownerCharges(ctx, b.sys, b.loc, b.owner)
+	return ch.OwnedBytes, err
+}
+
+func (b *MemoryBudget) admit(ctx context.Context, try func(context.Context) error) error {
+	c := b.Cache()
+	err := c.admit(ctx, "", try)
+	if be, ok := err.(*CacheBusyError); ok && be.Location == "" {
+		be.Location = b.loc
+	}
+	return err
+}
+
+// MemoryReservation is a charge for memory the application owns. Keep it
+// until that memory is really gone, then Release it. It does not belong to
+// the cache: closing the cache leaves it in place.
+type MemoryReservation struct {
+	b        *MemoryBudget
+	mu       sync.Mutex // serializes Resize and Release
+	name     string     // "" for a zero-byte reservation
+	bytes    int64
+	released bool
+}
+
+// Bytes returns the reserved bytes (0 once released).
+func (r *MemoryReservation) Bytes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
+}
+
+// Name returns the reservation's name in snapshots and the trace ("" for
+// a zero-byte reservation).
+func (r *MemoryReservation) Name() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.name
+}
+
+// Resize changes the reservation to bytes (> 0), for memory that grows or
+// shrinks in place. Shrinking is always admitted; growing is admitted like
+// a reservation of the difference, evicting idle cache entries as
+// [MemoryBudget.Reserve] does. On error nothing changed. A zero-byte
+// reservation cannot be resized (reserve anew). Versions: 1 (0 when the
+// size does not change), plus 1 per eviction.
+func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.released:
+		return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q was released", r.name)}
+	case r.name == "":
+		return &budget.InvalidInputError{Message: "a zero-byte memory reservation cannot be resized; reserve anew"}
+	case bytes <= 0:
+		return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q: bytes must be positive, got %d (release it instead)", r.name, bytes)}
+	case bytes == r.bytes:
+		return nil
+	}
+	b := r.b
+	// The ledger call itself is not abandoned midway (its outcome must be
+	// known to keep Bytes right); only the waits for evictions honour ctx.
+	err := b.admit(ctx, func(context.Context) error {
+		return resizeOwned(context.WithoutCancel(ctx), b.sys, b.owner, r.name, bytes)
+	})
+	if err != nil {
+		return err
+	}
+	r.bytes = bytes
+	return nil
+}
+
+// Release releases the reservation (1 version; 0 for zero bytes). Twice:
+// [*InvalidInputError]. It does not take a context: the charge is released
+// whatever the caller's state (after the runtime closed there is nothing
+// left to release).
+func (r *MemoryReservation) Release() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q was already released", r.name)}
+	}
+	r.released = true
+	if r.name != "" {
+		if err := unreserveOwned(r.b.sys, r.b.owner, r.name); err != nil {
+			return err
+		}
+	}
+	r.bytes = 0
+	return nil
+}
+
+// Close is Release, so that a reservation (or a value holding one) can be
+// a cached value whose release hook frees its charge.
+func (r *MemoryReservation) Close() error { return r.Release() }

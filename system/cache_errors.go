@@ -1,0 +1,57 @@
+package system
+
+import "fmt"
+
+// CacheBusyError is a cache's refusal that may succeed later: a load or a
+// memory budget reservation found the location's budget short and nothing
+// of the cache idle to evict (every entry leased, pinned, kept alive, not
+// idle or loading, or the bytes held by other charges), or [Cache.Evict]
+// found the entry in use or loading. It matches errors.Is(err, [ErrBusy])
+// and is never a [*BudgetError] (a request larger than the whole budget
+// is one).
+type CacheBusyError struct {
+	// Key is the key being loaded or evicted ("" for a memory budget
+	// reservation).
+	Key      string
+	Location string
+	// Refusal is the ledger's refusal that found no victim, with the
+	// location's figures at that moment (nil for Evict).
+	Refusal *BudgetError
+}
+
+func (e *CacheBusyError) Error() string {
+	what := "memory budget reservation"
+	if e.Key != "" {
+		what = fmt.Sprintf("key %q", e.Key)
+	}
+	if e.Refusal == nil {
+		return fmt.Sprintf("residency cache busy: %s at %s is leased, pinned, kept alive, not idle or loading", what, e.Location)
+	}
+	r := e.Refusal
+	return fmt.Sprintf("residency cache busy: %s needs %d bytes at %s (budget %d, used %d, reserved %d) and nothing idle is left to evict",
+		what, r.RequestedBytes, r.Location, r.BudgetBytes, r.UsedBytes, r.ReservedBytes)
+}
+
+// Is matches [ErrBusy].
+func (e *CacheBusyError) Is(target error) bool { return target == ErrBusy }
+
+// CacheLoadError is a failed load: the loader returned an error (Cause),
+// panicked (Panic and Stack), or reported resident bytes ≤ 0 or above its
+// peak (Cause, an [*InvalidInputError]). The load's reservation was
+// released; every caller that shared the load got this error, and the
+// next Load of the key runs the loader again. Unwrap returns Cause.
+type CacheLoadError struct {
+	Key   string
+	Cause error
+	Panic any
+	Stack string
+}
+
+func (e *CacheLoadError) Error() string {
+	if e.Panic != nil {
+		return fmt.Sprintf("residency cache: loader of %q panicked: %v", e.Key, e.Panic)
+	}
+	return fmt.Sprintf("residency cache: loading %q failed: %v", e.Key, e.Cause)
+}
+
+func (e *CacheLoadError) Unwrap() error { return e.Cause }

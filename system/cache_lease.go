@@ -1,0 +1,107 @@
+package system
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/residency-go/residency/budget"
+)
+
+// CacheLease is a lease on a cached value: while any lease, [CachePin] or
+// [CacheKeepAlive] of an entry is held, the entry is never evicted. A
+// lease may outlive its cache (see [Cache.Close]). Release it when done;
+// Go has no destructors, so a forgotten lease keeps the entry and its
+// charge until the runtime closes.
+//
+// Value returns the value the loader produced. For values that are
+// mutated or must not be copied, cache a pointer type.
+type CacheLease[T any] struct {
+	e        *cacheEntry
+	p        *T
+	released atomic.Bool
+}
+
+// Value returns the cached value. It stays valid while the lease (or a
+// pin or keep-alive of the entry) is held.
+func (l *CacheLease[T]) Value() T { return *l.p }
+
+// Key returns the entry's key.
+func (l *CacheLease[T]) Key() string { return l.e.key }
+
+// Bytes returns the declared resident bytes: what the loader of [Load]
+// reported, 0 for [LoadBudgeted] (whose allocations are charged one by
+// one through the memory budget).
+func (l *CacheLease[T]) Bytes() int64 { return l.e.bytes }
+
+// Clone returns another lease on the same entry, released on its own.
+// Cloning a released lease panics (a use after release).
+func (l *CacheLease[T]) Clone() *CacheLease[T] {
+	l.ref("Clone")
+	return &CacheLease[T]{e: l.e, p: l.p}
+}
+
+// Pin returns a pin that keeps the entry resident after this lease (and
+// every other) is released, until the pin is released. Pinning a
+// released lease panics.
+func (l *CacheLease[T]) Pin() *CachePin {
+	l.ref("Pin")
+	return &CachePin{cacheRef{e: l.e}}
+}
+
+// KeepAlive returns an untyped reference that keeps the entry resident,
+// for an owner that outlives the request (an output that aliases the
+// value, work queued on a stream). Release it when that owner is done.
+// Calling it on a released lease panics.
+func (l *CacheLease[T]) KeepAlive() *CacheKeepAlive {
+	l.ref("KeepAlive")
+	return &CacheKeepAlive{cacheRef{e: l.e}}
+}
+
+func (l *CacheLease[T]) ref(what string) {
+	if l.released.Load() {
+		panic(fmt.Sprintf("residency: %s of a released cache lease (key %q)", what, l.e.key))
+	}
+	l.e.refs.Add(1)
+}
+
+// Release releases the lease. Releasing twice is an [*InvalidInputError].
+// It does not block, except when the cache was closed and this was the
+// entry's last reference: then it returns after the value's Close and the
+// release of its charge.
+func (l *CacheLease[T]) Release() error {
+	if !l.released.CompareAndSwap(false, true) {
+		return &budget.InvalidInputError{Message: fmt.Sprintf("cache lease on %q was already released", l.e.key)}
+	}
+	l.e.unref()
+	return nil
+}
+
+// cacheRef is a pin or keep-alive.
+type cacheRef struct {
+	e        *cacheEntry
+	released atomic.Bool
+}
+
+func (r *cacheRef) release(what string) error {
+	if !r.released.CompareAndSwap(false, true) {
+		return &budget.InvalidInputError{Message: fmt.Sprintf("cache %s on %q was already released", what, r.e.key)}
+	}
+	r.e.unref()
+	return nil
+}
+
+// CachePin keeps a cache entry resident after its leases are released.
+type CachePin struct{ cacheRef }
+
+// Release releases the pin: once nothing else holds the entry and it is
+// idle, it may be evicted. Twice: [*InvalidInputError]. Blocking as
+// [CacheLease.Release].
+func (p *CachePin) Release() error { return p.release("pin") }
+
+// CacheKeepAlive keeps a cache entry resident for an owner outside the
+// request (see [CacheLease.KeepAlive]).
+type CacheKeepAlive struct{ cacheRef }
+
+// Release releases the keep-alive. Twice: [*InvalidInputError]. Blocking
+// as [CacheLease.Release].
+func (k *CacheKeepAlive) Release() error { return k.release("keep-alive") }
