@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -116,16 +117,30 @@ func (sc *Scope) Leases() []LeaseID {
 // Exit releases the scope's leases and reservations. A failure is a
 // [*PlanExecutionError] with phase "exit", also kept as ExitError. Exit of
 // a scope that was not entered, failed, or already exited:
-// [*InvalidInputError].
+// [*InvalidInputError]. If ctx is already done, Exit returns ctx.Err()
+// and the scope stays entered (call Exit again); if ctx ends after the
+// request was sent, the release still happens.
 func (sc *Scope) Exit(ctx context.Context) error {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.state != scopeEntered {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("%s cannot exit: it is not entered (never entered, failed, or already exited)", sc.name)}
 	}
-	r, err := sc.sys.call(ctx, func(p *actor.PID) any {
+	sent := true
+	r, err := sc.sys.callOwned(ctx, func(p *actor.PID) any {
 		return &messages.ExitScope{Scope: sc.name, Leases: sc.leases, Reservations: sc.resv, ReplyTo: p}
-	}, nil)
+	}, nil, func() { sent = false })
+	if !sent && !errors.Is(err, ErrClosed) {
+		var fe *FatalError
+		if !errors.As(err, &fe) {
+			// ctx ended before the exit was sent: nothing was released and
+			// the scope is still entered; Exit again with a live context.
+			return err
+		}
+	}
+	// Sent (the runtime releases the scope's leases and reservations even
+	// if ctx ends before the reply), or the runtime is closed or stopped
+	// (Close released them).
 	sc.state = scopeExited
 	if err != nil {
 		sc.exitErr = err
