@@ -88,13 +88,15 @@ func marshal(v any) ([]byte, error) {
 	return escapeJSONControls(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
 }
 
-// escapeJSONControls escapes DEL and the C1 control characters (U+0080 to
-// U+009F), which encoding/json leaves raw but a terminal may obey (U+009B
-// starts an escape sequence). They can only occur inside strings, so the
-// result is the same JSON value. C0 controls are escaped by the encoder.
+// escapeJSONControls escapes DEL, the C1 control characters (U+0080 to
+// U+009F) and the bidirectional overrides (U+202A–U+202E, U+2066–U+2069),
+// which encoding/json leaves raw but a terminal may obey (U+009B starts
+// an escape sequence) or use to show text out of order. They can only
+// occur inside strings, so the result is the same JSON value. C0 controls
+// are escaped by the encoder.
 func escapeJSONControls(b []byte) []byte {
 	i := 0
-	for i < len(b) && b[i] != 0x7f && b[i] != 0xc2 {
+	for i < len(b) && b[i] != 0x7f && b[i] != 0xc2 && b[i] != 0xe2 {
 		i++
 	}
 	if i == len(b) {
@@ -109,11 +111,22 @@ func escapeJSONControls(b []byte) []byte {
 		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
 			out = append(out, fmt.Sprintf(`\u%04x`, b[i+1])...)
 			i++
+		case b[i] == 0xe2 && i+2 < len(b) && needsEscape(decodeRune3(b[i:i+3])):
+			out = append(out, fmt.Sprintf(`\u%04x`, decodeRune3(b[i:i+3]))...)
+			i += 2
 		default:
 			out = append(out, b[i])
 		}
 	}
 	return out
+}
+
+// decodeRune3 decodes a three-byte UTF-8 sequence (or returns 0).
+func decodeRune3(b []byte) rune {
+	if b[1]&0xc0 != 0x80 || b[2]&0xc0 != 0x80 {
+		return 0
+	}
+	return rune(b[0]&0x0f)<<12 | rune(b[1]&0x3f)<<6 | rune(b[2]&0x3f)
 }
 
 // locationInts marshals a map from location to bytes in location order.
