@@ -291,7 +291,7 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	defer f.cancel()
 	if peak > 0 {
 		name := c.chargeName(e.key)
-		err := c.admit(ctx, e.key, func(ctx context.Context) error { return c.reserve(ctx, name, peak) })
+		err := c.admit(ctx, e.key, peak, func(ctx context.Context) error { return c.reserve(ctx, name, peak) })
 		if err != nil {
 			c.settle(e, f, err)
 			return
@@ -370,17 +370,17 @@ func (e *cacheEntry) evictable() bool {
 	return ok
 }
 
-// admit runs try (an admission at the cache's location) until it is
-// admitted, evicting one idle entry per refusal. c may be nil (the cache
-// is gone): no eviction.
-func (c *Cache) admit(ctx context.Context, key string, try func(context.Context) error) error {
+// admit runs try (an admission at the cache's location of a charge that
+// will hold total bytes) until it is admitted, evicting one idle entry per
+// refusal. c may be nil (the cache is gone): no eviction.
+func (c *Cache) admit(ctx context.Context, key string, total int64, try func(context.Context) error) error {
 	for {
 		err := try(ctx)
 		var be *BudgetError
 		if !errors.As(err, &be) {
 			return err
 		}
-		if be.RequestedBytes > be.BudgetBytes {
+		if total > be.BudgetBytes {
 			return err // it can never fit: nothing to evict for it
 		}
 		e := c.victim()

@@ -73,7 +73,7 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 		return r, nil
 	}
 	name := fmt.Sprintf("%s/budget#%d", b.owner, b.seq.Add(1))
-	err := b.admit(ctx, func(ctx context.Context) error { return reserveOwned(ctx, b.sys, b.loc, b.owner, name, bytes) })
+	err := b.admit(ctx, bytes, func(ctx context.Context) error { return reserveOwned(ctx, b.sys, b.loc, b.owner, name, bytes) })
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +89,9 @@ func (b *MemoryBudget) ReservedBytes(ctx context.Context) (int64, error) {
 	return ch.OwnedBytes, err
 }
 
-func (b *MemoryBudget) admit(ctx context.Context, try func(context.Context) error) error {
+func (b *MemoryBudget) admit(ctx context.Context, total int64, try func(context.Context) error) error {
 	c := b.Cache()
-	err := c.admit(ctx, "", try)
+	err := c.admit(ctx, "", total, try)
 	if be, ok := err.(*CacheBusyError); ok && be.Location == "" {
 		be.Location = b.loc
 	}
@@ -146,7 +146,7 @@ func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 	b := r.b
 	// The ledger call itself is not abandoned midway (its outcome must be
 	// known to keep Bytes right); only the waits for evictions honour ctx.
-	err := b.admit(ctx, func(context.Context) error {
+	err := b.admit(ctx, bytes, func(context.Context) error {
 		return resizeOwned(context.WithoutCancel(ctx), b.sys, b.owner, r.name, bytes)
 	})
 	if err != nil {

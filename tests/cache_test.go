@@ -1,0 +1,379 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/system"
+)
+
+func version(t *testing.T, sys *system.System) uint64 {
+	t.Helper()
+	v, err := sys.StateVersion(context.Background())
+	require.NoError(t, err)
+	return v
+}
+
+// The cache's charges are reservations owned by the cache at its location:
+// snapshots list them, the trace records them, and each costs the
+// versions budget/doc_cache.go states.
+func TestCacheChargesAreOwnedReservationsWithTheirVersions(t *testing.T) {
+	ctx := context.Background()
+	sys, c := seedCache(t, 100)
+	v0 := version(t, sys)
+
+	a, err := system.Load(ctx, c, "a", 40, nil, value("A", 30))
+	require.NoError(t, err)
+	assert.Equal(t, v0+2, version(t, sys), "reserve the peak, shrink to the resident bytes")
+	s := snapshot(t, sys)
+	r := loc(t, s, "cuda:0").Reservations
+	require.Len(t, r, 1)
+	assert.Equal(t, c.Owner(), r[0].Owner)
+	assert.Equal(t, int64(30), r[0].Bytes)
+	tr, err := sys.Trace(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"reserve", "resize"}, []string{tr[len(tr)-2].Kind, tr[len(tr)-1].Kind})
+
+	// A user cannot release a cache's charge.
+	assert.ErrorIs(t, sys.Unreserve(ctx, r[0].Name), system.ErrInvalidInput)
+
+	lb, err := system.Load(ctx, c, "b", 20, nil, value("B", 20))
+	require.NoError(t, err)
+	require.NoError(t, lb.Release())
+	assert.Equal(t, v0+3, version(t, sys), "resident bytes equal to the peak: no shrink")
+
+	hit, err := system.Load(ctx, c, "a", 40, nil, unreachable[string](t))
+	require.NoError(t, err)
+	assert.Equal(t, "A", hit.Value())
+	assert.Equal(t, v0+3, version(t, sys), "a hit changes nothing in the ledger")
+
+	_, err = system.Load(ctx, c, "f", 10, nil, func(context.Context) (string, int64, error) { return "", 0, errors.New("no") })
+	var le *system.CacheLoadError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, "f", le.Key)
+	assert.Equal(t, v0+5, version(t, sys), "a failed load: reservation and release")
+
+	_, err = c.Statistics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, v0+5, version(t, sys), "statistics are a read")
+
+	evicted, err := c.Evict(ctx, "b")
+	require.NoError(t, err)
+	assert.True(t, evicted)
+	assert.Equal(t, v0+6, version(t, sys), "an eviction releases one charge")
+
+	res, err := c.Budget().Reserve(ctx, 5)
+	require.NoError(t, err)
+	require.NoError(t, res.Resize(ctx, 8))
+	require.NoError(t, res.Release())
+	zero, err := c.Budget().Reserve(ctx, 0)
+	require.NoError(t, err)
+	require.NoError(t, zero.Release())
+	assert.Equal(t, v0+9, version(t, sys), "reserve, resize, release; a zero-byte reservation is not recorded")
+
+	require.NoError(t, hit.Release())
+	require.NoError(t, a.Release())
+	assert.ErrorIs(t, a.Release(), system.ErrInvalidInput, "released twice")
+}
+
+// The cache shares its location's budget with every other charge there:
+// materializations count against its loads, and its entries against them.
+func TestCacheSharesItsLocationBudgetWithMaterializations(t *testing.T) {
+	ctx := context.Background()
+	sys, c := seedCache(t, 100)
+	h := register(t, sys, system.Value{Name: "w", Bytes: 60, At: "cuda:0"})
+	_, err := system.Load(ctx, c, "a", 50, nil, value(1, 50))
+	var busy *system.CacheBusyError
+	require.ErrorAs(t, err, &busy, "the cache has nothing to evict for the materialization's bytes")
+	assert.Equal(t, "a", busy.Key)
+	assert.Equal(t, int64(60), busy.Refusal.UsedBytes)
+	var be *system.BudgetError
+	assert.False(t, errors.As(err, &be), "busy is never a BudgetError")
+
+	require.NoError(t, sys.Discard(ctx, h))
+	a, err := system.Load(ctx, c, "a", 50, nil, value(1, 50))
+	require.NoError(t, err)
+	require.NoError(t, a.Release())
+	_, err = sys.Register(ctx, system.Value{Name: "x", Bytes: 60, At: "cuda:0"})
+	require.ErrorAs(t, err, &be, "the cache's entry counts for a placement")
+	assert.Equal(t, int64(50), be.ReservedBytes)
+
+	// A peak larger than the whole budget never fits: a BudgetError, nothing evicted.
+	_, err = system.Load(ctx, c, "huge", 101, nil, value(1, 1))
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, uint64(0), stats(t, c).Evictions)
+	assert.Equal(t, 1, stats(t, c).Resources)
+}
+
+// One caller giving up does not cancel a load others wait for; the loader
+// runs once and the others get its value.
+func TestCacheCallerGivingUpLeavesTheSharedLoadToOthers(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	gate := make(chan struct{})
+	entered := make(chan struct{})
+	var runs atomic.Int32
+	var loaderCanceled atomic.Bool
+	loader := func(lctx context.Context) (int, int64, error) {
+		runs.Add(1)
+		close(entered)
+		<-gate
+		loaderCanceled.Store(lctx.Err() != nil)
+		return 7, 10, nil
+	}
+	actx, cancel := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := system.Load(actx, c, "k", 10, nil, loader)
+		aDone <- err
+	}()
+	<-entered
+	type res struct {
+		l   *system.CacheLease[int]
+		err error
+	}
+	bDone := make(chan res, 1)
+	bStarted := make(chan struct{})
+	go func() {
+		close(bStarted)
+		l, err := system.Load(ctx, c, "k", 10, nil, loader)
+		bDone <- res{l, err}
+	}()
+	<-bStarted
+	cancel()
+	assert.ErrorIs(t, <-aDone, context.Canceled)
+	close(gate)
+	b := <-bDone
+	require.NoError(t, b.err)
+	assert.Equal(t, 7, b.l.Value())
+	assert.Equal(t, int32(1), runs.Load())
+	assert.False(t, loaderCanceled.Load(), "the load's context survived one caller giving up")
+	require.NoError(t, b.l.Release())
+}
+
+// A load that every caller gave up on is canceled and rolled back; the
+// next Load waits for it to settle and loads afresh.
+func TestCacheLoadNobodyWaitsForIsCanceledAndRetried(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	entered := make(chan struct{})
+	actx, cancel := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := system.Load(actx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
+			close(entered)
+			<-lctx.Done() // canceled once nobody waits
+			return 0, 0, lctx.Err()
+		})
+		aDone <- err
+	}()
+	<-entered
+	cancel()
+	assert.ErrorIs(t, <-aDone, context.Canceled)
+	l, err := system.Load(ctx, c, "k", 10, nil, value(2, 10))
+	require.NoError(t, err)
+	assert.Equal(t, 2, l.Value())
+	assert.Equal(t, int64(10), stats(t, c).ReservedBytes, "the abandoned load's reservation was released")
+	require.NoError(t, l.Release())
+}
+
+// blocking is a value whose Close waits for the test.
+type blocking struct {
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (b *blocking) Close() error {
+	close(b.started)
+	<-b.gate
+	return nil
+}
+
+// A slow release runs outside the cache's lock: hits on other keys,
+// statistics and other loads go on while it runs, and its charge stays
+// until it returns.
+func TestCacheSlowReleaseDoesNotBlockUnrelatedLookups(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	l, err := system.Load(ctx, c, "slow", 40, nil, value(slow, 40))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	other, err := system.Load(ctx, c, "other", 10, nil, value(1, 10))
+	require.NoError(t, err)
+	require.NoError(t, other.Release())
+
+	evicted := make(chan error, 1)
+	go func() {
+		_, err := c.Evict(ctx, "slow")
+		evicted <- err
+	}()
+	<-slow.started
+	hit, err := system.Load(ctx, c, "other", 10, nil, unreachable[int](t))
+	require.NoError(t, err)
+	require.NoError(t, hit.Release())
+	assert.Equal(t, int64(50), stats(t, c).ReservedBytes, "the slow value is still charged")
+	fresh, err := system.Load(ctx, c, "fresh", 10, nil, value(3, 10))
+	require.NoError(t, err)
+	require.NoError(t, fresh.Release())
+	select {
+	case err := <-evicted:
+		t.Fatalf("Evict returned (%v) before the value's Close did", err)
+	default:
+	}
+	close(slow.gate)
+	require.NoError(t, <-evicted)
+	assert.Equal(t, int64(20), stats(t, c).ReservedBytes)
+}
+
+// closer counts its Close calls.
+type closer struct{ n atomic.Int32 }
+
+func (c *closer) Close() error { c.n.Add(1); return nil }
+
+// Close releases idle entries at once and held ones at their last
+// release; afterwards loads and evictions are refused, and the budget
+// still enforces the ceiling.
+func TestCacheCloseReleasesIdleEntriesNowAndHeldOnesAtTheirLastRelease(t *testing.T) {
+	ctx := context.Background()
+	sys, c := seedCache(t, 100)
+	held, idle := &closer{}, &closer{}
+	lh, err := system.Load(ctx, c, "held", 30, nil, value(held, 30))
+	require.NoError(t, err)
+	li, err := system.Load(ctx, c, "idle", 20, func(*closer) bool { return false }, value(idle, 20))
+	require.NoError(t, err)
+	require.NoError(t, li.Release())
+	keep := lh.KeepAlive()
+	clone := lh.Clone()
+	require.NoError(t, lh.Release())
+
+	require.NoError(t, c.Close(ctx))
+	require.NoError(t, c.Close(ctx), "idempotent")
+	assert.Equal(t, int32(1), idle.n.Load(), "an unheld entry is released at Close, idle or not")
+	assert.Equal(t, int32(0), held.n.Load())
+	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
+	assert.Equal(t, 0, stats(t, c).Resources)
+
+	_, err = system.Load(ctx, c, "new", 1, nil, value(1, 1))
+	assert.ErrorIs(t, err, system.ErrClosed)
+	_, err = c.Evict(ctx, "held")
+	assert.ErrorIs(t, err, system.ErrClosed)
+
+	require.NoError(t, clone.Release())
+	assert.Equal(t, int32(0), held.n.Load(), "the keep-alive still holds it")
+	require.NoError(t, keep.Release())
+	assert.Equal(t, int32(1), held.n.Load(), "released at its last reference, before Release returned")
+	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
+	assert.ErrorIs(t, keep.Release(), system.ErrInvalidInput)
+	l := loc(t, snapshot(t, sys), "cuda:0")
+	assert.Zero(t, l.UsedBytes+l.ReservedBytes)
+}
+
+// A caller of another type sharing a load gets an error; the load's own
+// callers are unaffected.
+func TestCacheKeyOfAnotherTypeWhileLoading(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	gate := make(chan struct{})
+	entered := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		l, err := system.Load(ctx, c, "k", 10, nil, func(context.Context) (int, int64, error) {
+			close(entered)
+			<-gate
+			return 5, 10, nil
+		})
+		if err == nil {
+			err = l.Release()
+		}
+		done <- err
+	}()
+	<-entered
+	wrong := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "k", 10, nil, unreachable[string](t))
+		wrong <- err
+	}()
+	// The wrong-typed caller either joined the flight or will find the
+	// entry ready: both answers are the same error.
+	close(gate)
+	assert.ErrorIs(t, <-wrong, system.ErrInvalidInput)
+	require.NoError(t, <-done)
+	evicted, err := c.Evict(ctx, "k")
+	require.NoError(t, err)
+	assert.True(t, evicted, "the wrong-typed caller holds no reference")
+}
+
+func TestCacheRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	sys, c := seedCache(t, 100)
+	_, err := system.Load(ctx, c, "", 1, nil, value(1, 1))
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = system.Load(ctx, c, "k", 0, nil, value(1, 1))
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = system.Load[int](ctx, c, "k", 1, nil, nil)
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = system.LoadBudgeted[int](ctx, c, "k", nil, nil)
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = c.Budget().Reserve(ctx, -1)
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = sys.NewCache(ctx, system.CacheOptions{})
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "gpu:0"})
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "cuda:3"})
+	var ue *system.UnavailableError
+	assert.ErrorAs(t, err, &ue)
+	l, err := system.Load(ctx, c, "k", 10, nil, value(1, 0))
+	var le *system.CacheLoadError
+	require.ErrorAs(t, err, &le, "zero resident bytes")
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	assert.Nil(t, l)
+	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
+}
+
+// A memory budget reservation grows in place, evicting idle entries for
+// it; a budgeted value grows while leased.
+func TestCacheMemoryReservationGrowsByEvictingIdleEntries(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	a, err := system.Load(ctx, c, "a", 60, nil, value(1, 60))
+	require.NoError(t, err)
+	require.NoError(t, a.Release())
+	r, err := c.Budget().Reserve(ctx, 30)
+	require.NoError(t, err)
+	require.NoError(t, r.Resize(ctx, 70))
+	assert.Equal(t, int64(70), r.Bytes())
+	assert.Equal(t, uint64(1), stats(t, c).Evictions)
+	err = r.Resize(ctx, 101)
+	var be *system.BudgetError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, int64(70), r.Bytes(), "a refused resize changes nothing")
+	require.NoError(t, r.Resize(ctx, 10))
+	assert.Equal(t, int64(10), stats(t, c).ReservedBytes)
+	require.NoError(t, r.Release())
+	assert.ErrorIs(t, r.Resize(ctx, 5), system.ErrInvalidInput)
+}
+
+// Contexts bound every wait: a caller whose context ends while a victim
+// is released returns at once; the release finishes on its own.
+func TestCacheEvictHonoursItsContext(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	l, err := system.Load(ctx, c, "slow", 40, nil, value(slow, 40))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	go func() { <-slow.started; <-cctx.Done(); close(slow.gate) }()
+	evicted, err := c.Evict(cctx, "slow")
+	assert.True(t, evicted)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
