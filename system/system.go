@@ -126,8 +126,9 @@ var (
 	ErrForeign      = budget.ErrForeign
 	// ErrBusy matches refusals about something in use or in flight (an
 	// [*InUseError], an [*UnavailableError] with reason
-	// UnavailableInFlight), never a [*BudgetError]: retry once the
-	// protection ends.
+	// UnavailableInFlight, a [*CacheBusyError] when no idle unpinned entry
+	// can make room), never a [*BudgetError]: retry once the protection
+	// ends.
 	ErrBusy = budget.ErrBusy
 )
 
