@@ -6,6 +6,7 @@
 //	go run ./cmd/demo                          # the embedded scenario (make demo)
 //	go run ./cmd/demo replay FILE              # a script, as a table
 //	go run ./cmd/demo replay --json FILE       # a script, one JSON object per op
+//	go run ./cmd/demo replay FILE --json       # the same: flags may follow FILE
 //	go run ./cmd/demo help
 //
 // Everything runs on the soft backend: pinned-host and cuda:N are simulated
@@ -29,14 +30,17 @@
 // # Replay scripts
 //
 // demo replay FILE runs a JSON-lines script against a fresh runtime and
-// prints one result per op. Use it for capacity what-ifs ("do these models
-// fit on these GPUs with this much KV cache?") and as a regression test of
-// budgets in CI: give ops an "expect" and the command fails when one does
-// not hold. testdata/capacity-whatif.jsonl is a sample to copy. FILE may be
-// - for standard input.
+// prints one result per op as each op finishes. Use it for capacity
+// what-ifs ("do these models fit on these GPUs with this much KV cache?")
+// and as a regression test of budgets in CI: give ops an "expect" and the
+// command fails when one does not hold. testdata/capacity-whatif.jsonl is
+// a sample to copy. FILE may be - for standard input. docs/replay.md is
+// the full reference of the format; this is its summary.
 //
-// One JSON object per line; blank lines and lines starting with # are
-// skipped. The first op is start:
+// One JSON object per line (at most 1 MiB, nested at most 32 levels, each
+// key once per object); blank lines and lines starting with # are
+// skipped, and a leading UTF-8 byte order mark is ignored. The first op
+// is start:
 //
 //	{"op":"start","locations":{"pageable-host":null,"cuda:0":"80GiB"},"trace":1024,"search_state_limit":100000}
 //
@@ -75,6 +79,14 @@
 // location whenever it must be placed, so every replay produces the same
 // bytes. Handles, leases, holds, events, decisions and scopes are named in
 // the script; using a name that does not exist is an InvalidInput result.
+// A name is a field like any other: when an op has several problems, the
+// first in document order is reported (an unconfigured location in an
+// earlier enter action before an unknown handle in a later one). "enter
+// … as S" binds S whatever the outcome (a failed scope cannot be exited
+// or entered again); "acquire"/"hold" names bind only on success. explain
+// never fails on a plan's content: a plan with an unknown handle is
+// infeasible, with the validation message as its reason. Results name
+// leases, holds, events and scopes by their script names.
 //
 // A plan is {"reclaim":[{handle,location}], "reservations":[{name,location,
 // bytes}], "enter":[{handle,location,from}]} (from optional; a missing list
@@ -109,8 +121,11 @@
 // execute and enter add "report" {transitions}; decide adds "decision"
 // {expected_state_version, explored_states, evictions, plan, explanation,
 // exhaustive}; snapshot adds "snapshot"; trace adds "trace". Without --json
-// the same results are printed as a table, one row per op. A failed
-// expectation is also reported on standard error.
+// the same results are printed as a table, one row per op, each row as
+// soon as its op finished; byte figures show the size and the exact
+// integer ("26 GiB (27917287424)"), and control characters in names are
+// escaped (in JSON too). A failed expectation is also reported on
+// standard error.
 //
 // The runtime's own rules (what each op costs in state versions, when it
 // is refused) are those of SEMANTICS.md; the scripts in testdata, with
@@ -120,10 +135,14 @@
 //
 //	0  every op ran and every expectation held
 //	1  an expectation failed (everything is still printed)
-//	2  the script is malformed: bad JSON, an unknown op, a missing, unknown
-//	   or mistyped field, both or neither of at and source, a first op that
-//	   is not start, a bad start. The whole script is checked before
-//	   anything runs, and the message names the line.
+//	2  the script is malformed: bad JSON (a duplicate key included), an
+//	   unknown op, a missing, unknown or mistyped field (a fractional or
+//	   too large integer), both or neither of at and source, a first op
+//	   that is not start, a bad start, a line over 1 MiB. The whole
+//	   script is checked before anything runs, and the message names the
+//	   line.
+//	130  interrupted (Ctrl-C): the replay stops at once, runs nothing more
+//	   and says on standard error how many ops finished.
 //
 // Values that are well formed but wrong (bytes ≤ 0, a malformed location
 // inside an op, an unknown replica mode or fault kind) are not malformed
@@ -131,5 +150,9 @@
 //
 // Replays keep at most 1 MiB of real memory per buffer, so scripts with
 // budgets and models of tens of GiB run anywhere; the accounting is exact
-// whatever the sizes.
+// whatever the sizes. (A value registered with "at" holds its
+// deterministic bytes up to 1 MiB and starts zero-filled beyond.) The
+// script is read twice, once to check it and once to run it (standard
+// input through an unlinked temporary file), so memory does not grow with
+// the number of lines.
 package main
