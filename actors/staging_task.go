@@ -1,0 +1,378 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+// This file holds the write task of the device→host write pipeline
+// (package staging): the handle its callers share, the chunks it carries
+// and the actor that owns its state machine. Every change of a task's state
+// is made by its actor, one message at a time; the handle only mirrors the
+// state for cheap reads and offers the two wait channels.
+
+// StagingTask is the shared handle of one write task. Its fields are fixed
+// at creation; its state is owned by the task's actor, which publishes it
+// here. Safe for concurrent use.
+type StagingTask struct {
+	ID     messages.TaskID
+	ReqID  string
+	WriteN int
+	Mode   messages.JoinMode
+	// Seq orders tasks by the time they were opened (the enqueue time of
+	// the seed): a smaller Seq is older.
+	Seq uint64
+
+	pid       *actor.PID
+	state     stateMirror
+	hostReady chan struct{} // closed on entering HostReady or Failed
+	done      chan struct{} // closed on entering Written or Failed
+	err       error         // the failure; written before done is closed
+}
+
+// State returns the task's current state (a mirror of its actor's state;
+// it may be stale by the time the caller looks at it, never ahead).
+func (t *StagingTask) State() messages.TaskState { return t.state.load() }
+
+// HostReady returns a channel closed when the task's rows are in host
+// memory (HostReady) or the task failed. Only those transitions close it.
+func (t *StagingTask) HostReady() <-chan struct{} { return t.hostReady }
+
+// Done returns a channel closed when the task is written to the CPU block
+// pool or failed. Only those transitions close it.
+func (t *StagingTask) Done() <-chan struct{} { return t.done }
+
+// Err returns the task's failure once Done is closed, nil before and for a
+// written task.
+func (t *StagingTask) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+func (t *StagingTask) String() string {
+	return fmt.Sprintf("task %d (req %q, write %d, %s)", t.ID, t.ReqID, t.WriteN, t.Mode)
+}
+
+// StagingChunk is what one save adds to a task: its rows and where their
+// bytes are. The pipeline fills it before Append; after the task's copy
+// stage is claimed the chunk list is frozen, and the copy stage may write
+// Host (before the task enters HostReady). Readers learn of Host from the
+// task's actor, after that transition.
+type StagingChunk struct {
+	Rows []messages.StagingRow
+
+	// JoinNextStep: the staging slot the step landed in, its pinned buffer
+	// and the event of the whole-step device→host copy.
+	Slot      int
+	SlotBuf   cuda.Buffer
+	StepEvent cuda.Event
+
+	// JoinOnFinish: the device clone, the event of the clone copy and the
+	// GPU-byte budget ticket that charges it (owned by package staging).
+	Clone      cuda.Buffer
+	CloneEvent cuda.Event
+	Ticket     any
+
+	// JoinOnFinish: the host buffer the copy stage landed the clone in,
+	// and what charges it (owned by package staging).
+	Host       cuda.Buffer
+	HostTicket any
+}
+
+// ScatterRow is one row of a pool write: chunk Chunk of the task holds the
+// bytes of (Key, Slot) at Offset.
+type ScatterRow struct {
+	Key    string
+	Slot   int
+	Chunk  int
+	Offset int64
+}
+
+// RowSource says where the bytes of one row of a task are now.
+type RowSource struct {
+	State messages.TaskState
+	// Found is false when the task has no such row, or lost it to a later
+	// task (reassigned).
+	Found bool
+	// Buf holds the row at Offset once Event (if not nil) has completed.
+	Buf    cuda.Buffer
+	Offset int64
+	Event  cuda.Event
+	// OnDevice: Buf is the device clone (the copy to host has not landed).
+	OnDevice bool
+}
+
+// IllegalTransitionError: a task was asked to move in a way its lifecycle
+// does not allow (a skip, a step back, leaving a terminal state).
+type IllegalTransitionError struct {
+	Task     messages.TaskID
+	From, To messages.TaskState
+}
+
+func (e *IllegalTransitionError) Error() string {
+	return fmt.Sprintf("staging: task %d: illegal transition %s -> %s", e.Task, e.From, e.To)
+}
+
+// AppendRefusedError: a chunk cannot be added to the task any more. State
+// is the state that closed it (Copying or later), or the task's current
+// state when Reassigned is true: the task already lost one of the chunk's
+// rows to a later task. Open a fresh task for the chunk.
+type AppendRefusedError struct {
+	Task       messages.TaskID
+	State      messages.TaskState
+	Reassigned bool
+}
+
+func (e *AppendRefusedError) Error() string {
+	if e.Reassigned {
+		return fmt.Sprintf("staging: task %d: append refused: a later task took one of its rows; open a fresh task", e.Task)
+	}
+	return fmt.Sprintf("staging: task %d: append refused: the task is %s; open a fresh task", e.Task, e.State)
+}
+
+type rowKey struct {
+	key  string
+	slot int
+}
+
+// ---- the task actor's messages (local: they carry reply channels) ----
+
+type taskAppend struct {
+	chunk *StagingChunk
+	reply chan error
+}
+
+type taskEnqueue struct {
+	prio  int8
+	reply chan error
+}
+
+type taskClaim struct{ reply chan []*StagingChunk }
+
+type taskTransition struct {
+	to    messages.TaskState
+	reply chan error
+}
+
+type taskFail struct {
+	err   error
+	reply chan bool
+}
+
+type taskReassign struct {
+	rows  []rowKey
+	reply chan struct{}
+}
+
+type taskPlan struct{ reply chan []ScatterRow }
+
+type taskSource struct {
+	key   string
+	slot  int
+	reply chan RowSource
+}
+
+// stagingTaskActor owns one task's state machine.
+type stagingTaskActor struct {
+	st         *Staging
+	t          *StagingTask
+	state      messages.TaskState
+	chunks     []*StagingChunk
+	reassigned map[rowKey]struct{}
+	prio       int8 // priority of the newest copy job sent for the task (0: none)
+}
+
+func (a *stagingTaskActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *taskAppend:
+		m.reply <- a.append(m.chunk)
+	case *taskEnqueue:
+		m.reply <- a.enqueue(ctx, m.prio)
+	case *taskClaim:
+		if a.state == messages.TaskQueued {
+			a.set(messages.TaskCopying)
+			m.reply <- a.chunks
+		} else {
+			m.reply <- nil // a re-queued duplicate, or the task is gone
+		}
+	case *taskTransition:
+		err, wake := a.transition(ctx, m.to)
+		m.reply <- err // before waking: a caller must not take the wake-up for a refusal
+		wake()
+	case *taskFail:
+		moved, wake := a.fail(ctx, m.err)
+		m.reply <- moved
+		wake()
+	case *taskReassign:
+		if !a.state.Terminal() {
+			if a.reassigned == nil {
+				a.reassigned = map[rowKey]struct{}{}
+			}
+			for _, r := range m.rows {
+				a.reassigned[r] = struct{}{}
+			}
+		}
+		m.reply <- struct{}{}
+	case *taskPlan:
+		m.reply <- a.plan()
+	case *taskSource:
+		m.reply <- a.source(m.key, m.slot)
+	}
+}
+
+func (a *stagingTaskActor) set(s messages.TaskState) {
+	a.state = s
+	a.t.state.store(s)
+}
+
+func (a *stagingTaskActor) append(c *StagingChunk) error {
+	if a.state >= messages.TaskCopying {
+		return &AppendRefusedError{Task: a.t.ID, State: a.state}
+	}
+	for _, r := range c.Rows {
+		if _, lost := a.reassigned[rowKey{r.Key, r.Slot}]; lost {
+			return &AppendRefusedError{Task: a.t.ID, State: a.state, Reassigned: true}
+		}
+	}
+	a.chunks = append(a.chunks, c)
+	return nil
+}
+
+// enqueue puts the task on a copy queue at prio: a pending task becomes
+// queued; a queued task whose newest job is of a lower priority gets a new
+// job at prio (the older job becomes a duplicate that loses its claim);
+// anything else is left alone.
+func (a *stagingTaskActor) enqueue(ctx actor.Context, prio int8) error {
+	switch {
+	case a.state == messages.TaskPending:
+		a.set(messages.TaskQueued)
+	case a.state == messages.TaskQueued && prio > a.prio:
+	case a.state == messages.TaskFailed:
+		return a.t.err
+	default:
+		return nil
+	}
+	a.prio = prio
+	if !a.st.eager {
+		ctx.Send(a.st.queue, &copyJob{t: a.t, prio: prio})
+	}
+	return nil
+}
+
+// transition makes one step of the chain. It returns the outcome and the
+// wake-up to run once the requester has its answer.
+func (a *stagingTaskActor) transition(ctx actor.Context, to messages.TaskState) (error, func()) {
+	if to == messages.TaskFailed {
+		_, wake := a.fail(ctx, fmt.Errorf("staging: task %d failed", a.t.ID))
+		return nil, wake
+	}
+	if !messages.CanTransition(a.state, to) {
+		return &IllegalTransitionError{Task: a.t.ID, From: a.state, To: to}, nop
+	}
+	a.set(to)
+	switch to {
+	case messages.TaskHostReady:
+		a.st.env.HostReady(a.t, a.chunks)
+		return nil, func() { close(a.t.hostReady) }
+	case messages.TaskWritten:
+		a.st.env.Written(a.t, a.chunks)
+		a.chunks = nil
+		return nil, func() {
+			close(a.t.done)
+			ctx.Stop(ctx.Self())
+		}
+	}
+	return nil, nop
+}
+
+func nop() {}
+
+// fail moves a non-terminal task to Failed: the failure record is
+// published (the task's and, through the environment, the pipeline's)
+// and its resources released before any waiter is woken.
+func (a *stagingTaskActor) fail(ctx actor.Context, err error) (bool, func()) {
+	if a.state.Terminal() {
+		return false, nop
+	}
+	wasHostReady := a.state >= messages.TaskHostReady
+	a.set(messages.TaskFailed)
+	a.t.err = err
+	a.st.env.Failed(a.t, a.chunks, err)
+	a.chunks = nil
+	return true, func() {
+		if !wasHostReady {
+			close(a.t.hostReady)
+		}
+		close(a.t.done)
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// plan lists the rows of the pool write: one per (key, slot), the later
+// chunk's row when the task wrote a slot twice, none for reassigned rows.
+func (a *stagingTaskActor) plan() []ScatterRow {
+	idx := map[rowKey]int{}
+	var out []ScatterRow
+	for ci, c := range a.chunks {
+		for _, r := range c.Rows {
+			k := rowKey{r.Key, r.Slot}
+			if _, lost := a.reassigned[k]; lost {
+				continue
+			}
+			row := ScatterRow{Key: r.Key, Slot: r.Slot, Chunk: ci, Offset: r.Offset}
+			if i, seen := idx[k]; seen {
+				out[i] = row
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+func (a *stagingTaskActor) source(key string, slot int) RowSource {
+	src := RowSource{State: a.state}
+	if _, lost := a.reassigned[rowKey{key, slot}]; lost {
+		return src
+	}
+	for i := len(a.chunks) - 1; i >= 0; i-- {
+		c := a.chunks[i]
+		for _, r := range c.Rows {
+			if r.Key != key || r.Slot != slot {
+				continue
+			}
+			src.Found, src.Offset = true, r.Offset
+			switch {
+			case a.t.Mode == messages.JoinNextStep:
+				src.Buf, src.Event = c.SlotBuf, c.StepEvent
+			case a.state >= messages.TaskHostReady:
+				src.Buf = c.Host
+			default:
+				src.Buf, src.Event, src.OnDevice = c.Clone, c.CloneEvent, true
+			}
+			return src
+		}
+	}
+	return src
+}
+
+// A message may reach a task actor that has just stopped (the task became
+// terminal); its sender learns the answer from the task's done channel, so
+// such dead letters are expected and not logged.
+func (*taskAppend) IgnoreDeadLetterLogging()     {}
+func (*taskEnqueue) IgnoreDeadLetterLogging()    {}
+func (*taskClaim) IgnoreDeadLetterLogging()      {}
+func (*taskTransition) IgnoreDeadLetterLogging() {}
+func (*taskFail) IgnoreDeadLetterLogging()       {}
+func (*taskReassign) IgnoreDeadLetterLogging()   {}
+func (*taskPlan) IgnoreDeadLetterLogging()       {}
+func (*taskSource) IgnoreDeadLetterLogging()     {}

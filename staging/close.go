@@ -1,0 +1,123 @@
+package staging
+
+import (
+	"context"
+
+	"github.com/residency-go/residency/messages"
+)
+
+// Close shuts the pipeline down. New entries get ErrClosed at once and
+// waits for a slot or for budget end with ErrClosed; every task that has
+// not failed is written (pending tasks are submitted: a JOIN_ON_FINISH
+// task's clone is flushed); then the copy streams drain, steps not yet
+// released lose their hold, every slot and landing buffer is freed and the
+// pipeline's reservations are released, so the runtime's locations are
+// back to what they were before New.
+//
+// If ctx ends first, the work in flight is cancelled: the tasks still
+// unfinished fail with ctx's error, and Close returns it after releasing
+// everything all the same. Close is idempotent: later calls return the
+// first result. Stats keeps working after Close.
+func (p *Pipeline) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() { p.closeErr = p.close(ctx) })
+	return p.closeErr
+}
+
+func (p *Pipeline) close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	idle := make(chan struct{})
+	if p.active == 0 {
+		close(idle)
+	} else {
+		p.idle = idle
+	}
+	var pending []*Task
+	for _, t := range p.tasks {
+		if t.State() == messages.TaskPending {
+			pending = append(pending, t)
+		}
+	}
+	p.mu.Unlock()
+	p.slots.close()
+	p.budget.fail(ErrClosed)
+
+	var ctxErr error
+	for _, t := range pending {
+		if err := p.queue(ctx, messages.PriorityLow, t); err != nil && ctx.Err() != nil {
+			break
+		}
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+	if err := p.drain(ctx); err != nil {
+		ctxErr = err
+		p.st.Abort()
+		p.mu.Lock()
+		var left []*Task
+		for _, t := range p.tasks {
+			left = append(left, t)
+		}
+		p.mu.Unlock()
+		for _, t := range left {
+			p.st.Fail(t.t, err)
+		}
+		<-idle
+		_ = p.drain(context.Background())
+	}
+	p.cleanup.Wait()
+
+	p.mu.Lock()
+	steps := make([]*Step, 0, len(p.steps))
+	for s := range p.steps {
+		steps = append(steps, s)
+	}
+	p.mu.Unlock()
+	if len(steps) > 0 {
+		p.log.Warn().Int("steps", len(steps)).Msg("closing with steps never released; releasing their slots")
+	}
+	for _, s := range steps {
+		_ = s.Release()
+	}
+	for _, sl := range p.slots.slots {
+		if sl.buf == nil {
+			continue
+		}
+		if sl.last != nil {
+			<-sl.last.Done()
+		}
+		_ = p.be.Free(sl.buf)
+		sl.buf, sl.last = nil, nil
+	}
+	for _, s := range []*lockedStream{p.d2h, p.cloner} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+	bg := context.Background()
+	_ = p.rt.Unreserve(bg, p.cfg.Name+"/slots")
+	_ = p.rt.Unreserve(bg, p.cfg.Name+"/pool")
+	p.st.Stop()
+	p.log.Debug().Msg("pipeline closed")
+	return ctxErr
+}
+
+// drain waits until every task of the pipeline is terminal, or ctx ends.
+func (p *Pipeline) drain(ctx context.Context) error {
+	p.mu.Lock()
+	left := make([]*Task, 0, len(p.tasks))
+	for _, t := range p.tasks {
+		left = append(left, t)
+	}
+	p.mu.Unlock()
+	for _, t := range left {
+		select {
+		case <-t.t.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package staging
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/residency-go/residency/actors"
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+// env is the pipeline seen by its actors (actors.StagingEnv): the effects
+// on the memory the pipeline owns.
+type env Pipeline
+
+var _ actors.StagingEnv = (*env)(nil)
+
+// CopyStage: JOIN_NEXT_STEP waits for each chunk's whole-step device→host
+// copy; JOIN_ON_FINISH copies each chunk's device clone into a new pinned
+// landing buffer (charged to the pinned location) and waits for it.
+func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk) error {
+	p := (*Pipeline)(e)
+	for _, c := range chunks {
+		if t.Mode == messages.JoinNextStep {
+			if c.StepEvent == nil {
+				continue
+			}
+			if err := c.StepEvent.Wait(ctx); err != nil {
+				return fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
+			}
+			continue
+		}
+		if err := p.landClone(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// landClone copies c's clone to a new host buffer and sets c.Host.
+func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk) error {
+	n := c.Clone.Size()
+	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
+	if err := p.rt.Reserve(ctx, p.cfg.Pinned, tk.name, n); err != nil {
+		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
+	if err != nil {
+		_ = p.budget.release(context.Background(), tk)
+		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	if p.cfg.Eager {
+		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
+	} else {
+		var ev cuda.Event
+		ev, err = p.d2h.copyAfter(host, c.Clone, c.CloneEvent)
+		if err == nil {
+			err = ev.Wait(ctx)
+			if err != nil && !ev.Query() {
+				// Still in flight (ctx ended): free the buffer once it lands.
+				p.afterEvent(ev, func() { p.freeHost(host, tk) })
+				return err
+			}
+		}
+	}
+	if err == nil {
+		err = c.CloneEvent.Err() // the clone's own copy (complete by now)
+	}
+	if err != nil {
+		p.freeHost(host, tk)
+		return fmt.Errorf("device clone → host copy: %w", err)
+	}
+	c.Host, c.HostTicket = host, tk
+	return nil
+}
+
+func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {
+	_ = p.be.Free(buf)
+	_ = p.budget.release(context.Background(), tk)
+}
+
+// HostReady drops the device clones and releases their budget tickets.
+func (e *env) HostReady(t *actors.StagingTask, chunks []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	for _, c := range chunks {
+		if c.Clone != nil {
+			p.dropClone(c)
+		}
+	}
+}
+
+// dropClone frees c's clone and releases its ticket, once the clone copy
+// has completed (at once if it has).
+func (p *Pipeline) dropClone(c *actors.StagingChunk) {
+	clone, ev, tk := c.Clone, c.CloneEvent, c.Ticket.(*ticket)
+	c.Clone = nil
+	release := func() {
+		_ = p.be.Free(clone)
+		_ = p.budget.release(context.Background(), tk)
+	}
+	if ev == nil || ev.Query() {
+		release()
+		return
+	}
+	p.afterEvent(ev, release)
+}
+
+// afterEvent runs f once ev completes, on a goroutine Close waits for.
+func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
+	p.cleanup.Add(1)
+	go func() {
+		defer p.cleanup.Done()
+		<-ev.Done()
+		f()
+	}()
+}
+
+// PoolWrite scatters the plan's rows into the CPU block pool, reading each
+// chunk's host bytes (the staging slot, or the landed clone) in place.
+func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk, plan []actors.ScatterRow) error {
+	p := (*Pipeline)(e)
+	byChunk := make([][]actors.ScatterRow, len(chunks))
+	for _, r := range plan {
+		byChunk[r.Chunk] = append(byChunk[r.Chunk], r)
+	}
+	var written int64
+	for ci, rows := range byChunk {
+		if len(rows) == 0 {
+			continue
+		}
+		c := chunks[ci]
+		src := c.Host
+		if t.Mode == messages.JoinNextStep {
+			src = c.SlotBuf
+		}
+		offs := make([]int64, len(rows))
+		for i, r := range rows {
+			off, err := p.poolOffset(r.Key, r.Slot)
+			if err != nil {
+				return err
+			}
+			offs[i] = off
+		}
+		n := p.cfg.RowBytes
+		err := p.hostView(ctx, src, func(b []byte) {
+			p.poolMu.Lock()
+			for i, r := range rows {
+				copy(p.pool[offs[i]:offs[i]+n], b[r.Offset:r.Offset+n])
+			}
+			p.poolMu.Unlock()
+		})
+		if err != nil {
+			return fmt.Errorf("pool write: %w", err)
+		}
+		written += int64(len(rows)) * n
+	}
+	p.mu.Lock()
+	p.counts.committedBytes += written
+	p.mu.Unlock()
+	return nil
+}
+
+// Written releases the task's slot holds and landing buffers.
+func (e *env) Written(t *actors.StagingTask, chunks []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	p.releaseChunks(t, chunks)
+	p.forget(t, false)
+}
+
+// Failed publishes the pipeline's failure record, then releases every
+// budget ticket, slot hold and buffer of the task. The task's actor wakes
+// its waiters only after this returns.
+func (e *env) Failed(t *actors.StagingTask, chunks []*actors.StagingChunk, err error) {
+	p := (*Pipeline)(e)
+	p.publishFailure(t, err)
+	for _, c := range chunks {
+		if c.Clone != nil {
+			p.dropClone(c)
+		}
+	}
+	p.releaseChunks(t, chunks)
+	p.forget(t, true)
+}
+
+func (p *Pipeline) releaseChunks(t *actors.StagingTask, chunks []*actors.StagingChunk) {
+	for _, c := range chunks {
+		if t.Mode == messages.JoinNextStep {
+			if err := p.slots.release(c.Slot, holder{task: t.ID}); err != nil {
+				p.log.Error().Err(err).Uint64("task", uint64(t.ID)).Msg("slot release")
+			}
+		}
+		if c.Host != nil {
+			p.freeHost(c.Host, c.HostTicket.(*ticket))
+			c.Host = nil
+		}
+	}
+}
+
+// forget drops a terminal task from the pipeline's tables.
+func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if task := p.tasks[t.ID]; task != nil {
+		for k, owner := range p.owners {
+			if owner == task {
+				delete(p.owners, k)
+			}
+		}
+	}
+	delete(p.tasks, t.ID)
+	delete(p.deferred, t.ID)
+	if failed {
+		p.counts.failed++
+	} else {
+		p.counts.written++
+	}
+}
+
+// publishFailure records the pipeline's first failure (unless it is
+// closing: a task failed by Close is no pipeline failure) and fails every
+// task that is still Pending: no entry of the pipeline will submit it any
+// more. Those failures are sent, not awaited (the caller is a task actor).
+func (p *Pipeline) publishFailure(t *actors.StagingTask, err error) {
+	p.mu.Lock()
+	if p.failure != nil || p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.failure = &FailedError{Task: t.ID, Err: err}
+	rec := p.failure
+	var pending []*Task
+	for _, other := range p.tasks {
+		if other.t != t && other.State() == messages.TaskPending {
+			pending = append(pending, other)
+		}
+	}
+	p.mu.Unlock()
+	p.log.Warn().Err(err).Uint64("task", uint64(t.ID)).Msg("pipeline failed; later entries return this failure")
+	p.budget.fail(rec)
+	for _, o := range pending {
+		p.st.FailAsync(o.t, rec)
+	}
+}
+
+// hostView runs f on the bytes of a host buffer in place. The backend
+// interface has no call that maps a buffer; Backend.Load runs a function on
+// a buffer's own bytes, which for host memory (pinned memory is host
+// addressable on real devices too) is exactly a view. f must not keep b.
+func (p *Pipeline) hostView(ctx context.Context, buf cuda.Buffer, f func(b []byte)) error {
+	return p.be.Load(ctx, buf, buf.Location(), func(_ context.Context, b []byte) error {
+		f(b)
+		return nil
+	})
+}
+
+// lockedStream is one of the pipeline's copy streams. A stream reports a
+// failed copy to the first event recorded after it, so each wait, copy and
+// record triple is enqueued under mu: every event speaks for its own copy.
+type lockedStream struct {
+	cuda.Stream
+	mu sync.Mutex
+}
+
+// copyAfter enqueues dst←src after wait (nil: no wait) and records the
+// event of that copy.
+func (s *lockedStream) copyAfter(dst, src cuda.Buffer, wait cuda.Event) (cuda.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wait != nil {
+		if err := s.WaitEvent(wait); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.CopyAsync(dst, src); err != nil {
+		return nil, err
+	}
+	return s.Record()
+}
+
+// doneEvent is an event that has already completed without error (eager
+// mode's copies are synchronous).
+type doneEvent struct{}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (doneEvent) Done() <-chan struct{}      { return closedCh }
+func (doneEvent) Err() error                 { return nil }
+func (doneEvent) Query() bool                { return true }
+func (doneEvent) Wait(context.Context) error { return nil }

@@ -1,0 +1,119 @@
+package staging
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/residency-go/residency/actors"
+	"github.com/residency-go/residency/messages"
+)
+
+// Errors of the pipeline. Match them with errors.Is and errors.As.
+var (
+	// ErrClosed is returned by every call made after Close began.
+	ErrClosed = errors.New("staging: pipeline is closed")
+	// ErrConfig matches configuration errors: a bad Config, and a step
+	// larger than a staging slot (*SlotOverflowError).
+	ErrConfig = errors.New("staging: configuration error")
+	// ErrNoSlot matches *SlotTimeoutError: no staging slot became free in
+	// time.
+	ErrNoSlot = errors.New("staging: no free staging slot")
+	// ErrDropped matches *DropError: a try-reserve of the GPU-byte budget
+	// failed at once.
+	ErrDropped = errors.New("staging: save dropped")
+	// ErrNoRow: the task has no such row (or a later task took it).
+	ErrNoRow = errors.New("staging: no such row in the task")
+	// ErrStepReleased: a chunk names a step whose slot was already
+	// released.
+	ErrStepReleased = errors.New("staging: step already released")
+)
+
+// The task types of the actors that run the pipeline, re-exported.
+type (
+	// IllegalTransitionError: a task was asked for a move its lifecycle
+	// does not allow; nothing changed.
+	IllegalTransitionError = actors.IllegalTransitionError
+	// AppendRefusedError: the task's copy stage is claimed (or it lost one
+	// of the chunk's rows to a later task); open a fresh task.
+	AppendRefusedError = actors.AppendRefusedError
+)
+
+// SlotOverflowError: a step is larger than a staging slot. This is a
+// configuration error (SlotBytes too small for the workload); it matches
+// ErrConfig.
+type SlotOverflowError struct {
+	StepBytes, SlotBytes int64
+}
+
+func (e *SlotOverflowError) Error() string {
+	return fmt.Sprintf("staging: a step of %d bytes overflows a %d-byte staging slot (configuration error: raise SlotBytes)", e.StepBytes, e.SlotBytes)
+}
+
+// Is matches ErrConfig.
+func (e *SlotOverflowError) Is(target error) bool { return target == ErrConfig }
+
+// SlotTimeoutError: every staging slot stayed held for the whole claim
+// timeout (0 or less: none was free at the call). It matches ErrNoSlot.
+type SlotTimeoutError struct {
+	Slots   int
+	Timeout time.Duration
+}
+
+func (e *SlotTimeoutError) Error() string {
+	if e.Timeout <= 0 {
+		return fmt.Sprintf("staging: all %d staging slots are held (claim timeout %s: no wait)", e.Slots, e.Timeout)
+	}
+	return fmt.Sprintf("staging: no staging slot of %d became free within %s", e.Slots, e.Timeout)
+}
+
+// Is matches ErrNoSlot.
+func (e *SlotTimeoutError) Is(target error) bool { return target == ErrNoSlot }
+
+// Drop reasons of a failed try-reserve (Stats.Drops is keyed by them).
+const (
+	// DropBudget: the clone does not fit in what is left of the
+	// pipeline's GPU-byte budget.
+	DropBudget = "gpu-budget"
+	// DropLocation: the runtime's location refused the reservation (its
+	// own budget, shared with resident values, is full).
+	DropLocation = "location-budget"
+)
+
+// DropError: a save with NoWait found no room in the GPU-byte budget and
+// was dropped at once. Nothing was reserved or allocated. It matches
+// ErrDropped; Err is the runtime's refusal for DropLocation.
+type DropError struct {
+	Reason    string
+	Requested int64
+	Err       error
+}
+
+func (e *DropError) Error() string {
+	msg := fmt.Sprintf("staging: save of %d clone bytes dropped (%s)", e.Requested, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches ErrDropped.
+func (e *DropError) Is(target error) bool { return target == ErrDropped }
+
+// Unwrap returns the runtime's refusal, if any.
+func (e *DropError) Unwrap() error { return e.Err }
+
+// FailedError is the failure record of the pipeline: the first task whose
+// copy or pool write failed, and why. Once it is published every later
+// entry of the pipeline returns it; errors.Unwrap gives the cause.
+type FailedError struct {
+	Task messages.TaskID
+	Err  error
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("staging: pipeline failed at task %d: %v", e.Task, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *FailedError) Unwrap() error { return e.Err }

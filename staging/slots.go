@@ -1,0 +1,159 @@
+package staging
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/messages"
+)
+
+// holder is one owner of a staging slot: a step (from its save until the
+// step is released, i.e. materialized or discarded) or a task bound to the
+// slot (until its pool write, or its failure). Exactly one field is set.
+type holder struct {
+	step *Step
+	task messages.TaskID
+}
+
+// slot is one fixed pinned landing zone. buf and last are touched only by
+// the claimer of a free slot (the handover goes through slotPool.mu).
+type slot struct {
+	buf     cuda.Buffer // pinned buffer sized to the last step that landed here
+	last    cuda.Event  // the last device→host copy into buf
+	holders map[holder]struct{}
+}
+
+// slotPool is the fixed set of staging slots. A slot is free when nobody
+// holds it; several holders share a slot. Safe for concurrent use.
+type slotPool struct {
+	mu      sync.Mutex
+	slots   []*slot
+	changed chan struct{} // closed (and replaced) whenever a slot is freed or the pool closes
+	closed  bool
+	claims  int64
+	waits   int64
+}
+
+func newSlotPool(n int) *slotPool {
+	p := &slotPool{slots: make([]*slot, n), changed: make(chan struct{})}
+	for i := range p.slots {
+		p.slots[i] = &slot{holders: map[holder]struct{}{}}
+	}
+	return p
+}
+
+// claim gives a free slot to h, waiting for one until timeout (timeout <= 0:
+// fail at once when none is free), ctx or the pool's close.
+func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (int, error) {
+	var deadline <-chan time.Time
+	waited := false
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return -1, ErrClosed
+		}
+		for i, s := range p.slots {
+			if len(s.holders) == 0 {
+				s.holders[h] = struct{}{}
+				p.claims++
+				if waited {
+					p.waits++
+				}
+				p.mu.Unlock()
+				return i, nil
+			}
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		if timeout <= 0 {
+			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
+		}
+		if deadline == nil {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			deadline = t.C
+		}
+		waited = true
+		select {
+		case <-ch:
+		case <-deadline:
+			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+	}
+}
+
+// hold adds h to slot i, which must be held already (by its step).
+func (p *slotPool) hold(i int, h holder) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.slots[i]
+	if len(s.holders) == 0 {
+		return fmt.Errorf("staging: slot %d is not held: %w", i, ErrStepReleased)
+	}
+	s.holders[h] = struct{}{}
+	return nil
+}
+
+// release removes h from slot i. Releasing a holder that does not hold the
+// slot is a bug: it returns an error and changes nothing.
+func (p *slotPool) release(i int, h holder) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.slots[i]
+	if _, ok := s.holders[h]; !ok {
+		return fmt.Errorf("staging: slot %d: release by a holder that does not hold it", i)
+	}
+	delete(s.holders, h)
+	if len(s.holders) == 0 {
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// slotState is what Stats reports of the pool.
+type slotState struct {
+	free, holders int
+	claims, waits int64
+}
+
+func (p *slotPool) state() slotState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := slotState{claims: p.claims, waits: p.waits}
+	for _, s := range p.slots {
+		if len(s.holders) == 0 {
+			st.free++
+		}
+		st.holders += len(s.holders)
+	}
+	return st
+}
+
+// holdersOf lists the holders of slot i (tests and Close).
+func (p *slotPool) holdersOf(i int) []holder {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]holder, 0, len(p.slots[i].holders))
+	for h := range p.slots[i].holders {
+		out = append(out, h)
+	}
+	return out
+}
+
+// close fails every waiting and later claim with ErrClosed.
+func (p *slotPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
+}
