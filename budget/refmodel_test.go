@@ -965,7 +965,7 @@ func (m *refModel) State() []string {
 		out = append(out, line)
 	}
 	for _, v := range m.values {
-		if v.stillborn { // a failed registration never existed: not in snapshots
+		if v.stillborn || v.discarded { // snapshots list live values only
 			continue
 		}
 		mode := "exclusive"
@@ -978,7 +978,7 @@ func (m *refModel) State() []string {
 				recoverable = true
 			}
 		}
-		line := fmt.Sprintf("value %d %s %d %s source=%q discarded=%v recoverable=%v", v.id, v.name, v.bytes, mode, v.source, v.discarded, recoverable)
+		line := fmt.Sprintf("value %d %s %d %s source=%q recoverable=%v", v.id, v.name, v.bytes, mode, v.source, recoverable)
 		for _, loc := range m.matLocs(v) {
 			u, h, p := m.counts(v.id, loc)
 			line += fmt.Sprintf(" (%s %s %d %d/%d/%d)", loc, v.state[loc], v.bytes, u, h, p)
@@ -999,7 +999,7 @@ func ledgerState(s Snapshot) []string {
 		out = append(out, line)
 	}
 	for _, v := range s.Values {
-		line := fmt.Sprintf("value %d %s %d %s source=%q discarded=%v recoverable=%v", v.Handle.ID, v.Handle.Name, v.Bytes, v.ReplicaMode, v.SourceLocation, v.Discarded, v.Recoverable)
+		line := fmt.Sprintf("value %d %s %d %s source=%q recoverable=%v", v.Handle.ID, v.Handle.Name, v.Bytes, v.ReplicaMode, v.SourceLocation, v.Recoverable)
 		for _, m := range v.Materializations {
 			line += fmt.Sprintf(" (%s %s %d %d/%d/%d)", m.Location, m.State, m.ChargedBytes, m.UseCount, m.HoldCount, m.PendingEventCount)
 		}

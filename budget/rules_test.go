@@ -590,12 +590,17 @@ func TestRule_Recoverability(t *testing.T) {
 	}
 	c.placed(s, "cuda:1")
 	eq(t, "source and resident", c.val("s").Recoverable, true)
+	// A discarded value is not recoverable: it is gone from snapshots, and
+	// its handle answers unavailable (discarded) — not even its source
+	// brings it back.
 	_, err = c.Discard(w)
 	c.must(err)
-	eq(t, "discarded", c.val("w").Recoverable, false)
+	c.gone("w")
 	_, err = c.Discard(s)
 	c.must(err)
-	eq(t, "discarded with source", c.val("s").Recoverable, false)
+	c.gone("s")
+	_, err = c.L.Place(s, "cuda:1")
+	wantUnavailable(t, err, "s", "", UnavailableDiscarded)
 }
 
 func TestRule_PlaceOnResidentIsNoOp(t *testing.T) {
@@ -992,9 +997,7 @@ func TestRule_DiscardRemovesEveryMaterializationAndRetires(t *testing.T) {
 	})
 	tr := c.L.Trace()
 	eq(t, "transitions", kinds(tr[len(tr)-4:]), []string{"remove w@pageable-host", "remove w@cuda:0", "remove w@cuda:1", "discard w"})
-	v := c.val("w")
-	eq(t, "discarded", v.Discarded, true)
-	eq(t, "no materializations", len(v.Materializations), 0)
+	c.gone("w")
 	for _, l := range []string{"pageable-host", "cuda:0", "cuda:1"} {
 		eq(t, l+" used", c.figures(l)[0], int64(0))
 	}
@@ -1167,14 +1170,14 @@ func TestRule_DiscardedNameIsFreeForANewHandle(t *testing.T) {
 	_, err = c.L.Decide(Request{Name: "q", Requirements: []Requirement{{Handle: old, Tiers: [][]string{{"cuda:1"}}}}}, 0)
 	wantUnavailable(t, err, "w", "", UnavailableDiscarded)
 	eq(t, "new value untouched", c.mats("w"), []string{"cuda:0:resident:0/0/0"})
-	// The snapshot lists both; Value(name) is the live one.
+	// The snapshot lists live values only: the new w, not the old one.
 	v := c.val("w")
-	eq(t, "Value(w)", []any{v.Handle, v.Discarded, v.Bytes}, []any{h2, false, int64(30)})
+	eq(t, "Value(w)", []any{v.Handle, v.Bytes}, []any{h2, int64(30)})
 	var listed []string
 	for _, r := range c.Snapshot().Values {
-		listed = append(listed, fmt.Sprintf("%s#%d discarded=%v", r.Handle.Name, r.Handle.ID, r.Discarded))
+		listed = append(listed, fmt.Sprintf("%s#%d", r.Handle.Name, r.Handle.ID))
 	}
-	eq(t, "snapshot values", listed, []string{"w#1 discarded=true", "other#2 discarded=false", "w#3 discarded=false"})
+	eq(t, "snapshot values", listed, []string{"other#2", "w#3"})
 	// The new handle works, and is retired in its turn; a third
 	// registration gets a third id.
 	l, err := c.Acquire(h2, "cuda:0")
@@ -1635,7 +1638,7 @@ func TestRule_SnapshotContents(t *testing.T) {
 			}},
 			{Handle: s, Bytes: 20, ReplicaMode: Exclusive, HasSource: true, SourceLocation: "pinned-host", Recoverable: true,
 				Materializations: []MaterializationRecord{{Location: "cuda:1", State: Entering, ChargedBytes: 20}}},
-			{Handle: d, Bytes: 5, ReplicaMode: Exclusive, Discarded: true},
+			// d was discarded: not listed.
 		},
 	}
 	eq(t, "snapshot", c.Snapshot(), want)
@@ -2791,6 +2794,15 @@ func (c *checked) figures(name string) [3]int64 {
 	c.t.Helper()
 	r := c.loc(name)
 	return [3]int64{r.UsedBytes, r.ReservedBytes, r.PeakBytes}
+}
+
+// gone checks that no live value named name is in the snapshot.
+func (c *checked) gone(name string) {
+	c.t.Helper()
+	s := c.L.Snapshot()
+	if r, ok := s.Value(name); ok {
+		c.t.Fatalf("value %s is still in the snapshot: %+v", name, r)
+	}
 }
 
 func (c *checked) val(name string) ValueRecord {

@@ -722,7 +722,7 @@ func (s *scriptRunner) printSnapshot(snap Snapshot) {
 		if v.HasSource {
 			src = v.SourceLocation
 		}
-		s.printf("  value %s (id %d) %d bytes %s source=%s recoverable=%v discarded=%v", v.Handle.Name, v.Handle.ID, v.Bytes, v.ReplicaMode, src, v.Recoverable, v.Discarded)
+		s.printf("  value %s (id %d) %d bytes %s source=%s recoverable=%v", v.Handle.Name, v.Handle.ID, v.Bytes, v.ReplicaMode, src, v.Recoverable)
 		for _, m := range v.Materializations {
 			s.printf("    at %s %s charged=%d uses=%d holds=%d pending_events=%d", m.Location, m.State, m.ChargedBytes, m.UseCount, m.HoldCount, m.PendingEventCount)
 		}

@@ -67,16 +67,20 @@ type LocationRecord struct {
 type ReservationRecord struct {
 	Name  string
 	Bytes int64
-	Owner string // "" unless owned by a scope
+	Owner string // "" unless owned (by a scope or a cache)
 }
 
 // ValueRecord is a value's state.
 type ValueRecord struct {
-	Handle           Handle
-	Bytes            int64
-	ReplicaMode      ReplicaMode
-	HasSource        bool
-	SourceLocation   string
+	Handle         Handle
+	Bytes          int64
+	ReplicaMode    ReplicaMode
+	HasSource      bool
+	SourceLocation string
+	// Discarded is always false: a snapshot lists live values only.
+	//
+	// Deprecated: kept for source compatibility; discarded values are no
+	// longer listed (their discard is in the trace).
 	Discarded        bool
 	Recoverable      bool
 	Materializations []MaterializationRecord
@@ -115,10 +119,10 @@ func (s *Snapshot) Value(name string) (ValueRecord, bool) {
 }
 
 // Snapshot returns an atomic copy of the state: every location in location
-// order and every value in registration order (discarded ones included,
-// so a name registered again after a discard may appear twice, under two
-// handles; a value whose registration failed never existed and is left
-// out), materializations in location order. A read: no version.
+// order and every live value in registration order, materializations in
+// location order. Discarded values are not listed (the trace shows their
+// discard), nor is a value whose registration failed (it never existed).
+// A read: no version.
 func (l *Ledger) Snapshot() Snapshot {
 	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, len(l.values))}
 	for i := range l.locs {
@@ -143,10 +147,10 @@ func (l *Ledger) Snapshot() Snapshot {
 	}
 	mats := make([]MaterializationRecord, 0, nm)
 	for _, v := range l.values {
-		if v.stillborn {
+		if v.stillborn || v.discarded {
 			continue
 		}
-		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Discarded: v.discarded, Recoverable: l.recoverable(v)}
+		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Recoverable: l.recoverable(v)}
 		if v.hasSource {
 			r.SourceLocation = l.locs[v.source].name
 		}
