@@ -393,7 +393,9 @@ func (s *System) Register(ctx context.Context, v Value) (Handle, error) {
 	return rep.Handle, rep.Err
 }
 
-// Lookup returns the handle registered under name.
+// Lookup returns the handle of the live value registered under name. A
+// discarded value's name resolves to nothing until it is registered again
+// (then to the new handle): [*InvalidInputError] for an unknown name.
 func (s *System) Lookup(ctx context.Context, name string) (Handle, error) {
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Lookup{Name: name, ReplyTo: p} }, nil)
 	if err != nil {
