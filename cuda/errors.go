@@ -45,10 +45,18 @@ func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemo
 type InjectedFaultError struct {
 	Kind     FaultKind // which operation failed
 	Location string    // the location the fault was armed at
+	// Backend names the backend that injected the fault, as the message's
+	// prefix ("cu backend"). Empty reads as "soft backend": the soft
+	// backend leaves it empty.
+	Backend string
 }
 
 func (e *InjectedFaultError) Error() string {
-	return fmt.Sprintf("soft backend: injected %s fault at %s", e.Kind, e.Location)
+	by := e.Backend
+	if by == "" {
+		by = "soft backend"
+	}
+	return fmt.Sprintf("%s: injected %s fault at %s", by, e.Kind, e.Location)
 }
 
 // Is reports whether target is ErrInjectedFault.
