@@ -74,6 +74,25 @@
 //	snapshot, trace
 //	fail_next      kind (alloc, copy or reconstruct), location   inject a fault
 //
+// and for the loader cache (system.NewCache, system.Load):
+//
+//	cache_open     name, location                open a cache
+//	load           cache, key, peak, resident, as (optional)   a lease named as
+//	load_fail      cache, key, peak, mode (error or panic)     a failing loader
+//	cache_release  lease
+//	cache_pin      lease, as                     a pin named as
+//	cache_unpin    pin
+//	cache_evict    cache, key
+//	cache_stats    cache
+//	cache_close    cache
+//
+// A cached value stands for its bytes: the loader reports the script's
+// resident figure (0 or less, or above peak, fails the load). A load
+// without as releases its lease at once; a hit runs no loader. Cache
+// leases and pins have their own names (release is for acquire's). A
+// cache's charges are reservations at its location, shown by snapshot and
+// trace as cache "NAME"/KEY#N and owned by cache "NAME".
+//
 // A value registered with at is resident there at once; one registered
 // with source is reconstructed by a deterministic loader through that
 // location whenever it must be placed, so every replay produces the same
@@ -114,13 +133,18 @@
 //	ResidencyUnavailableError    handle, location, detail (null when not relevant)
 //	ResidencyPlanExecutionError  phase, failed_action, failed_action_index, failed_reservation,
 //	                             failed_reservation_index, partial_report, cause {type, message}
+//	ResidencyCacheBusyError      key, location, refusal (budget figures, or null)
+//	ResidencyCacheLoadError      key, cause {type, message} (or null), panic (or null)
 //	InvalidInput                 (the message only)
 //	Error                        anything else, such as an op that ran out of time
 //
 // explain adds "explanation" {feasible, reason, predicted_peak_bytes};
 // execute and enter add "report" {transitions}; decide adds "decision"
 // {expected_state_version, explored_states, evictions, plan, explanation,
-// exhaustive}; snapshot adds "snapshot"; trace adds "trace". Without --json
+// exhaustive}; snapshot adds "snapshot"; trace adds "trace"; load adds
+// "load" {key, bytes, hit, lease}; cache_evict adds "evicted";
+// cache_stats adds "stats" {location, budget_bytes, reserved_bytes,
+// resources, evictions, location_used_bytes, location_reserved_bytes}. Without --json
 // the same results are printed as a table, one row per op, each row as
 // soon as its op finished; byte figures show the size and the exact
 // integer ("26 GiB (27917287424)"), and control characters in names are

@@ -25,6 +25,9 @@ type result struct {
 	Decision     *decisionJSON     `json:"decision,omitempty"`
 	Snapshot     *snapshotJSON     `json:"snapshot,omitempty"`
 	Trace        *[]transitionJSON `json:"trace,omitempty"`
+	Load         *loadJSON         `json:"load,omitempty"`
+	Evicted      *bool             `json:"evicted,omitempty"`
+	Stats        *cacheStatsJSON   `json:"stats,omitempty"`
 
 	// Not printed: the error itself (for the table) and whether the
 	// line's expectation held.
@@ -207,8 +210,9 @@ type decisionJSON struct {
 }
 
 type snapReservationJSON struct {
-	Name  string `json:"name"`
-	Bytes int64  `json:"bytes"`
+	Name  string  `json:"name"`
+	Bytes int64   `json:"bytes"`
+	Owner *string `json:"owner,omitempty"` // a scope or a cache, in the script's words
 }
 
 type snapLocationJSON struct {
@@ -328,7 +332,9 @@ func (r *runner) toDecision(d system.Decision) *decisionJSON {
 	return out
 }
 
-func toSnapshot(s system.Snapshot) *snapshotJSON {
+// toSnapshot is the snapshot in the script's words: reservations owned by
+// a scope or a cache name their owner as the script does.
+func (rn *runner) toSnapshot(s system.Snapshot) *snapshotJSON {
 	out := &snapshotJSON{
 		StateVersion: s.StateVersion,
 		ManagerID:    s.ManagerID,
@@ -344,8 +350,8 @@ func toSnapshot(s system.Snapshot) *snapshotJSON {
 			b := l.BudgetBytes
 			lj.BudgetBytes = &b
 		}
-		for _, r := range l.Reservations {
-			lj.Reservations = append(lj.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes})
+		for _, res := range l.Reservations {
+			lj.Reservations = append(lj.Reservations, snapReservationJSON{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.message(res.Owner))})
 		}
 		out.Locations = append(out.Locations, lj)
 	}
@@ -375,6 +381,9 @@ func toSnapshot(s system.Snapshot) *snapshotJSON {
 // *BudgetError, say) is further down the same chain.
 func classify(err error) (string, error) {
 	for e := err; e != nil; e = errors.Unwrap(e) {
+		if typ, ok := classifyCache(e); ok {
+			return typ, e
+		}
 		switch e.(type) {
 		case *system.PlanExecutionError:
 			return "ResidencyPlanExecutionError", e
@@ -420,6 +429,8 @@ func (r *runner) errorObject(err error) *errorJSON {
 		out.Fields = []kv{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}}
 	case *system.PlanExecutionError:
 		out.Fields = r.planExecutionFields(x)
+	default:
+		out.Fields = r.cacheErrorFields(e)
 	}
 	return out
 }

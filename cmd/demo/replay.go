@@ -434,7 +434,8 @@ type jsonWriter struct {
 func newJSONWriter(w io.Writer) *jsonWriter { return &jsonWriter{w: bufio.NewWriterSize(w, 64<<10)} }
 
 func (j *jsonWriter) write(r *result) error {
-	if r.Error == nil && r.Explanation == nil && r.Report == nil && r.Decision == nil && r.Snapshot == nil && r.Trace == nil {
+	if r.Error == nil && r.Explanation == nil && r.Report == nil && r.Decision == nil && r.Snapshot == nil && r.Trace == nil &&
+		r.Load == nil && r.Evicted == nil && r.Stats == nil {
 		// The common case, written directly: what encoding/json would
 		// write for it (op names need no escaping).
 		b := append(j.buf[:0], `{"line":`...)

@@ -44,6 +44,8 @@ type runner struct {
 	unresolved []string
 	badReplica string
 
+	caches *cacheState // the loader caches of the script (cache_ops.go); nil until one is opened
+
 	version uint64 // the state version after the last op
 	watch   watchdog
 }
@@ -147,6 +149,7 @@ func (r *runner) run(ctx context.Context, o op) result {
 	if err != nil {
 		res.OK, res.err, res.Error = false, err, r.errorObject(err)
 		res.Explanation, res.Report, res.Decision, res.Snapshot, res.Trace = nil, nil, nil, nil, nil
+		res.Load, res.Evicted, res.Stats = nil, nil, nil
 	} else {
 		res.OK = true
 	}
@@ -296,7 +299,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		e, ok := r.leases[o.lease]
 		switch {
 		case !ok:
-			return false, invalid("unknown lease %q", o.lease)
+			return false, r.unknownLease(o.lease)
 		case e.released:
 			return false, invalid("lease %q was already released", o.lease)
 		}
@@ -439,7 +442,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		if err != nil {
 			return true, err
 		}
-		res.Snapshot = toSnapshot(s)
+		res.Snapshot = r.toSnapshot(s)
 		return true, nil
 	case "trace":
 		t, err := r.sys.Trace(ctx)
@@ -462,6 +465,8 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		}
 		r.sys.Faults().Arm(kind, o.location)
 		return false, nil
+	case "cache_open", "load", "load_fail", "cache_release", "cache_pin", "cache_unpin", "cache_evict", "cache_stats", "cache_close":
+		return r.execCache(ctx, o, res)
 	}
 	return false, fmt.Errorf("op %q is not implemented", o.name)
 }
@@ -510,6 +515,9 @@ func (r *runner) words(msg string) string {
 	}
 	if len(r.scopeNames) > 0 && strings.Contains(msg, "scope-") {
 		msg = r.scopeWords(msg)
+	}
+	if r.caches != nil && strings.Contains(msg, "cache:") {
+		msg = r.caches.cacheWords(msg)
 	}
 	return msg
 }

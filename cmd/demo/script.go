@@ -51,6 +51,7 @@ type op struct {
 
 	plan            *planSpec
 	request         *requestSpec
+	cache           *cacheSpec // the cache ops (cache_ops.go)
 	expectedVersion *uint64
 
 	// start
@@ -377,6 +378,8 @@ func (o *op) fill(f *fields) {
 	case "snapshot", "trace":
 	case "fail_next":
 		o.kind, o.location = f.str("kind"), f.str("location")
+	case "cache_open", "load", "load_fail", "cache_release", "cache_pin", "cache_unpin", "cache_evict", "cache_stats", "cache_close":
+		o.fillCache(f)
 	}
 }
 

@@ -93,7 +93,9 @@ func oneLine(s string) string {
 // budgetFigure finds the byte figures of the runtime's budget messages
 // ("used 3145728 + reserved 0 + requested 2097152 > budget 4194304 (short
 // by 1048576 bytes)").
-var budgetFigure = regexp.MustCompile(`\b(used|reserved|requested|budget|short by) (-?[0-9]+)( bytes)?\b`)
+// A figure already shown as a size ("used 4 GiB (4294967296)", as the
+// table's own details write it) is left alone.
+var budgetFigure = regexp.MustCompile(`\b(used|reserved|requested|budget|short by|needs) (-?[0-9]+)( bytes)?\b( [KMGT]?i?B\b)?`)
 
 // humanBytes shows the byte figures of a runtime message as sizes with
 // their exact integers, like every other byte figure of the table.
@@ -104,7 +106,7 @@ func humanBytes(s string) string {
 	return budgetFigure.ReplaceAllStringFunc(s, func(m string) string {
 		sub := budgetFigure.FindStringSubmatch(m)
 		n, err := strconv.ParseInt(sub[2], 10, 64)
-		if err != nil {
+		if err != nil || sub[4] != "" {
 			return m
 		}
 		return sub[1] + " " + bytesText(n)
@@ -186,8 +188,20 @@ func detail(r *result) string {
 			if l.BudgetBytes != nil {
 				b = "budget " + bytesText(*l.BudgetBytes)
 			}
-			parts = append(parts, fmt.Sprintf("%s used %s reserved %s peak %s (%s)", l.Location,
-				bytesText(l.UsedBytes), bytesText(l.ReservedBytes), bytesText(l.PeakBytes), b))
+			s := fmt.Sprintf("%s used %s reserved %s peak %s (%s)", l.Location,
+				bytesText(l.UsedBytes), bytesText(l.ReservedBytes), bytesText(l.PeakBytes), b)
+			for i, rs := range l.Reservations {
+				if i == 0 {
+					s += ": reservations "
+				} else {
+					s += ", "
+				}
+				s += rs.Name + " " + bytesText(rs.Bytes)
+				if rs.Owner != nil && !strings.HasPrefix(rs.Name, *rs.Owner) {
+					s += " of " + *rs.Owner
+				}
+			}
+			parts = append(parts, s)
 		}
 		for _, v := range r.Snapshot.Values {
 			var at []string
@@ -213,6 +227,9 @@ func detail(r *result) string {
 		return strings.Join(parts, "; ")
 	case r.Trace != nil:
 		return fmt.Sprintf("%d transitions in the ring", len(*r.Trace))
+	}
+	if d, ok := cacheDetail(r); ok {
+		return d
 	}
 	return ""
 }

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/residency-go/residency/system"
+)
+
+// The loader cache ops of a replay script (system.NewCache, system.Load,
+// Cache.Evict, Cache.Statistics, Cache.Close and the cache's leases and
+// pins). They are kept here so that the dispatch in script.go, runner.go
+// and output.go stays a line per hook.
+//
+// A cached value stands for its bytes: the loader returns a small struct
+// and reports the script's "resident" figure, so a script about 40 GiB of
+// weights holds a few bytes of real memory.
+
+// cacheOpFields lists the cache ops and their required and optional
+// fields, in document order (the order in which their problems are
+// reported).
+var cacheOpFields = map[string]struct{ required, optional []string }{
+	"cache_open":    {[]string{"name", "location"}, nil},
+	"load":          {[]string{"cache", "key", "peak", "resident"}, []string{"as"}},
+	"load_fail":     {[]string{"cache", "key", "peak", "mode"}, nil},
+	"cache_release": {[]string{"lease"}, nil},
+	"cache_pin":     {[]string{"lease", "as"}, nil},
+	"cache_unpin":   {[]string{"pin"}, nil},
+	"cache_evict":   {[]string{"cache", "key"}, nil},
+	"cache_stats":   {[]string{"cache"}, nil},
+	"cache_close":   {[]string{"cache"}, nil},
+}
+
+// cacheErrorTypes are the expect names of the cache's errors.
+var cacheErrorTypes = []string{"ResidencyCacheBusyError", "ResidencyCacheLoadError"}
+
+func init() {
+	for name, spec := range cacheOpFields {
+		opFields[name] = spec
+	}
+	errorTypes = append(errorTypes, cacheErrorTypes...)
+}
+
+// cacheSpec holds the fields of a cache op.
+type cacheSpec struct {
+	cache, key, as, mode string
+	peak, resident       int64
+}
+
+// fillCache reads a cache op's fields (presence of required ones was
+// checked).
+func (o *op) fillCache(f *fields) {
+	c := &cacheSpec{}
+	o.cache = c
+	switch o.name {
+	case "cache_open":
+		o.resName, o.location = f.str("name"), f.str("location")
+	case "load":
+		c.cache, c.key, c.peak, c.resident = f.str("cache"), f.str("key"), f.bytes("peak"), f.bytes("resident")
+		c.as, _ = f.optStr("as")
+	case "load_fail":
+		c.cache, c.key, c.peak, c.mode = f.str("cache"), f.str("key"), f.bytes("peak"), f.str("mode")
+	case "cache_release":
+		o.lease = f.str("lease")
+	case "cache_pin":
+		o.lease, c.as = f.str("lease"), f.str("as")
+	case "cache_unpin":
+		o.hold = f.str("pin")
+	case "cache_evict":
+		c.cache, c.key = f.str("cache"), f.str("key")
+	case "cache_stats", "cache_close":
+		c.cache = f.str("cache")
+	}
+}
+
+// cachedValue is what a replay caches: a stand-in for resident bytes.
+type cachedValue struct {
+	key      string
+	resident int64
+}
+
+// errLoaderFailed is what a load_fail with mode "error" returns.
+var errLoaderFailed = errors.New("the script's loader failed (load_fail mode \"error\")")
+
+// cacheState is a replay's caches, cache leases and pins, by script name.
+type cacheState struct {
+	caches map[string]*replayCache
+	leases map[string]*cacheLeaseEntry
+	pins   map[string]*cachePinEntry
+	owners []cacheOwner // the runtime's owner names → the script's
+}
+
+type replayCache struct {
+	c      *system.Cache
+	closed bool
+}
+
+type cacheLeaseEntry struct {
+	lease    *system.CacheLease[*cachedValue]
+	released bool
+}
+
+type cachePinEntry struct {
+	pin      *system.CachePin
+	released bool
+}
+
+type cacheOwner struct{ runtime, script string }
+
+func (r *runner) cacheState() *cacheState {
+	if r.caches == nil {
+		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}}
+	}
+	return r.caches
+}
+
+// openCache resolves a cache name that is an op's first field; a closed
+// cache refuses loads and evictions.
+func (cs *cacheState) openCache(name string) (*system.Cache, error) {
+	e, ok := cs.caches[name]
+	switch {
+	case !ok:
+		return nil, invalid("unknown cache %q (open it first with cache_open)", name)
+	case e.closed:
+		return nil, invalid("cache %q is closed", name)
+	}
+	return e.c, nil
+}
+
+// unknownLease is release's refusal of a name it does not know; a cache
+// lease's name says which op releases it.
+func (r *runner) unknownLease(name string) error {
+	if r.caches != nil {
+		if _, ok := r.caches.leases[name]; ok {
+			return invalid("unknown lease %q: it is a cache lease, release it with cache_release", name)
+		}
+	}
+	return invalid("unknown lease %q", name)
+}
+
+// execCache runs a cache op; reached says whether it got to the runtime.
+func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool, err error) {
+	cs := r.cacheState()
+	c := o.cache
+	switch o.name {
+	case "cache_open":
+		// Fields: name, location. The name binds only on success; a cache
+		// name stays bound after cache_close (its reservations keep its
+		// name in snapshots and the trace).
+		switch _, dup := cs.caches[o.resName]; {
+		case o.resName == "":
+			return false, invalid("a cache name must not be empty")
+		case dup:
+			return false, invalid("duplicate cache name %q", o.resName)
+		}
+		sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: o.resName})
+		if err != nil {
+			return true, err
+		}
+		cs.caches[o.resName] = &replayCache{c: sc}
+		cs.owners = append(cs.owners, cacheOwner{runtime: sc.Owner(), script: fmt.Sprintf("cache %q", o.resName)})
+		return true, nil
+	case "load", "load_fail":
+		// Fields: cache, key, peak, then resident or mode, then as. The
+		// key and peak are checked here, in that order, with the
+		// runtime's own words (it checks the peak first).
+		sc, err := cs.openCache(c.cache)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case c.key == "":
+			return false, invalid("cache key is empty")
+		case c.peak <= 0:
+			return false, invalid("cache key %q: peak bytes must be positive, got %d", c.key, c.peak)
+		}
+		if o.name == "load_fail" && c.mode != "error" && c.mode != "panic" {
+			return false, invalid("unknown load_fail mode %q (use error or panic)", c.mode)
+		}
+		if c.as != "" {
+			if _, dup := cs.leases[c.as]; dup {
+				return false, invalid("duplicate cache lease name %q", c.as)
+			}
+		}
+		ran := false
+		loader := func(context.Context) (*cachedValue, int64, error) {
+			ran = true
+			switch {
+			case o.name == "load":
+				return &cachedValue{key: c.key, resident: c.resident}, c.resident, nil
+			case c.mode == "panic":
+				panic("the script's loader panicked (load_fail mode \"panic\")")
+			}
+			return nil, 0, errLoaderFailed
+		}
+		l, err := system.Load(ctx, sc, c.key, c.peak, nil, loader)
+		if err != nil {
+			return true, err
+		}
+		out := &loadJSON{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
+		if c.as != "" {
+			cs.leases[c.as] = &cacheLeaseEntry{lease: l}
+			out.Lease = &c.as
+		} else if err := l.Release(); err != nil {
+			// Without as (and for load_fail, which found the key
+			// resident), the lease is released at once.
+			return true, err
+		}
+		res.Load = out
+		return true, nil
+	case "cache_release":
+		e, ok := cs.leases[o.lease]
+		switch {
+		case !ok:
+			if _, runtimeLease := r.leases[o.lease]; runtimeLease {
+				return false, invalid("unknown cache lease %q: it is a lease of acquire, release it with release", o.lease)
+			}
+			return false, invalid("unknown cache lease %q", o.lease)
+		case e.released:
+			return false, invalid("cache lease %q was already released", o.lease)
+		}
+		e.released = true
+		// Releasing the last reference of a closed cache's entry releases
+		// its charge (a state version).
+		return true, e.lease.Release()
+	case "cache_pin":
+		// Fields: lease, then as.
+		e, ok := cs.leases[o.lease]
+		switch {
+		case !ok:
+			return false, invalid("unknown cache lease %q", o.lease)
+		case e.released:
+			return false, invalid("cannot pin through cache lease %q: it was released", o.lease)
+		}
+		if _, dup := cs.pins[c.as]; dup {
+			return false, invalid("duplicate cache pin name %q", c.as)
+		}
+		cs.pins[c.as] = &cachePinEntry{pin: e.lease.Pin()}
+		return false, nil
+	case "cache_unpin":
+		e, ok := cs.pins[o.hold]
+		switch {
+		case !ok:
+			return false, invalid("unknown cache pin %q", o.hold)
+		case e.released:
+			return false, invalid("cache pin %q was already released", o.hold)
+		}
+		e.released = true
+		return true, e.pin.Release()
+	case "cache_evict":
+		sc, err := cs.openCache(c.cache)
+		if err != nil {
+			return false, err
+		}
+		evicted, err := sc.Evict(ctx, c.key)
+		if err != nil {
+			return true, err
+		}
+		res.Evicted = &evicted
+		return true, nil
+	case "cache_stats":
+		// Statistics also answer for a closed cache: what it still
+		// charges (entries leased when it closed).
+		e, ok := cs.caches[c.cache]
+		if !ok {
+			return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+		}
+		st, err := e.c.Statistics(ctx)
+		if err != nil {
+			return true, err
+		}
+		res.Stats = toCacheStats(st)
+		return true, nil
+	case "cache_close":
+		e, ok := cs.caches[c.cache]
+		switch {
+		case !ok:
+			return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+		case e.closed:
+			return false, invalid("cache %q was already closed", c.cache)
+		}
+		if err := e.c.Close(ctx); err != nil {
+			return true, err
+		}
+		e.closed = true
+		return true, nil
+	}
+	return false, fmt.Errorf("op %q is not implemented", o.name)
+}
+
+// loadJSON is the result of load (and of a load_fail that found its key
+// resident).
+type loadJSON struct {
+	Key   string  `json:"key"`
+	Bytes int64   `json:"bytes"`
+	Hit   bool    `json:"hit"`
+	Lease *string `json:"lease"`
+}
+
+type cacheStatsJSON struct {
+	Location              string `json:"location"`
+	BudgetBytes           *int64 `json:"budget_bytes"`
+	ReservedBytes         int64  `json:"reserved_bytes"`
+	Resources             int    `json:"resources"`
+	Evictions             uint64 `json:"evictions"`
+	LocationUsedBytes     int64  `json:"location_used_bytes"`
+	LocationReservedBytes int64  `json:"location_reserved_bytes"`
+}
+
+func toCacheStats(st system.CacheStats) *cacheStatsJSON {
+	out := &cacheStatsJSON{
+		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
+		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
+	}
+	if st.HasBudget {
+		b := st.BudgetBytes
+		out.BudgetBytes = &b
+	}
+	return out
+}
+
+// classifyCache names the cache's error types (see classify).
+func classifyCache(e error) (string, bool) {
+	switch e.(type) {
+	case *system.CacheBusyError:
+		return "ResidencyCacheBusyError", true
+	case *system.CacheLoadError:
+		return "ResidencyCacheLoadError", true
+	}
+	return "", false
+}
+
+// cacheErrorFields are the JSON fields of the cache's errors.
+func (r *runner) cacheErrorFields(e error) []kv {
+	switch x := e.(type) {
+	case *system.CacheBusyError:
+		var refusal any
+		if b := x.Refusal; b != nil {
+			refusal = orderedObject{{"location", b.Location}, {"budget_bytes", b.BudgetBytes}, {"used_bytes", b.UsedBytes},
+				{"reserved_bytes", b.ReservedBytes}, {"requested_bytes", b.RequestedBytes}}
+		}
+		return []kv{{"key", nullable(x.Key)}, {"location", x.Location}, {"refusal", refusal}}
+	case *system.CacheLoadError:
+		var cause, panicked any
+		if x.Cause != nil {
+			typ, _ := classify(x.Cause)
+			cause = orderedObject{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+		}
+		if x.Panic != nil {
+			panicked = r.message(fmt.Sprint(x.Panic))
+		}
+		return []kv{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
+	}
+	return nil
+}
+
+// cacheWords replaces the runtime's owner names of the replay's caches
+// ("cache:models#3", unique in the process but not the same from one run
+// to the next) with the script's (`cache "models"`), so that a replay
+// prints the same thing every time.
+func (cs *cacheState) cacheWords(msg string) string {
+	for _, o := range cs.owners {
+		if !strings.Contains(msg, o.runtime) {
+			continue
+		}
+		var b strings.Builder
+		for {
+			i := strings.Index(msg, o.runtime)
+			if i < 0 {
+				b.WriteString(msg)
+				break
+			}
+			j := i + len(o.runtime)
+			if j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+				// Another cache's owner ("cache:m#12" is not "cache:m#1").
+				b.WriteString(msg[:j])
+				msg = msg[j:]
+				continue
+			}
+			b.WriteString(msg[:i])
+			b.WriteString(o.script)
+			msg = msg[j:]
+		}
+		msg = b.String()
+	}
+	return msg
+}
+
+// cacheDetail is the table's summary of a cache op's payload.
+func cacheDetail(r *result) (string, bool) {
+	switch {
+	case r.Load != nil:
+		what := "loaded"
+		if r.Load.Hit {
+			what = "hit"
+		}
+		s := fmt.Sprintf("%s %s, %s resident", what, strconv.Quote(r.Load.Key), bytesText(r.Load.Bytes))
+		if r.Load.Lease != nil {
+			s += ", lease " + strconv.Quote(*r.Load.Lease)
+		} else {
+			s += ", lease released"
+		}
+		return s, true
+	case r.Evicted != nil:
+		if *r.Evicted {
+			return "evicted", true
+		}
+		return "not cached: nothing evicted", true
+	case r.Stats != nil:
+		st := r.Stats
+		b := "no budget"
+		if st.BudgetBytes != nil {
+			b = "budget " + bytesText(*st.BudgetBytes)
+		}
+		return fmt.Sprintf("%s %s: cache reserved %s, %d resources, %d evictions; location used %s reserved %s",
+			st.Location, b, bytesText(st.ReservedBytes), st.Resources, st.Evictions,
+			bytesText(st.LocationUsedBytes), bytesText(st.LocationReservedBytes)), true
+	}
+	return "", false
+}
