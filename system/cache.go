@@ -151,8 +151,14 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // nothing idle to evict ([*CacheBusyError], errors.Is [ErrBusy]); a loader
 // that failed, panicked or reported resident bytes ≤ 0 or above peak
 // ([*CacheLoadError]: the reservation was released, a later Load retries);
-// [ErrClosed] (cache or runtime closed); ctx.Err() (the load carries on
-// for the other callers).
+// [ErrCacheClosed] (the cache is closed; it matches [ErrClosed]) or
+// [ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
+// the other callers).
+//
+// A refusal can come after evictions: making room evicts idle entries one
+// at a time, least recently used first, retrying the reservation after
+// each, so a [*CacheBusyError] may follow evictions that did happen (they
+// are in the trace and in the statistics).
 //
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
@@ -200,7 +206,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, ErrClosed
+			return nil, c.closedErr()
 		}
 		e, state := c.book.Get(key)
 		switch state {
@@ -473,7 +479,7 @@ func (c *Cache) Evict(ctx context.Context, key string) (bool, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return false, ErrClosed
+		return false, c.closedErr()
 	}
 	e, out := c.book.Evict(key, (*cacheEntry).evictable)
 	switch out {
@@ -672,6 +678,12 @@ func resizeOwned(ctx context.Context, s *System, owner, name string, bytes int64
 func (c *Cache) unreserve(name string) {
 	unreserveOwned(c.sys, c.owner, name)
 }
+
+// ErrCacheClosed is returned by calls on a closed cache (the runtime may
+// still be running). It also matches [ErrClosed].
+var ErrCacheClosed = fmt.Errorf("residency: cache is closed (%w)", ErrClosed)
+
+func (c *Cache) closedErr() error { return ErrCacheClosed }
 
 // unreserveOwned releases an owned reservation. After the runtime closed
 // there is nothing to release (Close released every reservation).
