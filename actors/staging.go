@@ -57,7 +57,8 @@ type StagingConfig struct {
 	Eager  bool
 	Logger zerolog.Logger
 	// OnCommit, if set, is called by the committer (or RunInline) after
-	// each pool write, with its outcome.
+	// each pool write (or failed copy stage), with its outcome, before the
+	// task's waiters are woken.
 	OnCommit func(t *StagingTask, err error)
 	// OnClaim, if set, is called by the copy queue (or RunInline) right
 	// after it claimed a task's copy stage (tests observe queue order).
@@ -188,9 +189,9 @@ func (s *Staging) Enqueue(ctx context.Context, t *StagingTask, prio int8) error 
 // chunks; false when another caller already claimed it (or it is not
 // queued).
 func (s *Staging) Claim(ctx context.Context, t *StagingTask) ([]*StagingChunk, bool, error) {
-	r := make(chan []*StagingChunk, 1)
-	ch, err := ask(ctx, s, t, &taskClaim{reply: r}, r, func() []*StagingChunk { return nil })
-	return ch, ch != nil, err
+	r := make(chan claimResult, 1)
+	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, func() claimResult { return claimResult{} })
+	return res.chunks, res.won, err
 }
 
 // Transition asks t's actor for one step of the chain; an illegal one is an
@@ -276,15 +277,14 @@ func (s *Staging) write(ctx context.Context, t *StagingTask, chunks []*StagingCh
 	if err == nil {
 		err = s.env.PoolWrite(ctx, t, chunks, plan)
 	}
+	if s.onCommit != nil {
+		s.onCommit(t, err) // before the task's waiters wake
+	}
 	if err != nil {
 		s.Fail(t, err)
-	} else {
-		err = s.Transition(ctx, t, messages.TaskWritten)
+		return err
 	}
-	if s.onCommit != nil {
-		s.onCommit(t, err)
-	}
-	return err
+	return s.Transition(ctx, t, messages.TaskWritten)
 }
 
 // Abort cancels the context of the copy stage and pool write: waits in
@@ -349,10 +349,10 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 	}
 	if err := s.env.CopyStage(s.ctx, j.t, chunks); err != nil {
 		s.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("copy stage failed")
-		s.Fail(j.t, err)
 		if s.onCommit != nil {
 			s.onCommit(j.t, err)
 		}
+		s.Fail(j.t, err)
 		return
 	}
 	if err := s.Transition(s.ctx, j.t, messages.TaskHostReady); err != nil {

@@ -155,7 +155,12 @@ type taskEnqueue struct {
 	reply chan error
 }
 
-type taskClaim struct{ reply chan []*StagingChunk }
+type taskClaim struct{ reply chan claimResult }
+
+type claimResult struct {
+	chunks []*StagingChunk
+	won    bool
+}
 
 type taskTransition struct {
 	to    messages.TaskState
@@ -199,9 +204,9 @@ func (a *stagingTaskActor) Receive(ctx actor.Context) {
 	case *taskClaim:
 		if a.state == messages.TaskQueued {
 			a.set(messages.TaskCopying)
-			m.reply <- a.chunks
+			m.reply <- claimResult{chunks: a.chunks, won: true}
 		} else {
-			m.reply <- nil // a re-queued duplicate, or the task is gone
+			m.reply <- claimResult{} // a re-queued duplicate, or the task is gone
 		}
 	case *taskTransition:
 		err, wake := a.transition(ctx, m.to)

@@ -95,7 +95,8 @@ type Config struct {
 	// Logger receives structured logs. Default: none.
 	Logger *zerolog.Logger
 	// OnCommit, if set, is called after each task's pool write (or failed
-	// copy stage) with the task and its outcome, from the committer.
+	// copy stage) with the task and its outcome, from the committer, before
+	// the task's waiters wake. It must not call the pipeline.
 	OnCommit func(id TaskID, err error)
 
 	// skipFreezeWait drops the device→host copy's wait on the step's
