@@ -136,7 +136,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 		eng.locations[loc] = pid
 	}
-	sup := &supervisor{eng: eng, ledger: led, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
+	sup := &supervisor{eng: eng, ledger: led, values: map[uint64]*actor.PID{}, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
 	// The supervisor runs on a synchronized dispatcher: a sender whose
 	// message finds the mailbox idle processes it (and whatever queued
 	// behind it) on its own goroutine, instead of protoactor starting a new

@@ -47,7 +47,7 @@ type runState struct {
 type supervisor struct {
 	eng     *Engine
 	ledger  *budget.Ledger
-	values  []*actor.PID // by handle id - 1
+	values  map[uint64]*actor.PID // the value actors of live values, by handle id
 	pending map[budget.AdmissionID]*pendingOp
 	reapers map[budget.EventID][]*actor.PID
 	closing *actor.PID // Shutdown requester, waiting for transfers to settle
@@ -244,7 +244,7 @@ func (s *supervisor) dispatch(effects []budget.Effect, adm budget.AdmissionID, d
 			s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
 			continue
 		}
-		s.eng.root.Send(s.values[e.Handle.ID-1], &messages.DoTransfer{Admission: adm, Effect: e, Data: data})
+		s.eng.root.Send(s.values[e.Handle.ID], &messages.DoTransfer{Admission: adm, Effect: e, Data: data})
 	}
 }
 
@@ -265,7 +265,7 @@ func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
 	}
 	eng, hd := s.eng, h
 	pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng, handle: hd} }))
-	s.values = append(s.values, pid)
+	s.values[h.ID] = pid
 	if !adm.Pending {
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Version: s.ledger.Version()})
 		return
@@ -295,7 +295,7 @@ func (s *supervisor) transition(_ actor.Context, m *messages.Transition) {
 		return
 	}
 	if m.Kind == messages.Discard {
-		s.eng.loaders.take(m.Handle.ID) // a retired value keeps no loader
+		s.retire(m.Handle.ID)
 	}
 	if adm.Pending {
 		s.pending[adm.ID] = &pendingOp{kind: pendDirect, request: s.handling, replyTo: m.ReplyTo, handle: m.Handle, effect: adm.Effects[0]}
@@ -323,7 +323,7 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 			break
 		}
 		err := s.ledger.FailDirect(id, cause)
-		s.eng.loaders.take(op.handle.ID)
+		s.retire(op.handle.ID)
 		s.eng.log.Warn().Err(cause).Str("value", op.handle.Name).Msg("registration failed; handle retired, name free again")
 		s.reply(op.replyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
 	case pendDirect:
@@ -432,7 +432,7 @@ func (s *supervisor) recordEvent(m *messages.RecordEvent) {
 	id, err := s.ledger.RecordEvent(m.Lease)
 	if err == nil {
 		h, _, _ := s.ledger.LeaseEndpoint(m.Lease)
-		s.eng.root.Send(s.values[h.ID-1], &messages.WatchEvent{Event: id, EventKey: m.EventKey})
+		s.eng.root.Send(s.values[h.ID], &messages.WatchEvent{Event: id, EventKey: m.EventKey})
 	} else {
 		s.eng.events.take(m.EventKey)
 	}
@@ -493,8 +493,25 @@ func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 			s.eng.root.Send(s.eng.locations[e.TempAt], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: t.Admission}})
 		}
 		s.transferDone(t.Admission, &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)})
+		if s.values[e.Handle.ID] == nil {
+			return // the value was retired (a failed registration): its actor is stopping
+		}
 	}
 	sup.RestartChildren(child)
+}
+
+// retire forgets a retired value (discarded, or whose registration
+// failed): its loader is dropped and its value actor stopped, so nothing
+// of it stays in the runtime; its handle keeps answering Unavailable
+// (discarded) from the ledger alone. Nothing can still be addressed to
+// the actor: the ledger retires a value only once it has no transfer in
+// flight and no pending event (so no watcher) left.
+func (s *supervisor) retire(id uint64) {
+	s.eng.loaders.take(id)
+	if pid := s.values[id]; pid != nil {
+		delete(s.values, id)
+		s.eng.root.Stop(pid)
+	}
 }
 
 // FatalError: the supervisor panicked while handling a message (a ledger

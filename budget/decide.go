@@ -287,10 +287,7 @@ func (d *decider) stream(loc int) *candStream {
 		sorted: sc.sorted[loc][:0],
 		prefix: append(sc.prefix[loc][:0], 0),
 	}
-	for _, v := range d.l.values {
-		if v.discarded {
-			continue
-		}
+	for _, v := range d.l.liveValues() {
 		m := v.mat(loc)
 		if m == nil {
 			continue
@@ -636,7 +633,7 @@ func (d *decider) hasSourceCopy(v *value) bool {
 func (d *decider) lastCopyConflict(vs []victim) bool {
 	var count map[*value]int
 	for _, vc := range vs {
-		v := d.l.values[vc.c.id-1]
+		v := d.l.valueByID(vc.c.id)
 		if v.hasSource {
 			continue
 		}
@@ -676,7 +673,7 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 				s.pop()
 			}
 			c := s.sorted[i]
-			if v := d.l.values[c.id-1]; !v.hasSource && removed[v]+1 >= v.residentCount() {
+			if v := d.l.valueByID(c.id); !v.hasSource && removed[v]+1 >= v.residentCount() {
 				skipped += c.bytes
 				continue
 			}
@@ -691,7 +688,7 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 		slices.Reverse(pos)
 		for _, p := range pos {
 			out = append(out, victim{loc: sf.loc, c: list[p], n: sf.n})
-			removed[d.l.values[list[p].id-1]]++
+			removed[d.l.valueByID(list[p].id)]++
 		}
 	}
 	return out, ""
@@ -850,7 +847,7 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	plan := Plan{}
 	var evictions []Eviction
 	for _, vc := range victims {
-		h := l.handle(l.values[vc.c.id-1])
+		h := l.handle(l.valueByID(vc.c.id))
 		name := l.locs[vc.loc].name
 		plan.Reclaim = append(plan.Reclaim, Action{Handle: h, Location: name})
 		evictions = append(evictions, Eviction{Handle: h, Location: name, Bytes: vc.c.bytes,

@@ -236,7 +236,7 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 		required[rq.Handle.ID] = true
 	}
 	for _, e := range d.Evictions {
-		v := l.values[e.Handle.ID-1]
+		v := l.valueByID(e.Handle.ID)
 		m := v.mat(l.locIdx[e.Location])
 		switch {
 		case m == nil || m.state != Resident:
@@ -250,7 +250,7 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 		}
 	}
 	recoverable := map[uint64]bool{}
-	for _, v := range l.values {
+	for _, v := range l.liveValues() {
 		recoverable[v.id] = l.recoverable(v)
 	}
 	if _, err := dtExecute(l, d); err != nil {
@@ -260,12 +260,12 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 		fail("invariants after execution: %v", err)
 	}
 	for _, a := range d.Plan.Enter {
-		v := l.values[a.Handle.ID-1]
+		v := l.valueByID(a.Handle.ID)
 		if m := v.mat(l.locIdx[a.Location]); m == nil || m.state != Resident {
 			fail("%s not resident at %s after execution", a.Handle.Name, a.Location)
 		}
 	}
-	for _, v := range l.values {
+	for _, v := range l.liveValues() {
 		if recoverable[v.id] && !l.recoverable(v) {
 			fail("value %s became unrecoverable", v.name)
 		}
@@ -357,7 +357,7 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 				continue
 			}
 			var cands []candidate
-			for _, v := range l.values {
+			for _, v := range l.liveValues() {
 				m := v.mat(loc)
 				if v.discarded || m == nil || m.state != Resident || m.protected() || m.busy() || required[v] {
 					continue
@@ -402,7 +402,7 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 				o.victims = append(o.victims, victim{loc: loc, c: c, n: n})
 				o.prios = append(o.prios, c.prio)
 				o.evicted += c.bytes
-				removed[l.values[c.id-1]]++
+				removed[l.valueByID(c.id)]++
 			}
 		}
 		slices.SortFunc(o.prios, func(a, b int64) int { return cmp.Compare(b, a) })
@@ -483,7 +483,7 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 	exhaustive := explored == len(all) || all[explored].group != bestGroup
 	dec := Decision{RequestName: req.Name, ExploredStates: explored, Exhaustive: exhaustive, ExpectedStateVersion: l.version}
 	for _, vc := range best.victims {
-		h := l.handle(l.values[vc.c.id-1])
+		h := l.handle(l.valueByID(vc.c.id))
 		dec.Evictions = append(dec.Evictions, Eviction{Handle: h, Location: l.locs[vc.loc].name, Bytes: vc.c.bytes})
 		dec.Plan.Reclaim = append(dec.Plan.Reclaim, Action{Handle: h, Location: l.locs[vc.loc].name})
 	}

@@ -127,7 +127,7 @@ func (f *dtFixture) pendingEvent(name, loc string) EventID {
 // mat returns the internal materialization of name at loc (white box).
 func (f *dtFixture) mat(name, loc string) *mat {
 	f.t.Helper()
-	v := f.l.values[f.h[name].ID-1]
+	v := f.l.valueByID(f.h[name].ID)
 	m := v.mat(f.l.locIdx[loc])
 	if m == nil {
 		f.t.Fatalf("%s has no materialization at %s", name, loc)
@@ -199,7 +199,7 @@ func dtExecute(l *Ledger, dec Decision) (Report, error) {
 }
 
 func (f *dtFixture) resident(name, loc string) bool {
-	v := f.l.values[f.h[name].ID-1]
+	v := f.l.valueByID(f.h[name].ID)
 	m := v.mat(f.l.locIdx[loc])
 	return m != nil && m.state == Resident
 }

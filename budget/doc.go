@@ -39,7 +39,11 @@
 // materialization failed): a new registration under that name gets a new
 // handle, [Ledger.Lookup] returns the new one, and the retired handle keeps
 // answering [*UnavailableError] (discarded) everywhere; it never resolves
-// to the new value.
+// to the new value. The ledger keeps no record of a retired value: an id
+// at or below the highest one issued that is not live was retired, and
+// that is the whole answer (O(1) memory however many values were retired;
+// it no longer knows the retired value's name, so a retired id answers
+// discarded whatever name the handle carries).
 //
 // A materialization moves through these states:
 //

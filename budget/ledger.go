@@ -54,7 +54,7 @@ type value struct {
 	freq      int64
 	mats      []*mat // any order; at most one per location
 	inflight  int    // admitted transfers not yet completed or failed
-	stillborn bool   // registration failed: retired, left out of snapshots
+	slot      int    // position in the value table's registration order
 }
 
 func (v *value) mat(loc int) *mat {
@@ -118,17 +118,20 @@ type Ledger struct {
 	version uint64
 	locs    []location
 	locIdx  map[string]int
-	values  []*value // index = ID-1
+	vals    valueTable // live values; retired ones leave nothing
 	byName  map[string]*value
 	resv    map[string]*reservation
-	xfers   map[AdmissionID]*transfer
-	leases  map[LeaseID]*lease
-	events  map[EventID]*event
-	holds   map[HoldID]*hold
-	nextAdm AdmissionID
-	nextLse LeaseID
-	nextEvt EventID
-	nextHld HoldID
+	// parentResv: a simulation clone's parent's active reservations,
+	// whose names its reserve refuses like its own.
+	parentResv map[string]*reservation
+	xfers      map[AdmissionID]*transfer
+	leases     map[LeaseID]*lease
+	events     map[EventID]*event
+	holds      map[HoldID]*hold
+	nextAdm    AdmissionID
+	nextLse    LeaseID
+	nextEvt    EventID
+	nextHld    HoldID
 
 	trace   traceRing
 	sink    *[]Transition  // when set, committed transitions are appended
@@ -173,6 +176,7 @@ func New(cfg Config) (*Ledger, error) {
 		id:     cfg.ManagerID,
 		locs:   parsed,
 		locIdx: make(map[string]int, len(parsed)),
+		vals:   newValueTable(),
 		byName: map[string]*value{},
 		resv:   map[string]*reservation{},
 		xfers:  map[AdmissionID]*transfer{},
@@ -274,21 +278,25 @@ func (l *Ledger) admits(loc int, requested int64) error {
 
 // ---- validation ------------------------------------------------------------
 
-// value resolves a handle: foreign → Unavailable(foreign); unknown id or
-// mismatched name → invalid input; discarded → Unavailable(discarded).
+// value resolves a handle: foreign → Unavailable(foreign); an id never
+// issued, or a live id with another name → invalid input; an issued id
+// that is not live → Unavailable(discarded). A retired value (discarded,
+// or whose registration failed) leaves no record: ids are never reused,
+// so an issued id absent from the table can only be a retired one, and
+// that is the whole answer (whatever name the handle carries).
 func (l *Ledger) value(h Handle) (*value, error) {
 	if h.Manager != l.id {
 		return nil, &UnavailableError{Handle: h.Name, Detail: fmt.Sprintf("foreign handle: it belongs to another manager (%q, this is %q)", h.Manager, l.id), Reason: UnavailableForeign}
 	}
-	if h.ID == 0 || h.ID > uint64(len(l.values)) {
+	if h.ID == 0 || h.ID > l.vals.maxID {
 		return nil, invalidf("unknown handle %q (id %d)", h.Name, h.ID)
 	}
-	v := l.values[h.ID-1]
+	v := l.vals.get(h.ID)
+	if v == nil {
+		return nil, &UnavailableError{Handle: h.Name, Detail: "value was discarded", Reason: UnavailableDiscarded}
+	}
 	if v.name != h.Name {
 		return nil, invalidf("handle id %d names %q, not %q", h.ID, v.name, h.Name)
-	}
-	if v.discarded {
-		return nil, &UnavailableError{Handle: v.name, Detail: "value was discarded", Reason: UnavailableDiscarded}
 	}
 	return v, nil
 }
@@ -365,7 +373,7 @@ func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
 	if (spec.At == "") == (spec.Source == "") {
 		return Handle{}, Admission{}, invalidf("value %q: give exactly one of a first location (at) or a source", spec.Name)
 	}
-	v := &value{id: uint64(len(l.values) + 1), name: spec.Name, bytes: spec.Bytes, mode: spec.Mode, source: -1}
+	v := &value{id: l.vals.nextID(), name: spec.Name, bytes: spec.Bytes, mode: spec.Mode, source: -1}
 	if spec.Source != "" {
 		src, err := l.location(spec.Source)
 		if err != nil {
@@ -389,8 +397,16 @@ func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
 }
 
 func (l *Ledger) addValue(v *value) {
-	l.values = append(l.values, v)
+	l.vals.add(v)
 	l.byName[v.name] = v
+}
+
+// retire forgets a value whose handle is retired: its name is free and its
+// id answers Unavailable (discarded) from now on.
+func (l *Ledger) retire(v *value) {
+	v.discarded = true
+	delete(l.byName, v.name)
+	l.vals.retire(v)
 }
 
 // ---- two-phase transfers ---------------------------------------------------
@@ -644,9 +660,7 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 		// A registration whose first materialization failed: the value
 		// never existed for anyone else. Retire the handle and free its
 		// name so the caller can register again.
-		v.discarded = true
-		v.stillborn = true
-		delete(l.byName, v.name)
+		l.retire(v)
 		detail = "registration failed; handle retired"
 	}
 	if cause != nil {
@@ -752,10 +766,9 @@ func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 		effects = append(effects, l.freeEffect(v, m.loc))
 		l.removeMat(v, m, "discard")
 	}
-	v.discarded = true
 	// The name is free for a new registration; the retired handle keeps
 	// its id, which still answers Unavailable (discarded).
-	delete(l.byName, v.name)
+	l.retire(v)
 	l.commit("discard", v, -1, 0, "handle retired")
 	return effects, nil
 }
@@ -895,7 +908,7 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if name == "" {
 		return invalidf("reservation name is empty")
 	}
-	if _, dup := l.resv[name]; dup {
+	if _, dup := l.resv[name]; dup || l.parentResv[name] != nil {
 		return invalidf("duplicate reservation name %q (already active)", name)
 	}
 	if bytes <= 0 {
@@ -1041,7 +1054,7 @@ func (l *Ledger) Shutdown() ([]Effect, error) {
 		_ = l.unreserve(n, l.resv[n].owner)
 	}
 	var effects []Effect
-	for _, v := range l.values {
+	for _, v := range l.liveValues() {
 		for _, m := range l.matsInOrder(v) {
 			effects = append(effects, l.freeEffect(v, m.loc))
 			l.removeMat(v, m, "shutdown")

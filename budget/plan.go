@@ -2,35 +2,33 @@ package budget
 
 import "fmt"
 
-// simClone returns a simulation copy of the ledger that shares nothing
-// mutable with l for the given values and the locations: transitions on the
-// clone change only the clone. Values not listed are shared read-only and
-// must not be touched by the simulation.
+// simClone returns a simulation copy of the ledger for a plan touching
+// vals: the locations' figures and the listed values are copied (copy on
+// write: nothing else is), so transitions on the clone change only the
+// clone. The clone sees no other value; the simulation must touch only
+// the values it listed (it looks them up with simValue). Reservations:
+// the clone starts with none of its own but refuses the names active in
+// l (its reserve checks them), which is all a simulation needs of them.
 func (l *Ledger) simClone(vals []*value) *Ledger {
 	c := &Ledger{
-		id:      l.id,
-		version: l.version,
-		locs:    make([]location, len(l.locs)),
-		locIdx:  l.locIdx,
-		values:  make([]*value, len(l.values)),
-		byName:  l.byName,
-		resv:    make(map[string]*reservation, len(l.resv)),
-		xfers:   map[AdmissionID]*transfer{},
-		sim:     true,
+		id:         l.id,
+		version:    l.version,
+		locs:       make([]location, len(l.locs)),
+		locIdx:     l.locIdx,
+		vals:       valueTable{byID: make(map[uint64]*value, len(vals)), maxID: l.vals.maxID},
+		byName:     l.byName,
+		resv:       map[string]*reservation{},
+		parentResv: l.resv,
+		xfers:      map[AdmissionID]*transfer{},
+		sim:        true,
 	}
-	copy(c.values, l.values)
 	copy(c.locs, l.locs)
 	for i := range c.locs {
 		c.locs[i].peak = c.locs[i].used + c.locs[i].reserved
 		c.locs[i].reservations = nil
 	}
-	for name, r := range l.resv {
-		cr := *r
-		c.resv[name] = &cr
-		c.locs[r.loc].reservations = append(c.locs[r.loc].reservations, &cr)
-	}
 	for _, v := range vals {
-		if c.values[v.id-1] != v {
+		if c.vals.byID[v.id] != nil {
 			continue // already copied
 		}
 		cv := *v
@@ -39,10 +37,13 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 			cm := *m
 			cv.mats[i] = &cm
 		}
-		c.values[v.id-1] = &cv
+		c.vals.byID[v.id] = &cv
 	}
 	return c
 }
+
+// simValue returns the simulation's copy of the value with id.
+func (l *Ledger) simValue(id uint64) *value { return l.vals.byID[id] }
 
 // planValues resolves and validates every handle and location of a plan.
 // Errors: Unavailable (foreign, discarded, unconfigured location), invalid
@@ -126,7 +127,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		return Explanation{Reason: err.Error(), PredictedPeakBytes: c.simPeaks()}, err
 	}
 	for i, a := range p.Reclaim {
-		v := c.values[a.Handle.ID-1]
+		v := c.simValue(a.Handle.ID)
 		loc := c.locIdx[a.Location]
 		m, err := c.checkEvict(v, loc)
 		if err != nil {
@@ -140,7 +141,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		}
 	}
 	for i, a := range p.Enter {
-		v := c.values[a.Handle.ID-1]
+		v := c.simValue(a.Handle.ID)
 		adm, err := c.enter(v, a)
 		if err != nil {
 			return fail(fmt.Errorf("enter %d (%s): %w", i, a, err))
@@ -152,7 +153,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		}
 	}
 	for i, a := range p.Enter {
-		v := c.values[a.Handle.ID-1]
+		v := c.simValue(a.Handle.ID)
 		if m := v.mat(c.locIdx[a.Location]); m == nil || m.state != Resident {
 			err := planf("enter %d (%s): endpoint is not resident at the end of the plan (a later step moved or removed it)", i, a)
 			return fail(err)

@@ -246,7 +246,7 @@ func ptLRUVictims(l *Ledger, loc int, need int64, exclude map[*value]bool) ([]*v
 		lu uint64
 	}
 	var cs []cand
-	for _, v := range l.values {
+	for _, v := range l.liveValues() {
 		m := v.mat(loc)
 		if m == nil || m.state != Resident || m.protected() || m.busy() || exclude[v] {
 			continue
@@ -322,7 +322,7 @@ func ptPlaceLRU(t testing.TB, l *Ledger, v *value, dest int, exclude map[*value]
 func ptExclude(l *Ledger, req Request) map[*value]bool {
 	ex := map[*value]bool{}
 	for _, r := range req.Requirements {
-		ex[l.values[r.Handle.ID-1]] = true
+		ex[l.valueByID(r.Handle.ID)] = true
 	}
 	return ex
 }
@@ -331,7 +331,7 @@ func ptNaive(t testing.TB, l *Ledger, req Request, st *ptStats) ([]string, bool)
 	ex := ptExclude(l, req)
 	var eps []string
 	for _, r := range req.Requirements {
-		v := l.values[r.Handle.ID-1]
+		v := l.valueByID(r.Handle.ID)
 		dest := r.Tiers[0][0]
 		if !ptPlaceLRU(t, l, v, l.locIdx[dest], ex, false, st) {
 			return nil, false
@@ -346,7 +346,7 @@ func ptTierLRU(t testing.TB, l *Ledger, req Request, st *ptStats) ([]string, boo
 	var eps []string
 next:
 	for _, r := range req.Requirements {
-		v := l.values[r.Handle.ID-1]
+		v := l.valueByID(r.Handle.ID)
 		for _, tier := range r.Tiers {
 			for _, name := range tier {
 				if m := v.mat(l.locIdx[name]); m != nil && m.state == Resident {

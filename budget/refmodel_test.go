@@ -269,11 +269,11 @@ func (m *refModel) resolve(h Handle) (*refValue, string) {
 		return nil, refInvalid()
 	}
 	v := m.value(h.ID)
+	if v.discarded { // whatever the name: nothing of a retired value is kept
+		return nil, refUnavailable(h.Name, "", UnavailableDiscarded)
+	}
 	if v.name != h.Name {
 		return nil, refInvalid()
-	}
-	if v.discarded {
-		return nil, refUnavailable(h.Name, "", UnavailableDiscarded)
 	}
 	return v, ""
 }

@@ -1187,13 +1187,20 @@ func TestRule_DiscardedNameIsFreeForANewHandle(t *testing.T) {
 	checkDeadHandle(t, c, h2, UnavailableDiscarded, ErrDiscarded, "discarded")
 	h3 := c.reg("w", 1, Replicable, "cuda:1")
 	eq(t, "third handle", h3.ID, uint64(4))
-	// A handle that pairs the old id with another name is unknown, not
-	// discarded: ids, not names, identify values.
+	// A handle that pairs the old id with another name is discarded too:
+	// ids, not names, identify values, and the runtime keeps nothing of a
+	// retired value but that answer (SEMANTICS: O(1) memory), not even
+	// its name. A live id with another name is unknown.
 	err = c.refused("old id, other name", func() error {
 		_, err := c.Place(Handle{Manager: "m1", ID: old.ID, Name: "other"}, "cuda:0")
 		return err
 	})
-	wantInvalid(t, err, `handle id 1 names "w", not "other"`)
+	wantUnavailable(t, err, "other", "", UnavailableDiscarded)
+	err = c.refused("live id, other name", func() error {
+		_, err := c.Place(Handle{Manager: "m1", ID: h3.ID, Name: "other"}, "cuda:0")
+		return err
+	})
+	wantInvalid(t, err, `handle id 4 names "w", not "other"`)
 }
 
 func TestRule_ForeignHandleIsUnavailable(t *testing.T) {

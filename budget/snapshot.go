@@ -124,7 +124,7 @@ func (s *Snapshot) Value(name string) (ValueRecord, bool) {
 // discard), nor is a value whose registration failed (it never existed).
 // A read: no version.
 func (l *Ledger) Snapshot() Snapshot {
-	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, len(l.values))}
+	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, l.vals.len())}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}
@@ -142,14 +142,9 @@ func (l *Ledger) Snapshot() Snapshot {
 		}
 	}
 	nm := 0
-	for _, v := range l.values {
-		nm += len(v.mats)
-	}
+	l.vals.each(func(v *value) { nm += len(v.mats) })
 	mats := make([]MaterializationRecord, 0, nm)
-	for _, v := range l.values {
-		if v.stillborn || v.discarded {
-			continue
-		}
+	l.vals.each(func(v *value) {
 		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Recoverable: l.recoverable(v)}
 		if v.hasSource {
 			r.SourceLocation = l.locs[v.source].name
@@ -166,7 +161,7 @@ func (l *Ledger) Snapshot() Snapshot {
 			r.Materializations = ms
 		}
 		s.Values = append(s.Values, r)
-	}
+	})
 	return s
 }
 
@@ -229,9 +224,12 @@ func (l *Ledger) CheckInvariants() error {
 			}
 		}
 	}
-	for _, v := range l.values {
-		if v.discarded && len(v.mats) > 0 {
-			return fmt.Errorf("discarded value %s still has %d materializations", v.name, len(v.mats))
+	if err := l.checkValueTable(); err != nil {
+		return err
+	}
+	for _, v := range l.liveValues() {
+		if v.discarded {
+			return fmt.Errorf("retired value %s is still in the value table", v.name)
 		}
 		if inflight[v] != v.inflight {
 			return fmt.Errorf("value %s: inflight %d, transfers %d", v.name, v.inflight, inflight[v])
@@ -292,6 +290,30 @@ func (l *Ledger) CheckInvariants() error {
 		if lc.peak < lc.used+lc.reserved {
 			return fmt.Errorf("%s: peak %d below current %d", lc.name, lc.peak, lc.used+lc.reserved)
 		}
+	}
+	return nil
+}
+
+// checkValueTable verifies the value table: every live value once, in id
+// order, at its slot, named in byName; ids at or below the high-water mark.
+func (l *Ledger) checkValueTable() error {
+	t := &l.vals
+	n, last := 0, uint64(0)
+	for i, v := range t.order {
+		if v == nil {
+			continue
+		}
+		n++
+		if v.slot != i || v.id <= last || v.id > t.maxID || t.byID[v.id] != v {
+			return fmt.Errorf("value table: %s (id %d) misplaced at slot %d", v.name, v.id, i)
+		}
+		if l.byName[v.name] != v {
+			return fmt.Errorf("value table: %s is not found by its name", v.name)
+		}
+		last = v.id
+	}
+	if n != len(t.byID) || n != len(l.byName) || len(t.order)-n != t.holes {
+		return fmt.Errorf("value table: %d in order, %d by id, %d by name, %d holes of %d", n, len(t.byID), len(l.byName), t.holes, len(t.order))
 	}
 	return nil
 }
