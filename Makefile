@@ -7,7 +7,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test test-short demo bench fuzz vet fmt tidy
+.PHONY: all build test test-short demo bench fuzz vet fmt tidy cuda-sdk cuda-check gpu-check
 
 all: build
 
@@ -42,3 +42,36 @@ fmt:
 
 tidy:
 	$(GO) mod tidy
+
+# The CUDA backend (build tag `cuda`, package cuda/cu) without a GPU: cuda.h
+# and the driver's link-time stub come from Debian's nvidia-cuda-dev (CUDA
+# 11.8 on Debian 12), fetched with a private apt configuration and cached in
+# CUDA_SDK, outside the repository (NVIDIA's license forbids committing
+# them). The first run downloads and extracts (about a minute); later runs
+# reuse the cache. Then: vet everything with the tag, build the backend's
+# test binary and the GPU benchmark, and run what can run without a GPU
+# (the driver probe against the stub, and the GPU-gated test, which skips).
+CUDA_SDK      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/residency-cuda
+CUDA_ENV       = CGO_CFLAGS="-I$(CUDA_SDK)/include -Wno-deprecated-declarations" CGO_LDFLAGS="-L$(CUDA_SDK)/stubs"
+GPU_CHECK_DIR ?= bin/gpu-check
+
+cuda-sdk:
+	@cuda/cu/fetch-sdk.sh "$(CUDA_SDK)"
+
+cuda-check: cuda-sdk
+	$(CUDA_ENV) $(GO) vet -tags cuda $(PKGS)
+	$(CUDA_ENV) $(GO) vet -tags cuda,gpu ./cuda/cu/
+	$(CUDA_ENV) $(GO) test -tags cuda,gpu -c -o "$(CUDA_SDK)/check/cu.test" ./cuda/cu/
+	$(CUDA_ENV) $(GO) build -tags cuda -o "$(CUDA_SDK)/check/gpubench" ./cmd/gpubench
+	$(CUDA_ENV) RESIDENCY_CUDA_STUB="$(CUDA_SDK)/stubs/libcuda.so" $(GO) test -tags cuda -count=1 ./cuda/driverprobe/ ./cuda/conformance/
+
+# Binaries for a GPU machine without a Go toolchain, in GPU_CHECK_DIR: the cu
+# backend's test binary (race detector on), the GPU-gated test that runs it,
+# the benchmark and a run script. Copy the folder there and run ./run.
+gpu-check: cuda-sdk
+	mkdir -p $(GPU_CHECK_DIR)
+	$(CUDA_ENV) $(GO) test -tags cuda,gpu -race -c -o $(GPU_CHECK_DIR)/cu.test ./cuda/cu/
+	$(CUDA_ENV) $(GO) test -tags cuda -c -o $(GPU_CHECK_DIR)/gate.test ./cuda/conformance/
+	$(CUDA_ENV) $(GO) build -tags cuda -o $(GPU_CHECK_DIR)/gpubench ./cmd/gpubench
+	cp cuda/cu/gpu-check.sh $(GPU_CHECK_DIR)/run
+	@echo "gpu-check: $(GPU_CHECK_DIR) is ready: copy it to a machine with an NVIDIA GPU and run ./run there"
