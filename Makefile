@@ -49,8 +49,10 @@ tidy:
 # CUDA_SDK, outside the repository (NVIDIA's license forbids committing
 # them). The first run downloads and extracts (about a minute); later runs
 # reuse the cache. Then: vet everything with the tag, build the backend's
-# test binary and the GPU benchmark, and run what can run without a GPU
-# (the driver probe against the stub, and the GPU-gated test, which skips).
+# test binary and the GPU benchmark, and run what can run without a GPU:
+# the driver probe against the stub, the GPU-gated test (which skips), and
+# the backend's own tests against a fake driver of ours (not a GPU: it
+# checks the backend's contexts, ordering and memory lifetimes).
 CUDA_SDK      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/residency-cuda
 CUDA_ENV       = CGO_CFLAGS="-I$(CUDA_SDK)/include -Wno-deprecated-declarations" CGO_LDFLAGS="-L$(CUDA_SDK)/stubs"
 GPU_CHECK_DIR ?= bin/gpu-check
@@ -61,9 +63,12 @@ cuda-sdk:
 cuda-check: cuda-sdk
 	$(CUDA_ENV) $(GO) vet -tags cuda $(PKGS)
 	$(CUDA_ENV) $(GO) vet -tags cuda,gpu ./cuda/cu/
-	$(CUDA_ENV) $(GO) test -tags cuda,gpu -c -o "$(CUDA_SDK)/check/cu.test" ./cuda/cu/
+	$(CUDA_ENV) $(GO) test -tags cuda,gpu -race -c -o "$(CUDA_SDK)/check/cu.test" ./cuda/cu/
 	$(CUDA_ENV) $(GO) build -tags cuda -o "$(CUDA_SDK)/check/gpubench" ./cmd/gpubench
 	$(CUDA_ENV) RESIDENCY_CUDA_STUB="$(CUDA_SDK)/stubs/libcuda.so" $(GO) test -tags cuda -count=1 ./cuda/driverprobe/ ./cuda/conformance/
+	@cuda/cu/fakedriver/build.sh "$(CUDA_SDK)" "$(CUDA_SDK)/fakedriver"
+	@echo "cuda-check: the cu backend's tests against the fake driver (cuda/cu/fakedriver: host memory and threads, not a GPU)"
+	cd cuda/cu && LD_LIBRARY_PATH="$(CUDA_SDK)/fakedriver" "$(CUDA_SDK)/check/cu.test" -test.count=1
 
 # Binaries for a GPU machine without a Go toolchain, in GPU_CHECK_DIR: the cu
 # backend's test binary (race detector on), the GPU-gated test that runs it,

@@ -9,6 +9,10 @@ package cu
 // #cgo LDFLAGS: -lcuda
 // #include <cuda.h>
 // #include <stdlib.h>
+//
+// // cgo's own C.malloc aborts the program when malloc fails; this one
+// // returns NULL.
+// static void *rz_malloc(size_t n) { return malloc(n); }
 import "C"
 
 import (
@@ -42,7 +46,7 @@ func hostAlloc(n int64) unsafe.Pointer {
 	if uint64(n) > uint64(^C.size_t(0)) {
 		return nil
 	}
-	return C.malloc(C.size_t(n))
+	return C.rz_malloc(C.size_t(n))
 }
 
 func hostFree(p unsafe.Pointer) { C.free(p) }

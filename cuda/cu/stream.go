@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/residency-go/residency/cuda"
 	gcu "gorgonia.org/cu"
@@ -52,6 +53,8 @@ type stream struct {
 
 	compDone chan struct{} // closed when the completer returns
 	done     chan struct{} // closed when the stream is destroyed
+
+	issued atomic.Int64 // copies issued to the device so far (tests wait on it)
 }
 
 var _ cuda.Stream = (*stream)(nil)
@@ -397,6 +400,7 @@ func (s *stream) copy(dst, src *buffer) ([]*buffer, error) {
 		src.release()
 		return nil, wrap(fmt.Sprintf("%s(%d B) %s -> %s on %s", what, n, src.loc, dst.loc, s.loc), err)
 	}
+	s.issued.Add(1)
 	return []*buffer{src, dst}, nil
 }
 
