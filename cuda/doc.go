@@ -4,9 +4,27 @@
 // errors every backend shares.
 //
 // The package itself touches no device. Backends live in subpackages:
-// [github.com/residency-go/residency/cuda/soft] simulates every location
-// with ordinary Go memory and goroutines (the default, and the only
-// backend without a GPU); a build-tagged backend drives real GPUs.
+//
+//   - [github.com/residency-go/residency/cuda/soft] simulates every
+//     location with ordinary Go memory and goroutines: the default, and the
+//     only backend on a machine without a GPU.
+//   - github.com/residency-go/residency/cuda/cu drives real GPUs through the
+//     CUDA driver API (gorgonia.org/cu). It is compiled only with the build
+//     tag `cuda` and needs an NVIDIA driver and device to run (see its
+//     package documentation; `make cuda-check` builds it without a GPU).
+//
+// Both are tested by one suite, [github.com/residency-go/residency/cuda/conformance],
+// which states the contract below as tests (the cu backend's run needs a
+// GPU, or the fake driver `make cuda-check` uses).
+//
+// Two helpers need no tag and no NVIDIA file to build:
+// [github.com/residency-go/residency/cuda/discover] lists the GPUs NVML
+// reports (none, cleanly, without a driver), and
+// [github.com/residency-go/residency/cuda/driverprobe] tells whether the
+// CUDA driver initializes, without linking it. [DefaultBudget] turns a
+// device's total memory, a headroom and a cap into a default budget; NVML
+// figures are observations for that and for diagnostics, never admission
+// evidence.
 //
 // # Locations
 //

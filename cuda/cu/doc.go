@@ -41,8 +41,21 @@
 //     Backend.Faults behaves as in the soft backend; injected failures say
 //     "cu backend: injected … fault".
 //
-// The backend passes the same conformance suite as the soft backend
-// (package cuda/conformance). Its test binary needs a GPU to start at all;
-// `make gpu-check` builds it, with a small bandwidth benchmark
-// (cmd/gpubench) and a run script, for copying to a GPU machine.
+// # Tests
+//
+// The backend's tests run the conformance suite (package cuda/conformance)
+// that the soft backend passes, plus tests of its own. They carry the build
+// tags `cuda` and `gpu`, because their binary links the driver and cannot
+// start without one: run them with `go test -tags cuda,gpu ./cuda/cu` on a
+// GPU machine. With `-tags cuda` alone, cuda/conformance's
+// TestCUBackendOnGPU probes for a driver and device (package
+// cuda/driverprobe, which links nothing) and runs them in a child process,
+// or skips with the reason.
+//
+// Without a GPU, `make cuda-check` runs them against a fake driver of ours
+// (cuda/cu/fakedriver): host memory and one thread per stream, which checks
+// the backend's context handling, ordering and memory lifetimes and aborts
+// on misuse. It is not a model of a GPU; nothing it measures is. `make
+// gpu-check` builds the test binary, the GPU-gated test, a bandwidth
+// benchmark (cmd/gpubench) and a run script for a GPU machine.
 package cu
