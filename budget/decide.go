@@ -124,9 +124,10 @@ type decider struct {
 	l    *Ledger
 	req  Request
 	reqs []decideReq
-	// required marks the values the request requires;
+	// required marks the values the request requires (by id too);
 	// none of their materializations is a candidate.
-	required map[*value]bool
+	required    map[*value]bool
+	requiredIDs map[uint64]bool
 	// resvAdd is the bytes the request's reservations add, per location.
 	resvAdd []int64
 
@@ -162,15 +163,16 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		return nil, invalidf("request name is empty")
 	}
 	d := &decider{
-		l:          l,
-		req:        req,
-		reqs:       make([]decideReq, len(req.Requirements)),
-		required:   make(map[*value]bool, len(req.Requirements)),
-		resvAdd:    make([]int64, len(l.locs)),
-		memo:       map[memoKey]memoEntry{},
-		adds:       make([]int64, len(l.locs)),
-		streams:    make([]*candStream, len(l.locs)),
-		failureSet: map[string]bool{},
+		l:           l,
+		req:         req,
+		reqs:        make([]decideReq, len(req.Requirements)),
+		required:    make(map[*value]bool, len(req.Requirements)),
+		requiredIDs: make(map[uint64]bool, len(req.Requirements)),
+		resvAdd:     make([]int64, len(l.locs)),
+		memo:        map[memoKey]memoEntry{},
+		adds:        make([]int64, len(l.locs)),
+		streams:     make([]*candStream, len(l.locs)),
+		failureSet:  map[string]bool{},
 	}
 	for i, r := range req.Requirements {
 		v, err := l.value(r.Handle)
@@ -231,6 +233,7 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		}
 		seen[r.v] = i
 		d.required[r.v] = true
+		d.requiredIDs[r.v.id] = true
 	}
 	return d, nil
 }
@@ -238,8 +241,8 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 // ---- candidates ------------------------------------------------------------
 
 // candidate is one evictable materialization at a location. It holds no
-// pointer (the value is l.values[id-1]) so that candidate lists of
-// thousands of entries cost the garbage collector nothing to scan.
+// pointer (the value is l.valueByID(id)) so that candidate indexes of
+// millions of entries cost the garbage collector nothing to scan.
 type candidate struct {
 	prio    int64
 	lastUse uint64
@@ -260,12 +263,14 @@ func candLess(a, b *candidate) bool {
 	return a.id < b.id
 }
 
-// candStream yields a location's candidates in candidate order, sorting
-// lazily: the candidates sit in a binary min-heap and are popped into
-// sorted (with running byte sums in prefix) only as far as a shortfall
-// needs. Building costs O(n); k victims cost O(k log n).
+// candStream yields a location's candidates for one Decide in candidate
+// order, read from the location's candidate index (candindex.go) as far as
+// a shortfall needs, leaving out the request's required values: sorted
+// holds those read so far, with their running byte sums in prefix.
+// k victims cost O(k) reads (plus the required values skipped).
 type candStream struct {
-	heap   []candidate
+	cur    candCursor
+	d      *decider
 	sorted []candidate
 	prefix []int64 // prefix[i] = bytes of sorted[:i]
 	total  int64   // bytes of every candidate
@@ -274,53 +279,57 @@ type candStream struct {
 	protectedBytes, lastCopyBytes, requiredBytes, inFlightBytes int64
 }
 
-// stream returns loc's candidate stream, collecting it on first use with
-// one pass over the values. Its buffers come from a pool, so deciding
-// again and again on a large ledger allocates (almost) nothing for them.
+// stream returns loc's candidate stream, made on first use from the
+// location's accounting: the figures by category, less the materializations
+// of the values the request requires (they are not candidates for it).
+// Its buffers come from a pool, so deciding again and again allocates
+// (almost) nothing for them.
 func (d *decider) stream(loc int) *candStream {
 	if s := d.streams[loc]; s != nil {
 		return s
 	}
 	sc := d.scratch
+	lc := &d.l.locs[loc]
 	s := &candStream{
-		heap:   sc.heaps[loc][:0],
-		sorted: sc.sorted[loc][:0],
-		prefix: append(sc.prefix[loc][:0], 0),
+		cur:            candCursor{x: &lc.cands},
+		d:              d,
+		sorted:         sc.sorted[loc][:0],
+		prefix:         append(sc.prefix[loc][:0], 0),
+		total:          lc.catBytes[catCandidate],
+		protectedBytes: lc.catBytes[catProtected],
+		lastCopyBytes:  lc.catBytes[catLastCopy],
+		inFlightBytes:  lc.catBytes[catInFlight],
 	}
-	for _, v := range d.l.liveValues() {
+	for v := range d.required {
 		m := v.mat(loc)
 		if m == nil {
 			continue
 		}
-		switch {
-		case m.state != Resident || m.busy():
-			s.inFlightBytes += v.bytes
-		case d.isRequired(v):
-			s.requiredBytes += v.bytes
-		case m.protected():
-			s.protectedBytes += v.bytes
-		case !v.hasSource && v.residentCount() < 2:
-			s.lastCopyBytes += v.bytes
-		default:
-			s.heap = append(s.heap, candidate{prio: m.prio, lastUse: m.lastUse, id: v.id, bytes: v.bytes})
-			s.total += v.bytes
+		switch cat, _ := v.category(m); cat {
+		case catInFlight:
+			continue // in flight comes first, required or not
+		case catProtected:
+			s.protectedBytes -= v.bytes
+		case catLastCopy:
+			s.lastCopyBytes -= v.bytes
+		case catCandidate:
+			s.total -= v.bytes
 		}
-	}
-	for i := len(s.heap)/2 - 1; i >= 0; i-- {
-		s.down(i)
+		s.requiredBytes += v.bytes
 	}
 	d.streams[loc] = s
 	return s
 }
 
-// isRequired reports whether the request requires v (a short linear scan
-// for the usual handful of requirements; the map beyond that).
-func (d *decider) isRequired(v *value) bool {
+// isRequired reports whether the request requires the value with id (a
+// short linear scan for the usual handful of requirements; the map beyond
+// that).
+func (d *decider) isRequired(id uint64) bool {
 	if len(d.reqs) > 8 {
-		return d.required[v]
+		return d.requiredIDs[id]
 	}
 	for _, r := range d.reqs {
-		if r.v == v {
+		if r.v.id == id {
 			return true
 		}
 	}
@@ -330,8 +339,8 @@ func (d *decider) isRequired(v *value) bool {
 // decideScratch holds the candidate buffers of one Decide, per location,
 // for reuse by the next one. Nothing in a Decision points into them.
 type decideScratch struct {
-	heaps, sorted [][]candidate
-	prefix        [][]int64
+	sorted [][]candidate
+	prefix [][]int64
 }
 
 // decideScratch returns the ledger's reusable candidate buffers (the
@@ -341,8 +350,7 @@ func (l *Ledger) decideScratch(nlocs int) *decideScratch {
 		l.scratch = new(decideScratch)
 	}
 	sc := l.scratch
-	for len(sc.heaps) < nlocs {
-		sc.heaps = append(sc.heaps, nil)
+	for len(sc.sorted) < nlocs {
 		sc.sorted = append(sc.sorted, nil)
 		sc.prefix = append(sc.prefix, nil)
 	}
@@ -354,49 +362,33 @@ func (d *decider) release() {
 	sc := d.scratch
 	for loc, s := range d.streams {
 		if s != nil {
-			sc.heaps[loc], sc.sorted[loc], sc.prefix[loc] = s.heap[:0], s.sorted[:0], s.prefix[:0]
+			sc.sorted[loc], sc.prefix[loc] = s.sorted[:0], s.prefix[:0]
 		}
 	}
 	d.streams, d.scratch = nil, nil
 }
 
-func (s *candStream) down(i int) {
-	h := s.heap
+// more reads the next candidate that the request does not require into
+// sorted, and reports false when none is left.
+func (s *candStream) more() bool {
 	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			return
+		c, ok := s.cur.next()
+		if !ok {
+			return false
 		}
-		if r := c + 1; r < len(h) && candLess(&h[r], &h[c]) {
-			c = r
+		if s.d.isRequired(c.id) {
+			continue
 		}
-		if !candLess(&h[c], &h[i]) {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
+		s.sorted = append(s.sorted, c)
+		s.prefix = append(s.prefix, s.prefix[len(s.prefix)-1]+c.bytes)
+		return true
 	}
 }
 
-// pop moves the least remaining candidate to the sorted prefix.
-func (s *candStream) pop() {
-	h := s.heap
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	s.heap = h[:last]
-	if last > 0 {
-		s.down(0)
-	}
-	s.sorted = append(s.sorted, top)
-	s.prefix = append(s.prefix, s.prefix[len(s.prefix)-1]+top.bytes)
-}
-
-// reach sorts candidates until their running sum reaches n (or none is
+// reach reads candidates until their running sum reaches n (or none is
 // left) and reports whether it did.
 func (s *candStream) reach(n int64) bool {
-	for s.prefix[len(s.prefix)-1] < n && len(s.heap) > 0 {
-		s.pop()
+	for s.prefix[len(s.prefix)-1] < n && s.more() {
 	}
 	return s.prefix[len(s.prefix)-1] >= n
 }
@@ -666,11 +658,8 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 		list = list[:0]
 		skipped := int64(0)
 		for i := 0; prefix[len(prefix)-1] < sf.n; i++ {
-			if i == len(s.sorted) {
-				if len(s.heap) == 0 {
-					break
-				}
-				s.pop()
+			if i == len(s.sorted) && !s.more() {
+				break
 			}
 			c := s.sorted[i]
 			if v := d.l.valueByID(c.id); !v.hasSource && removed[v]+1 >= v.residentCount() {

@@ -112,3 +112,47 @@ func dtBenchName(n int) string {
 	}
 	return fmt.Sprint(n)
 }
+
+// BenchmarkDecideScale is BenchmarkDecide's state and request scaled up to
+// 1k, 10k, 100k and 1M resident values (issue 10: KV-block scale). Each
+// ledger is built once per size (building the 1M one takes seconds) and
+// reused by every run of its sub-benchmark: Decide changes nothing.
+//
+//	go test ./budget -run '^$' -bench BenchmarkDecideScale -benchtime 2s
+func BenchmarkDecideScale(b *testing.B) {
+	var built struct {
+		n   int
+		l   *Ledger
+		req Request
+	}
+	for _, n := range []int{1000, 10000, 100000, 1000000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			if built.n != n {
+				built.l, built.n = nil, 0 // let the previous size go first
+				built.l, built.req = dtBenchLedger(b, n)
+				built.n = n
+			}
+			l, req := built.l, built.req
+			d, err := l.Decide(req, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, 1024)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := l.Decide(req, 0); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+			b.ReportMetric(float64(d.ExploredStates), "explored")
+			b.ReportMetric(float64(len(d.Evictions)), "evictions")
+		})
+	}
+}

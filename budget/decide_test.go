@@ -140,6 +140,7 @@ func (f *dtFixture) mat(name, loc string) *mat {
 func (f *dtFixture) setRank(name, loc string, prio int64, lastUse uint64) {
 	m := f.mat(name, loc)
 	m.prio, m.lastUse = prio, lastUse
+	f.l.reindex(f.l.valueByID(f.h[name].ID)) // as every mutation does
 }
 
 func (f *dtFixture) inflation(loc string) int64 { return f.l.locs[f.l.locIdx[loc]].inflation }

@@ -167,19 +167,27 @@
 // were protected, last copies, required or in flight; protected move
 // sources; unrecoverable combinations).
 //
-// What keeps it fast without changing the result: candidate lists are
-// collected once per Decide and location, on first need, into a binary
-// heap and sorted lazily, only as deep as the largest shortfall needs; the
-// recursive rule then costs one binary search over running sums per
-// victim; victims are memoized per (location, shortfall), since the
-// candidate list is fixed during one Decide. Victims are computed per
-// location independently; only if the chosen sets would together remove
-// every copy of a value without a source (two victims, two locations) are
-// they recomputed location by location in location order, each location's
-// list dropping what would become a last copy. Dropping candidates the rule
-// did not select cannot change what it selects, so the two computations
-// agree whenever there is no such conflict. Explain runs once per returned
-// decision.
+// What keeps it fast without changing the result: every location keeps
+// its candidates in candidate order in an index that the ledger updates on
+// every mutation that changes a materialization's category or rank (its
+// state, readers, protections, priority or last use, or the number of
+// resident copies of a value without a source), together with the bytes
+// there by category (in flight, protected, last copy, candidate), so
+// Decide reads candidates in order, skipping the request's required
+// values, only as deep as the largest shortfall needs, without looking at
+// any other value: its cost grows with the victims it needs, not with the
+// values resident (candindex.go). The recursive rule then costs one binary
+// search over running sums per victim; victims are memoized per
+// (location, shortfall), since the candidate list is fixed during one
+// Decide. Victims are computed per location independently; only if the
+// chosen sets would together remove every copy of a value without a
+// source (two victims, two locations) are they recomputed location by
+// location in location order, each location's list dropping what would
+// become a last copy. Dropping candidates the rule did not select cannot
+// change what it selects, so the two computations agree whenever there
+// is no such conflict. Explain runs once per returned decision; its
+// simulation (like every plan check) copies only the locations' figures
+// and the values the plan names, never the value table.
 //
 // # Order of checks
 //

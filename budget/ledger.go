@@ -17,6 +17,11 @@ type location struct {
 	inflation int64 // L of the controller's priority
 	// reservations active here, in admission order.
 	reservations []*reservation
+	// The controller's accounting (candindex.go): the candidates here in
+	// candidate order, and the bytes of every materialization here by
+	// category.
+	cands    candIndex
+	catBytes [numCats]int64
 }
 
 type reservation struct {
@@ -35,6 +40,9 @@ type mat struct {
 	prio    int64  // H = L(location) + freq at the last completion or lease
 	lastUse uint64 // version of the last completion, lease, hold or release
 	readers int    // in-flight copies reading this materialization
+	// How the location's accounting counts it (candindex.go).
+	cat matCat
+	key candidate
 }
 
 func (m *mat) protected() bool { return m.uses > 0 || m.holds > 0 || m.pending > 0 }
@@ -434,6 +442,7 @@ func (l *Ledger) admitTransfer(v *value, dest, src, temp int, moveSrc bool, kind
 	if temp >= 0 {
 		eff.TempAt = l.locs[temp].name
 	}
+	l.reindex(v)
 	x.admitted = Transition{Version: l.commit("admit", v, dest, v.bytes, detail), Kind: "admit", Handle: v.name, Location: l.locs[dest].name, Bytes: v.bytes, Detail: detail}
 	return Admission{ID: x.id, Pending: true, Effects: []Effect{eff}}
 }
@@ -625,6 +634,7 @@ func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
 	v.freq++
 	m.prio = l.locs[x.dest].inflation + v.freq
 	m.lastUse = l.commit("complete", v, x.dest, v.bytes, "")
+	l.reindex(v)
 	if x.moveSrc {
 		sm := v.mat(x.src)
 		l.removeMat(v, sm, "move source")
@@ -650,11 +660,13 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 	if x.src >= 0 && !x.moveSrc {
 		v.mat(x.src).readers--
 	}
+	l.unindex(v, v.mat(x.dest))
 	v.removeMat(x.dest)
 	l.uncharge(x.dest, v.bytes)
 	if x.moveSrc {
 		v.mat(x.src).state = Resident
 	}
+	l.reindex(v)
 	detail := "transfer failed"
 	if x.kind == EffectInitialize {
 		// A registration whose first materialization failed: the value
@@ -686,7 +698,9 @@ func (l *Ledger) removeMat(v *value, m *mat, detail string) {
 	if m.prio > lc.inflation {
 		lc.inflation = m.prio
 	}
+	l.unindex(v, m)
 	v.removeMat(m.loc)
+	l.reindex(v)
 	l.uncharge(m.loc, v.bytes)
 	l.commit("remove", v, m.loc, v.bytes, detail)
 }
@@ -795,6 +809,7 @@ func (l *Ledger) Acquire(h Handle, loc string) (LeaseID, error) {
 	id := l.nextLse
 	l.leases[id] = &lease{v: v, loc: i, open: true}
 	m.lastUse = l.commit("acquire", v, i, 0, fmt.Sprintf("lease %d", id))
+	l.reindex(v)
 	return id, nil
 }
 
@@ -821,6 +836,7 @@ func (l *Ledger) Release(id LeaseID) error {
 		panic("budget: use count went negative")
 	}
 	m.lastUse = l.commit("release", ls.v, ls.loc, 0, fmt.Sprintf("lease %d", id))
+	l.reindex(ls.v)
 	return nil
 }
 
@@ -835,6 +851,7 @@ func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
 	l.nextEvt++
 	e := l.nextEvt
 	l.events[e] = &event{v: ls.v, loc: ls.loc}
+	l.reindex(ls.v)
 	l.commit("record_event", ls.v, ls.loc, 0, fmt.Sprintf("event %d on lease %d", e, id))
 	return e, nil
 }
@@ -852,6 +869,7 @@ func (l *Ledger) ReapEvent(id EventID) error {
 	if m.pending < 0 {
 		panic("budget: pending event count went negative")
 	}
+	l.reindex(e.v)
 	l.commit("reap_event", e.v, e.loc, 0, fmt.Sprintf("event %d", id))
 	return nil
 }
@@ -867,6 +885,7 @@ func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
 	id := l.nextHld
 	l.holds[id] = &hold{v: v, loc: i}
 	m.lastUse = l.commit("hold", v, i, 0, fmt.Sprintf("hold %d", id))
+	l.reindex(v)
 	return id, nil
 }
 
@@ -883,6 +902,7 @@ func (l *Ledger) Unhold(id HoldID) error {
 		panic("budget: hold count went negative")
 	}
 	m.lastUse = l.commit("unhold", hd.v, hd.loc, 0, fmt.Sprintf("hold %d", id))
+	l.reindex(hd.v)
 	return nil
 }
 

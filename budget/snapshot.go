@@ -227,6 +227,9 @@ func (l *Ledger) CheckInvariants() error {
 	if err := l.checkValueTable(); err != nil {
 		return err
 	}
+	if err := l.checkIndexes(l.liveValues()); err != nil {
+		return err
+	}
 	for _, v := range l.liveValues() {
 		if v.discarded {
 			return fmt.Errorf("retired value %s is still in the value table", v.name)
