@@ -104,7 +104,7 @@ func TestDriverOutOfMemory(t *testing.T) {
 }
 
 // Every method works from goroutines that never set a context, many at
-// once, and leaves no context current on their threads.
+// once.
 func TestAnyGoroutine(t *testing.T) {
 	b := newBackend(t, nil)
 	defer func() { require.NoError(t, b.Close()) }()
