@@ -202,7 +202,7 @@ func (h *harness) snapshot() budget.Snapshot {
 	rep, _ := h.ask(func(to *actor.PID) any { return &messages.Snapshot{ReplyTo: to} })
 	sr, ok := rep.(*messages.SnapshotReply)
 	require.True(h.t, ok, "Snapshot answered %T", rep)
-	return sr.Snapshot
+	return sr.Frozen.Snapshot()
 }
 
 func (h *harness) acquire(hd budget.Handle, loc string) budget.LeaseID {

@@ -134,7 +134,9 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 	case *messages.ExitScope:
 		s.exitScope(m)
 	case *messages.Snapshot:
-		s.reply(m.ReplyTo, &messages.SnapshotReply{Snapshot: s.ledger.Snapshot()})
+		// Frozen here, rendered by the caller: a snapshot of a million
+		// values does not hold up the requests queued behind it.
+		s.reply(m.ReplyTo, &messages.SnapshotReply{Frozen: s.ledger.Freeze()})
 	case *messages.StateVersion:
 		s.reply(m.ReplyTo, &messages.Reply{Version: s.ledger.Version()})
 	case *messages.Trace:

@@ -176,7 +176,7 @@ func TestSupervisorEveryRequestKindGetsExactlyOneReply(t *testing.T) {
 			func(t *testing.T, rep any) { require.ErrorIs(t, rep.(*messages.Reply).Err, budget.ErrInvalidInput) }},
 		{"Snapshot", func(to *actor.PID) any { return &messages.Snapshot{ReplyTo: to} },
 			func(t *testing.T, rep any) {
-				s := rep.(*messages.SnapshotReply).Snapshot
+				s := rep.(*messages.SnapshotReply).Frozen.Snapshot()
 				v, ok := s.Value("w")
 				require.True(t, ok)
 				assert.Len(t, v.Materializations, 3)

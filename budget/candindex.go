@@ -54,6 +54,7 @@ func (l *Ledger) reindex(v *value) {
 	if l.sim {
 		return
 	}
+	l.touch(v) // its snapshot record too
 	for _, m := range v.mats {
 		cat, key := v.category(m)
 		if cat == m.cat && (cat != catCandidate || key == m.key) {

@@ -63,6 +63,10 @@ type value struct {
 	mats      []*mat // any order; at most one per location
 	inflight  int    // admitted transfers not yet completed or failed
 	slot      int    // position in the value table's registration order
+	// rec is the value's immutable snapshot record as of the last freeze;
+	// dirty: changed since (listed in the ledger's dirty list).
+	rec   *ValueRecord
+	dirty bool
 }
 
 func (v *value) mat(loc int) *mat {
@@ -141,10 +145,14 @@ type Ledger struct {
 	nextEvt    EventID
 	nextHld    HoldID
 
-	trace   traceRing
-	sink    *[]Transition  // when set, committed transitions are appended
-	sim     bool           // a simulation clone (explain/decide)
-	scratch *decideScratch // Decide's reusable candidate buffers
+	trace traceRing
+	sink  *[]Transition // when set, committed transitions are appended
+	sim   bool          // a simulation clone (explain/decide)
+	// dirty lists the values changed since the last freeze (snapshot.go);
+	// dirtyRetired counts those retired since.
+	dirty        []*value
+	dirtyRetired int
+	scratch      *decideScratch // Decide's reusable candidate buffers
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
@@ -407,6 +415,7 @@ func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
 func (l *Ledger) addValue(v *value) {
 	l.vals.add(v)
 	l.byName[v.name] = v
+	l.touch(v)
 }
 
 // retire forgets a value whose handle is retired: its name is free and its
@@ -415,6 +424,7 @@ func (l *Ledger) retire(v *value) {
 	v.discarded = true
 	delete(l.byName, v.name)
 	l.vals.retire(v)
+	l.forgetDirty(v)
 }
 
 // ---- two-phase transfers ---------------------------------------------------

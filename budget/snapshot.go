@@ -1,6 +1,10 @@
 package budget
 
-import "fmt"
+import (
+	"fmt"
+	"reflect"
+	"slices"
+)
 
 type traceRing struct {
 	cap   int
@@ -122,9 +126,71 @@ func (s *Snapshot) Value(name string) (ValueRecord, bool) {
 // order and every live value in registration order, materializations in
 // location order. Discarded values are not listed (the trace shows their
 // discard), nor is a value whose registration failed (it never existed).
-// A read: no version.
-func (l *Ledger) Snapshot() Snapshot {
-	s := Snapshot{StateVersion: l.version, ManagerID: l.id, Locations: make([]LocationRecord, len(l.locs)), Values: make([]ValueRecord, 0, l.vals.len())}
+// A read: no version. It is l.Freeze().Snapshot().
+func (l *Ledger) Snapshot() Snapshot { return l.Freeze().Snapshot() }
+
+// FrozenSnapshot is one atomic copy of the ledger at one version, taken
+// by [Ledger.Freeze] in time independent of the number of values and
+// rendered into a [Snapshot] later, by any goroutine, without the ledger:
+// the runtime freezes inside its serialized section and renders outside
+// it, so a snapshot of a million values does not stall the runtime.
+//
+// It shares immutable data with the ledger: every live value's record is
+// an immutable record, replaced (never changed) when the value changes,
+// and the ledger keeps them in chunks that it copies before changing one
+// that a frozen snapshot still holds (copy on write).
+type FrozenSnapshot struct {
+	version   uint64
+	manager   string
+	locations []LocationRecord
+	chunks    []*recChunk
+	n         int // records in chunks (live values and holes)
+	live      int
+}
+
+// StateVersion returns the version the snapshot was taken at.
+func (f *FrozenSnapshot) StateVersion() uint64 { return f.version }
+
+// Snapshot renders the frozen snapshot: a fresh copy that shares nothing
+// with the ledger or with other renderings. Safe for concurrent use.
+func (f *FrozenSnapshot) Snapshot() Snapshot {
+	s := Snapshot{StateVersion: f.version, ManagerID: f.manager, Locations: make([]LocationRecord, len(f.locations)), Values: make([]ValueRecord, 0, f.live)}
+	for i, r := range f.locations {
+		r.Reservations = slices.Clone(r.Reservations)
+		s.Locations[i] = r
+	}
+	nm := 0
+	f.each(func(r *ValueRecord) { nm += len(r.Materializations) })
+	mats := make([]MaterializationRecord, 0, nm)
+	f.each(func(r *ValueRecord) {
+		v := *r
+		if len(r.Materializations) > 0 {
+			start := len(mats)
+			mats = append(mats, r.Materializations...)
+			v.Materializations = mats[start:len(mats):len(mats)]
+		}
+		s.Values = append(s.Values, v)
+	})
+	return s
+}
+
+func (f *FrozenSnapshot) each(fn func(*ValueRecord)) {
+	for i := 0; i < f.n; i++ {
+		if r := f.chunks[i/recChunkSize].recs[i%recChunkSize]; r != nil {
+			fn(r)
+		}
+	}
+}
+
+// Freeze takes an atomic snapshot of the state without rendering it: the
+// locations' records (with their reservations), the records of the values
+// changed since the last freeze, and a copy of the list of the record
+// chunks (one pointer per 1,024 registrations). Its cost grows with the
+// locations, the reservations, the transfers in flight and the values
+// changed since the last freeze, not with the values live. A read: no
+// version.
+func (l *Ledger) Freeze() *FrozenSnapshot {
+	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs))}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}
@@ -134,35 +200,130 @@ func (l *Ledger) Snapshot() Snapshot {
 				r.Reservations[j] = ReservationRecord{Name: x.name, Bytes: x.bytes, Owner: x.owner}
 			}
 		}
-		s.Locations[i] = r
+		f.locations[i] = r
 	}
 	for _, x := range l.xfers {
 		if x.temp >= 0 {
-			s.Locations[x.temp].TemporaryBytes += x.v.bytes
+			f.locations[x.temp].TemporaryBytes += x.v.bytes
 		}
 	}
-	nm := 0
-	l.vals.each(func(v *value) { nm += len(v.mats) })
-	mats := make([]MaterializationRecord, 0, nm)
-	l.vals.each(func(v *value) {
-		r := ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Recoverable: l.recoverable(v)}
-		if v.hasSource {
-			r.SourceLocation = l.locs[v.source].name
+	l.flushRecords()
+	f.chunks, f.n = l.vals.recs.freeze()
+	f.live = l.vals.len()
+	return f
+}
+
+// touch marks v's record out of date; the next freeze replaces it.
+func (l *Ledger) touch(v *value) {
+	if l.sim || v.dirty {
+		return
+	}
+	v.dirty = true
+	l.dirty = append(l.dirty, v)
+}
+
+// flushRecords replaces the record of every value changed since the last
+// freeze.
+func (l *Ledger) flushRecords() {
+	for _, v := range l.dirty {
+		if !v.dirty {
+			continue
 		}
-		start := len(mats)
+		v.dirty = false
+		if v.discarded {
+			continue
+		}
+		v.rec = l.record(v)
+		l.vals.recs.set(v.slot, v.rec)
+	}
+	clear(l.dirty)
+	l.dirty, l.dirtyRetired = l.dirty[:0], 0
+}
+
+// forgetDirty is called when a value is retired: the list of changed
+// values must not keep retired ones alive, so once they are the majority
+// it is filtered (amortized O(1) per retirement).
+func (l *Ledger) forgetDirty(v *value) {
+	if !v.dirty {
+		return
+	}
+	v.dirty = false
+	l.dirtyRetired++
+	if l.dirtyRetired > 64 && l.dirtyRetired > len(l.dirty)/2 {
+		kept := l.dirty[:0]
+		for _, x := range l.dirty {
+			if x.dirty {
+				kept = append(kept, x)
+			}
+		}
+		clear(l.dirty[len(kept):])
+		l.dirty, l.dirtyRetired = kept, 0
+	}
+}
+
+// record builds v's immutable snapshot record.
+func (l *Ledger) record(v *value) *ValueRecord {
+	r := &ValueRecord{Handle: l.handle(v), Bytes: v.bytes, ReplicaMode: v.mode, HasSource: v.hasSource, Recoverable: l.recoverable(v)}
+	if v.hasSource {
+		r.SourceLocation = l.locs[v.source].name
+	}
+	if len(v.mats) > 0 {
+		ms := make([]MaterializationRecord, 0, len(v.mats))
 		for _, m := range v.mats {
-			mats = append(mats, MaterializationRecord{Location: l.locs[m.loc].name, State: m.state, ChargedBytes: v.bytes, UseCount: m.uses, HoldCount: m.holds, PendingEventCount: m.pending})
+			ms = append(ms, MaterializationRecord{Location: l.locs[m.loc].name, State: m.state, ChargedBytes: v.bytes, UseCount: m.uses, HoldCount: m.holds, PendingEventCount: m.pending})
 		}
-		ms := mats[start:len(mats):len(mats)]
 		if len(ms) > 1 {
 			sortMatRecords(ms, l)
 		}
-		if len(ms) > 0 {
-			r.Materializations = ms
-		}
-		s.Values = append(s.Values, r)
-	})
-	return s
+		r.Materializations = ms
+	}
+	return r
+}
+
+// ---- the record chunks -------------------------------------------------------
+
+const recChunkSize = 1024
+
+// recChunk holds the records of 1,024 consecutive slots of the value
+// table. A chunk whose gen is below its array's gen may be held by a
+// frozen snapshot: it is never changed again, only copied.
+type recChunk struct {
+	gen  uint64
+	recs [recChunkSize]*ValueRecord
+}
+
+// recArray is the records of the value table's slots, persistent: freeze
+// hands out the current chunks and later changes copy a chunk before
+// changing it (once per chunk and freeze).
+type recArray struct {
+	chunks []*recChunk
+	n      int
+	gen    uint64
+}
+
+func (a *recArray) set(i int, r *ValueRecord) {
+	ci := i / recChunkSize
+	c := a.chunks[ci]
+	if c.gen != a.gen {
+		nc := *c
+		nc.gen = a.gen
+		a.chunks[ci], c = &nc, &nc
+	}
+	c.recs[i%recChunkSize] = r
+}
+
+func (a *recArray) push(r *ValueRecord) {
+	if a.n%recChunkSize == 0 {
+		a.chunks = append(a.chunks, &recChunk{gen: a.gen})
+	}
+	a.n++
+	a.set(a.n-1, r)
+}
+
+func (a *recArray) freeze() ([]*recChunk, int) {
+	out := slices.Clone(a.chunks)
+	a.gen++
+	return out, a.n
 }
 
 func sortMatRecords(ms []MaterializationRecord, l *Ledger) {
@@ -229,6 +390,16 @@ func (l *Ledger) CheckInvariants() error {
 	}
 	if err := l.checkIndexes(l.liveValues()); err != nil {
 		return err
+	}
+	for _, v := range l.liveValues() {
+		// A value not marked changed since the last freeze must have an
+		// up-to-date record there (every mutation marks its value).
+		if !v.dirty && !reflect.DeepEqual(v.rec, l.record(v)) {
+			return fmt.Errorf("value %s: snapshot record %+v is out of date (%+v) but not marked changed", v.name, v.rec, l.record(v))
+		}
+		if !v.dirty && l.vals.recs.chunks[v.slot/recChunkSize].recs[v.slot%recChunkSize] != v.rec {
+			return fmt.Errorf("value %s: the record at its slot is not its own", v.name)
+		}
 	}
 	for _, v := range l.liveValues() {
 		if v.discarded {

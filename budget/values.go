@@ -14,6 +14,7 @@ package budget
 type valueTable struct {
 	byID  map[uint64]*value
 	order []*value // id order; nil = retired, awaiting compaction
+	recs  recArray // the snapshot record of every slot of order
 	holes int
 	maxID uint64 // the highest id ever issued
 	// peak is the most entries byID held since it was made: a Go map
@@ -31,6 +32,7 @@ func (t *valueTable) add(v *value) {
 	t.maxID = v.id
 	v.slot = len(t.order)
 	t.order = append(t.order, v)
+	t.recs.push(nil) // the record comes with the next freeze
 	t.byID[v.id] = v
 	t.peak = max(t.peak, len(t.byID))
 }
@@ -44,6 +46,7 @@ func (t *valueTable) retire(v *value) {
 	}
 	delete(t.byID, v.id)
 	t.order[v.slot] = nil
+	t.recs.set(v.slot, nil)
 	t.holes++
 	if t.holes > 64 && t.holes > len(t.byID) {
 		t.compact()
@@ -59,6 +62,11 @@ func (t *valueTable) compact() {
 		}
 	}
 	t.order, t.holes = live, 0
+	recs := recArray{gen: t.recs.gen}
+	for _, v := range live {
+		recs.push(v.rec) // an out-of-date one is replaced at the next freeze, by slot
+	}
+	t.recs = recs
 	if len(live) < t.peak/4 {
 		m := make(map[uint64]*value, len(live))
 		for _, v := range live {

@@ -240,8 +240,11 @@ type RunReply struct {
 	Version      uint64
 }
 
-// SnapshotReply answers Snapshot.
-type SnapshotReply struct{ Snapshot budget.Snapshot }
+// SnapshotReply answers Snapshot with the frozen snapshot: the
+// supervisor freezes (in time independent of the number of values), the
+// caller renders it ([budget.FrozenSnapshot.Snapshot]) outside the
+// supervisor.
+type SnapshotReply struct{ Frozen *budget.FrozenSnapshot }
 
 // TraceReply answers Trace.
 type TraceReply struct{ Trace []budget.Transition }

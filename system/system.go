@@ -513,7 +513,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return r.(*messages.SnapshotReply).Snapshot, nil
+	return r.(*messages.SnapshotReply).Frozen.Snapshot(), nil
 }
 
 // StateVersion returns the current state version: the number of committed
