@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/system"
 )
 
@@ -165,4 +166,21 @@ func ExampleSystem_StateVersion() {
 	after, _ := sys.StateVersion(ctx)
 	fmt.Println(before, after)
 	// Output: 0 2
+}
+
+// DeviceLimit sizes a GPU's budget from what NVML reports (here a made-up
+// 80 GiB device; use cuda/discover's inventory on a real machine): total
+// memory less 6 GiB of headroom, capped at 70 GiB.
+func ExampleDeviceLimit() {
+	info := cuda.DeviceInfo{UUID: "GPU-example", Name: "an 80 GiB GPU", TotalBytes: 80 << 30}
+	loc, err := system.DeviceLimit("cuda:0", info, 70<<30, 6<<30)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(loc.Name, loc.BudgetBytes>>30, "GiB")
+	_, err = system.DeviceLimit("cuda:0", info, 0, 90<<30)
+	fmt.Println(errors.Is(err, system.ErrInvalidInput))
+	// Output:
+	// cuda:0 70 GiB
+	// true
 }

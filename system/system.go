@@ -140,6 +140,24 @@ func Limit(name string, bytes int64) LocationConfig {
 	return LocationConfig{Name: name, HasBudget: true, BudgetBytes: bytes}
 }
 
+// DeviceLimit configures a device location with a budget sized from what
+// the hardware reports: the device's total memory less headroom, and at
+// most cap when cap > 0 (see [cuda.DefaultBudget]; info comes from package
+// cuda/discover, matched to cuda:N by UUID). The figure is configuration,
+// taken once: from then on the runtime admits by its own arithmetic, never
+// by NVML. Errors: a malformed name ([*InvalidInputError]), a negative cap
+// or headroom, a device with no memory, or a headroom that leaves nothing.
+func DeviceLimit(name string, info cuda.DeviceInfo, cap, headroom int64) (LocationConfig, error) {
+	if _, err := budget.ParseLocation(name); err != nil {
+		return LocationConfig{}, err
+	}
+	b, err := cuda.DefaultBudget(info, cap, headroom)
+	if err != nil {
+		return LocationConfig{}, &budget.InvalidInputError{Message: fmt.Sprintf("budget of %s: %v", name, err)}
+	}
+	return Limit(name, b), nil
+}
+
 // NoLimit configures a location without a budget.
 func NoLimit(name string) LocationConfig { return LocationConfig{Name: name} }
 
