@@ -29,7 +29,8 @@ type Lease struct {
 
 // Acquire takes a lease on h's resident materialization at loc. It never
 // places: an absent endpoint is an [*UnavailableError].
-func (s *System) Acquire(ctx context.Context, h Handle, loc string) (*Lease, error) {
+func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
+	defer func() { s.stats.admission(ctx, opAcquire, err) }()
 	s.inflight.Add(1)
 	if err := s.refusal(ctx); err != nil {
 		s.inflight.Add(-1)
@@ -160,7 +161,8 @@ type Hold struct {
 }
 
 // Hold takes a hold on h's resident materialization at loc.
-func (s *System) Hold(ctx context.Context, h Handle, loc string) (*Hold, error) {
+func (s *System) Hold(ctx context.Context, h Handle, loc string) (_ *Hold, err error) {
+	defer func() { s.stats.admission(ctx, opHold, err) }()
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLate)
 	if err != nil {
 		return nil, err

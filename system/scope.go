@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -69,7 +70,8 @@ func (sc *Scope) Name() string { return sc.name }
 // [*PlanExecutionError] with phase reclaim, reserve or enter; committed
 // steps stay, the scope's reservations are released, no lease is held, and
 // the scope cannot be entered again. Entering twice: [*InvalidInputError].
-func (sc *Scope) Enter(ctx context.Context) error {
+func (sc *Scope) Enter(ctx context.Context) (err error) {
+	defer func() { sc.sys.stats.entered(ctx, err) }()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.state != scopeNew {
@@ -195,7 +197,8 @@ func (s *System) Admit(ctx context.Context, req Request) (*Scope, Decision, erro
 }
 
 // AdmitWithLimit is Admit with an explicit state limit (0 = default).
-func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int) (*Scope, Decision, error) {
+func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int) (_ *Scope, dec Decision, rerr error) {
+	defer s.stats.admitted(ctx, time.Now(), &dec, &rerr)
 	sc := s.NewScope(Plan{})
 	sc.mu.Lock()
 	defer sc.mu.Unlock()

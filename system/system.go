@@ -219,6 +219,8 @@ type System struct {
 	scopeSeq  atomic.Uint64
 	eventSeq  atomic.Uint64
 	loaderSeq atomic.Uint64
+
+	stats callStats // every call's outcome, for Metrics
 }
 
 // Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
@@ -379,7 +381,8 @@ type Value struct {
 // of the wrong length), [*UnavailableError], [*BudgetError],
 // [*PlanExecutionError] when initialization failed (the handle is then
 // retired and the name free again).
-func (s *System) Register(ctx context.Context, v Value) (Handle, error) {
+func (s *System) Register(ctx context.Context, v Value) (_ Handle, err error) {
+	defer func() { s.stats.admission(ctx, opRegister, err) }()
 	if v.Source != "" && v.Loader == nil {
 		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a source needs a loader", v.Name)}
 	}
@@ -423,7 +426,8 @@ func (s *System) Lookup(ctx context.Context, name string) (Handle, error) {
 	return rep.Handle, rep.Err
 }
 
-func (s *System) transition(ctx context.Context, m messages.Transition) error {
+func (s *System) transition(ctx context.Context, m messages.Transition) (err error) {
+	defer func() { s.stats.transition(ctx, m.Kind, err) }()
 	r, err := s.call(ctx, func(p *actor.PID) any { m.ReplyTo = p; return &m }, nil)
 	if err != nil {
 		return err
@@ -462,7 +466,8 @@ func (s *System) Discard(ctx context.Context, h Handle) error {
 }
 
 // Reserve admits a named reservation of bytes at loc.
-func (s *System) Reserve(ctx context.Context, loc, name string, bytes int64) error {
+func (s *System) Reserve(ctx context.Context, loc, name string, bytes int64) (err error) {
+	defer func() { s.stats.admission(ctx, opReserve, err) }()
 	return s.callErr(ctx, func(p *actor.PID) any {
 		return &messages.Reserve{Location: loc, Name: name, Bytes: bytes, ReplyTo: p}
 	})
@@ -489,7 +494,8 @@ func (s *System) Decide(ctx context.Context, req Request) (Decision, error) {
 }
 
 // DecideWithLimit is Decide with an explicit state limit (0 = default).
-func (s *System) DecideWithLimit(ctx context.Context, req Request, limit int) (Decision, error) {
+func (s *System) DecideWithLimit(ctx context.Context, req Request, limit int) (d Decision, err error) {
+	defer s.stats.decided(ctx, time.Now(), &d, &err)
 	r, err := s.call(ctx, func(p *actor.PID) any {
 		return &messages.Decide{Request: req, StateLimit: limit, ReplyTo: p}
 	}, nil)
@@ -504,7 +510,8 @@ func (s *System) DecideWithLimit(ctx context.Context, req Request, limit int) (D
 // changed), then reclaim → reservations → enter. Its reservations stay
 // active (release them with Unreserve). A failure after preflight is a
 // [*PlanExecutionError] with phase "execute"; committed steps stay.
-func (s *System) Execute(ctx context.Context, plan Plan) (Report, error) {
+func (s *System) Execute(ctx context.Context, plan Plan) (_ Report, err error) {
+	defer func() { s.stats.admission(ctx, opExecute, err) }()
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Execute{Plan: plan, ReplyTo: p} }, nil)
 	if err != nil {
 		return Report{}, err
