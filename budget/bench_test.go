@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -142,5 +143,86 @@ func BenchmarkExplain(b *testing.B) {
 	}
 	for b.Loop() {
 		_ = l.Explain(p)
+	}
+}
+
+// BenchmarkSnapshotScale: a snapshot of BenchmarkDecideScale's 1M-value
+// state, in its two halves. "freeze" is what the runtime's supervisor
+// does (Ledger.Freeze) when nothing changed since the last snapshot,
+// "freeze-after-1000-changes" after 500 lease pairs on random values
+// (1,000 values changed; the pairs are not timed), "render" is
+// FrozenSnapshot.Snapshot, which the caller runs outside the supervisor,
+// and "snapshot" both (Ledger.Snapshot).
+//
+//	go test ./budget -run '^$' -bench BenchmarkSnapshotScale -benchmem
+func BenchmarkSnapshotScale(b *testing.B) {
+	const n = 1000000
+	l, _ := dtBenchLedger(b, n)
+	hs := make([]Handle, 0, n)
+	locs := make([]string, 0, n)
+	for _, v := range l.liveValues() {
+		if len(v.mats) == 1 {
+			hs = append(hs, l.handle(v))
+			locs = append(locs, l.locs[v.mats[0].loc].name)
+		}
+	}
+	_ = l.Freeze()
+	b.Run("freeze", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = l.Freeze()
+		}
+	})
+	b.Run("freeze-after-1000-changes", func(b *testing.B) {
+		b.ReportAllocs()
+		r := 0
+		for b.Loop() {
+			b.StopTimer()
+			for range 500 {
+				r = (r + 7919) % len(hs)
+				id, err := l.Acquire(hs[r], locs[r])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+			_ = l.Freeze()
+		}
+	})
+	f := l.Freeze()
+	b.Run("render", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = f.Snapshot()
+		}
+	})
+	b.Run("snapshot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = l.Snapshot()
+		}
+	})
+}
+
+// BenchmarkLedgerMemory: heap per resident value of BenchmarkDecideScale's
+// state at 1M values (each resident at one location, 0–3 lease pairs
+// taken on it), snapshot records included (one freeze). The ledger alone,
+// not the runtime (system's BenchmarkValueMemory adds the value actors).
+//
+//	go test ./budget -run '^$' -bench BenchmarkLedgerMemory -benchtime 1x
+func BenchmarkLedgerMemory(b *testing.B) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l, _ := dtBenchLedger(b, 1000000)
+		_ = l.Freeze()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1e6, "heap-B/value")
+		runtime.KeepAlive(l)
 	}
 }

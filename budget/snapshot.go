@@ -187,7 +187,8 @@ func (f *FrozenSnapshot) each(fn func(*ValueRecord)) {
 // changed since the last freeze, and a copy of the list of the record
 // chunks (one pointer per 1,024 registrations). Its cost grows with the
 // locations, the reservations, the transfers in flight and the values
-// changed since the last freeze, not with the values live. A read: no
+// changed since the last freeze (at most 1,024: beyond that, mutations
+// rebuild the records as they go), not with the values live. A read: no
 // version.
 func (l *Ledger) Freeze() *FrozenSnapshot {
 	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs))}
@@ -220,7 +221,17 @@ func (l *Ledger) touch(v *value) {
 	}
 	v.dirty = true
 	l.dirty = append(l.dirty, v)
+	if len(l.dirty) >= maxDirty {
+		// Bound the work of the next freeze (the first snapshot after a
+		// million registrations must not rebuild a million records inside
+		// the supervisor): rebuild them now, 1,024 at a time, amortized
+		// over the mutations that changed them.
+		l.flushRecords()
+	}
 }
+
+// maxDirty bounds the records a freeze rebuilds.
+const maxDirty = 1024
 
 // flushRecords replaces the record of every value changed since the last
 // freeze.

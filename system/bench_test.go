@@ -76,6 +76,8 @@ func (l *latencies) report(b *testing.B) {
 	p := func(q float64) float64 { return float64(l.all[int(q*float64(len(l.all)-1))].Nanoseconds()) / 1000 }
 	b.ReportMetric(p(0.50), "p50-acquire-µs")
 	b.ReportMetric(p(0.99), "p99-acquire-µs")
+	b.ReportMetric(p(0.9999), "p99.99-acquire-µs")
+	b.ReportMetric(p(1), "max-acquire-µs")
 }
 
 func runPairs(b *testing.B, callers int, pair func(i int) time.Duration) {
