@@ -7,6 +7,10 @@
 //	go run ./cmd/demo replay FILE              # a script, as a table
 //	go run ./cmd/demo replay --json FILE       # a script, one JSON object per op
 //	go run ./cmd/demo replay FILE --json       # the same: flags may follow FILE
+//	go run ./cmd/demo diagnose FILE            # why the script's first failed op failed
+//	go run ./cmd/demo diagnose --line N FILE   # why the op at line N failed
+//	go run ./cmd/demo diagnose --json FILE     # the same, as one JSON object
+//	go run ./cmd/demo diagnose --error E.json --snapshot S.json --trace T.json
 //	go run ./cmd/demo help
 //
 // Everything runs on the soft backend: pinned-host and cuda:N are simulated
@@ -71,6 +75,9 @@
 //	decide         request, as                   keep the decision under as
 //	enter          as, and decision or plan (with optional expected_version)
 //	exit           scope
+//	release_scope_lease  scope, enter            release by id the lease the scope took for
+//	                                             its enter action number enter (from 0), behind
+//	                                             its back: its exit then fails in phase exit
 //	snapshot, trace
 //	fail_next      kind (alloc, copy or reconstruct), location   inject a fault
 //
@@ -168,6 +175,12 @@
 //	130  interrupted (Ctrl-C): the replay stops at once, runs nothing more
 //	   and says on standard error how many ops finished.
 //
+// On a terminal, a replay that runs longer than a second shows a progress
+// bar (ops done of the script's, rate, time left) on standard error,
+// cleared before each row and at the end. There is none with --json, nor
+// when standard error is not a terminal (redirected, piped, in CI): then
+// no bar byte is written.
+//
 // Values that are well formed but wrong (bytes ≤ 0, a malformed location
 // inside an op, an unknown replica mode or fault kind) are not malformed
 // scripts: they are InvalidInput results, like any refusal of the runtime.
@@ -179,4 +192,50 @@
 // script is read twice, once to check it and once to run it (standard
 // input through an unlinked temporary file), so memory does not grow with
 // the number of lines.
+//
+// # Diagnose
+//
+// demo diagnose FILE runs a replay script, printing nothing, up to its
+// first op whose result is an error (whatever its "expect" says), or with
+// --line N up to the op at line N (failures before it are run past). Right
+// when that op returns, before anything else runs, it captures a snapshot
+// and the trace with system.Capture and diagnoses them with
+// system.DiagnoseEvidence (docs/diagnose.md): the failed call (its kind
+// and endpoint, from the script's fields), the decision of an "enter" of a
+// decided scope, and the plan of an "execute" or an "enter" of a plan with
+// its explanation (the plan is explained, which changes nothing, just
+// before it runs). Everything is in the script's words, as in replay
+// output: leases, holds, events and scopes by their script names (a
+// scope's lease with its endpoint, in a message), never the runtime's ids.
+// The ops after it do not run.
+//
+// The text is the diagnosis of system.Diagnosis.String after a line that
+// names the script line. With --json it is one object:
+//
+//	{"line": N, "op": "place", "diagnosis": {"class", "message", "meaning",
+//	 "first_action", "operation", "state_version", "manager_id", "capture",
+//	 "steps", "endpoints", "budget", "protection", "search", "stale",
+//	 "execution"}}
+//
+// with snake_case keys, every key always present, null for a part that
+// does not apply to the class, and execution.cause a diagnosis of the same
+// form; diagnose_json.go lists every field. A long script shows the
+// progress bar of replay while it runs (not with --json).
+//
+// demo diagnose --error E.json --snapshot S.json [--trace T.json]
+// [--decision D.json] [--explanation X.json] diagnoses evidence saved
+// earlier: E is the replay output's error object {"type", "message",
+// fields…} or a whole result line with one (its op names the call); S is
+// the replay output's snapshot (bare or in its result line) or a
+// system.Snapshot as encoding/json writes it; T likewise the trace array
+// or a []system.Transition; D and X a decide or explain result (or their
+// objects). They are read by system.DecodeEvidence, as replay --json
+// output is. The replay output's decision does not carry its request's
+// name, so the diagnosis cannot show it.
+//
+// Exit status of diagnose: 0 when a diagnosis was printed; 1 when there
+// was nothing to diagnose (no op failed, the op at line N succeeded) or
+// the capture failed; 2 for bad arguments, a malformed script, a line N
+// that is not an op, or evidence that cannot be read; 130 when
+// interrupted.
 package main

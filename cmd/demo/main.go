@@ -30,6 +30,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "replay":
 		return replayMain(ctx, args[1:], stdin, stdout, stderr)
+	case "diagnose":
+		return diagnoseMain(ctx, args[1:], stdin, stdout, stderr)
 	case "scenario":
 		if len(args) > 1 {
 			fmt.Fprintln(stderr, "demo scenario takes no arguments")
@@ -64,11 +66,19 @@ Usage:
                               finishes (a table, or one JSON object per line
                               with --json); FILE may be - for standard input,
                               and --json may also follow FILE
+  demo diagnose [--line N] [--json] FILE
+                              run the script up to its first failed op (or the
+                              op at line N), capture the state there and print
+                              the diagnosis: why it failed, with the figures,
+                              and what to do first
+  demo diagnose [--json] --error E.json --snapshot S.json [--trace T.json]
+                              diagnose evidence saved earlier
   demo help                   this text
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an
 expectation failed, 2 when the script is malformed (the message names the
 line), 130 when interrupted (Ctrl-C). The script format is described in
 docs/replay.md and "go doc ./cmd/demo"; cmd/demo/testdata/capacity-whatif.jsonl
-is a sample to adapt.
+is a sample to adapt. On a terminal, a long replay or diagnose shows a
+progress bar on standard error (never with --json).
 `

@@ -40,21 +40,9 @@ func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: demo replay [--json] FILE   (FILE may be - for standard input)")
 		fs.PrintDefaults()
 	}
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
-		if fs.Arg(0) != "-" && len(args) > 0 && args[0] == "--" {
-			// `FILE -- …`: nothing after a "--" is a flag.
-			files = append(files, args[1:]...)
-			break
-		}
+	files, ok := parseInterleaved(fs, args)
+	if !ok {
+		return 2
 	}
 	if len(files) != 1 {
 		if len(files) > 1 {
@@ -64,9 +52,45 @@ func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return 2
 	}
 	path := files[0]
+	h := replayHooks{cmd: "replay"}
+	return runScript(ctx, path, stdin, stderr, &h, func(info scriptInfo) resultWriter {
+		if *asJSON {
+			return newJSONWriter(stdout)
+		}
+		// A progress bar on a terminal (never with --json); rows written
+		// to the same terminal clear it first.
+		h.progress = newProgress(stderr, info.ops, "replay "+path)
+		return newTableWriter(h.progress.writer(stdout), info)
+	})
+}
+
+// parseInterleaved parses flags that may come before or after the
+// positional arguments, and returns the positional ones. A "--" after a
+// positional argument ends the flags.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		if fs.NArg() == 0 {
+			return files, true
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+		if fs.Arg(0) != "-" && len(args) > 0 && args[0] == "--" {
+			// `FILE -- …`: nothing after a "--" is a flag.
+			return append(files, args[1:]...), true
+		}
+	}
+}
+
+// runScript opens and checks a script (pass 1), then runs it (pass 2)
+// with the result writer that writer returns for it.
+func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writer, h *replayHooks, writer func(scriptInfo) resultWriter) int {
 	src, err := openScript(ctx, path, stdin)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %v\n", err)
+		fmt.Fprintf(stderr, "demo %s: %v\n", h.cmd, err)
 		return 2
 	}
 	defer src.close()
@@ -74,20 +98,34 @@ func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	// Pass 1: the whole script is checked before anything runs.
 	info, err := checkScript(ctx, src.first, src.tee)
 	if err != nil {
-		return scriptFailure(ctx, stderr, path, err, "while reading the script; nothing ran")
+		return commandScriptFailure(ctx, stderr, h.cmd, path, err, "while reading the script; nothing ran")
 	}
 	r, err := src.again()
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %s: reading the script again: %v\n", path, err)
+		fmt.Fprintf(stderr, "demo %s: %s: reading the script again: %v\n", h.cmd, path, err)
 		return 2
 	}
-	var out resultWriter
-	if *asJSON {
-		out = newJSONWriter(stdout)
-	} else {
-		out = newTableWriter(stdout, info)
-	}
-	return replay(ctx, path, newScriptReader(ctx, r, nil), info, out, stderr)
+	out := writer(info)
+	code := replay(ctx, path, newScriptReader(ctx, r, nil), info, out, h.progress.writer(stderr), h)
+	h.progress.finish()
+	return code
+}
+
+// replayHooks adapt a replay to its command: replay itself, or diagnose
+// (which runs a script up to the op it explains).
+type replayHooks struct {
+	cmd string // "replay" or "diagnose": the prefix of messages
+	// quiet: expectations are not checked (diagnose runs up to a failure
+	// whatever the line expected) and Close's note is not printed.
+	quiet bool
+	// setup is called with the runner before the first op runs.
+	setup func(*runner)
+	// after is called with each op's result once it is written; true
+	// stops the replay there (the rest of the script does not run) with
+	// status 0.
+	after func(o op, res *result) bool
+	// progress is the progress bar (nil: none).
+	progress *progress
 }
 
 func quoteAll(list []string) []string {
@@ -101,11 +139,17 @@ func quoteAll(list []string) []string {
 // scriptFailure reports an error of reading or checking the script: a
 // malformed script (2) or an interruption (130).
 func scriptFailure(ctx context.Context, stderr io.Writer, path string, err error, when string) int {
+	return commandScriptFailure(ctx, stderr, "replay", path, err, when)
+}
+
+// commandScriptFailure is scriptFailure for command cmd (its messages
+// start "demo CMD:").
+func commandScriptFailure(ctx context.Context, stderr io.Writer, cmd, path string, err error, when string) int {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		fmt.Fprintf(stderr, "demo replay: %s: interrupted %s\n", escapeText(path), when)
+		fmt.Fprintf(stderr, "demo %s: %s: interrupted %s\n", cmd, escapeText(path), when)
 		return exitInterrupted
 	}
-	fmt.Fprintf(stderr, "demo replay: %s: %s\n", escapeText(path), escapeText(err.Error()))
+	fmt.Fprintf(stderr, "demo %s: %s: %s\n", cmd, escapeText(path), escapeText(err.Error()))
 	return 2
 }
 
@@ -255,14 +299,15 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 // result per op as it finishes. It returns the exit status: 0 when every
 // expectation held, 1 otherwise, 2 when the runtime refused the start op
 // (or the script changed between its check and its run), 130 when ctx
-// ended (Ctrl-C).
-func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo, out resultWriter, stderr io.Writer) int {
+// ended (Ctrl-C). h adapts it to its command (see replayHooks).
+func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo, out resultWriter, stderr io.Writer, h *replayHooks) int {
+	cmd := h.cmd
 	start, ok, err := sr.next()
 	if err != nil || !ok {
 		if err == nil {
 			err = errors.New("the script changed after it was checked: it has no ops now")
 		}
-		return scriptFailure(ctx, stderr, path, err, "before the runtime started; nothing ran")
+		return commandScriptFailure(ctx, stderr, cmd, path, err, "before the runtime started; nothing ran")
 	}
 	opts := system.Options{ManagerID: replayManagerID}
 	for _, l := range start.locations {
@@ -288,7 +333,7 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 	}
 	backend, err := newReplayBackend(names)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", escapeText(path), start.line, err)
+		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.line, err)
 		return 2
 	}
 	defer backend.Close()
@@ -296,10 +341,10 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 	sys, err := system.Start(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "demo replay: %s: interrupted before the runtime started; nothing ran\n", escapeText(path))
+			fmt.Fprintf(stderr, "demo %s: %s: interrupted before the runtime started; nothing ran\n", cmd, escapeText(path))
 			return exitInterrupted
 		}
-		fmt.Fprintf(stderr, "demo replay: %s: line %d: bad start: %v\n", escapeText(path), start.line, err)
+		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.line, err)
 		return 2
 	}
 	closeSys := func() error {
@@ -308,13 +353,16 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		return sys.Close(closeCtx)
 	}
 	r := newRunner(sys, start.locations)
+	if h.setup != nil {
+		h.setup(r)
+	}
 	failed, done := 0, 0
 	stop := func(code int, format string, args ...any) int {
 		if err := out.flush(); err != nil {
-			fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
+			fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 		}
 		_ = closeSys()
-		fmt.Fprintf(stderr, "demo replay: %s: "+format+"\n", append([]any{escapeText(path)}, args...)...)
+		fmt.Fprintf(stderr, "demo %s: %s: "+format+"\n", append([]any{cmd, escapeText(path)}, args...)...)
 		return code
 	}
 	o := start
@@ -330,7 +378,8 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 			return stop(exitInterrupted, "interrupted at line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
 		}
 		done++
-		if o.expect != "" {
+		h.progress.step()
+		if o.expect != "" && !h.quiet {
 			res.expectation = o.expect
 			if !matches(o.expect, &res) {
 				failed++
@@ -338,13 +387,16 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 				if !res.OK {
 					got = res.Error.Type + ": " + res.Error.Message
 				}
-				fmt.Fprintf(stderr, "demo replay: %s: line %d: %s: expected %s, got %s\n", escapeText(path), o.line, o.name, o.expect, escapeText(got))
+				fmt.Fprintf(stderr, "demo %s: %s: line %d: %s: expected %s, got %s\n", cmd, escapeText(path), o.line, o.name, o.expect, escapeText(got))
 			}
 		}
 		if err := out.write(&res); err != nil {
-			fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
+			fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 			_ = closeSys()
 			return 1
+		}
+		if h.after != nil && h.after(o, &res) {
+			break
 		}
 		if ctx.Err() != nil && done < info.ops {
 			return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
@@ -363,22 +415,24 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		}
 	}
 	if err := out.flush(); err != nil {
-		fmt.Fprintf(stderr, "demo replay: writing output: %v\n", err)
+		fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 		failed++
 	}
 	if err := closeSys(); err != nil {
 		var oe *system.OutstandingError
-		if errors.As(err, &oe) {
+		switch {
+		case errors.As(err, &oe) && h.quiet:
+		case errors.As(err, &oe):
 			// Scripts may end with leases or holds still taken; Close
 			// releases them. Say so, but it is not a failure.
-			fmt.Fprintf(stderr, "demo replay: note: %s\n", escapeText(err.Error()))
-		} else {
-			fmt.Fprintf(stderr, "demo replay: closing the runtime: %s\n", escapeText(err.Error()))
+			fmt.Fprintf(stderr, "demo %s: note: %s\n", cmd, escapeText(err.Error()))
+		default:
+			fmt.Fprintf(stderr, "demo %s: closing the runtime: %s\n", cmd, escapeText(err.Error()))
 			failed++
 		}
 	}
 	if failed > 0 {
-		fmt.Fprintf(stderr, "demo replay: %s: %d failed expectation(s)\n", escapeText(path), failed)
+		fmt.Fprintf(stderr, "demo %s: %s: %d failed expectation(s)\n", cmd, escapeText(path), failed)
 		return 1
 	}
 	return 0

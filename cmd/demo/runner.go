@@ -48,6 +48,18 @@ type runner struct {
 
 	version uint64 // the state version after the last op
 	watch   watchdog
+
+	// Diagnose mode (diagnose.go). explainFirst says whether an op's
+	// plan (execute, enter of a plan) is explained before it runs, and
+	// explained is that explanation for the op running now. onFail is
+	// called with a failed op's error as soon as the op returns, before
+	// anything else reaches the runtime.
+	explainFirst func(o op) bool
+	explained    *system.Explanation
+	onFail       func(ctx context.Context, o op, err error)
+	// leaseEndpoints: lease id → "value at location", for messages
+	// (diagnose.go's scriptMessage).
+	leaseEndpoints map[uint64]string
 }
 
 // errOpTimeout is the cause of an op stopped by the watchdog.
@@ -139,13 +151,16 @@ func newRunner(sys *system.System, locs []locationSpec) *runner {
 // copy); an op the replay refused itself changed nothing.
 func (r *runner) run(ctx context.Context, o op) result {
 	res := result{Line: o.line, Op: o.name}
-	r.unresolved, r.badReplica = r.unresolved[:0], ""
+	r.unresolved, r.badReplica, r.explained = r.unresolved[:0], "", nil
 	octx, cancel := r.watch.start(ctx)
 	reached, err := r.exec(octx, o, &res)
 	if err != nil && context.Cause(octx) == errOpTimeout {
 		err = fmt.Errorf("%w: %w", errOpTimeout, err)
 	}
 	r.watch.stop(cancel)
+	if err != nil && r.onFail != nil {
+		r.onFail(ctx, o, err)
+	}
 	if err != nil {
 		res.OK, res.err, res.Error = false, err, r.errorObject(err)
 		res.Explanation, res.Report, res.Decision, res.Snapshot, res.Trace = nil, nil, nil, nil, nil
@@ -367,7 +382,9 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		res.Explanation = &e
 		return true, nil
 	case "execute":
-		rep, err := r.sys.Execute(ctx, r.plan(o.plan))
+		p := r.plan(o.plan)
+		r.explain(ctx, o, p)
+		rep, err := r.sys.Execute(ctx, p)
 		if err != nil {
 			return true, err
 		}
@@ -406,9 +423,13 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			}
 			sc = r.sys.ScopeFor(d)
 		} else if o.expectedVersion != nil {
-			sc = r.sys.NewScopeExpecting(r.plan(o.plan), *o.expectedVersion)
+			p := r.plan(o.plan)
+			r.explain(ctx, o, p)
+			sc = r.sys.NewScopeExpecting(p, *o.expectedVersion)
 		} else {
-			sc = r.sys.NewScope(r.plan(o.plan))
+			p := r.plan(o.plan)
+			r.explain(ctx, o, p)
+			sc = r.sys.NewScope(p)
 		}
 		entry.scope = sc
 		r.scopeNames[sc.Name()] = o.as
@@ -437,6 +458,22 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			e.state = scopeExited // an exit failure is kept; the scope is done
 		}
 		return true, err
+	case "release_scope_lease":
+		// The lease a scope took for one enter action, released by id
+		// behind the scope's back (as a tool that keeps lease ids would):
+		// the scope's exit then fails in phase exit.
+		e, ok := r.scopes[o.scope]
+		switch {
+		case !ok:
+			return false, invalid("unknown scope %q", o.scope)
+		case e.state != scopeEntered:
+			return false, invalid("scope %q holds no leases: it is not entered", o.scope)
+		}
+		ids := e.scope.Leases()
+		if o.index >= int64(len(ids)) {
+			return false, invalid("scope %q has %d enter action(s): no enter %d", o.scope, len(ids), o.index)
+		}
+		return true, r.sys.ReleaseByID(ctx, ids[o.index])
 	case "snapshot":
 		s, err := r.sys.Snapshot(ctx)
 		if err != nil {
@@ -469,6 +506,17 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		return r.execCache(ctx, o, res)
 	}
 	return false, fmt.Errorf("op %q is not implemented", o.name)
+}
+
+// explain explains p before op o runs it, when diagnose asks for it
+// (Explain reads; it changes nothing, not even the state version).
+func (r *runner) explain(ctx context.Context, o op, p system.Plan) {
+	if r.explainFirst == nil || !r.explainFirst(o) {
+		return
+	}
+	if ex, err := r.sys.Explain(ctx, p); err == nil {
+		r.explained = &ex
+	}
 }
 
 // plan turns a script plan into a runtime plan (see fieldHandle).

@@ -48,6 +48,7 @@ type op struct {
 	resName, decision, scope   string
 	replica, at, source, kind  string
 	bytes                      int64
+	index                      int64 // release_scope_lease: the enter action whose lease it releases
 
 	plan            *planSpec
 	request         *requestSpec
@@ -107,29 +108,30 @@ var errorTypes = []string{
 // opFields lists, per op, its required and optional fields (besides "op"
 // and "expect").
 var opFields = map[string]struct{ required, optional []string }{
-	"start":          {[]string{"locations"}, []string{"trace", "search_state_limit"}},
-	"register":       {[]string{"handle", "bytes"}, []string{"replica", "at", "source"}},
-	"place":          {[]string{"handle", "location"}, nil},
-	"copy":           {[]string{"handle", "from", "to"}, nil},
-	"move":           {[]string{"handle", "from", "to"}, nil},
-	"evict":          {[]string{"handle", "location"}, nil},
-	"discard":        {[]string{"handle"}, nil},
-	"acquire":        {[]string{"handle", "location", "as"}, nil},
-	"release":        {[]string{"lease"}, nil},
-	"record_event":   {[]string{"lease", "event"}, nil},
-	"complete_event": {[]string{"event"}, nil},
-	"hold":           {[]string{"handle", "location", "as"}, nil},
-	"unhold":         {[]string{"hold"}, nil},
-	"reserve":        {[]string{"location", "bytes", "name"}, nil},
-	"unreserve":      {[]string{"name"}, nil},
-	"explain":        {[]string{"plan"}, nil},
-	"execute":        {[]string{"plan"}, nil},
-	"decide":         {[]string{"request", "as"}, nil},
-	"enter":          {[]string{"as"}, []string{"decision", "plan", "expected_version"}},
-	"exit":           {[]string{"scope"}, nil},
-	"snapshot":       {nil, nil},
-	"trace":          {nil, nil},
-	"fail_next":      {[]string{"kind", "location"}, nil},
+	"start":               {[]string{"locations"}, []string{"trace", "search_state_limit"}},
+	"register":            {[]string{"handle", "bytes"}, []string{"replica", "at", "source"}},
+	"place":               {[]string{"handle", "location"}, nil},
+	"copy":                {[]string{"handle", "from", "to"}, nil},
+	"move":                {[]string{"handle", "from", "to"}, nil},
+	"evict":               {[]string{"handle", "location"}, nil},
+	"discard":             {[]string{"handle"}, nil},
+	"acquire":             {[]string{"handle", "location", "as"}, nil},
+	"release":             {[]string{"lease"}, nil},
+	"record_event":        {[]string{"lease", "event"}, nil},
+	"complete_event":      {[]string{"event"}, nil},
+	"hold":                {[]string{"handle", "location", "as"}, nil},
+	"unhold":              {[]string{"hold"}, nil},
+	"reserve":             {[]string{"location", "bytes", "name"}, nil},
+	"unreserve":           {[]string{"name"}, nil},
+	"explain":             {[]string{"plan"}, nil},
+	"execute":             {[]string{"plan"}, nil},
+	"decide":              {[]string{"request", "as"}, nil},
+	"enter":               {[]string{"as"}, []string{"decision", "plan", "expected_version"}},
+	"exit":                {[]string{"scope"}, nil},
+	"release_scope_lease": {[]string{"scope", "enter"}, nil},
+	"snapshot":            {nil, nil},
+	"trace":               {nil, nil},
+	"fail_next":           {[]string{"kind", "location"}, nil},
 }
 
 // opNames returns the known ops, sorted (for messages).
@@ -375,6 +377,14 @@ func (o *op) fill(f *fields) {
 		}
 	case "exit":
 		o.scope = f.str("scope")
+	case "release_scope_lease":
+		o.scope = f.str("scope")
+		if n := f.optInt("enter"); n != nil {
+			if *n < 0 {
+				f.fail(fmt.Errorf("field \"enter\": an index into the plan's enter actions, ≥ 0"))
+			}
+			o.index = *n
+		}
 	case "snapshot", "trace":
 	case "fail_next":
 		o.kind, o.location = f.str("kind"), f.str("location")

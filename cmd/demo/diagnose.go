@@ -1,0 +1,543 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/residency-go/residency/system"
+)
+
+// diagnoseMain implements
+//
+//	demo diagnose [--line N] [--json] FILE
+//	demo diagnose [--json] --error E.json --snapshot S.json [--trace T.json] [--decision D.json] [--explanation X.json]
+//
+// The first runs a replay script up to its first failed op (or up to line
+// N), captures the evidence there and prints its diagnosis; the second
+// diagnoses evidence saved earlier. Exit status: 0 when a diagnosis was
+// printed, 1 when the script ran without the failure to diagnose (no op
+// failed, or the op at line N succeeded), 2 for bad arguments, a
+// malformed script or unreadable evidence, 130 when interrupted.
+func diagnoseMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the diagnosis as one JSON object instead of text")
+	line := fs.Int("line", 0, "diagnose the op at this line of FILE (default: the first op that failed)")
+	var files evidenceFiles
+	fs.StringVar(&files.err, "error", "", "evidence: the error, as the replay output's error object or a whole result line")
+	fs.StringVar(&files.snapshot, "snapshot", "", "evidence: the snapshot at the failure (replay output's, or a system.Snapshot as encoding/json writes it)")
+	fs.StringVar(&files.trace, "trace", "", "evidence: the trace at the failure (replay output's, or a []system.Transition as encoding/json writes it); optional")
+	fs.StringVar(&files.decision, "decision", "", "evidence: the decision whose scope failed (replay output's decision object or a decide result line); optional")
+	fs.StringVar(&files.explanation, "explanation", "", "evidence: the explanation of the failed plan (replay output's explanation object or an explain result line); optional")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, diagnoseUsage)
+		fs.PrintDefaults()
+	}
+	positional, ok := parseInterleaved(fs, args)
+	if !ok {
+		return 2
+	}
+	if files.any() {
+		if len(positional) > 0 || *line != 0 {
+			fmt.Fprintln(stderr, "demo diagnose: give either a script FILE or evidence files (--error, --snapshot, …), not both")
+			fs.Usage()
+			return 2
+		}
+		return diagnoseEvidenceFiles(files, *asJSON, stdout, stderr)
+	}
+	if len(positional) != 1 {
+		if len(positional) > 1 {
+			fmt.Fprintf(stderr, "demo diagnose: one script at a time (got %d)\n", len(positional))
+		}
+		fs.Usage()
+		return 2
+	}
+	if *line < 0 {
+		fmt.Fprintf(stderr, "demo diagnose: --line %d: a line number is ≥ 1\n", *line)
+		return 2
+	}
+	return diagnoseScript(ctx, positional[0], *line, *asJSON, stdin, stdout, stderr)
+}
+
+const diagnoseUsage = `usage: demo diagnose [--line N] [--json] FILE
+       demo diagnose [--json] --error E.json --snapshot S.json [--trace T.json]
+                     [--decision D.json] [--explanation X.json]
+
+The first form replays the script FILE (- for standard input) up to its
+first failed op, or up to line N, captures the snapshot and trace right
+there and prints the diagnosis. The second diagnoses evidence saved earlier.
+`
+
+// diagnoser is the state of `demo diagnose FILE`: the op it stops at and
+// the evidence captured there.
+type diagnoser struct {
+	target int // the line to diagnose; 0: the first failed op
+	runner *runner
+	ev     *system.Evidence
+	cerr   error // Capture's error
+	at     *op   // the op it stopped at
+	atRes  *result
+}
+
+func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, stdin io.Reader, stdout, stderr io.Writer) int {
+	d := &diagnoser{target: target}
+	h := &replayHooks{cmd: "diagnose", quiet: true}
+	h.setup = func(r *runner) {
+		d.runner = r
+		r.explainFirst = func(o op) bool { return d.target == 0 || o.line == d.target }
+		r.onFail = d.capture
+	}
+	h.after = func(o op, res *result) bool {
+		if d.target == 0 && d.ev == nil && d.cerr == nil {
+			return false
+		}
+		if d.target != 0 && o.line < d.target {
+			return false
+		}
+		oo, rr := o, *res
+		d.at, d.atRes = &oo, &rr
+		return true
+	}
+	var info scriptInfo
+	code := runScript(ctx, path, stdin, stderr, h, func(i scriptInfo) resultWriter {
+		info = i
+		if !asJSON {
+			h.progress = newProgress(stderr, i.ops, "diagnose "+path)
+		}
+		return discardWriter{}
+	})
+	if code != 0 {
+		return code
+	}
+	switch {
+	case d.cerr != nil:
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d: capturing the evidence: %s\n", escapeText(path), d.at.line, escapeText(d.cerr.Error()))
+		if ctx.Err() != nil {
+			return exitInterrupted
+		}
+		return 1
+	case d.at == nil && d.target == 0:
+		fmt.Fprintf(stderr, "demo diagnose: %s: no op failed (%d ops ran): nothing to diagnose\n", escapeText(path), info.ops)
+		return 1
+	case d.at == nil || d.at.line != d.target && d.target != 0:
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d is not an op of the script (its ops are on lines up to %d; blank and # lines are not ops)\n", escapeText(path), d.target, info.lastLine)
+		return 2
+	case d.ev == nil:
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.line, d.at.name)
+		return 1
+	}
+	diag := system.DiagnoseEvidence(*d.ev)
+	line, name := d.at.line, d.at.name
+	return printDiagnosis(diag, &line, name, asJSON, stdout, stderr)
+}
+
+// capture is the runner's onFail: it takes the evidence of the op to
+// diagnose right after the op returned, before anything else runs.
+func (d *diagnoser) capture(ctx context.Context, o op, err error) {
+	if d.target != 0 && o.line != d.target || d.target == 0 && (d.ev != nil || d.cerr != nil) {
+		return
+	}
+	r := d.runner
+	ev, cerr := r.sys.Capture(ctx, err, r.operation(o))
+	if cerr != nil {
+		d.cerr = cerr
+		return
+	}
+	switch {
+	case o.name == "enter" && o.decision != "":
+		if dec, ok := r.decisions[o.decision]; ok {
+			ev.Decision = &dec
+		}
+	case (o.name == "execute" || o.name == "enter") && o.plan != nil:
+		p := r.plan(o.plan)
+		ev.Plan = &p
+		ev.Explanation = r.explained
+	}
+	ev = r.scriptEvidence(ev)
+	d.ev = &ev
+}
+
+// operation is the call op made, in the diagnosis's terms.
+func (r *runner) operation(o op) system.Operation {
+	out := system.Operation{Kind: o.name}
+	h := func(name string) system.Handle {
+		if hd, ok := r.handles[name]; ok {
+			return hd
+		}
+		return system.Handle{Name: name}
+	}
+	switch o.name {
+	case "register":
+		out.Handle, out.Location = system.Handle{Name: o.handle}, o.at
+	case "place", "evict", "acquire", "hold":
+		out.Handle, out.Location = h(o.handle), o.location
+	case "discard":
+		out.Handle = h(o.handle)
+	case "copy", "move":
+		out.Handle, out.From, out.Location = h(o.handle), o.from, o.to
+	case "reserve":
+		out.Location, out.Reservation, out.Bytes = o.location, o.resName, o.bytes
+	// unreserve: its name is in the error's message (an Operation's
+	// reservation would print with a size it does not have).
+	case "release", "record_event":
+		if e, ok := r.leases[o.lease]; ok {
+			out.Handle, out.Location = e.lease.Handle(), e.lease.Location()
+		}
+	case "fail_next":
+		out.Location = o.location
+	}
+	return out
+}
+
+// scriptEvidence puts evidence in the script's words, as the replay output
+// does: lease, hold and event ids become the script's names, scopes and
+// caches their script names, an unknown handle "register it first".
+func (r *runner) scriptEvidence(ev system.Evidence) system.Evidence {
+	// A scope's leases share one script name; a message names one of
+	// them, so it also gets its endpoint, from the trace's acquire.
+	r.leaseEndpoints = map[uint64]string{}
+	for _, t := range ev.Trace {
+		if t.Kind != "acquire" {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimPrefix(t.Detail, "lease "), 10, 64); err == nil {
+			r.leaseEndpoints[n] = t.Handle + " at " + t.Location
+		}
+	}
+	ev.Err = r.scriptError(ev.Err)
+	s := ev.Snapshot
+	locs := make([]system.LocationRecord, len(s.Locations))
+	for i, l := range s.Locations {
+		l.Reservations = append([]system.ReservationRecord(nil), l.Reservations...)
+		for j := range l.Reservations {
+			l.Reservations[j].Name = r.message(l.Reservations[j].Name)
+			l.Reservations[j].Owner = r.message(l.Reservations[j].Owner)
+		}
+		locs[i] = l
+	}
+	s.Locations = locs
+	ev.Snapshot = s
+	ev.Trace = r.scriptTransitions(ev.Trace)
+	if ev.Decision != nil {
+		d := *ev.Decision
+		d.Evictions = append([]system.Eviction(nil), d.Evictions...)
+		for i := range d.Evictions {
+			d.Evictions[i].Reason = r.message(d.Evictions[i].Reason)
+		}
+		d.Explanation.Reason = r.message(d.Explanation.Reason)
+		ev.Decision = &d
+	}
+	if ev.Explanation != nil {
+		x := *ev.Explanation
+		x.Reason = r.message(x.Reason)
+		ev.Explanation = &x
+	}
+	return ev
+}
+
+func (r *runner) scriptTransitions(ts []system.Transition) []system.Transition {
+	if ts == nil {
+		return nil
+	}
+	out := make([]system.Transition, len(ts))
+	for i, t := range ts {
+		t.Detail = r.detail(t.Detail)
+		out[i] = t
+	}
+	return out
+}
+
+// lifetimeIDs finds the runtime's lease, hold and event ids in a message
+// ("lease 3 is not active").
+var lifetimeIDs = regexp.MustCompile(`\b(lease|hold|event) ([0-9]+)\b`)
+
+// scriptMessage is runner.message, and lease, hold and event ids by their
+// script names (the trace's details name them so).
+func (r *runner) scriptMessage(msg string) string {
+	msg = r.message(msg)
+	return lifetimeIDs.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := lifetimeIDs.FindStringSubmatch(m)
+		n, err := strconv.ParseUint(sub[2], 10, 64)
+		if err != nil {
+			return m
+		}
+		var names map[uint64]string
+		switch sub[1] {
+		case "lease":
+			names = r.leaseNames
+		case "hold":
+			names = r.holdNames
+		default:
+			names = r.eventNames
+		}
+		name, ok := names[n]
+		if !ok {
+			return m
+		}
+		if ep, ok := r.leaseEndpoints[n]; ok && sub[1] == "lease" && strings.HasPrefix(name, "lease of scope ") {
+			name += " on " + ep
+		}
+		return name
+	})
+}
+
+// scriptWordsError is an error in the script's words: its message is
+// rewritten, and it unwraps to a copy of the structured error whose text
+// fields are rewritten too (so the diagnosis's figures match).
+type scriptWordsError struct {
+	msg string
+	err error
+}
+
+func (e *scriptWordsError) Error() string { return e.msg }
+func (e *scriptWordsError) Unwrap() error { return e.err }
+
+func (r *runner) scriptError(err error) error {
+	if err == nil {
+		return nil
+	}
+	_, e := classify(err)
+	inner := e
+	switch x := e.(type) {
+	case *system.PlanError:
+		c := *x
+		c.Reason = r.scriptMessage(c.Reason)
+		inner = &c
+	case *system.SearchLimitError:
+		c := *x
+		c.Detail = r.scriptMessage(c.Detail)
+		inner = &c
+	case *system.UnavailableError:
+		c := *x
+		c.Detail = r.scriptMessage(c.Detail)
+		inner = &c
+	case *system.InvalidInputError:
+		c := *x
+		c.Message = r.scriptMessage(c.Message)
+		inner = &c
+	case *system.PlanExecutionError:
+		c := *x
+		c.PartialReport.Transitions = r.scriptTransitions(x.PartialReport.Transitions)
+		c.Cause = r.scriptError(x.Cause)
+		inner = &c
+	}
+	return &scriptWordsError{msg: r.scriptMessage(err.Error()), err: inner}
+}
+
+// discardWriter is the result writer of diagnose: the ops before the
+// failure print nothing.
+type discardWriter struct{}
+
+func (discardWriter) write(*result) error { return nil }
+func (discardWriter) flush() error        { return nil }
+
+// printDiagnosis prints d as text or JSON; line and op say which line of
+// a script it explains (nil and "" for evidence files).
+func printDiagnosis(d system.Diagnosis, line *int, opName string, asJSON bool, stdout, stderr io.Writer) int {
+	var b bytes.Buffer
+	if asJSON {
+		out, err := marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: toDiagnosisJSON(d)})
+		if err != nil {
+			fmt.Fprintf(stderr, "demo diagnose: %v\n", err)
+			return 2
+		}
+		b.Write(out)
+		b.WriteByte('\n')
+	} else {
+		if line != nil {
+			fmt.Fprintf(&b, "line %d (%s), diagnosed at the failure:\n\n", *line, opName)
+		}
+		b.WriteString(escapeDiagnosis(d.String()))
+	}
+	if _, err := stdout.Write(b.Bytes()); err != nil {
+		fmt.Fprintf(stderr, "demo diagnose: writing output: %v\n", err)
+		return 2
+	}
+	return 0
+}
+
+// escapeDiagnosis escapes the control characters a script's names may
+// carry, line by line (the text keeps its newlines).
+func escapeDiagnosis(s string) string {
+	var b bytes.Buffer
+	for _, l := range bytes.SplitAfter([]byte(s), []byte("\n")) {
+		nl := bytes.HasSuffix(l, []byte("\n"))
+		b.WriteString(escapeText(string(bytes.TrimSuffix(l, []byte("\n")))))
+		if nl {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// ---- evidence files -------------------------------------------------------
+
+type evidenceFiles struct {
+	err, snapshot, trace, decision, explanation string
+}
+
+func (f evidenceFiles) any() bool {
+	return f.err != "" || f.snapshot != "" || f.trace != "" || f.decision != "" || f.explanation != ""
+}
+
+// maxEvidenceBytes bounds one evidence file.
+const maxEvidenceBytes = 256 << 20
+
+// diagnoseEvidenceFiles diagnoses saved evidence. Each file is normalized
+// to the replay output's form and the lot is read by system.DecodeEvidence,
+// so these files and `demo replay --json` output read the same.
+func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Writer) int {
+	if f.err == "" || f.snapshot == "" {
+		fmt.Fprintln(stderr, "demo diagnose: evidence files need --error and --snapshot (--trace, --decision and --explanation are optional)")
+		return 2
+	}
+	fail := func(path string, err error) int {
+		fmt.Fprintf(stderr, "demo diagnose: %s: %s\n", escapeText(path), escapeText(err.Error()))
+		return 2
+	}
+	var lines [][]byte
+	add := func(op string, ok bool, key string, v json.RawMessage) {
+		b, _ := marshal(orderedObject{{"line", len(lines) + 1}, {"op", op}, {"ok", ok}, {key, v}})
+		lines = append(lines, b)
+	}
+	if f.decision != "" {
+		v, _, err := readEvidence(f.decision, "decision", "expected_state_version")
+		if err != nil {
+			return fail(f.decision, err)
+		}
+		add("decide", true, "decision", v)
+	}
+	if f.explanation != "" {
+		v, _, err := readEvidence(f.explanation, "explanation", "feasible")
+		if err != nil {
+			return fail(f.explanation, err)
+		}
+		add("explain", true, "explanation", v)
+	}
+	e, opName, err := readEvidence(f.err, "error", "type")
+	if err != nil {
+		return fail(f.err, err)
+	}
+	add(opName, false, "error", e)
+	failedLine := len(lines)
+	s, _, err := readSnapshot(f.snapshot)
+	if err != nil {
+		return fail(f.snapshot, err)
+	}
+	add("snapshot", true, "snapshot", s)
+	if f.trace != "" {
+		t, err := readTrace(f.trace)
+		if err != nil {
+			return fail(f.trace, err)
+		}
+		add("trace", true, "trace", t)
+	}
+	ev, err := system.DecodeEvidence(bytes.NewReader(bytes.Join(lines, []byte("\n"))), failedLine)
+	if err != nil {
+		return fail(f.err, err)
+	}
+	return printDiagnosis(system.DiagnoseEvidence(ev), nil, opName, asJSON, stdout, stderr)
+}
+
+func readEvidenceFile(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxEvidenceBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxEvidenceBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxEvidenceBytes)
+	}
+	return bytes.TrimSpace(b), nil
+}
+
+// readEvidence reads an object of the replay output: bare (it has the key
+// mark) or inside a result line (under key; the line's op is returned).
+func readEvidence(path, key, mark string) (json.RawMessage, string, error) {
+	b, err := readEvidenceFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, "", fmt.Errorf("want a JSON object (the replay output's %s, or a result line with one): %w", key, err)
+	}
+	if v, ok := obj[key]; ok && string(v) != "null" {
+		var op string
+		_ = json.Unmarshal(obj["op"], &op)
+		return v, op, nil
+	}
+	if _, ok := obj[mark]; ok {
+		return b, "", nil
+	}
+	return nil, "", fmt.Errorf("neither the replay output's %s object (no %q) nor a result line with one", key, mark)
+}
+
+// readSnapshot reads a snapshot: the replay output's (bare or in a result
+// line), or a system.Snapshot as encoding/json writes it, which is put in
+// the replay output's form.
+func readSnapshot(path string) (json.RawMessage, string, error) {
+	b, err := readEvidenceFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err == nil {
+		if _, ok := obj["StateVersion"]; ok {
+			var s system.Snapshot
+			if err := json.Unmarshal(b, &s); err != nil {
+				return nil, "", fmt.Errorf("a system.Snapshot: %w", err)
+			}
+			out, err := marshal((*runner)(nil).toSnapshot(s))
+			return out, "", err
+		}
+	}
+	return readEvidence(path, "snapshot", "state_version")
+}
+
+// readTrace reads a trace: the replay output's array (bare or in a result
+// line), or a []system.Transition as encoding/json writes it.
+func readTrace(path string) (json.RawMessage, error) {
+	b, err := readEvidenceFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && b[0] == '{' {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil, err
+		}
+		v, ok := obj["trace"]
+		if !ok {
+			return nil, errors.New(`want the replay output's trace array, or a result line with "trace"`)
+		}
+		b = v
+	}
+	var elems []map[string]json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
+		return nil, fmt.Errorf("want a JSON array of transitions: %w", err)
+	}
+	if len(elems) > 0 {
+		if _, ok := elems[0]["Version"]; ok {
+			var ts []system.Transition
+			if err := json.Unmarshal(b, &ts); err != nil {
+				return nil, fmt.Errorf("a []system.Transition: %w", err)
+			}
+			return marshal((*runner)(nil).toTransitions(ts))
+		}
+	}
+	return b, nil
+}
