@@ -7,7 +7,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test test-short demo bench fuzz vet fmt tidy cuda-sdk cuda-check gpu-check
+.PHONY: all build test test-short demo bench fuzz vet fmt tidy cuda-sdk cuda-check gpu-check chromium
 
 all: build
 
@@ -15,10 +15,25 @@ build:
 	$(GO) build $(PKGS)
 
 # The full suite with the race detector on every package.
-test:
+test: chromium
 	$(GO) mod download
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+# Debian's chromium, for the browser test of `demo serve`
+# (cmd/demo/serve_browser_test.go), installed with apt when absent: silent
+# when it is there. Without root it cannot install: outside CI the test then
+# skips; with CI=true this target fails (and so would the test).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ]; then \
+		echo "make: installing Debian's chromium for the browser test of demo serve"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	elif [ "$$CI" = true ]; then \
+		echo "make: chromium is missing and only root can install it (apt-get install -y chromium)" >&2; exit 1; \
+	else \
+		echo "make: chromium is missing (not root, not installed): the browser test of demo serve will skip"; \
+	fi
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

@@ -11,6 +11,7 @@
 //	go run ./cmd/demo diagnose --line N FILE   # why the op at line N failed
 //	go run ./cmd/demo diagnose --json FILE     # the same, as one JSON object
 //	go run ./cmd/demo diagnose --error E.json --snapshot S.json --trace T.json
+//	go run ./cmd/demo serve                    # a live page of a runtime at work
 //	go run ./cmd/demo help
 //
 // Everything runs on the soft backend: pinned-host and cuda:N are simulated
@@ -30,6 +31,31 @@
 // copy fault and shows the ResidencyPlanExecutionError with its partial
 // report, reads every model back to check its bytes, and ends with a
 // snapshot table and Close. It takes well under a second.
+//
+// # The live view
+//
+// demo serve runs a script against a runtime one op at a time, slowed down
+// so that a person can watch (--delay, 800ms by default), and serves
+// over HTTP on 127.0.0.1:8080 (--addr; port 0 picks a free one):
+//
+//	/          the live page: one bar per location (used, reserved, budget,
+//	           peak mark), the values with their materializations and
+//	           protections, the last decisions with their evictions and
+//	           reasons, the last ops and transitions; it polls the JSON
+//	           endpoints below every half second
+//	/metrics   Prometheus metrics (system.NewMetrics; docs/metrics.md)
+//	/snapshot  the snapshot, as replay --json prints it
+//	/trace     {"trace": [...]}: the trace ring, oldest first
+//	/activity  the script's progress, its last ops and decisions
+//	/healthz   "ok" while the runtime runs
+//
+// The script is the embedded scenario (cmd/demo/web/scenario.jsonl: the
+// story of the scenario above, as replay ops) or --script FILE (the replay
+// format; - for standard input). When it ends, serve keeps serving the
+// final state until Ctrl-C, then closes the runtime. Exit status: 0 after
+// Ctrl-C (serve only ends that way), 1 when an expectation of the script
+// failed or the server stopped on its own, 2 for bad flags, a malformed
+// script or an address it cannot listen on.
 //
 // # Replay scripts
 //

@@ -30,6 +30,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "replay":
 		return replayMain(ctx, args[1:], stdin, stdout, stderr)
+	case "serve":
+		return serveMain(ctx, args[1:], stdin, stdout, stderr)
 	case "diagnose":
 		return diagnoseMain(ctx, args[1:], stdin, stdout, stderr)
 	case "scenario":
@@ -73,6 +75,11 @@ Usage:
                               and what to do first
   demo diagnose [--json] --error E.json --snapshot S.json [--trace T.json]
                               diagnose evidence saved earlier
+  demo serve [--addr A] [--script FILE] [--delay D]
+                              run the embedded scenario (or a replay script)
+                              slowly against a runtime and serve a live page,
+                              /metrics, /snapshot, /trace and /healthz on
+                              127.0.0.1:8080 until Ctrl-C (exit status 0)
   demo help                   this text
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an

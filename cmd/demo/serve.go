@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/residency-go/residency/system"
+)
+
+// demo serve: a runtime driven by a script (the embedded scenario or
+// --script FILE) one op at a time, slowed down, with an HTTP view of it:
+// /metrics (Prometheus), /snapshot, /trace and /activity (JSON),
+// /healthz, and a live page at / that polls them.
+
+//go:embed web
+var webFiles embed.FS
+
+const (
+	defaultServeAddr  = "127.0.0.1:8080"
+	defaultServeDelay = 800 * time.Millisecond
+	keptOps           = 40 // the last ops /activity lists
+	keptDecisions     = 10 // the last decisions /activity lists
+)
+
+type serveOptions struct {
+	addr   string
+	script string // "" for the embedded scenario
+	delay  time.Duration
+	// ready is called with the page's URL once the server listens, and
+	// the server itself (tests).
+	ready func(url string, s *server)
+}
+
+func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := serveOptions{}
+	fs.StringVar(&o.addr, "addr", defaultServeAddr, "`host:port` to listen on (loopback unless told otherwise; port 0 picks a free one)")
+	fs.StringVar(&o.script, "script", "", "replay script `FILE` to run instead of the embedded scenario (- for standard input)")
+	fs.DurationVar(&o.delay, "delay", defaultServeDelay, "pause between two ops, so a person can watch")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: demo serve [--addr HOST:PORT] [--script FILE] [--delay DURATION]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo serve: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	if o.delay < 0 {
+		fmt.Fprintln(stderr, "demo serve: --delay must not be negative")
+		fs.Usage()
+		return 2
+	}
+	return serve(ctx, o, stdin, stdout, stderr)
+}
+
+// server is the state the handlers read.
+type server struct {
+	sys     *system.System
+	reg     *prometheus.Registry
+	metrics *system.Metrics
+	name    string // the script's name
+
+	mu        sync.Mutex // guards the runner and everything below
+	run       *runner
+	ops       []opView
+	decisions []decisionView
+	total     int // ops in the script
+	done      int // ops finished
+	finished  bool
+	failed    int // failed expectations
+	closed    bool
+}
+
+// opView is one op's outcome on the page.
+type opView struct {
+	Line         int    `json:"line"`
+	Op           string `json:"op"`
+	OK           bool   `json:"ok"`
+	StateVersion uint64 `json:"state_version"`
+	ErrorType    string `json:"error_type,omitempty"`
+	Message      string `json:"message,omitempty"`
+	Expect       string `json:"expect,omitempty"`
+	Held         *bool  `json:"expectation_held,omitempty"`
+}
+
+// decisionView is a decide op's decision on the page.
+type decisionView struct {
+	Line     int           `json:"line"`
+	As       string        `json:"as"`
+	Request  string        `json:"request"`
+	Decision *decisionJSON `json:"decision"`
+}
+
+type activityView struct {
+	Script    string         `json:"script"`
+	Ops       int            `json:"ops"`
+	Done      int            `json:"done"`
+	Finished  bool           `json:"finished"`
+	Failed    int            `json:"failed_expectations"`
+	Recent    []opView       `json:"recent_ops"`
+	Decisions []decisionView `json:"decisions"`
+}
+
+// serve runs the script against a runtime while serving the view, then
+// keeps serving until ctx ends (Ctrl-C). Exit status: 0 after Ctrl-C,
+// 1 when every expectation did not hold or the server failed, 2 for a
+// malformed script or an address it cannot listen on.
+func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr io.Writer) int {
+	path, in := o.script, stdin
+	name := o.script
+	if path == "" {
+		embedded, err := webFiles.ReadFile("web/scenario.jsonl")
+		if err != nil {
+			fmt.Fprintf(stderr, "demo serve: %v\n", err)
+			return 1
+		}
+		path, in, name = "-", bytes.NewReader(embedded), "embedded scenario"
+	}
+	src, err := openScript(ctx, path, in)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo serve: %v\n", err)
+		return 2
+	}
+	defer src.close()
+	info, err := checkScript(ctx, src.first, src.tee)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // Ctrl-C before anything ran
+		}
+		fmt.Fprintf(stderr, "demo serve: %s: %s\n", escapeText(name), escapeText(err.Error()))
+		return 2
+	}
+	r, err := src.again()
+	if err != nil {
+		fmt.Fprintf(stderr, "demo serve: %s: reading the script again: %v\n", path, err)
+		return 2
+	}
+	sr := newScriptReader(ctx, r, nil)
+	start, ok, err := sr.next()
+	if err != nil || !ok {
+		fmt.Fprintf(stderr, "demo serve: %s: the script changed after it was checked\n", escapeText(name))
+		return 2
+	}
+	sys, backend, err := startFromScript(ctx, start)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		fmt.Fprintf(stderr, "demo serve: %s: line %d: bad start: %v\n", escapeText(name), start.line, err)
+		return 2
+	}
+	defer backend.Close()
+	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: system.NewMetrics(sys), name: name,
+		run: newRunner(sys, start.locations), total: info.ops, done: 1}
+	s.reg.MustRegister(s.metrics)
+	closeSys := func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		if err := sys.Close(cctx); err != nil {
+			var oe *system.OutstandingError
+			if !errors.As(err, &oe) {
+				fmt.Fprintf(stderr, "demo serve: closing the runtime: %s\n", escapeText(err.Error()))
+			}
+		}
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		closeSys()
+		fmt.Fprintf(stderr, "demo serve: %v\n", err)
+		return 2
+	}
+	url := "http://" + ln.Addr().String() + "/"
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "demo serve: %s on %s (Ctrl-C to stop)\n", name, url)
+	if o.ready != nil {
+		o.ready(url, s)
+	}
+
+	code := 0
+	if err := s.play(ctx, sr, o.delay, stderr); err != nil {
+		fmt.Fprintf(stderr, "demo serve: %s: %v\n", escapeText(name), err)
+		code = 1
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		fmt.Fprintf(stderr, "demo serve: %v\n", err)
+		closeSys()
+		return 1
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	<-served
+	closeSys()
+	if s.failed > 0 {
+		fmt.Fprintf(stderr, "demo serve: %s: %d failed expectation(s)\n", escapeText(name), s.failed)
+		code = 1
+	}
+	fmt.Fprintln(stderr, "demo serve: stopped")
+	return code
+}
+
+// startFromScript starts a runtime as the replay's start op describes it.
+func startFromScript(ctx context.Context, start op) (*system.System, *truncatingBackend, error) {
+	opts := system.Options{ManagerID: replayManagerID}
+	names := make([]string, len(start.locations))
+	for i, l := range start.locations {
+		names[i] = l.name
+		if l.hasBudget {
+			opts.Locations = append(opts.Locations, system.Limit(l.name, l.budget))
+		} else {
+			opts.Locations = append(opts.Locations, system.NoLimit(l.name))
+		}
+	}
+	if start.trace != nil {
+		if *start.trace == 0 {
+			opts.DisableTrace = true
+		} else {
+			opts.TraceCapacity = int(*start.trace)
+		}
+	}
+	if start.stateLimit != nil {
+		opts.StateLimit = int(*start.stateLimit)
+	}
+	backend, err := newReplayBackend(names)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Backend = backend
+	sys, err := system.Start(ctx, opts)
+	if err != nil {
+		backend.Close()
+		return nil, nil, err
+	}
+	return sys, backend, nil
+}
+
+// play runs the script's ops after start, one every delay, until the
+// script ends or ctx does.
+func (s *server) play(ctx context.Context, sr *scriptReader, delay time.Duration, stderr io.Writer) error {
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		o, ok, err := sr.next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("the script changed after it was checked: %w", err)
+		}
+		if !ok {
+			break
+		}
+		timer.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		s.mu.Lock()
+		res := s.run.run(ctx, o)
+		if ctx.Err() != nil && res.err != nil && isContextError(res.err) {
+			s.mu.Unlock()
+			return nil // interrupted: no result to show
+		}
+		s.record(o, &res, stderr)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+	return nil
+}
+
+// record keeps an op's outcome (s.mu held).
+func (s *server) record(o op, res *result, stderr io.Writer) {
+	s.done++
+	v := opView{Line: res.Line, Op: res.Op, OK: res.OK, StateVersion: res.StateVersion, Expect: o.expect}
+	if res.Error != nil {
+		v.ErrorType, v.Message = res.Error.Type, res.Error.Message
+	}
+	if o.expect != "" {
+		held := matches(o.expect, res)
+		v.Held = &held
+		if !held {
+			s.failed++
+			got := "ok"
+			if !res.OK {
+				got = res.Error.Type + ": " + res.Error.Message
+			}
+			fmt.Fprintf(stderr, "demo serve: %s: line %d: %s: expected %s, got %s\n", escapeText(s.name), o.line, o.name, o.expect, escapeText(got))
+		}
+	}
+	s.ops = append(s.ops, v)
+	if len(s.ops) > keptOps {
+		s.ops = s.ops[len(s.ops)-keptOps:]
+	}
+	if res.Decision != nil {
+		d := decisionView{Line: res.Line, As: o.as, Decision: res.Decision}
+		if o.request != nil {
+			d.Request = o.request.name
+		}
+		s.decisions = append(s.decisions, d)
+		if len(s.decisions) > keptDecisions {
+			s.decisions = s.decisions[len(s.decisions)-keptDecisions:]
+		}
+	}
+	if s.run.caches != nil {
+		for _, c := range s.run.caches.caches {
+			if !c.closed {
+				s.metrics.WatchCache(c.c)
+			}
+		}
+	}
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	page, _ := fs.Sub(webFiles, "web")
+	mux.Handle("GET /{$}", http.FileServerFS(page))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /snapshot", s.snapshot)
+	mux.HandleFunc("GET /trace", s.trace)
+	mux.HandleFunc("GET /activity", s.activity)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+// snapshot serves the runtime's snapshot in the replay's JSON form (the
+// "snapshot" of `demo replay --json`; names in the script's words).
+func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.sys.Snapshot(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	s.mu.Lock()
+	out := s.run.toSnapshot(snap)
+	s.mu.Unlock()
+	writeJSON(w, out)
+}
+
+// trace serves the trace ring, oldest first, in the replay's JSON form.
+func (s *server) trace(w http.ResponseWriter, r *http.Request) {
+	tr, err := s.sys.Trace(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	s.mu.Lock()
+	out := s.run.toTransitions(tr)
+	s.mu.Unlock()
+	writeJSON(w, map[string]any{"trace": out})
+}
+
+// activity serves the script's progress, its last ops and decisions.
+func (s *server) activity(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	a := activityView{Script: s.name, Ops: s.total, Done: s.done, Finished: s.finished, Failed: s.failed,
+		Recent: append([]opView{}, s.ops...), Decisions: append([]decisionView{}, s.decisions...)}
+	s.mu.Unlock()
+	writeJSON(w, a)
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, "closed", http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := s.sys.StateVersion(r.Context()); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
