@@ -891,12 +891,20 @@ func (g *diag) locations() {
 			f.Figures = append(f.Figures, bytesFig("predicted peak", p))
 			if p > lr.BudgetBytes {
 				f.Verdict = fmt.Sprintf("the plan's predicted peak is %d bytes over the budget", p-lr.BudgetBytes)
+			} else if g.ev.infeasible() {
+				f.Verdict = "the predicted peak up to the refused step fits; the refused step itself does not (see the explanation's reason)"
 			} else {
 				f.Verdict = "the predicted peak fits"
 			}
 		}
 		g.add(3, stepBudget, f)
 	}
+}
+
+// infeasible reports an explanation that stopped at a refused step: its
+// predicted peaks cover only the steps before it.
+func (ev Evidence) infeasible() bool {
+	return ev.Explanation != nil && !ev.Explanation.Feasible
 }
 
 func (ev Evidence) peaks() map[string]int64 {
@@ -1138,7 +1146,11 @@ func (g *diag) search(x *SearchLimitError) {
 		} else {
 			f.Verdict = "infeasible: " + ex.Reason
 		}
-		g.add(5, stepDecision, f, g.peakFinding("predicted peaks of the plan", se.PredictedPeaks))
+		pf := g.peakFinding("predicted peaks of the plan", se.PredictedPeaks)
+		if !ex.Feasible && !strings.HasPrefix(pf.Verdict, "over budget") {
+			pf.Verdict = "within budget up to the refused step; the peaks do not include the step that was refused"
+		}
+		g.add(5, stepDecision, f, pf)
 	}
 }
 
