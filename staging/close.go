@@ -32,26 +32,19 @@ func (p *Pipeline) close(ctx context.Context) error {
 	} else {
 		p.idle = idle
 	}
-	var pending []*Task
-	for _, t := range p.tasks {
-		if t.State() == messages.TaskPending {
-			pending = append(pending, t)
-		}
-	}
 	p.mu.Unlock()
 	p.slots.close()
 	p.budget.fail(ErrClosed)
 
-	var ctxErr error
-	for _, t := range pending {
-		if err := p.queue(ctx, messages.PriorityLow, t); err != nil && ctx.Err() != nil {
-			break
-		}
-	}
+	// Submit what is pending, wait for the entries in flight (one of them
+	// may be waiting for a pending task), then submit what they opened.
+	p.submitPending(ctx)
 	select {
 	case <-idle:
 	case <-ctx.Done():
 	}
+	p.submitPending(ctx)
+	var ctxErr error
 	if err := p.drain(ctx); err != nil {
 		ctxErr = err
 		p.st.Abort()
@@ -120,4 +113,21 @@ func (p *Pipeline) drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// submitPending queues every pending task (Close writes them).
+func (p *Pipeline) submitPending(ctx context.Context) {
+	p.mu.Lock()
+	var pending []*Task
+	for _, t := range p.tasks {
+		if t.State() == messages.TaskPending {
+			pending = append(pending, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range pending {
+		if err := p.queue(ctx, messages.PriorityLow, t); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
 }

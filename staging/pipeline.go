@@ -512,7 +512,12 @@ func (p *Pipeline) Open(ctx context.Context, spec TaskSpec) (*Task, error) {
 	p.mu.Lock()
 	p.tasks[at.ID] = t
 	p.counts.opened++
+	failure := p.failure // published while the task was being made
 	p.mu.Unlock()
+	if failure != nil {
+		p.st.Fail(at, failure)
+		return nil, failure
+	}
 	return t, nil
 }
 
@@ -571,6 +576,9 @@ func (t *Task) Append(ctx context.Context, c Chunk) error {
 	}
 	if err := p.st.Append(ctx, t.t, ch); err != nil {
 		undo()
+		if failure := p.Err(); failure != nil {
+			return failure // the pipeline failed meanwhile (and failed the task)
+		}
 		return err
 	}
 	p.claimRows(ctx, t, c.Rows)
