@@ -95,7 +95,7 @@ func oneLine(s string) string {
 // by 1048576 bytes)").
 // A figure already shown as a size ("used 4 GiB (4294967296)", as the
 // table's own details write it) is left alone.
-var budgetFigure = regexp.MustCompile(`\b(used|reserved|requested|budget|short by|needs) (-?[0-9]+)( bytes)?\b( [KMGT]?i?B\b)?`)
+var budgetFigure = regexp.MustCompile(`\b(used|reserved|requested|budget|short by|needs) (-?[0-9]+(?:\.[0-9]+)?)( bytes)?\b( [KMGT]?i?B\b)?`)
 
 // humanBytes shows the byte figures of a runtime message as sizes with
 // their exact integers, like every other byte figure of the table.
@@ -105,6 +105,8 @@ func humanBytes(s string) string {
 	}
 	return budgetFigure.ReplaceAllStringFunc(s, func(m string) string {
 		sub := budgetFigure.FindStringSubmatch(m)
+		// A fractional figure ("1.5 GiB") or one with a unit is already a
+		// size: leave it alone.
 		n, err := strconv.ParseInt(sub[2], 10, 64)
 		if err != nil || sub[4] != "" {
 			return m
