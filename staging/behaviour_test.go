@@ -397,6 +397,8 @@ func TestCopyFailureWakesAllWaitersAndPoisons(t *testing.T) {
 	cfg := baseConfig()
 	f := newFixture(t, cfg, nil)
 	pending := f.deferredTask(fill(8, rowBytes), "v", 0)
+	_, err := pending.ReadRow(f.ctx, "v", 0) // its clone has landed on the device
+	require.NoError(t, err)
 	freeze := newGate()
 	f.rt.be.Faults().Arm(cuda.FaultCopy, "pinned-host") // the next copy into pinned memory fails
 	step, task := f.stepTask(fill(1, rowBytes), freeze, "k", 0)
@@ -423,13 +425,13 @@ func TestCopyFailureWakesAllWaitersAndPoisons(t *testing.T) {
 	assert.Equal(t, staging.Failed, task.State())
 	assert.Equal(t, staging.Failed, pending.State())
 	st := f.p.Stats()
-	assert.Zero(t, st.CloneBytes, "budget tickets released")
+	assert.Zero(t, st.CloneBytes, "budget tickets released (the clone copy had completed)")
 	assert.Zero(t, f.rt.reserved("cuda:0"))
 	assert.Equal(t, 1, st.SlotHolders, "only the step still holds its slot")
 	require.NoError(t, step.Release())
 
 	var failed *staging.FailedError
-	_, err := f.p.Stage(f.ctx, nil, nil)
+	_, err = f.p.Stage(f.ctx, nil, nil)
 	require.ErrorAs(t, err, &failed)
 	assert.Equal(t, task.ID(), failed.Task)
 	_, err = f.p.Open(f.ctx, staging.TaskSpec{Mode: staging.JoinNextStep})

@@ -698,13 +698,15 @@ func (p *Pipeline) queue(ctx context.Context, prio int8, tasks ...*Task) error {
 		p.mu.Lock()
 		delete(p.deferred, t.ID())
 		p.mu.Unlock()
-		if err := p.st.Enqueue(ctx, t.t, prio); err != nil {
-			return err
+		err := p.st.Enqueue(ctx, t.t, prio)
+		if err == nil && p.cfg.Eager {
+			err = p.st.RunInline(ctx, t.t)
 		}
-		if p.cfg.Eager {
-			if err := p.st.RunInline(ctx, t.t); err != nil {
-				return err
+		if err != nil {
+			if failure := p.Err(); failure != nil && ctx.Err() == nil {
+				return failure // a failed task: the pipeline's record
 			}
+			return err
 		}
 	}
 	return nil
