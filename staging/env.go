@@ -202,11 +202,12 @@ func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if task := p.tasks[t.ID]; task != nil {
-		for k, owner := range p.owners {
-			if owner == task {
+		for _, k := range task.rows {
+			if p.owners[k] == task {
 				delete(p.owners, k)
 			}
 		}
+		task.rows = nil
 	}
 	delete(p.tasks, t.ID)
 	delete(p.deferred, t.ID)

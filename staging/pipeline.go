@@ -445,8 +445,9 @@ type TaskSpec struct {
 // mode, possibly over several keys and several saves. Its state machine
 // lives in its actor.
 type Task struct {
-	p *Pipeline
-	t *actors.StagingTask
+	p    *Pipeline
+	t    *actors.StagingTask
+	rows []rowKey // the pool rows it claimed (guarded by p.mu)
 }
 
 // ID returns the task id.
@@ -671,6 +672,7 @@ func (p *Pipeline) claimRows(ctx context.Context, t *Task, rows []Row) {
 			lost[prev] = append(lost[prev], r)
 		}
 		p.owners[k] = t
+		t.rows = append(t.rows, k)
 	}
 	p.mu.Unlock()
 	for prev, rs := range lost {
