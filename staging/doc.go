@@ -1,4 +1,84 @@
 // Package staging is the device→host write pipeline of a KV-cache offload:
-// rows computed on a device are copied to host memory and written into a
-// CPU block pool, asynchronously, under strict byte budgets.
+// rows a model computes on a device are copied to host memory and written
+// into a CPU block pool, asynchronously, under the runtime's byte budgets.
+//
+// # Pieces
+//
+//   - Staging slots: a fixed number of pinned landing zones of SlotBytes
+//     each (reserved at the pinned location for the pipeline's life). A
+//     save claims one for its step and launches ONE device→host copy of the
+//     whole step into it. A slot has several holders: the step (until
+//     [Step.Release], i.e. the step was materialized or discarded) and each
+//     task bound to it (until that task's pool write). It is free, and
+//     reused, only when every holder let go. A claim waits up to
+//     Config.ClaimTimeout (0 or less: not at all); a step larger than a slot
+//     is a configuration error ([*SlotOverflowError]); a leftover-only save
+//     (no device buffer) still takes a slot.
+//   - Write tasks ([Task]): one write of (key, slot) rows for one request,
+//     identified by its id, request id and the how-many-th write of that
+//     request; several keys per task. Each task is an actor that owns its
+//     state machine: Pending → Queued → Copying → HostReady → Written, or
+//     Failed from any state that is not terminal; nothing else is allowed
+//     ([*IllegalTransitionError]). [Task.WaitHostReady] and [Task.Wait]
+//     return only when those transitions happen.
+//   - Two join modes. JoinNextStep: the rows are ranges of the step's slot;
+//     the task is queued at Submit and its copy stage waits for the step's
+//     copy. JoinOnFinish: the rows are cloned on the device at Append
+//     (ordered after the freeze event), the clone is charged to the GPU-byte
+//     budget, the task stays Pending until Submit (its request finished or
+//     was aborted) or until budget pressure flushes it; its copy stage then
+//     copies the clone to a pinned landing buffer and drops the clone.
+//   - The GPU-byte budget: every clone is a named reservation on the
+//     runtime's device location, so clones share that location's budget with
+//     resident values and appear in its snapshot, under the pipeline's own cap
+//     (Config.CloneBudgetBytes). A reserve that does not fit flushes the
+//     deferred task with the oldest enqueue time and waits for a release; a
+//     try-reserve (Chunk.NoWait) fails at once with a [*DropError], counted by
+//     reason in [Stats].
+//   - A copy queue and a single committer, both actors on protoactor
+//     priority mailboxes: the copy queue serves the highest priority first
+//     (front, then high, then low) and runs copy stages; the committer
+//     scatters host rows into the CPU block pool, a host allocation reserved
+//     at the host location. [Pipeline.Prioritize] moves pending or
+//     low-priority tasks to the front; a task re-queued at a higher priority
+//     leaves a duplicate behind that loses its claim (only one worker can
+//     move a task from Queued to Copying), so it is harmless.
+//   - Reassigned rows: a later task that writes the same (key, slot) takes
+//     it; the older task's pool write skips it, and the older task refuses
+//     chunks for it ([*AppendRefusedError] with Reassigned). A slot written
+//     twice by one task keeps the later row. A task also refuses chunks once
+//     its copy stage is claimed.
+//
+// # Failure
+//
+// A failed copy or pool write marks its task Failed; the pipeline's failure
+// record ([*FailedError]) is published before any waiter wakes; the task's
+// budget tickets, slot holds and buffers are released; every pending task
+// fails with the record; and every later entry of the pipeline (Stage,
+// Open, Append, Submit, Prioritize, reads) returns it. Tasks already queued
+// finish on their own. Open a new pipeline to go on.
+//
+// # Eager mode
+//
+// With Config.Eager there are no copy streams, no copy queue and no
+// committer: Stage and Append copy synchronously after waiting for the
+// freeze event, and Submit runs the copy stage and the pool write inline.
+// For CPU-only tests and tools.
+//
+// # Reads
+//
+// [Task.ReadRow] of a JOIN_ON_FINISH task that is not written yet reads the
+// landed host rows, or the device clone while its copy to host has not
+// landed; a written task, and a JOIN_NEXT_STEP task (after waiting for its
+// pool write), are read from the pool. [Pipeline.ReadPool] reads the pool.
+//
+// # Runtime
+//
+// [New] takes a [Runtime]: the backend and named reservations of a running
+// residency runtime (*system.System satisfies it). The pipeline uses the
+// runtime's backend for its streams, events, pinned buffers and copies; on
+// the soft backend (a simulation in Go memory) every byte is real. Every
+// blocking call takes a context. [Pipeline.Close] drains: it writes every
+// task that has not failed, frees every buffer and releases every
+// reservation.
 package staging
