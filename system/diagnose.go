@@ -3,6 +3,7 @@ package system
 import (
 	"errors"
 	"fmt"
+	"github.com/residency-go/residency/cuda"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,6 +72,12 @@ type Evidence struct {
 	Plan *Plan
 	// Explanation is System.Explain of the plan that failed (optional).
 	Explanation *Explanation
+	// Devices are NVML observations of the device locations (optional;
+	// cuda:N → the device, from package cuda/discover matched by UUID).
+	// They are shown as diagnostics next to a budget refusal at that
+	// location, never used as admission evidence: the runtime admits by
+	// its budget, whatever the device reports free.
+	Devices map[string]cuda.DeviceInfo
 }
 
 // plan is the failed plan: Plan, else the decision's.
@@ -816,6 +823,19 @@ func (g *diag) budget(x *BudgetError) {
 			}
 		} else {
 			f.Verdict = fmt.Sprintf("now %d bytes free: still %d short of the %d requested", head, x.RequestedBytes-head, x.RequestedBytes)
+		}
+		g.add(3, stepBudget, f)
+	}
+	if dev, ok := g.ev.Devices[x.Location]; ok {
+		f := Finding{What: "NVML observation of " + x.Location + " (diagnostic, not admission evidence)", Figures: []Figure{
+			fig("device", dev.Name), fig("uuid", dev.UUID), bytesFig("total", dev.TotalBytes), bytesFig("free", dev.FreeBytes), bytesFig("used", dev.UsedBytes)}}
+		switch {
+		case x.BudgetBytes > dev.TotalBytes:
+			f.Verdict = fmt.Sprintf("the budget (%d B) is above the device's total memory (%d B): the configuration promises bytes the device does not have", x.BudgetBytes, dev.TotalBytes)
+		case dev.FreeBytes >= x.RequestedBytes:
+			f.Verdict = fmt.Sprintf("the device reports %d B free, but admission is by the budget, which is short: raise the budget or free charges, not the device", dev.FreeBytes)
+		default:
+			f.Verdict = fmt.Sprintf("the device itself reports only %d B free (other processes or driver reservations): raising the budget would not help", dev.FreeBytes)
 		}
 		g.add(3, stepBudget, f)
 	}

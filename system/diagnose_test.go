@@ -550,3 +550,28 @@ func TestCaptureAfterClose(t *testing.T) {
 	assert.Equal(t, "Error", d.Class)
 	assert.False(t, d.Capture.OneView)
 }
+
+// NVML observations appear next to a budget refusal as diagnostics and
+// never change the verdict of the admission arithmetic.
+func TestDiagnoseShowsDeviceObservations(t *testing.T) {
+	be := &BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: 900, ReservedBytes: 0, RequestedBytes: 200}
+	base := DiagnoseEvidence(Evidence{Err: be})
+	cases := map[string]struct {
+		dev  cuda.DeviceInfo
+		want string
+	}{
+		"free on the device": {cuda.DeviceInfo{Name: "gpu", UUID: "GPU-1", TotalBytes: 4000, FreeBytes: 3000, UsedBytes: 1000}, "admission is by the budget"},
+		"device full":        {cuda.DeviceInfo{Name: "gpu", UUID: "GPU-1", TotalBytes: 4000, FreeBytes: 100, UsedBytes: 3900}, "raising the budget would not help"},
+		"budget above total": {cuda.DeviceInfo{Name: "gpu", UUID: "GPU-1", TotalBytes: 800, FreeBytes: 700, UsedBytes: 100}, "above the device's total memory"},
+	}
+	for name, c := range cases {
+		d := DiagnoseEvidence(Evidence{Err: be, Devices: map[string]cuda.DeviceInfo{"cuda:0": c.dev}})
+		text := d.String()
+		require.Contains(t, text, "NVML observation of cuda:0 (diagnostic, not admission evidence)", name)
+		require.Contains(t, text, c.want, name)
+		require.Equal(t, base.Budget.MissingBytes, d.Budget.MissingBytes, name)
+		require.Equal(t, base.Class, d.Class, name)
+	}
+	// Without observations, nothing about NVML.
+	require.NotContains(t, base.String(), "NVML")
+}
