@@ -6,7 +6,6 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
-
 )
 
 // A location actor that crashes while allocating must fail the transfer
