@@ -14,7 +14,7 @@ import (
 // requests, decides each one, and checks:
 //
 //   - the decision equals the one of dtRefDecide, a literal transcription of
-//     the rules in SEMANTICS.md ("Controller") without the lazy heap, the
+//     the rules of docs/semantics.md (the controller) without the lazy heap, the
 //     memo or the conflict shortcut of decide.go;
 //   - a returned plan is feasible under Explain, names no protected,
 //     in-flight or required victim, executes through

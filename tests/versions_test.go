@@ -9,7 +9,7 @@ import (
 )
 
 // Every committed mutation bumps the state version by exactly the number
-// SEMANTICS.md gives, and the trace lists those transitions in order.
+// docs/semantics.md gives, and the trace lists those transitions in order.
 func TestStateVersionAccounting(t *testing.T) {
 	ctx := context.Background()
 	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1<<20)})

@@ -185,7 +185,7 @@
 // standard error.
 //
 // The runtime's own rules (what each op costs in state versions, when it
-// is refused) are those of SEMANTICS.md; the scripts in testdata, with
+// is refused) are those of docs/semantics.md; the scripts in testdata, with
 // their .golden outputs, show each of them.
 //
 // # Exit status

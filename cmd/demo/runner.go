@@ -15,7 +15,7 @@ import (
 
 // runner holds a replay's runtime and the script-level names.
 //
-// Names follow SEMANTICS.md "Order of checks": a name is a field like any
+// Names follow the order of checks of docs/semantics.md: a name is a field like any
 // other, checked in document order with the rest. A handle name inside a
 // plan or request that is not registered is therefore not refused here:
 // it goes to the runtime as a handle the runtime does not know (id 0), and
