@@ -119,6 +119,33 @@
 //	cache_stats    cache
 //	cache_close    cache
 //
+// and for the device→host write pipeline (package staging; docs/replay.md,
+// "The write pipeline"):
+//
+//	staging_start  name, device, slots, slot_bytes, claim_timeout_ms (optional), keys,
+//	               pool_slots, row_bytes, clone_budget (optional), eager (optional)
+//	stage          pipeline, step, bytes (0: leftover-only), fill, freeze (optional)
+//	step_release   step
+//	freeze         event                         complete a freeze event
+//	task_open      pipeline, task, req, write_n (optional), mode (next_step or on_finish)
+//	append         task, step or device_bytes (with fill, freeze, no_wait), rows [{key, slot, offset}]
+//	submit         tasks
+//	prioritize     tasks
+//	wait           task, until (host_ready or written)
+//	read_row       task, key, slot
+//	read_pool      pipeline, key, slot
+//	staging_stats  pipeline
+//	staging_close  pipeline
+//
+// After every staging op the replay waits until each task is done or
+// cannot move without a later op, and lists each task's lifecycle moves
+// in "task_transitions"; an op that would wait forever (for a freeze event
+// never completed) is invalid input. Row k of a save holds the byte fill+k.
+// Staging buffers hold real bytes: at most 1 MiB each. Its errors are
+// StagingConfigError, StagingSlotOverflowError, StagingSlotTimeoutError,
+// StagingDropError, StagingAppendRefusedError, StagingFailedError,
+// StagingNoRowError, StagingStepReleasedError and StagingClosedError.
+//
 // A cached value stands for its bytes: the loader reports the script's
 // resident figure (0 or less, or above peak, fails the load). A load
 // without as releases its lease at once; a hit runs no loader. Cache

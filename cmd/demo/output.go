@@ -28,6 +28,10 @@ type result struct {
 	Load         *loadJSON         `json:"load,omitempty"`
 	Evicted      *bool             `json:"evicted,omitempty"`
 	Stats        *cacheStatsJSON   `json:"stats,omitempty"`
+	Staging      *stagingJSON      `json:"staging,omitempty"`
+	// TaskTransitions: the write pipeline's task moves during a staging
+	// op (staging_ops.go), shown whatever the op's outcome.
+	TaskTransitions []taskTransitionJSON `json:"task_transitions,omitempty"`
 
 	// Not printed: the error itself (for the table) and whether the
 	// line's expectation held.
@@ -384,6 +388,9 @@ func classify(err error) (string, error) {
 		if typ, ok := classifyCache(e); ok {
 			return typ, e
 		}
+		if typ, ok := classifyStaging(e); ok {
+			return typ, e
+		}
 		switch e.(type) {
 		case *system.PlanExecutionError:
 			return "ResidencyPlanExecutionError", e
@@ -431,6 +438,9 @@ func (r *runner) errorObject(err error) *errorJSON {
 		out.Fields = r.planExecutionFields(x)
 	default:
 		out.Fields = r.cacheErrorFields(e)
+		if out.Fields == nil && r != nil {
+			out.Fields = r.stagingErrorFields(e)
+		}
 	}
 	return out
 }

@@ -347,12 +347,13 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.line, err)
 		return 2
 	}
+	r := newRunner(sys, start.locations)
 	closeSys := func() error {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
+		r.closeStaging(closeCtx) // the script's write pipelines first (staging_ops.go)
 		return sys.Close(closeCtx)
 	}
-	r := newRunner(sys, start.locations)
 	if h.setup != nil {
 		h.setup(r)
 	}
@@ -489,7 +490,7 @@ func newJSONWriter(w io.Writer) *jsonWriter { return &jsonWriter{w: bufio.NewWri
 
 func (j *jsonWriter) write(r *result) error {
 	if r.Error == nil && r.Explanation == nil && r.Report == nil && r.Decision == nil && r.Snapshot == nil && r.Trace == nil &&
-		r.Load == nil && r.Evicted == nil && r.Stats == nil {
+		r.Load == nil && r.Evicted == nil && r.Stats == nil && r.Staging == nil && r.TaskTransitions == nil {
 		// The common case, written directly: what encoding/json would
 		// write for it (op names need no escaping).
 		b := append(j.buf[:0], `{"line":`...)

@@ -44,7 +44,8 @@ type runner struct {
 	unresolved []string
 	badReplica string
 
-	caches *cacheState // the loader caches of the script (cache_ops.go); nil until one is opened
+	caches  *cacheState   // the loader caches of the script (cache_ops.go); nil until one is opened
+	staging *stagingState // the write pipelines of the script (staging_ops.go); nil until one is used
 
 	version uint64 // the state version after the last op
 	watch   watchdog
@@ -164,7 +165,7 @@ func (r *runner) run(ctx context.Context, o op) result {
 	if err != nil {
 		res.OK, res.err, res.Error = false, err, r.errorObject(err)
 		res.Explanation, res.Report, res.Decision, res.Snapshot, res.Trace = nil, nil, nil, nil, nil
-		res.Load, res.Evicted, res.Stats = nil, nil, nil
+		res.Load, res.Evicted, res.Stats, res.Staging = nil, nil, nil, nil
 	} else {
 		res.OK = true
 	}
@@ -505,6 +506,9 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 	case "cache_open", "load", "load_fail", "cache_release", "cache_pin", "cache_unpin", "cache_evict", "cache_stats", "cache_close":
 		return r.execCache(ctx, o, res)
 	}
+	if isStagingOp(o.name) {
+		return r.execStaging(ctx, o, res)
+	}
 	return false, fmt.Errorf("op %q is not implemented", o.name)
 }
 
@@ -566,6 +570,9 @@ func (r *runner) words(msg string) string {
 	}
 	if r.caches != nil && strings.Contains(msg, "cache:") {
 		msg = r.caches.cacheWords(msg)
+	}
+	if r.staging != nil {
+		msg = r.staging.stagingWords(msg)
 	}
 	return msg
 }

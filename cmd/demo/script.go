@@ -52,7 +52,8 @@ type op struct {
 
 	plan            *planSpec
 	request         *requestSpec
-	cache           *cacheSpec // the cache ops (cache_ops.go)
+	cache           *cacheSpec   // the cache ops (cache_ops.go)
+	staging         *stagingSpec // the write pipeline ops (staging_ops.go)
 	expectedVersion *uint64
 
 	// start
@@ -390,6 +391,10 @@ func (o *op) fill(f *fields) {
 		o.kind, o.location = f.str("kind"), f.str("location")
 	case "cache_open", "load", "load_fail", "cache_release", "cache_pin", "cache_unpin", "cache_evict", "cache_stats", "cache_close":
 		o.fillCache(f)
+	default:
+		if isStagingOp(o.name) {
+			o.fillStaging(f)
+		}
 	}
 }
 

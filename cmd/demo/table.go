@@ -155,10 +155,14 @@ func needsEscape(c rune) bool {
 // detail summarizes a result's payload or error in one line.
 func detail(r *result) string {
 	if !r.OK {
+		msg := r.Error.Message
 		if be := budgetDetail(r.Error); be != "" {
-			return be
+			msg = be
 		}
-		return r.Error.Message
+		if d, ok := stagingDetail(r); ok {
+			msg += "; " + d // the task transitions of a failed staging op
+		}
+		return msg
 	}
 	switch {
 	case r.Explanation != nil:
@@ -231,6 +235,9 @@ func detail(r *result) string {
 		return fmt.Sprintf("%d transitions in the ring", len(*r.Trace))
 	}
 	if d, ok := cacheDetail(r); ok {
+		return d
+	}
+	if d, ok := stagingDetail(r); ok {
 		return d
 	}
 	return ""

@@ -1,0 +1,1148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/staging"
+	"github.com/residency-go/residency/system"
+)
+
+// The write pipeline ops of a replay script (package staging: a
+// device→host KV-cache offload). They are kept here so that the dispatch
+// in script.go, runner.go and output.go stays a line per hook. Only the
+// exported staging API is used.
+//
+// A pipeline works asynchronously (a copy queue and a committer), so a
+// replay settles it after every staging op: it waits until every task has
+// either finished (written or failed) or cannot move without a later op of
+// the script (a pending task, a copy stage waiting for a freeze event the
+// script has not completed, or a task queued behind such a copy stage).
+// The output is then the same on every run, and every task's lifecycle
+// transitions since the previous op are listed in "task_transitions".
+//
+// Staging buffers hold real bytes: a slot, a device buffer and the CPU
+// block pool each hold at most replayBufferLimit (1 MiB), checked before
+// anything is allocated.
+
+// stagingOpFields lists the staging ops and their required and optional
+// fields, in document order.
+var stagingOpFields = map[string]struct{ required, optional []string }{
+	"staging_start": {[]string{"name", "device", "slots", "slot_bytes", "keys", "pool_slots", "row_bytes"},
+		[]string{"claim_timeout_ms", "clone_budget", "eager"}},
+	"stage":         {[]string{"pipeline", "step", "bytes"}, []string{"fill", "freeze"}},
+	"step_release":  {[]string{"step"}, nil},
+	"freeze":        {[]string{"event"}, nil},
+	"task_open":     {[]string{"pipeline", "task", "req", "mode"}, []string{"write_n"}},
+	"append":        {[]string{"task", "rows"}, []string{"step", "device_bytes", "fill", "freeze", "no_wait"}},
+	"submit":        {[]string{"tasks"}, nil},
+	"prioritize":    {[]string{"tasks"}, nil},
+	"wait":          {[]string{"task", "until"}, nil},
+	"read_row":      {[]string{"task", "key", "slot"}, nil},
+	"read_pool":     {[]string{"pipeline", "key", "slot"}, nil},
+	"staging_stats": {[]string{"pipeline"}, nil},
+	"staging_close": {[]string{"pipeline"}, nil},
+}
+
+// stagingErrorTypes are the expect names of the pipeline's errors.
+var stagingErrorTypes = []string{
+	"StagingConfigError",
+	"StagingSlotOverflowError",
+	"StagingSlotTimeoutError",
+	"StagingDropError",
+	"StagingAppendRefusedError",
+	"StagingFailedError",
+	"StagingNoRowError",
+	"StagingStepReleasedError",
+	"StagingClosedError",
+}
+
+func init() {
+	for name, spec := range stagingOpFields {
+		opFields[name] = spec
+	}
+	errorTypes = append(errorTypes, stagingErrorTypes...)
+}
+
+func isStagingOp(name string) bool {
+	_, ok := stagingOpFields[name]
+	return ok
+}
+
+// stagingSpec holds the fields of a staging op.
+type stagingSpec struct {
+	name, device, pipeline, step, task, req, mode, until, key, freeze, event string
+	slots, poolSlots, writeN, slot                                           int64
+	slotBytes, rowBytes, cloneBudget, bytes                                  int64
+	claimTimeoutMS                                                           int64
+	fill                                                                     int64
+	keys, tasks                                                              []string
+	rows                                                                     []rowSpec
+	eager, noWait, hasDevice                                                 bool
+}
+
+type rowSpec struct {
+	key          string
+	slot, offset int64
+}
+
+// fillStaging reads a staging op's fields (presence of required ones was
+// checked).
+func (o *op) fillStaging(f *fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	switch o.name {
+	case "staging_start":
+		s.name, s.device = f.str("name"), f.str("device")
+		s.slots, s.slotBytes = f.int("slots"), f.bytes("slot_bytes")
+		if v := f.optInt("claim_timeout_ms"); v != nil {
+			s.claimTimeoutMS = *v
+		}
+		s.keys = f.strings("keys")
+		s.poolSlots, s.rowBytes = f.int("pool_slots"), f.bytes("row_bytes")
+		if f.obj.has("clone_budget") {
+			s.cloneBudget = f.bytes("clone_budget")
+		}
+		s.eager = f.optBool("eager")
+	case "stage":
+		s.pipeline, s.step, s.bytes = f.str("pipeline"), f.str("step"), f.bytes("bytes")
+		s.fill = f.fillValue()
+		s.freeze, _ = f.optStr("freeze")
+	case "step_release":
+		s.step = f.str("step")
+	case "freeze":
+		s.event = f.str("event")
+	case "task_open":
+		s.pipeline, s.task, s.req, s.mode = f.str("pipeline"), f.str("task"), f.str("req"), f.str("mode")
+		s.writeN = 1
+		if v := f.optInt("write_n"); v != nil {
+			s.writeN = *v
+		}
+	case "append":
+		s.task = f.str("task")
+		step, hasStep := f.optStr("step")
+		s.hasDevice = f.obj.has("device_bytes")
+		switch {
+		case hasStep && s.hasDevice:
+			f.fail(fmt.Errorf("give either \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH), not both"))
+		case !hasStep && !s.hasDevice:
+			f.fail(fmt.Errorf("needs \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH)"))
+		case hasStep:
+			for _, k := range []string{"fill", "freeze", "no_wait"} {
+				if f.obj.has(k) {
+					f.fail(fmt.Errorf("field %q goes with \"device_bytes\" (JOIN_ON_FINISH), not with \"step\"", k))
+				}
+			}
+		}
+		s.step = step
+		if s.hasDevice {
+			s.bytes = f.bytes("device_bytes")
+		}
+		s.fill = f.fillValue()
+		s.freeze, _ = f.optStr("freeze")
+		s.noWait = f.optBool("no_wait")
+		s.rows = f.rows("rows")
+	case "submit", "prioritize":
+		s.tasks = f.strings("tasks")
+	case "wait":
+		s.task, s.until = f.str("task"), f.str("until")
+	case "read_row":
+		s.task, s.key, s.slot = f.str("task"), f.str("key"), f.int("slot")
+	case "read_pool":
+		s.pipeline, s.key, s.slot = f.str("pipeline"), f.str("key"), f.int("slot")
+	case "staging_stats", "staging_close":
+		s.pipeline = f.str("pipeline")
+	}
+}
+
+func (f *fields) int(key string) int64 {
+	if !f.obj.has(key) {
+		f.missing(key)
+		return 0
+	}
+	if v := f.optInt(key); v != nil {
+		return *v
+	}
+	return 0
+}
+
+func (f *fields) optBool(key string) bool {
+	v, ok := f.obj.get(key)
+	if !ok {
+		return false
+	}
+	if v.kind != jBool {
+		f.mistyped(key, "true or false", v)
+		return false
+	}
+	return v.b
+}
+
+// fillValue reads the optional "fill" byte (0 to 255).
+func (f *fields) fillValue() int64 {
+	v := f.optInt("fill")
+	if v == nil {
+		return 0
+	}
+	if *v < 0 || *v > 255 {
+		f.fail(fmt.Errorf("field %q: a byte value, 0 to 255, got %d", f.path+"fill", *v))
+	}
+	return *v
+}
+
+func (f *fields) strings(key string) []string {
+	v, ok := f.obj.get(key)
+	if !ok {
+		f.missing(key)
+		return nil
+	}
+	if v.kind != jArray {
+		f.mistyped(key, "an array of strings", v)
+		return nil
+	}
+	out := make([]string, 0, len(v.items))
+	for i := range v.items {
+		if v.items[i].kind != jString {
+			f.fail(fmt.Errorf("field %q: want a string, got %s", fmt.Sprintf("%s%s[%d]", f.path, key, i), v.items[i].kindName()))
+			return nil
+		}
+		out = append(out, v.items[i].s)
+	}
+	return out
+}
+
+func (f *fields) rows(key string) []rowSpec {
+	var out []rowSpec
+	for _, it := range f.objects(key) {
+		r := rowSpec{key: it.str("key"), slot: it.int("slot")}
+		if v := it.optInt("offset"); v != nil {
+			r.offset = *v
+		}
+		f.done(it, "key", "slot", "offset")
+		out = append(out, r)
+	}
+	return out
+}
+
+// ---- the replay's pipelines, steps, events and tasks, by script name ----
+
+type stagingState struct {
+	pipes  map[string]*replayPipe
+	steps  map[string]*replayStep
+	events map[string]*freezeEvent
+	tasks  map[string]*replayTask
+	order  []*replayTask // in the order they were opened
+	cur    *replayPipe   // the pipeline of the op running now (message words)
+}
+
+type replayPipe struct {
+	name    string
+	device  string
+	p       *staging.Pipeline
+	eager   bool
+	rowB    int64
+	closed  bool
+	entries []*d2hEntry // the device→host stream's copies, in order
+	clones  []*cloneDep // the clone stream's copies, in order
+	devBufs []cuda.Buffer
+
+	mu         sync.Mutex
+	byID       map[staging.TaskID]*replayTask
+	failedFrom map[staging.TaskID]staging.TaskState // the state a task failed from (OnCommit)
+}
+
+// d2hEntry is one copy on a pipeline's device→host stream: a step's copy
+// (after its freeze event) or a JOIN_ON_FINISH task's landing copies
+// (after its clones).
+type d2hEntry struct {
+	freeze *freezeEvent
+	clones []*cloneDep
+}
+
+// cloneDep is one device clone on the pipeline's clone stream.
+type cloneDep struct {
+	index  int
+	freeze *freezeEvent
+}
+
+type replayStep struct {
+	name     string
+	pipe     *replayPipe
+	s        *staging.Step
+	entry    *d2hEntry // nil for a leftover-only step
+	dev      cuda.Buffer
+	released bool
+}
+
+type freezeEvent struct {
+	ev        *system.ManualEvent
+	completed bool
+}
+
+type replayTask struct {
+	name    string
+	pipe    *replayPipe
+	t       *staging.Task
+	steps   []*replayStep
+	clones  []*cloneDep
+	landing *d2hEntry
+	last    staging.TaskState
+	done    bool // terminal, its waiters woken
+	opened  bool // "opened" not reported yet
+}
+
+func (r *runner) stagingState() *stagingState {
+	if r.staging == nil {
+		r.staging = &stagingState{pipes: map[string]*replayPipe{}, steps: map[string]*replayStep{},
+			events: map[string]*freezeEvent{}, tasks: map[string]*replayTask{}}
+	}
+	return r.staging
+}
+
+func (ss *stagingState) pipe(name string) (*replayPipe, error) {
+	p, ok := ss.pipes[name]
+	if !ok {
+		return nil, invalid("unknown pipeline %q (start it first with staging_start)", name)
+	}
+	ss.cur = p
+	return p, nil
+}
+
+func (ss *stagingState) task(name string) (*replayTask, error) {
+	t, ok := ss.tasks[name]
+	if !ok {
+		return nil, invalid("unknown task %q (open it first with task_open)", name)
+	}
+	ss.cur = t.pipe
+	return t, nil
+}
+
+// event returns the freeze event named name, made incomplete on first use.
+func (ss *stagingState) event(name string) *freezeEvent {
+	if name == "" {
+		return nil
+	}
+	e, ok := ss.events[name]
+	if !ok {
+		e = &freezeEvent{ev: system.NewManualEvent()}
+		ss.events[name] = e
+	}
+	return e
+}
+
+func (e *freezeEvent) pending() bool { return e != nil && !e.completed }
+
+func (e *freezeEvent) cuda() cuda.Event {
+	if e == nil {
+		return nil
+	}
+	return e.ev
+}
+
+// ---- what can move on its own ----
+
+func (p *replayPipe) cloneBlocked(c *cloneDep) bool {
+	for _, o := range p.clones[:c.index+1] {
+		if o.freeze.pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// entryBlocked: a copy on the device→host stream waits for every copy
+// enqueued before it.
+func (p *replayPipe) entryBlocked(e *d2hEntry) bool {
+	for _, o := range p.entries {
+		if o.freeze.pending() {
+			return true
+		}
+		for _, c := range o.clones {
+			if p.cloneBlocked(c) {
+				return true
+			}
+		}
+		if o == e {
+			return false
+		}
+	}
+	return false
+}
+
+// copyBlocked says whether t's copy stage, once claimed, waits for a
+// freeze event the script has not completed.
+func (t *replayTask) copyBlocked() bool {
+	p := t.pipe
+	if t.t.Mode() == staging.JoinNextStep {
+		for _, s := range t.steps {
+			if s.entry != nil && p.entryBlocked(s.entry) {
+				return true
+			}
+		}
+		return false
+	}
+	if t.landing != nil {
+		return p.entryBlocked(t.landing)
+	}
+	for _, c := range t.clones {
+		if p.cloneBlocked(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// stuck says whether t's state can change only through a later op of
+// the script. st is its state now.
+func (ss *stagingState) stuck(t *replayTask, st staging.TaskState) bool {
+	switch st {
+	case staging.Pending:
+		return t.pipe.p.Err() == nil // a failed pipeline fails its pending tasks
+	case staging.Queued:
+		for _, o := range ss.order {
+			if o.pipe == t.pipe && !o.done && o.t.State() == staging.Copying && o.copyBlocked() {
+				return true // the copy queue is busy with a blocked copy stage
+			}
+		}
+		return false
+	case staging.Copying:
+		return t.copyBlocked()
+	}
+	return false
+}
+
+// settle waits until every task is done or stuck (see the top of the
+// file).
+func (ss *stagingState) settle(ctx context.Context) error {
+	for {
+		all := true
+		for _, t := range ss.order {
+			if t.done {
+				continue
+			}
+			st := t.t.State()
+			if st == staging.Copying && t.t.Mode() == staging.JoinOnFinish && t.landing == nil {
+				// Its landing copies go on the device→host stream now.
+				t.landing = &d2hEntry{clones: t.clones}
+				t.pipe.entries = append(t.pipe.entries, t.landing)
+			}
+			switch {
+			case st.Terminal():
+				_ = t.t.Wait(ctx) // returns once its resources are released
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				t.done = true
+			case !ss.stuck(t, st):
+				all = false
+			}
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
+// transitions lists every task's lifecycle moves since the last report.
+func (ss *stagingState) transitions() []taskTransitionJSON {
+	var out []taskTransitionJSON
+	for _, t := range ss.order {
+		now := t.t.State()
+		if t.opened {
+			t.opened = false
+			out = append(out, taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: nil, To: staging.Pending.String()})
+		}
+		if now == t.last {
+			continue
+		}
+		target := now
+		if now == staging.Failed {
+			t.pipe.mu.Lock()
+			from, ok := t.pipe.failedFrom[t.t.ID()]
+			t.pipe.mu.Unlock()
+			target = t.last
+			if ok && from > t.last {
+				target = from
+			}
+		}
+		for s := t.last; s < target; s++ {
+			from := s.String()
+			out = append(out, taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: &from, To: (s + 1).String()})
+		}
+		if now == staging.Failed {
+			from := target.String()
+			tr := taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: &from, To: now.String()}
+			if err := t.t.Wait(context.Background()); err != nil {
+				tr.Cause = taskWords(t.pipe, err.Error())
+			}
+			out = append(out, tr)
+		}
+		t.last = now
+	}
+	return out
+}
+
+type taskTransitionJSON struct {
+	Pipeline string  `json:"pipeline"`
+	Task     string  `json:"task"`
+	From     *string `json:"from"`
+	To       string  `json:"to"`
+	Cause    string  `json:"cause,omitempty"`
+}
+
+// stagingJSON is the payload of a staging op's result.
+type stagingJSON struct {
+	Step  *stagedStepJSON   `json:"step,omitempty"`
+	Row   *rowJSON          `json:"row,omitempty"`
+	State *string           `json:"state,omitempty"`
+	Stats *stagingStatsJSON `json:"stats,omitempty"`
+}
+
+type stagedStepJSON struct {
+	Name  string `json:"name"`
+	Slot  int    `json:"slot"`
+	Bytes int64  `json:"bytes"`
+}
+
+// rowJSON is a row read back: its length, and its byte value when every
+// byte is the same (rows are filled that way), else null.
+type rowJSON struct {
+	Key   string `json:"key"`
+	Slot  int64  `json:"slot"`
+	Bytes int    `json:"bytes"`
+	Value *int   `json:"value"`
+}
+
+type stagingStatsJSON struct {
+	Slots            int           `json:"slots"`
+	FreeSlots        int           `json:"free_slots"`
+	SlotHolders      int           `json:"slot_holders"`
+	SlotClaims       int64         `json:"slot_claims"`
+	SlotWaits        int64         `json:"slot_waits"`
+	CloneBytes       int64         `json:"clone_bytes"`
+	CloneBudgetBytes int64         `json:"clone_budget_bytes"`
+	PeakCloneBytes   int64         `json:"peak_clone_bytes"`
+	Flushes          int64         `json:"flushes"`
+	Drops            orderedObject `json:"drops"`
+	Tasks            orderedObject `json:"tasks"`
+	Opened           int64         `json:"opened"`
+	Written          int64         `json:"written"`
+	Failed           int64         `json:"failed"`
+	StepsStaged      int64         `json:"steps_staged"`
+	LiveSteps        int64         `json:"live_steps"`
+	CommittedBytes   int64         `json:"committed_bytes"`
+	Failure          *string       `json:"failure"`
+}
+
+func (r *runner) toStagingStats(st staging.Stats) *stagingStatsJSON {
+	out := &stagingStatsJSON{
+		Slots: st.Slots, FreeSlots: st.FreeSlots, SlotHolders: st.SlotHolders, SlotClaims: st.SlotClaims, SlotWaits: st.SlotWaits,
+		CloneBytes: st.CloneBytes, CloneBudgetBytes: st.CloneBudgetBytes, PeakCloneBytes: st.PeakCloneBytes,
+		Flushes: st.Flushes,
+		Drops:   orderedObject{{staging.DropBudget, st.Drops[staging.DropBudget]}, {staging.DropLocation, st.Drops[staging.DropLocation]}},
+		Opened:  st.Opened, Written: st.Written, Failed: st.Failed, StepsStaged: st.StepsStaged, LiveSteps: st.LiveSteps,
+		CommittedBytes: st.CommittedBytes,
+	}
+	for _, s := range []staging.TaskState{staging.Pending, staging.Queued, staging.Copying, staging.HostReady} {
+		out.Tasks = append(out.Tasks, kv{s.String(), st.Tasks[s]})
+	}
+	if st.Failure != nil {
+		out.Failure = nullable(r.message(st.Failure.Error()))
+	}
+	return out
+}
+
+// stepFill writes the deterministic content of a save's device buffer:
+// row k (bytes k·rowBytes onward) holds the byte fill+k (mod 256).
+func stepFill(n, rowBytes, fill int64) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(fill + int64(i)/rowBytes)
+	}
+	return b
+}
+
+func toRow(key string, slot int64, b []byte) *rowJSON {
+	out := &rowJSON{Key: key, Slot: slot, Bytes: len(b)}
+	if len(b) > 0 {
+		v := int(b[0])
+		for _, c := range b {
+			if int(c) != v {
+				return out
+			}
+		}
+		out.Value = &v
+	}
+	return out
+}
+
+// deviceBuffer allocates and fills a save's device buffer (the "kernel"
+// of the script).
+func (r *runner) deviceBuffer(ctx context.Context, p *replayPipe, loc string, n, fill int64) (cuda.Buffer, error) {
+	if n > replayBufferLimit {
+		return nil, invalid("a save holds real bytes: at most %s in a replay, got %s", formatBytes(replayBufferLimit), formatBytes(n))
+	}
+	be := r.sys.Backend()
+	buf, err := be.Allocate(ctx, loc, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.Write(ctx, buf, stepFill(n, p.rowB, fill)); err != nil {
+		_ = be.Free(buf)
+		return nil, err
+	}
+	p.devBufs = append(p.devBufs, buf)
+	return buf, nil
+}
+
+// execStaging runs a staging op; reached says whether it got to the
+// runtime. Every op ends with the pipelines settled and the task
+// transitions reported, whatever its outcome.
+func (r *runner) execStaging(ctx context.Context, o op, res *result) (reached bool, err error) {
+	ss := r.stagingState()
+	ss.cur = nil
+	reached, err = r.stagingOp(ctx, ss, o, res)
+	if serr := ss.settle(ctx); serr != nil && err == nil {
+		err = serr
+	}
+	res.TaskTransitions = ss.transitions()
+	if err != nil {
+		err = ss.asRecord(err)
+	}
+	return reached || len(ss.pipes) > 0, err
+}
+
+// asRecord returns the pipeline's failure record for the failure of the
+// task that failed it (Wait and ReadRow return the bare cause to that
+// task): every failure of a pipeline reads as StagingFailedError.
+func (ss *stagingState) asRecord(err error) error {
+	var fe *staging.FailedError
+	if ss.cur == nil || errors.As(err, &fe) || isContextError(err) {
+		return err
+	}
+	rec := ss.cur.p.Err()
+	if errors.As(rec, &fe) && (err == fe.Err || errors.Is(err, fe.Err)) {
+		return rec
+	}
+	return err
+}
+
+func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *result) (bool, error) {
+	s := o.staging
+	switch o.name {
+	case "staging_start":
+		// Fields: name, device, slots, slot_bytes, claim_timeout_ms, keys,
+		// pool_slots, row_bytes, clone_budget. The name binds on success.
+		switch _, dup := ss.pipes[s.name]; {
+		case s.name == "":
+			return false, invalid("a pipeline name must not be empty")
+		case dup:
+			return false, invalid("duplicate pipeline name %q", s.name)
+		case s.slotBytes > replayBufferLimit:
+			return false, invalid("slot_bytes %s: a staging slot holds real bytes, at most %s in a replay", formatBytes(s.slotBytes), formatBytes(replayBufferLimit))
+		case s.rowBytes > 0 && s.poolSlots > 0 && int64(len(s.keys))*s.poolSlots > replayBufferLimit/s.rowBytes:
+			return false, invalid("the CPU block pool (%d keys × %d slots × %s) holds real bytes, at most %s in a replay",
+				len(s.keys), s.poolSlots, formatBytes(s.rowBytes), formatBytes(replayBufferLimit))
+		}
+		rp := &replayPipe{name: s.name, device: s.device, eager: s.eager, rowB: s.rowBytes, byID: map[staging.TaskID]*replayTask{}, failedFrom: map[staging.TaskID]staging.TaskState{}}
+		cfg := staging.Config{
+			Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
+			ClaimTimeout: time.Duration(s.claimTimeoutMS) * time.Millisecond,
+			Keys:         s.keys, PoolSlots: int(s.poolSlots), RowBytes: s.rowBytes,
+			CloneBudgetBytes: s.cloneBudget, Eager: s.eager,
+			OnCommit: func(id staging.TaskID, err error) {
+				if err == nil {
+					return
+				}
+				rp.mu.Lock()
+				if t := rp.byID[id]; t != nil {
+					rp.failedFrom[id] = t.t.State() // Copying or HostReady: not failed yet
+				}
+				rp.mu.Unlock()
+			},
+		}
+		if _, err := cuda.ParseLocationName(s.device); err == nil && !r.locations[s.device] {
+			return false, &system.UnavailableError{Location: s.device, Detail: "location is not configured"}
+		}
+		p, err := staging.New(ctx, r.sys, cfg)
+		if err != nil {
+			return true, err
+		}
+		rp.p = p
+		ss.pipes[s.name] = rp
+		return true, nil
+	case "stage":
+		// Fields: pipeline, step, bytes, fill, freeze.
+		rp, err := ss.pipe(s.pipeline)
+		if err != nil {
+			return false, err
+		}
+		if _, dup := ss.steps[s.step]; dup {
+			return false, invalid("duplicate step name %q", s.step)
+		}
+		if s.bytes < 0 {
+			return false, invalid("bytes must be ≥ 0 (0: a leftover-only save), got %d", s.bytes)
+		}
+		ev := ss.event(s.freeze)
+		if rp.eager && ev.pending() && s.bytes > 0 {
+			return false, invalid("pipeline %q is eager: its copy would wait here for freeze event %q forever (complete it first)", s.pipeline, s.freeze)
+		}
+		var dev cuda.Buffer
+		if s.bytes > 0 {
+			if dev, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
+				return false, err
+			}
+		}
+		step, err := rp.p.Stage(ctx, dev, ev.cuda())
+		if err != nil {
+			return true, err
+		}
+		st := &replayStep{name: s.step, pipe: rp, s: step, dev: dev}
+		if dev != nil {
+			st.entry = &d2hEntry{freeze: ev}
+			rp.entries = append(rp.entries, st.entry)
+		}
+		ss.steps[s.step] = st
+		res.Staging = &stagingJSON{Step: &stagedStepJSON{Name: s.step, Slot: step.Slot(), Bytes: step.Bytes()}}
+		return true, nil
+	case "step_release":
+		st, ok := ss.steps[s.step]
+		switch {
+		case !ok:
+			return false, invalid("unknown step %q", s.step)
+		case st.released:
+			return false, invalid("step %q was already released", s.step)
+		}
+		ss.cur = st.pipe
+		if err := st.s.Release(); err != nil {
+			return true, err
+		}
+		st.released = true
+		return true, nil
+	case "freeze":
+		e, ok := ss.events[s.event]
+		switch {
+		case !ok:
+			return false, invalid("unknown freeze event %q (a stage or append names it first)", s.event)
+		case e.completed:
+			return false, invalid("freeze event %q was already completed", s.event)
+		}
+		e.completed = true
+		e.ev.Complete()
+		return true, nil
+	case "task_open":
+		// Fields: pipeline, task, req, write_n, mode.
+		rp, err := ss.pipe(s.pipeline)
+		if err != nil {
+			return false, err
+		}
+		if _, dup := ss.tasks[s.task]; dup {
+			return false, invalid("duplicate task name %q", s.task)
+		}
+		var mode staging.JoinMode
+		switch s.mode {
+		case "next_step":
+			mode = staging.JoinNextStep
+		case "on_finish":
+			mode = staging.JoinOnFinish
+		default:
+			return false, invalid("unknown join mode %q (use next_step or on_finish)", s.mode)
+		}
+		t, err := rp.p.Open(ctx, staging.TaskSpec{ReqID: s.req, WriteN: int(s.writeN), Mode: mode})
+		if err != nil {
+			return true, err
+		}
+		rt := &replayTask{name: s.task, pipe: rp, t: t, last: staging.Pending, opened: true}
+		rp.mu.Lock()
+		rp.byID[t.ID()] = rt
+		rp.mu.Unlock()
+		ss.tasks[s.task] = rt
+		ss.order = append(ss.order, rt)
+		return true, nil
+	case "append":
+		// Fields: task, step or device_bytes, fill, freeze, rows, no_wait.
+		t, err := ss.task(s.task)
+		if err != nil {
+			return false, err
+		}
+		rp := t.pipe
+		c := staging.Chunk{NoWait: s.noWait}
+		var st *replayStep
+		if s.step != "" {
+			var ok bool
+			if st, ok = ss.steps[s.step]; !ok {
+				return false, invalid("unknown step %q", s.step)
+			}
+			c.Step = st.s
+		}
+		for _, row := range s.rows {
+			c.Rows = append(c.Rows, staging.Row{Key: row.key, Slot: int(row.slot), Offset: row.offset})
+		}
+		var ev *freezeEvent
+		if s.hasDevice {
+			if s.bytes <= 0 {
+				return false, invalid("device_bytes must be > 0, got %d", s.bytes)
+			}
+			ev = ss.event(s.freeze)
+			if rp.eager && ev.pending() {
+				return false, invalid("pipeline %q is eager: its clone would wait here for freeze event %q forever (complete it first)", rp.name, s.freeze)
+			}
+			if c.Device, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
+				return false, err
+			}
+			c.Freeze = ev.cuda()
+		}
+		if err := t.t.Append(ctx, c); err != nil {
+			return true, err
+		}
+		if st != nil {
+			t.steps = append(t.steps, st)
+		} else {
+			cd := &cloneDep{index: len(rp.clones), freeze: ev}
+			rp.clones = append(rp.clones, cd)
+			t.clones = append(t.clones, cd)
+		}
+		return true, nil
+	case "submit", "prioritize":
+		tasks := make([]*replayTask, 0, len(s.tasks))
+		for _, name := range s.tasks {
+			t, err := ss.task(name)
+			if err != nil {
+				return false, err
+			}
+			tasks = append(tasks, t)
+		}
+		for _, t := range tasks {
+			ss.cur = t.pipe
+			var err error
+			if o.name == "submit" {
+				err = t.pipe.p.Submit(ctx, t.t)
+			} else {
+				err = t.pipe.p.Prioritize(ctx, t.t.ID())
+			}
+			if err != nil {
+				return true, err
+			}
+		}
+		return len(tasks) > 0, nil
+	case "wait":
+		t, err := ss.task(s.task)
+		if err != nil {
+			return false, err
+		}
+		if s.until != "host_ready" && s.until != "written" {
+			return false, invalid("unknown wait %q (use host_ready or written)", s.until)
+		}
+		// The pipelines are settled: what has not happened yet cannot
+		// happen without a later op.
+		st := t.t.State()
+		if !t.done && (s.until == "written" || st < staging.HostReady) && ss.stuck(t, st) {
+			return false, invalid("task %q would wait forever: it is %s and %s", s.task, st, ss.why(t, st))
+		}
+		if s.until == "host_ready" {
+			err = t.t.WaitHostReady(ctx)
+		} else {
+			err = t.t.Wait(ctx)
+		}
+		if err != nil {
+			return true, err
+		}
+		name := t.t.State().String()
+		res.Staging = &stagingJSON{State: &name}
+		return true, nil
+	case "read_row":
+		t, err := ss.task(s.task)
+		if err != nil {
+			return false, err
+		}
+		st := t.t.State()
+		switch {
+		case t.done:
+		case t.t.Mode() == staging.JoinNextStep && ss.stuck(t, st):
+			return false, invalid("reading task %q would wait forever for its pool write: it is %s and %s", s.task, st, ss.why(t, st))
+		case st < staging.HostReady && t.cloneWaits():
+			return false, invalid("reading task %q would wait forever: its device clone waits for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(t.pipe))
+		}
+		b, err := t.t.ReadRow(ctx, s.key, int(s.slot))
+		if err != nil {
+			return true, err
+		}
+		res.Staging = &stagingJSON{Row: toRow(s.key, s.slot, b)}
+		return true, nil
+	case "read_pool":
+		rp, err := ss.pipe(s.pipeline)
+		if err != nil {
+			return false, err
+		}
+		b, err := rp.p.ReadPool(s.key, int(s.slot))
+		if err != nil {
+			return true, err
+		}
+		res.Staging = &stagingJSON{Row: toRow(s.key, s.slot, b)}
+		return true, nil
+	case "staging_stats":
+		rp, err := ss.pipe(s.pipeline)
+		if err != nil {
+			return false, err
+		}
+		res.Staging = &stagingJSON{Stats: r.toStagingStats(rp.p.Stats())}
+		return false, nil
+	case "staging_close":
+		rp, err := ss.pipe(s.pipeline)
+		if err != nil {
+			return false, err
+		}
+		if rp.closed {
+			return false, invalid("pipeline %q was already closed", s.pipeline)
+		}
+		if ev := ss.blockingEvent(rp); ev != "" {
+			return false, invalid("closing pipeline %q would wait forever: freeze event %q is not complete (complete it first with freeze)", s.pipeline, ev)
+		}
+		rp.closed = true
+		return true, rp.close(ctx, r.sys.Backend())
+	}
+	return false, fmt.Errorf("op %q is not implemented", o.name)
+}
+
+// cloneWaits: reading a JOIN_ON_FINISH task's row waits for its clone.
+func (t *replayTask) cloneWaits() bool {
+	if t.t.Mode() != staging.JoinOnFinish {
+		return false
+	}
+	for _, c := range t.clones {
+		if t.pipe.cloneBlocked(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// why says what a stuck task waits for.
+func (ss *stagingState) why(t *replayTask, st staging.TaskState) string {
+	switch st {
+	case staging.Pending:
+		return "nothing submits it (submit or prioritize it first)"
+	case staging.Queued:
+		return "the copy queue is busy with a copy stage that waits for a freeze event (complete it with freeze)"
+	}
+	if ev := ss.blockingEvent(t.pipe); ev != "" {
+		return fmt.Sprintf("its copy waits for freeze event %q (complete it with freeze)", ev)
+	}
+	return "its copy waits for a freeze event (complete it with freeze)"
+}
+
+// blockingEvent names the first incomplete freeze event the pipeline's
+// copies wait for ("" when none).
+func (ss *stagingState) blockingEvent(rp *replayPipe) string {
+	names := make([]string, 0, len(ss.events))
+	for n := range ss.events {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		e := ss.events[n]
+		if !e.pending() {
+			continue
+		}
+		for _, en := range rp.entries {
+			if en.freeze == e {
+				return n
+			}
+		}
+		for _, c := range rp.clones {
+			if c.freeze == e {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+func (rp *replayPipe) deviceLoc() string { return rp.device }
+
+// close closes the pipeline and frees the script's device buffers.
+func (rp *replayPipe) close(ctx context.Context, be cuda.Backend) error {
+	err := rp.p.Close(ctx)
+	for _, b := range rp.devBufs {
+		_ = be.Free(b)
+	}
+	rp.devBufs = nil
+	return err
+}
+
+// closeStaging ends the script's pipelines before the runtime closes:
+// every freeze event still pending is completed, then every open
+// pipeline is closed (it writes what it holds).
+func (r *runner) closeStaging(ctx context.Context) {
+	if r.staging == nil {
+		return
+	}
+	for _, e := range r.staging.events {
+		if !e.completed {
+			e.completed = true
+			e.ev.Complete()
+		}
+	}
+	for _, rp := range r.staging.pipes {
+		if !rp.closed {
+			rp.closed = true
+			_ = rp.close(ctx, r.sys.Backend())
+		}
+	}
+}
+
+// stagingWords puts the pipeline's task ids ("task 3") in the script's
+// words (`task "t1"`), for the pipeline of the op running now.
+func (ss *stagingState) stagingWords(msg string) string { return taskWords(ss.cur, msg) }
+
+// taskWords puts rp's task ids in msg in the script's words.
+func taskWords(rp *replayPipe, msg string) string {
+	if rp == nil || !strings.Contains(msg, "task ") {
+		return msg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, "task ")
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		j := i + len("task ")
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			j++
+		}
+		n, err := strconv.ParseUint(msg[i+len("task "):j], 10, 64)
+		rp.mu.Lock()
+		t := rp.byID[staging.TaskID(n)]
+		rp.mu.Unlock()
+		if err != nil || t == nil {
+			b.WriteString(msg[:j])
+			msg = msg[j:]
+			continue
+		}
+		b.WriteString(msg[:i])
+		b.WriteString("task " + strconv.Quote(t.name))
+		msg = msg[j:]
+	}
+}
+
+// taskName is the script's name of a task of the op's pipeline.
+func (ss *stagingState) taskName(id staging.TaskID) any {
+	if ss == nil || ss.cur == nil {
+		return uint64(id)
+	}
+	ss.cur.mu.Lock()
+	defer ss.cur.mu.Unlock()
+	if t := ss.cur.byID[id]; t != nil {
+		return t.name
+	}
+	return uint64(id)
+}
+
+// classifyStaging names the pipeline's error types (see classify).
+func classifyStaging(e error) (string, bool) {
+	switch e.(type) {
+	case *staging.FailedError:
+		return "StagingFailedError", true
+	case *staging.DropError:
+		return "StagingDropError", true
+	case *staging.AppendRefusedError:
+		return "StagingAppendRefusedError", true
+	case *staging.SlotTimeoutError:
+		return "StagingSlotTimeoutError", true
+	case *staging.SlotOverflowError:
+		return "StagingSlotOverflowError", true
+	}
+	switch e {
+	case staging.ErrConfig:
+		return "StagingConfigError", true
+	case staging.ErrClosed:
+		return "StagingClosedError", true
+	case staging.ErrNoRow:
+		return "StagingNoRowError", true
+	case staging.ErrStepReleased:
+		return "StagingStepReleasedError", true
+	}
+	return "", false
+}
+
+// stagingErrorFields are the JSON fields of the pipeline's errors.
+func (r *runner) stagingErrorFields(e error) []kv {
+	cause := func(err error) any {
+		if err == nil {
+			return nil
+		}
+		typ, _ := classify(err)
+		return orderedObject{{"type", typ}, {"message", r.message(err.Error())}}
+	}
+	switch x := e.(type) {
+	case *staging.FailedError:
+		return []kv{{"task", r.staging.taskName(x.Task)}, {"cause", cause(x.Err)}}
+	case *staging.DropError:
+		return []kv{{"reason", x.Reason}, {"requested_bytes", x.Requested}, {"cause", cause(x.Err)}}
+	case *staging.AppendRefusedError:
+		return []kv{{"task", r.staging.taskName(x.Task)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
+	case *staging.SlotTimeoutError:
+		return []kv{{"slots", x.Slots}, {"timeout_ms", x.Timeout.Milliseconds()}}
+	case *staging.SlotOverflowError:
+		return []kv{{"step_bytes", x.StepBytes}, {"slot_bytes", x.SlotBytes}}
+	}
+	return nil
+}
+
+// stagingDetail is the table's summary of a staging op's payload and
+// task transitions.
+func stagingDetail(r *result) (string, bool) {
+	var parts []string
+	if s := r.Staging; s != nil {
+		switch {
+		case s.Step != nil:
+			parts = append(parts, fmt.Sprintf("step %s in slot %d, %s", strconv.Quote(s.Step.Name), s.Step.Slot, bytesText(s.Step.Bytes)))
+		case s.Row != nil:
+			v := "mixed bytes"
+			if s.Row.Value != nil {
+				v = fmt.Sprintf("every byte %d", *s.Row.Value)
+			}
+			parts = append(parts, fmt.Sprintf("row (%s, %d): %s, %s", strconv.Quote(s.Row.Key), s.Row.Slot, bytesText(int64(s.Row.Bytes)), v))
+		case s.State != nil:
+			parts = append(parts, "task "+*s.State)
+		case s.Stats != nil:
+			st := s.Stats
+			failure := ""
+			if st.Failure != nil {
+				failure = "; failed: " + *st.Failure
+			}
+			parts = append(parts, fmt.Sprintf("slots %d free of %d (%d holders, %d claims, %d waits); clones %s of %s (peak %s), %d flushes, drops %d (gpu-budget) %d (location-budget); tasks opened %d written %d failed %d; committed %s%s",
+				st.FreeSlots, st.Slots, st.SlotHolders, st.SlotClaims, st.SlotWaits, bytesText(st.CloneBytes), bytesText(st.CloneBudgetBytes),
+				bytesText(st.PeakCloneBytes), st.Flushes, st.Drops[0].Value, st.Drops[1].Value, st.Opened, st.Written, st.Failed,
+				bytesText(st.CommittedBytes), failure))
+		}
+	}
+	if len(r.TaskTransitions) > 0 {
+		var ts []string
+		for _, t := range r.TaskTransitions {
+			from := "opened"
+			if t.From != nil {
+				from = *t.From
+			}
+			ts = append(ts, fmt.Sprintf("%s %s→%s", t.Task, from, t.To))
+		}
+		parts = append(parts, strings.Join(ts, ", "))
+	}
+	if len(parts) == 0 {
+		return "", false
+	}
+	return strings.Join(parts, "; "), true
+}
