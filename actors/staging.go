@@ -240,8 +240,16 @@ func (s *Staging) Reassign(ctx context.Context, t *StagingTask, rows []messages.
 
 // Plan returns the rows of t's pool write (see ScatterRow).
 func (s *Staging) Plan(ctx context.Context, t *StagingTask) ([]ScatterRow, error) {
-	r := make(chan []ScatterRow, 1)
-	return ask(ctx, s, t, &taskPlan{reply: r}, r, func() []ScatterRow { return nil })
+	rows, _, err := s.plan(ctx, t)
+	return rows, err
+}
+
+// plan returns the rows of t's pool write and whether t is HostReady (the
+// state in which it may be written).
+func (s *Staging) plan(ctx context.Context, t *StagingTask) ([]ScatterRow, bool, error) {
+	r := make(chan planResult, 1)
+	res, err := ask(ctx, s, t, &taskPlan{reply: r}, r, func() planResult { return planResult{} })
+	return res.rows, res.hostReady, err
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
@@ -355,9 +363,11 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 		s.Fail(j.t, err)
 		return
 	}
-	if err := s.Transition(s.ctx, j.t, messages.TaskHostReady); err != nil {
-		return
-	}
+	// No round trip: the task's actor gets the move to HostReady, then the
+	// committer the job, in this order (the committer's first message to
+	// the task comes after the move in the task's mailbox); the queue goes
+	// on with the next job at once, and commit jobs keep the queue's order.
+	ctx.Send(j.t.pid, &taskHostReady{})
 	ctx.Send(s.committer, &commitJob{t: j.t, chunks: chunks, prio: j.prio})
 }
 
@@ -369,9 +379,26 @@ func (a *committerActor) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	if err := a.st.write(a.st.ctx, j.t, j.chunks); err != nil {
-		a.st.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("pool write failed")
+	s := a.st
+	plan, ready, err := s.plan(s.ctx, j.t)
+	if err == nil && !ready {
+		return // the task failed before its move to HostReady: nothing to write
 	}
+	if err == nil {
+		err = s.env.PoolWrite(s.ctx, j.t, j.chunks, plan)
+	}
+	if s.onCommit != nil {
+		s.onCommit(j.t, err) // before the task's waiters wake
+	}
+	if err != nil {
+		s.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("pool write failed")
+		s.Fail(j.t, err)
+		return
+	}
+	// The move to Written (release of the task's slot holds and buffers,
+	// then its waiters) is the task actor's; the committer does not wait
+	// for it before the next pool write.
+	ctx.Send(j.t.pid, &taskWritten{})
 }
 
 // stateMirror publishes a task's state to readers of its handle.

@@ -167,6 +167,14 @@ type taskTransition struct {
 	reply chan error
 }
 
+// taskHostReady (from the copy queue, no reply): the copy stage of the
+// task succeeded; move to HostReady (refused if it failed meanwhile).
+type taskHostReady struct{}
+
+// taskWritten (from the committer, no reply): the pool write succeeded;
+// move to Written.
+type taskWritten struct{}
+
 type taskFail struct {
 	err   error
 	reply chan bool
@@ -177,7 +185,12 @@ type taskReassign struct {
 	reply chan struct{}
 }
 
-type taskPlan struct{ reply chan []ScatterRow }
+type taskPlan struct{ reply chan planResult }
+
+type planResult struct {
+	rows      []ScatterRow
+	hostReady bool
+}
 
 type taskSource struct {
 	key   string
@@ -212,6 +225,12 @@ func (a *stagingTaskActor) Receive(ctx actor.Context) {
 		err, wake := a.transition(ctx, m.to)
 		m.reply <- err // before waking: a caller must not take the wake-up for a refusal
 		wake()
+	case *taskHostReady:
+		_, wake := a.transition(ctx, messages.TaskHostReady) // refused if failed meanwhile
+		wake()
+	case *taskWritten:
+		_, wake := a.transition(ctx, messages.TaskWritten) // refused if failed meanwhile
+		wake()
 	case *taskFail:
 		moved, wake := a.fail(ctx, m.err)
 		m.reply <- moved
@@ -227,7 +246,7 @@ func (a *stagingTaskActor) Receive(ctx actor.Context) {
 		}
 		m.reply <- struct{}{}
 	case *taskPlan:
-		m.reply <- a.plan()
+		m.reply <- planResult{rows: a.plan(), hostReady: a.state == messages.TaskHostReady}
 	case *taskSource:
 		m.reply <- a.source(m.key, m.slot)
 	}
@@ -324,8 +343,19 @@ func (a *stagingTaskActor) fail(ctx actor.Context, err error) (bool, func()) {
 // plan lists the rows of the pool write: one per (key, slot), the later
 // chunk's row when the task wrote a slot twice, none for reassigned rows.
 func (a *stagingTaskActor) plan() []ScatterRow {
-	idx := map[rowKey]int{}
-	var out []ScatterRow
+	n := 0
+	for _, c := range a.chunks {
+		n += len(c.Rows)
+	}
+	out := make([]ScatterRow, 0, n)
+	if len(a.chunks) == 1 && len(a.reassigned) == 0 && strictlyIncreasing(a.chunks[0].Rows) {
+		// The common case: one save, no row twice, none lost.
+		for _, r := range a.chunks[0].Rows {
+			out = append(out, ScatterRow{Key: r.Key, Slot: r.Slot, Offset: r.Offset})
+		}
+		return out
+	}
+	idx := make(map[rowKey]int, n)
 	for ci, c := range a.chunks {
 		for _, r := range c.Rows {
 			k := rowKey{r.Key, r.Slot}
@@ -342,6 +372,22 @@ func (a *stagingTaskActor) plan() []ScatterRow {
 		}
 	}
 	return out
+}
+
+// strictlyIncreasing reports whether rows are in strictly increasing
+// (key, slot) order, which rules out a row written twice.
+func strictlyIncreasing(rows []messages.StagingRow) bool {
+	for i := 1; i < len(rows); i++ {
+		p, r := rows[i-1], rows[i]
+		if p.Key == r.Key {
+			if p.Slot >= r.Slot {
+				return false
+			}
+		} else if p.Key > r.Key {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *stagingTaskActor) source(key string, slot int) RowSource {
@@ -378,6 +424,8 @@ func (*taskEnqueue) IgnoreDeadLetterLogging()    {}
 func (*taskClaim) IgnoreDeadLetterLogging()      {}
 func (*taskTransition) IgnoreDeadLetterLogging() {}
 func (*taskFail) IgnoreDeadLetterLogging()       {}
+func (*taskHostReady) IgnoreDeadLetterLogging()  {}
+func (*taskWritten) IgnoreDeadLetterLogging()    {}
 func (*taskReassign) IgnoreDeadLetterLogging()   {}
 func (*taskPlan) IgnoreDeadLetterLogging()       {}
 func (*taskSource) IgnoreDeadLetterLogging()     {}

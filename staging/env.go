@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/residency-go/residency/actors"
@@ -117,36 +118,65 @@ func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 }
 
 // PoolWrite scatters the plan's rows into the CPU block pool, reading each
-// chunk's host bytes (the staging slot, or the landed clone) in place.
+// chunk's host bytes (the staging slot, or the landed clone) in place: one
+// copy per byte, slot → pool. Rows that follow each other both in the
+// chunk and in the pool are written as one run (one copy() of the whole
+// run: a step whose rows land on consecutive pool rows is written with a
+// single large copy, which the Go runtime does with non-temporal stores
+// beyond 1 MiB).
 func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk, plan []actors.ScatterRow) error {
 	p := (*Pipeline)(e)
-	byChunk := make([][]actors.ScatterRow, len(chunks))
-	for _, r := range plan {
-		byChunk[r.Chunk] = append(byChunk[r.Chunk], r)
+	n := p.cfg.RowBytes
+	// Pool offsets, checked before anything is written.
+	offs := make([]int64, len(plan))
+	sorted := true // plan rows in chunk order (always, for one chunk)
+	for i, r := range plan {
+		off, err := p.poolOffset(r.Key, r.Slot)
+		if err != nil {
+			return err
+		}
+		offs[i] = off
+		if i > 0 && r.Chunk < plan[i-1].Chunk {
+			sorted = false
+		}
+	}
+	order := make([]int, len(plan))
+	for i := range order {
+		order[i] = i
+	}
+	if !sorted {
+		slices.SortStableFunc(order, func(a, b int) int { return plan[a].Chunk - plan[b].Chunk })
 	}
 	var written int64
-	for ci, rows := range byChunk {
-		if len(rows) == 0 {
-			continue
+	for lo := 0; lo < len(order); {
+		ci := plan[order[lo]].Chunk
+		hi := lo
+		for hi < len(order) && plan[order[hi]].Chunk == ci {
+			hi++
 		}
 		c := chunks[ci]
 		src := c.Host
 		if t.Mode == messages.JoinNextStep {
 			src = c.SlotBuf
 		}
-		offs := make([]int64, len(rows))
-		for i, r := range rows {
-			off, err := p.poolOffset(r.Key, r.Slot)
-			if err != nil {
-				return err
-			}
-			offs[i] = off
-		}
-		n := p.cfg.RowBytes
+		rows := order[lo:hi]
 		err := p.hostView(ctx, src, func(b []byte) {
 			p.poolMu.Lock()
-			for i, r := range rows {
-				copy(p.pool[offs[i]:offs[i]+n], b[r.Offset:r.Offset+n])
+			for i := 0; i < len(rows); {
+				// The run of rows contiguous in both the chunk and the pool.
+				first := rows[i]
+				j := i + 1
+				for j < len(rows) {
+					prev, next := rows[j-1], rows[j]
+					if plan[next].Offset != plan[prev].Offset+n || offs[next] != offs[prev]+n {
+						break
+					}
+					j++
+				}
+				run := int64(j-i) * n
+				so, do := plan[first].Offset, offs[first]
+				copy(p.pool[do:do+run], b[so:so+run])
+				i = j
 			}
 			p.poolMu.Unlock()
 		})
@@ -154,6 +184,7 @@ func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*ac
 			return fmt.Errorf("pool write: %w", err)
 		}
 		written += int64(len(rows)) * n
+		lo = hi
 	}
 	p.mu.Lock()
 	p.counts.committedBytes += written
@@ -204,7 +235,7 @@ func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
 	if task := p.tasks[t.ID]; task != nil {
 		for _, k := range task.rows {
 			if p.owners[k] == task {
-				delete(p.owners, k)
+				p.owners[k] = nil
 			}
 		}
 		task.rows = nil

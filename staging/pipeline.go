@@ -170,7 +170,7 @@ type Pipeline struct {
 	mu       sync.Mutex // guards the fields below
 	tasks    map[TaskID]*Task
 	deferred map[TaskID]*Task // JOIN_ON_FINISH tasks still pending with a chunk
-	owners   map[rowKey]*Task // the newest unwritten task of each pool row
+	owners   []*Task // the newest unwritten task of each pool row (by row index, see poolRow)
 	steps    map[*Step]struct{}
 	failure  *FailedError
 	closing  bool
@@ -182,10 +182,6 @@ type Pipeline struct {
 	closeErr  error
 }
 
-type rowKey struct {
-	key  string
-	slot int
-}
 
 type counters struct {
 	opened, written, failed int64
@@ -208,7 +204,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg: cfg, rt: rt, be: rt.Backend(), log: zerolog.Nop(),
 		slots: newSlotPool(cfg.Slots), keys: map[string]int{},
-		tasks: map[TaskID]*Task{}, deferred: map[TaskID]*Task{}, owners: map[rowKey]*Task{}, steps: map[*Step]struct{}{},
+		tasks: map[TaskID]*Task{}, deferred: map[TaskID]*Task{}, steps: map[*Step]struct{}{},
 	}
 	if cfg.Logger != nil {
 		p.log = cfg.Logger.With().Str("component", "staging").Str("pipeline", cfg.Name).Logger()
@@ -216,6 +212,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	for i, k := range cfg.Keys {
 		p.keys[k] = i
 	}
+	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	p.budget = newGPUBudget(rt, cfg.Device, cfg.Name, cfg.CloneBudgetBytes)
 	p.budget.flush = p.flushOldest
 
@@ -447,7 +444,7 @@ type TaskSpec struct {
 type Task struct {
 	p    *Pipeline
 	t    *actors.StagingTask
-	rows []rowKey // the pool rows it claimed (guarded by p.mu)
+	rows []int // the pool rows it claimed, by row index (guarded by p.mu)
 }
 
 // ID returns the task id.
@@ -664,11 +661,14 @@ func (p *Pipeline) cloneChunk(ctx context.Context, ch *actors.StagingChunk, c Ch
 // claimRows makes t the owner of rows: an older unwritten task that wrote
 // one of them loses it (reassigned: its pool write skips it).
 func (p *Pipeline) claimRows(ctx context.Context, t *Task, rows []Row) {
-	lost := map[*Task][]Row{}
+	var lost map[*Task][]Row
 	p.mu.Lock()
 	for _, r := range rows {
-		k := rowKey{r.Key, r.Slot}
+		k := p.poolRow(p.keys[r.Key], r.Slot) // checked by checkChunk
 		if prev := p.owners[k]; prev != nil && prev != t {
+			if lost == nil {
+				lost = map[*Task][]Row{}
+			}
 			lost[prev] = append(lost[prev], r)
 		}
 		p.owners[k] = t
@@ -858,8 +858,12 @@ func (p *Pipeline) poolOffset(key string, slot int) (int64, error) {
 	if slot < 0 || slot >= p.cfg.PoolSlots {
 		return 0, fmt.Errorf("%w: pool slot %d out of range [0, %d)", ErrConfig, slot, p.cfg.PoolSlots)
 	}
-	return (int64(ki)*int64(p.cfg.PoolSlots) + int64(slot)) * p.cfg.RowBytes, nil
+	return int64(p.poolRow(ki, slot)) * p.cfg.RowBytes, nil
 }
+
+// poolRow is the index of the pool row of (key index ki, slot): rows are
+// laid out key by key, slot by slot.
+func (p *Pipeline) poolRow(ki, slot int) int { return ki*p.cfg.PoolSlots + slot }
 
 // ---- stats ----
 
