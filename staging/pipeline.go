@@ -170,7 +170,7 @@ type Pipeline struct {
 	mu       sync.Mutex // guards the fields below
 	tasks    map[TaskID]*Task
 	deferred map[TaskID]*Task // JOIN_ON_FINISH tasks still pending with a chunk
-	owners   []*Task // the newest unwritten task of each pool row (by row index, see poolRow)
+	owners   []*Task          // the newest unwritten task of each pool row (by row index, see poolRow)
 	steps    map[*Step]struct{}
 	failure  *FailedError
 	closing  bool
@@ -181,7 +181,6 @@ type Pipeline struct {
 	closeOnce sync.Once
 	closeErr  error
 }
-
 
 type counters struct {
 	opened, written, failed int64
