@@ -12,6 +12,7 @@
 //	go run ./cmd/demo diagnose --json FILE     # the same, as one JSON object
 //	go run ./cmd/demo diagnose --error E.json --snapshot S.json --trace T.json
 //	go run ./cmd/demo serve                    # a live page of a runtime at work
+//	go run ./cmd/demo offload                  # a real LLM serving trace through the KV offload pipeline
 //	go run ./cmd/demo help
 //
 // Everything runs on the soft backend: pinned-host and cuda:N are simulated
@@ -31,6 +32,23 @@
 // copy fault and shows the ResidencyPlanExecutionError with its partial
 // report, reads every model back to check its bytes, and ends with a
 // snapshot table and Close. It takes well under a second.
+//
+// # The offload run
+//
+// demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N]
+// [--json] replays an LLM serving trace (TIMESTAMP, ContextTokens,
+// GeneratedTokens per request; default data/AzureLLMInferenceTrace_conv.csv,
+// CC BY 4.0, see data/README.md) through a staging pipeline on the soft
+// backend (a simulation, and the output says so). Each request's KV bytes,
+// (ContextTokens + GeneratedTokens) × N (64 by default, standing for 512 KiB
+// per token of a 7B fp16 model; budgets scaled alike), are saved in blocks
+// of 16 tokens as JOIN_ON_FINISH writes (the prompt's blocks at arrival,
+// blocking; the generated ones at finish, as a try-reserve), arrivals on a
+// clock compressed X times (600). It reports the bytes offloaded and
+// dropped, tasks, budget flushes, drops by reason, queue depths sampled
+// every 10 s of trace time, and budget violations (used + reserved > budget
+// at any location in any sample). Exit status 1 for a violation or a failed
+// task, 2 for bad flags or an unreadable trace. docs/staging.md has more.
 //
 // # The live view
 //

@@ -34,6 +34,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return serveMain(ctx, args[1:], stdin, stdout, stderr)
 	case "diagnose":
 		return diagnoseMain(ctx, args[1:], stdin, stdout, stderr)
+	case "offload":
+		return offloadMain(ctx, args[1:], stdout, stderr)
 	case "scenario":
 		if len(args) > 1 {
 			fmt.Fprintln(stderr, "demo scenario takes no arguments")
@@ -80,6 +82,13 @@ Usage:
                               slowly against a runtime and serve a live page,
                               /metrics, /snapshot, /trace and /healthz on
                               127.0.0.1:8080 until Ctrl-C (exit status 0)
+  demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]
+                              replay a real LLM serving trace (default
+                              data/AzureLLMInferenceTrace_conv.csv) through the
+                              write pipeline: each request's KV blocks are
+                              offloaded on the soft backend (a simulation);
+                              reports offloaded bytes, queue depths, flushes,
+                              drops and budget checks
   demo help                   this text
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an

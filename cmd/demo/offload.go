@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/residency-go/residency/staging"
+	"github.com/residency-go/residency/system"
+)
+
+// demo offload: a KV-cache offload driven by a real LLM serving trace
+// (TIMESTAMP, ContextTokens, GeneratedTokens per request). Each request's
+// KV blocks are saved through a staging pipeline on the soft backend (a
+// simulation in Go memory: every byte is real, no GPU is used), with
+// arrivals replayed on a compressed clock, and the run reports what was
+// offloaded, the copy queue's depth over time, budget flushes, drops by
+// reason, and the runtime's budgets checked on every sample.
+
+const (
+	defaultTrace = "data/AzureLLMInferenceTrace_conv.csv"
+	// realBytesPerToken: the KV bytes of one token of a 7B model in fp16
+	// (32 layers × 2 (K and V) × 4096 × 2 bytes), which the scaled-down
+	// figure of a run stands for.
+	realBytesPerToken = 512 << 10
+	blockTokens       = 16                    // tokens per KV block (one pool row)
+	decodePerToken    = 20 * time.Millisecond // trace time per generated token
+	sampleEvery       = 10 * time.Second      // trace time between samples
+)
+
+// offloadConfig is a run's configuration (flags).
+type offloadConfig struct {
+	trace         string
+	bytesPerToken int64
+	speed         float64
+	limit         int
+	asJSON        bool
+}
+
+type traceRow struct {
+	at           time.Time
+	context, gen int64
+}
+
+// readServingTrace reads a trace of the Azure LLM inference format: a header,
+// then TIMESTAMP, ContextTokens, GeneratedTokens (limit > 0: the first
+// limit rows).
+func readServingTrace(r io.Reader, limit int) ([]traceRow, error) {
+	cr := csv.NewReader(bufio.NewReader(r))
+	cr.FieldsPerRecord = 3
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("reading the header: %w", err)
+	}
+	if strings.TrimPrefix(head[0], utf8BOM) != "TIMESTAMP" || head[1] != "ContextTokens" || head[2] != "GeneratedTokens" {
+		return nil, fmt.Errorf("the header is %q, want TIMESTAMP,ContextTokens,GeneratedTokens", strings.Join(head, ","))
+	}
+	var rows []traceRow
+	for limit <= 0 || len(rows) < limit {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		line, _ := cr.FieldPos(0)
+		at, err := time.Parse("2006-01-02 15:04:05.9999999", rec[0])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: timestamp %q: %w", line, rec[0], err)
+		}
+		c, err1 := strconv.ParseInt(rec[1], 10, 64)
+		g, err2 := strconv.ParseInt(rec[2], 10, 64)
+		if err1 != nil || err2 != nil || c < 0 || g < 0 {
+			return nil, fmt.Errorf("line %d: token counts %q, %q must be integers ≥ 0", line, rec[1], rec[2])
+		}
+		if len(rows) > 0 && at.Before(rows[len(rows)-1].at) {
+			return nil, fmt.Errorf("line %d: timestamps go back in time", line)
+		}
+		rows = append(rows, traceRow{at: at, context: c, gen: g})
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("the trace has no requests")
+	}
+	return rows, nil
+}
+
+// offloadReport is what a run found (the JSON of --json).
+type offloadReport struct {
+	Simulation       string              `json:"simulation"`
+	Trace            string              `json:"trace"`
+	Requests         int                 `json:"requests"`
+	TraceSeconds     float64             `json:"trace_seconds"`
+	Speed            float64             `json:"speed"`
+	WallSeconds      float64             `json:"wall_seconds"`
+	BytesPerToken    int64               `json:"bytes_per_token"`
+	StandsForPerTok  int64               `json:"stands_for_bytes_per_token"`
+	Scale            int64               `json:"scale"`
+	Tokens           int64               `json:"tokens"`
+	KVBytes          int64               `json:"kv_bytes"`
+	OffloadedBytes   int64               `json:"offloaded_bytes"`
+	DroppedBytes     int64               `json:"dropped_bytes"`
+	TasksOpened      int64               `json:"tasks_opened"`
+	TasksWritten     int64               `json:"tasks_written"`
+	TasksFailed      int64               `json:"tasks_failed"`
+	AppendsRefused   int64               `json:"appends_refused"`
+	Flushes          int64               `json:"budget_flushes"`
+	Drops            map[string]int64    `json:"drops"`
+	PeakCloneBytes   int64               `json:"peak_clone_bytes"`
+	CloneBudgetBytes int64               `json:"clone_budget_bytes"`
+	Budgets          []offloadBudgetJSON `json:"budgets"`
+	Samples          int                 `json:"samples"`
+	BudgetViolations int                 `json:"budget_violations"`
+	MaxQueue         map[string]int      `json:"max_queue"`
+	Queue            []queueSample       `json:"queue"`
+}
+
+type offloadBudgetJSON struct {
+	Location  string `json:"location"`
+	Budget    int64  `json:"budget_bytes"`
+	PeakBytes int64  `json:"peak_bytes"`
+}
+
+// queueSample: the live tasks by state at one moment of trace time.
+type queueSample struct {
+	TraceSeconds float64 `json:"trace_seconds"`
+	Pending      int     `json:"pending"`
+	Queued       int     `json:"queued"`
+	Copying      int     `json:"copying"`
+	HostReady    int     `json:"host_ready"`
+	CloneBytes   int64   `json:"clone_bytes"`
+}
+
+func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("offload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := offloadConfig{}
+	fs.StringVar(&cfg.trace, "trace", defaultTrace, "the trace: a CSV of TIMESTAMP, ContextTokens, GeneratedTokens")
+	fs.Int64Var(&cfg.bytesPerToken, "bytes-per-token", 64, "KV bytes per token here (each stands for 512 KiB of a 7B fp16 model)")
+	fs.Float64Var(&cfg.speed, "speed", 600, "time compression: trace seconds per second of the run")
+	fs.IntVar(&cfg.limit, "limit", 0, "replay only the first N requests (0: all)")
+	fs.BoolVar(&cfg.asJSON, "json", false, "print the report as one JSON object")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo offload: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	switch {
+	case cfg.bytesPerToken < 1 || cfg.bytesPerToken > realBytesPerToken:
+		fmt.Fprintf(stderr, "demo offload: --bytes-per-token must be 1 to %d\n", realBytesPerToken)
+		return 2
+	case cfg.speed <= 0:
+		fmt.Fprintln(stderr, "demo offload: --speed must be > 0")
+		return 2
+	}
+	f, err := os.Open(cfg.trace)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo offload: %v\n", err)
+		return 2
+	}
+	rows, err := readServingTrace(f, cfg.limit)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "demo offload: %s: %v\n", cfg.trace, err)
+		return 2
+	}
+	rep, err := runOffload(ctx, cfg, rows)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "demo offload: interrupted")
+			return exitInterrupted
+		}
+		fmt.Fprintf(stderr, "demo offload: %v\n", err)
+		return 1
+	}
+	if cfg.asJSON {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		printOffload(stdout, rep)
+	}
+	if rep.BudgetViolations > 0 || rep.TasksFailed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runOffload replays rows through a pipeline and returns the report.
+func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offloadReport, error) {
+	scale := int64(realBytesPerToken) / cfg.bytesPerToken
+	rowBytes := blockTokens * cfg.bytesPerToken
+	// Budgets, scaled like the KV bytes: an 80 GiB GPU with 14 GiB of
+	// weights and a 16 GiB clone budget, 256 GiB of pinned and 192 GiB of
+	// pageable host memory, a 128 GiB CPU block pool.
+	gib := func(n int64) int64 { return n << 30 / scale }
+	budgets := map[string]int64{"pageable-host": gib(192), "pinned-host": gib(256), "cuda:0": gib(80)}
+	poolSlots := int(gib(128) / rowBytes)
+	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
+		system.Limit("pageable-host", budgets["pageable-host"]), system.Limit("pinned-host", budgets["pinned-host"]),
+		system.Limit("cuda:0", budgets["cuda:0"]),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer sys.Close(context.WithoutCancel(ctx))
+	if err := sys.Reserve(ctx, "cuda:0", "model-weights", gib(14)); err != nil {
+		return nil, err
+	}
+	p, err := staging.New(ctx, sys, staging.Config{
+		Name: "offload", Device: "cuda:0", Slots: 1, SlotBytes: rowBytes,
+		Keys: []string{"kv"}, PoolSlots: poolSlots, RowBytes: rowBytes, CloneBudgetBytes: gib(16),
+	})
+	if err != nil {
+		return nil, err
+	}
+	be := sys.Backend()
+
+	rep := &offloadReport{
+		Simulation: "soft backend: cuda:0 and pinned-host are simulated in Go memory (real bytes, goroutine streams); no GPU is used and the times say nothing about real hardware",
+		Trace:      cfg.trace, Requests: len(rows), Speed: cfg.speed,
+		BytesPerToken: cfg.bytesPerToken, StandsForPerTok: realBytesPerToken, Scale: scale,
+		CloneBudgetBytes: gib(16), MaxQueue: map[string]int{},
+	}
+	t0 := rows[0].at
+	rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
+	start := time.Now()
+	traceNow := func() time.Duration { return time.Duration(float64(time.Since(start)) * cfg.speed) }
+	sleepUntil := func(at time.Duration) bool {
+		d := time.Duration(float64(at-traceNow()) / cfg.speed)
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+
+	// The sampler: live tasks by state, and every location's used +
+	// reserved against its budget.
+	var mu sync.Mutex
+	sample := func() {
+		st := p.Stats()
+		q := queueSample{TraceSeconds: traceNow().Seconds(), Pending: st.Tasks[staging.Pending], Queued: st.Tasks[staging.Queued],
+			Copying: st.Tasks[staging.Copying], HostReady: st.Tasks[staging.HostReady], CloneBytes: st.CloneBytes}
+		snap, err := sys.Snapshot(context.WithoutCancel(ctx))
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Samples++
+		rep.Queue = append(rep.Queue, q)
+		for k, v := range map[string]int{"pending": q.Pending, "queued": q.Queued, "copying": q.Copying, "host_ready": q.HostReady} {
+			rep.MaxQueue[k] = max(rep.MaxQueue[k], v)
+		}
+		if err != nil {
+			rep.BudgetViolations++ // no snapshot: nothing checked, counted against the run
+			return
+		}
+		for _, l := range snap.Locations {
+			if l.HasBudget && l.UsedBytes+l.ReservedBytes > l.BudgetBytes {
+				rep.BudgetViolations++
+			}
+		}
+	}
+	stopSampler := make(chan struct{})
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		tick := time.NewTicker(max(time.Duration(float64(sampleEvery)/cfg.speed), time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampler:
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
+
+	var (
+		wg               sync.WaitGroup
+		nextSlot         int
+		dropped, refused int64
+		tokens, kvBytes  int64
+		firstErr         error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	// save appends blocks [slot0, slot0+n) of a request as one chunk of
+	// task t: a device buffer of just those rows, cloned on the device. The
+	// buffer is freed once the task's copy stage is over (the clone was
+	// copied from it by then).
+	var bufs sync.WaitGroup
+	save := func(t *staging.Task, slot0, n int, noWait bool) error {
+		if n == 0 {
+			return nil
+		}
+		dev, err := be.Allocate(ctx, "cuda:0", int64(n)*rowBytes)
+		if err != nil {
+			return err
+		}
+		rows := make([]staging.Row, n)
+		for i := range rows {
+			rows[i] = staging.Row{Key: "kv", Slot: (slot0 + i) % poolSlots, Offset: int64(i) * rowBytes}
+		}
+		if err := t.Append(ctx, staging.Chunk{Device: dev, Rows: rows, NoWait: noWait}); err != nil {
+			_ = be.Free(dev) // nothing was cloned from it
+			return err
+		}
+		bufs.Add(1)
+		go func() {
+			defer bufs.Done()
+			_ = t.WaitHostReady(context.WithoutCancel(ctx))
+			_ = be.Free(dev)
+		}()
+		return nil
+	}
+	for i, r := range rows {
+		arrive := r.at.Sub(t0)
+		if !sleepUntil(arrive) {
+			break
+		}
+		ctxBlocks := int((r.context + blockTokens - 1) / blockTokens)
+		allBlocks := int((r.context + r.gen + blockTokens - 1) / blockTokens)
+		slot0 := nextSlot
+		nextSlot = (nextSlot + allBlocks) % poolSlots
+		tokens += r.context + r.gen
+		kvBytes += int64(allBlocks) * rowBytes
+		finish := arrive + time.Duration(r.gen)*decodePerToken
+		req := fmt.Sprintf("req-%d", i+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The prefill's KV (the context's blocks) is saved at once and
+			// must be kept: a full clone budget flushes the oldest deferred
+			// save and waits. JOIN_ON_FINISH: the task is submitted when
+			// the request finishes.
+			t, err := p.Open(ctx, staging.TaskSpec{ReqID: req, WriteN: 1, Mode: staging.JoinOnFinish})
+			if err != nil {
+				fail(err)
+				return
+			}
+			if err := save(t, slot0, ctxBlocks, false); err != nil {
+				fail(fmt.Errorf("%s: prefill save: %w", req, err))
+				return
+			}
+			if !sleepUntil(finish) {
+				return
+			}
+			// The decode's blocks are saved when the request finishes, as
+			// a try-reserve: with no room they are dropped (recomputed
+			// later), the model is not held up. A task already flushed
+			// refuses the chunk: a second write of the request takes it.
+			rest := allBlocks - ctxBlocks
+			err = save(t, slot0+ctxBlocks, rest, true)
+			var refusedErr *staging.AppendRefusedError
+			tasks := []*staging.Task{t}
+			if errors.As(err, &refusedErr) {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+				t2, oerr := p.Open(ctx, staging.TaskSpec{ReqID: req, WriteN: 2, Mode: staging.JoinOnFinish})
+				if oerr != nil {
+					fail(oerr)
+					return
+				}
+				err = save(t2, slot0+ctxBlocks, rest, true)
+				tasks = append(tasks, t2)
+			}
+			var drop *staging.DropError
+			switch {
+			case errors.As(err, &drop):
+				mu.Lock()
+				dropped += int64(rest) * rowBytes
+				mu.Unlock()
+			case err != nil:
+				fail(fmt.Errorf("%s: decode save: %w", req, err))
+			}
+			if err := p.Submit(ctx, tasks...); err != nil {
+				fail(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopSampler)
+	<-samplerDone
+	if err := p.Close(context.WithoutCancel(ctx)); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	bufs.Wait()
+	sample() // after Close: the pipeline's reservations are gone
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	st := p.Stats()
+	rep.Tokens, rep.KVBytes, rep.DroppedBytes, rep.AppendsRefused = tokens, kvBytes, dropped, refused
+	rep.OffloadedBytes = st.CommittedBytes
+	rep.TasksOpened, rep.TasksWritten, rep.TasksFailed = st.Opened, st.Written, st.Failed
+	rep.Flushes, rep.PeakCloneBytes = st.Flushes, st.PeakCloneBytes
+	rep.Drops = map[string]int64{staging.DropBudget: st.Drops[staging.DropBudget], staging.DropLocation: st.Drops[staging.DropLocation]}
+	snap, err := sys.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range snap.Locations {
+		rep.Budgets = append(rep.Budgets, offloadBudgetJSON{Location: l.Location, Budget: l.BudgetBytes, PeakBytes: l.PeakBytes})
+	}
+	return rep, nil
+}
+
+func printOffload(w io.Writer, r *offloadReport) {
+	big := func(n int64) string { return bytesText(n) + ", standing for " + formatBytes(n*r.Scale) }
+	fmt.Fprintf(w, "KV-cache offload of %d requests of %s (%.0f s of trace at %gx: %.1f s here)\n", r.Requests, r.Trace, r.TraceSeconds, r.Speed, r.WallSeconds)
+	fmt.Fprintf(w, "simulation: %s\n", r.Simulation)
+	fmt.Fprintf(w, "KV bytes: (ContextTokens + GeneratedTokens) × %s per token here, standing for %s per token of a 7B fp16 model (1:%d; budgets scaled alike); blocks of %d tokens\n",
+		formatBytes(r.BytesPerToken), formatBytes(r.StandsForPerTok), r.Scale, blockTokens)
+	fmt.Fprintf(w, "tokens %d, KV %s\n", r.Tokens, big(r.KVBytes))
+	fmt.Fprintf(w, "offloaded %s to the CPU block pool; dropped %s; the rest (%s) were pool rows a later request took before they were written (the pool is a ring)\n",
+		big(r.OffloadedBytes), big(r.DroppedBytes), bytesText(r.KVBytes-r.OffloadedBytes-r.DroppedBytes))
+	fmt.Fprintf(w, "tasks: %d opened, %d written, %d failed; %d decode saves refused by a flushed task (a second write took them)\n", r.TasksOpened, r.TasksWritten, r.TasksFailed, r.AppendsRefused)
+	fmt.Fprintf(w, "GPU-byte budget of clones %s, peak %s; %d budget flushes; drops: %d %s, %d %s\n",
+		big(r.CloneBudgetBytes), big(r.PeakCloneBytes), r.Flushes, r.Drops[staging.DropBudget], staging.DropBudget, r.Drops[staging.DropLocation], staging.DropLocation)
+	fmt.Fprintf(w, "queue depth (max over %d samples): pending %d, queued %d, copying %d, host-ready %d\n",
+		r.Samples, r.MaxQueue["pending"], r.MaxQueue["queued"], r.MaxQueue["copying"], r.MaxQueue["host_ready"])
+	step := max(len(r.Queue)/12, 1)
+	for i := 0; i < len(r.Queue); i += step {
+		q := r.Queue[i]
+		fmt.Fprintf(w, "  t=%5.0fs  pending %4d  queued %3d  copying %d  host-ready %d  clones %s\n", q.TraceSeconds, q.Pending, q.Queued, q.Copying, q.HostReady, bytesText(q.CloneBytes))
+	}
+	for _, b := range r.Budgets {
+		fmt.Fprintf(w, "%s: budget %s, peak %s\n", b.Location, big(b.Budget), big(b.PeakBytes))
+	}
+	fmt.Fprintf(w, "budget violations (used + reserved > budget, any location, any sample): %d\n", r.BudgetViolations)
+}
