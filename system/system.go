@@ -224,7 +224,9 @@ type System struct {
 }
 
 // Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
-// no locations, a malformed or duplicate location, a budget ≤ 0).
+// no locations, a malformed or duplicate location, a budget ≤ 0, a
+// node-qualified location such as `cuda:0@node-b`, which only a cluster
+// node can name: see [StartNode]).
 func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -249,6 +251,9 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	lcfg := budget.Config{ManagerID: id, Locations: opts.Locations, TraceCapacity: capTrace}
 	// Validate before creating a backend.
 	if _, err := budget.New(lcfg); err != nil {
+		return nil, err
+	}
+	if err := refuseNodeQualified(opts.Locations); err != nil {
 		return nil, err
 	}
 	backend, owns := opts.Backend, false
