@@ -7,7 +7,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test test-short demo bench fuzz vet fmt tidy cuda-sdk cuda-check gpu-check chromium
+.PHONY: all build test test-short demo bench fuzz vet fmt tidy proto cuda-sdk cuda-check gpu-check chromium
 
 all: build
 
@@ -57,6 +57,28 @@ fmt:
 
 tidy:
 	$(GO) mod tidy
+
+# Regenerate the protobuf code of the messages that cross cluster nodes
+# (messages/cluster.proto → messages/cluster.pb.go, committed) and its stamp
+# (messages/cluster_proto_stamp.go, which a test checks without protoc).
+# protoc comes from Debian's protobuf-compiler, installed with apt when
+# absent (root only); protoc-gen-go is installed with `go install` into
+# PROTO_BIN at the version of google.golang.org/protobuf in go.mod. CI does
+# not run this target: the generated code is committed.
+PROTO_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/residency-proto/bin
+PROTOBUF_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+
+proto:
+	@command -v protoc >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ]; then \
+		echo "make: installing Debian's protobuf-compiler"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; \
+	else \
+		echo "make: protoc is missing and only root can install it (apt-get install -y protobuf-compiler)" >&2; exit 1; \
+	fi
+	GOBIN="$(PROTO_BIN)" $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOBUF_VERSION)
+	PATH="$(PROTO_BIN):$$PATH" protoc --go_out=messages --go_opt=paths=source_relative -I messages messages/cluster.proto
+	messages/stamp.sh
 
 # The CUDA backend (build tag `cuda`, package cuda/cu) without a GPU: cuda.h
 # and the driver's link-time stub come from Debian's nvidia-cuda-dev (CUDA

@@ -14,6 +14,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.5.0
 	golang.org/x/term v0.28.0
+	google.golang.org/protobuf v1.33.0
 	gorgonia.org/cu v0.9.6
 )
 
@@ -48,5 +49,4 @@ require (
 	go.opentelemetry.io/otel/trace v1.21.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.29.0 // indirect
-	google.golang.org/protobuf v1.33.0 // indirect
 )
