@@ -77,7 +77,7 @@ proto:
 		echo "make: protoc is missing and only root can install it (apt-get install -y protobuf-compiler)" >&2; exit 1; \
 	fi
 	GOBIN="$(PROTO_BIN)" $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOBUF_VERSION)
-	PATH="$(PROTO_BIN):$$PATH" protoc --go_out=messages --go_opt=paths=source_relative -I messages messages/cluster.proto
+	PATH="$(PROTO_BIN):$$PATH" protoc -I . --go_out=. --go_opt=module=github.com/residency-go/residency messages/cluster.proto
 	messages/stamp.sh
 
 # The CUDA backend (build tag `cuda`, package cuda/cu) without a GPU: cuda.h

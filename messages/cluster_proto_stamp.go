@@ -6,5 +6,5 @@ package messages
 // regenerated them (see TestClusterProtoUpToDate).
 const (
 	clusterProtoSHA256 = "310502b2ad9390552998cce01ae1eaf0417028e89804cdf725dca3b1952755f7"
-	clusterPBSHA256    = "4d0230e60ac3c3e0c5657348a1ede61a07c61b18792db3308c052a0a8741b38d"
+	clusterPBSHA256    = "284785d8d04d369c8ad35d512ea931672fe04283976f9d0edaccc943362d93c4"
 )

@@ -1,0 +1,345 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages"
+)
+
+// Residency is one materialization of a value on one node, as the
+// directory reports it.
+type Residency struct {
+	Location string // node-qualified: "cuda:0@node-b"
+	Node     string
+	Bytes    int64
+	State    string // "entering", "resident" or "leaving"
+}
+
+// LocationSummary is one location of a node, as its summary reports it.
+type LocationSummary struct {
+	Location      string // node-qualified
+	HasBudget     bool
+	BudgetBytes   int64
+	UsedBytes     int64
+	ReservedBytes int64
+}
+
+// NodeSummary is a node's compact per-location summary at one of its state
+// versions (Epoch changes when the node restarts).
+type NodeSummary struct {
+	Node         string
+	Epoch        uint64
+	StateVersion uint64
+	Locations    []LocationSummary
+}
+
+// publisher is what a node last published.
+type publisher struct {
+	mu       sync.Mutex // one publish at a time
+	version  uint64     // state version last published; 0: never
+	sent     map[string]string
+	forceAll atomic.Bool
+}
+
+// Refresh publishes this node's directory entries and location summary
+// now, as the refresh loop does at most once per RefreshInterval: it is
+// the way to make a change visible to [Node.WhereIs] and [Node.Summaries]
+// on every member without waiting. Errors: a directory grain that cannot
+// be reached ([*UnavailableError]), ctx's error.
+func (n *Node) Refresh(ctx context.Context) error { return n.publish(ctx, true) }
+
+// publish sends the directory entries that changed since the last publish
+// (every entry after a membership change: a directory grain may have moved
+// and lost its state) and gossips the node's summary, when the state
+// version changed or force.
+func (n *Node) publish(ctx context.Context, force bool) error {
+	n.pub.mu.Lock()
+	defer n.pub.mu.Unlock()
+	all := n.pub.forceAll.Swap(false)
+	if !force && !all {
+		v, err := n.sys.StateVersion(ctx)
+		if err != nil {
+			return err
+		}
+		if v == n.pub.version && n.pub.version != 0 {
+			return nil
+		}
+	}
+	snap, err := n.sys.Snapshot(ctx)
+	if err != nil {
+		if all {
+			n.pub.forceAll.Store(true)
+		}
+		return err
+	}
+	n.cl.Gossip.SetState(summaryKey, n.summaryOf(snap))
+	cur := map[string]*messages.DirectoryUpdate{}
+	for _, v := range snap.Values {
+		u := &messages.DirectoryUpdate{Value: v.Handle.Name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+		for _, m := range v.Materializations {
+			u.Residencies = append(u.Residencies, &messages.Residency{Location: m.Location + "@" + n.name, Node: n.name, Bytes: m.ChargedBytes, State: m.State.String()})
+		}
+		cur[v.Handle.Name] = u
+	}
+	names := map[string]bool{}
+	for k := range cur {
+		names[k] = true
+	}
+	for k := range n.pub.sent {
+		names[k] = true
+	}
+	var firstErr error
+	for name := range names {
+		u := cur[name]
+		if u == nil {
+			u = &messages.DirectoryUpdate{Value: name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+		}
+		sig := signature(u)
+		if !all && n.pub.sent[name] == sig {
+			continue
+		}
+		if _, err := n.grainRequest(ctx, name, directoryKind, u); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			delete(n.pub.sent, name) // retried next time
+			continue
+		}
+		if len(u.Residencies) == 0 {
+			delete(n.pub.sent, name)
+		} else {
+			n.pub.sent[name] = sig
+		}
+	}
+	if firstErr != nil {
+		n.pub.forceAll.Store(all || n.pub.forceAll.Load())
+		return firstErr
+	}
+	n.pub.version = snap.StateVersion
+	return nil
+}
+
+func signature(u *messages.DirectoryUpdate) string {
+	var b strings.Builder
+	for _, r := range u.Residencies {
+		fmt.Fprintf(&b, "%s/%d/%s;", r.Location, r.Bytes, r.State)
+	}
+	return b.String()
+}
+
+func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
+	s := &messages.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+	for _, l := range snap.Locations {
+		s.Locations = append(s.Locations, &messages.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
+			BudgetBytes: l.BudgetBytes, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes})
+	}
+	return s
+}
+
+// WhereIs asks the directory where the value named value is resident on
+// the nodes that are members now: one request, to the value's directory
+// grain. It reflects what each node last published (see [Node.Refresh]);
+// nil when no node reported the value. Errors: [*UnavailableError] when
+// the grain cannot be reached before ctx's deadline or RequestTimeout.
+func (n *Node) WhereIs(ctx context.Context, value string) ([]Residency, error) {
+	r, err := n.grainRequest(ctx, value, directoryKind, &messages.WhereIs{Value: value})
+	if err != nil {
+		return nil, err
+	}
+	rep, ok := r.(*messages.WhereIsReply)
+	if !ok {
+		return nil, fmt.Errorf("residency: directory answered WhereIs with %T", r)
+	}
+	var out []Residency
+	for _, x := range rep.Residencies {
+		out = append(out, Residency{Location: x.Location, Node: x.Node, Bytes: x.Bytes, State: x.State})
+	}
+	return out, nil
+}
+
+// Summaries returns the latest location summary of every member node, by
+// node name, as gossip has spread them (each node gossips its own at most
+// once per RefreshInterval, and at [Node.Refresh]). A node that has not
+// published yet is missing.
+func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := n.cl.Gossip.GetState(summaryKey)
+	if err != nil {
+		return nil, &budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableLocation, Detail: "gossip state: " + err.Error()}
+	}
+	live := map[string]bool{}
+	for _, m := range n.Members() {
+		live[m] = true
+	}
+	var out []NodeSummary
+	for _, kv := range st {
+		if kv == nil || kv.Value == nil {
+			continue
+		}
+		var s messages.NodeSummary
+		if err := anypb.UnmarshalTo(kv.Value, &s, proto.UnmarshalOptions{}); err != nil || !live[s.Node] {
+			continue
+		}
+		ns := NodeSummary{Node: s.Node, Epoch: s.Epoch, StateVersion: s.StateVersion}
+		for _, l := range s.Locations {
+			ns.Locations = append(ns.Locations, LocationSummary{Location: l.Location, HasBudget: l.HasBudget, BudgetBytes: l.BudgetBytes, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes})
+		}
+		out = append(out, ns)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
+}
+
+// grainRequest sends msg to the grain (identity, kind) and waits for the
+// reply. It resolves the grain's PID itself and retries while the
+// membership settles, until ctx's deadline or RequestTimeout
+// ([*UnavailableError]). (protoactor's cluster.Request keeps its call
+// options in a process-wide default bound to the first cluster of the
+// process, wrong with several nodes in one process.)
+func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any) (any, error) {
+	t := n.timeout(ctx)
+	deadline := time.Now().Add(t)
+	var last error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, &budget.UnavailableError{Reason: budget.UnavailableLocation,
+				Detail: fmt.Sprintf("grain %s/%s did not answer within %s: %v", kind, identity, t, last)}
+		}
+		pid, _ := n.cl.PidCache.Get(identity, kind)
+		if pid == nil {
+			pid = n.cl.Get(identity, kind)
+			if pid != nil {
+				n.cl.PidCache.Set(identity, kind, pid)
+			}
+		}
+		if pid == nil {
+			last = errors.New("no activation")
+		} else {
+			res, err := n.csys.Root.RequestFuture(pid, msg, left).Result()
+			if err == nil {
+				return res, nil
+			}
+			last = err
+			n.cl.PidCache.Remove(identity, kind)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// directoryGrain is the directory entry of one value name: per node, the
+// newest update (by epoch, then state version) that node sent.
+type directoryGrain struct {
+	entries map[string]*messages.DirectoryUpdate
+}
+
+func (g *directoryGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.DirectoryUpdate:
+		old := g.entries[m.Node]
+		if old == nil || m.Epoch > old.Epoch || (m.Epoch == old.Epoch && m.StateVersion >= old.StateVersion) {
+			if len(m.Residencies) == 0 {
+				delete(g.entries, m.Node)
+			} else {
+				g.entries[m.Node] = m
+			}
+		}
+		ctx.Respond(&messages.DirectoryAck{})
+	case *messages.WhereIs:
+		live := map[string]bool{}
+		for _, mem := range cluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
+			for _, k := range mem.Kinds {
+				if strings.HasPrefix(k, nodeKindPrefix) {
+					live[strings.TrimPrefix(k, nodeKindPrefix)] = true
+				}
+			}
+		}
+		rep := &messages.WhereIsReply{Value: m.Value}
+		nodes := make([]string, 0, len(g.entries))
+		for node := range g.entries {
+			if live[node] {
+				nodes = append(nodes, node)
+			}
+		}
+		sort.Strings(nodes)
+		for _, node := range nodes {
+			rep.Residencies = append(rep.Residencies, g.entries[node].Residencies...)
+		}
+		ctx.Respond(rep)
+	}
+}
+
+// ---- typed errors across nodes -------------------------------------------
+
+// toRemote turns an error into its wire form.
+func toRemote(err error) *messages.RemoteError {
+	if err == nil {
+		return nil
+	}
+	r := &messages.RemoteError{Message: err.Error()}
+	var (
+		inv *budget.InvalidInputError
+		un  *budget.UnavailableError
+		be  *budget.BudgetError
+		iu  *budget.InUseError
+	)
+	switch {
+	case errors.As(err, &be):
+		r.Kind = messages.RemoteError_BUDGET
+		r.Location, r.HasBudget, r.BudgetBytes, r.UsedBytes, r.ReservedBytes, r.RequestedBytes = be.Location, true, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes
+	case errors.As(err, &iu):
+		r.Kind = messages.RemoteError_IN_USE
+		r.Handle, r.Location = iu.Handle, iu.Location
+		r.UseCount, r.HoldCount, r.PendingEventCount = int32(iu.UseCount), int32(iu.HoldCount), int32(iu.PendingEventCount)
+	case errors.As(err, &un):
+		r.Kind = messages.RemoteError_UNAVAILABLE
+		r.Handle, r.Location, r.Detail, r.Reason = un.Handle, un.Location, un.Detail, int32(un.Reason)
+	case errors.As(err, &inv):
+		r.Kind = messages.RemoteError_INVALID_INPUT
+		r.Message = inv.Message
+	case errors.Is(err, ErrClosed):
+		r.Kind = messages.RemoteError_CLOSED
+	}
+	return r
+}
+
+// fromRemote turns a wire error back into the Go type it was sent as. A
+// closed remote runtime is an [*UnavailableError] here (the local runtime
+// is not closed).
+func fromRemote(r *messages.RemoteError) error {
+	switch r.Kind {
+	case messages.RemoteError_BUDGET:
+		return &budget.BudgetError{Location: r.Location, BudgetBytes: r.BudgetBytes, UsedBytes: r.UsedBytes, ReservedBytes: r.ReservedBytes, RequestedBytes: r.RequestedBytes}
+	case messages.RemoteError_IN_USE:
+		return &budget.InUseError{Handle: r.Handle, Location: r.Location, UseCount: int(r.UseCount), HoldCount: int(r.HoldCount), PendingEventCount: int(r.PendingEventCount)}
+	case messages.RemoteError_UNAVAILABLE:
+		return &budget.UnavailableError{Handle: r.Handle, Location: r.Location, Detail: r.Detail, Reason: budget.UnavailableReason(r.Reason)}
+	case messages.RemoteError_INVALID_INPUT:
+		return &budget.InvalidInputError{Message: r.Message}
+	case messages.RemoteError_CLOSED:
+		return &budget.UnavailableError{Reason: budget.UnavailableSource, Detail: "the remote runtime is closed: " + r.Message}
+	}
+	return errors.New(r.Message)
+}
