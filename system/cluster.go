@@ -19,6 +19,8 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
@@ -37,6 +39,8 @@ const (
 	directoryKind = "residency.directory"
 	// summaryKey is the gossip key of a node's location summaries.
 	summaryKey = "residency.summary"
+	// dialTimeout bounds one connection attempt to another member.
+	dialTimeout = 2 * time.Second
 )
 
 // NodeOptions configures [StartNode].
@@ -221,8 +225,18 @@ func (n *Node) join(host string, port int) (err error) {
 	}))
 	endpoint := actor.PropsFromFunc(n.receiveEndpoint)
 	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*messages.DirectoryUpdate{}} })
+	// Dial other members blocking, with a bound, and try once: protoactor's
+	// endpoint writer otherwise leaves a gRPC connection reconnecting
+	// forever behind each failed attempt to reach a dead member.
+	rcfg := remote.Configure(host, port, remote.WithDialOptions(
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithBlock(),
+		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
+		grpc.FailOnNonTempDialError(true),
+	))
+	rcfg.MaxRetryCount = 1
 	cfg := cluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
-		remote.Configure(host, port),
+		rcfg,
 		cluster.WithKinds(
 			cluster.NewKind(nodeKindPrefix+n.name, endpoint),
 			cluster.NewKind(directoryKind, directory),
@@ -339,6 +353,17 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 		return nil, err
 	}
 	t := n.timeout(ctx)
+	if _, open := msg.(*messages.OpenStream); open {
+		// Probe the member once per transfer: a crashed member's port is
+		// closed, and this answers at once without asking protoactor's
+		// remote layer to connect to it.
+		conn, derr := net.DialTimeout("tcp", pid.Address, min(t, dialTimeout))
+		if derr != nil {
+			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
+				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
+		}
+		_ = conn.Close()
+	}
 	res, err := n.csys.Root.RequestFuture(pid, msg, t).Result()
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
