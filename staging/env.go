@@ -2,11 +2,13 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/residency-go/residency/actors"
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/messages"
 )
@@ -22,6 +24,7 @@ var _ actors.StagingEnv = (*env)(nil)
 // landing buffer (charged to the pinned location) and waits for it.
 func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk) error {
 	p := (*Pipeline)(e)
+	var own int64 // landing bytes this task already holds
 	for _, c := range chunks {
 		if t.Mode == messages.JoinNextStep {
 			if c.StepEvent == nil {
@@ -32,23 +35,78 @@ func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*ac
 			}
 			continue
 		}
-		if err := p.landClone(ctx, c); err != nil {
+		if err := p.landClone(ctx, c, own); err != nil {
 			return err
 		}
+		own += c.Host.Size()
 	}
 	return nil
 }
 
-// landClone copies c's clone to a new host buffer and sets c.Host.
-func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk) error {
+// reserveLanding reserves a landing buffer of n bytes at the pinned
+// location. When the budget is short it waits for landing buffers of other
+// tasks to be released (their pool writes free them), then tries again;
+// with none held but its own task's (own bytes), waiting could never end,
+// so the budget refusal is returned. Landing bytes in use are thus bounded
+// by the pinned budget, and a burst of deferred tasks is slowed down, not
+// failed.
+func (p *Pipeline) reserveLanding(ctx context.Context, name string, n, own int64) error {
+	for {
+		p.landMu.Lock()
+		freed := p.landFreed
+		p.landMu.Unlock()
+		err := p.rt.Reserve(ctx, p.cfg.Pinned, name, n)
+		if err == nil {
+			p.landMu.Lock()
+			p.landHeld += n
+			p.landMu.Unlock()
+			return nil
+		}
+		var be *budget.BudgetError
+		if !errors.As(err, &be) {
+			return err
+		}
+		p.landMu.Lock()
+		others := p.landHeld - own
+		p.landMu.Unlock()
+		select {
+		case <-freed: // a landing buffer was released since: try again
+			continue
+		default:
+		}
+		if others <= 0 {
+			return err
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// landingReleased accounts for a released landing buffer of n bytes and
+// wakes the copy stages waiting for room.
+func (p *Pipeline) landingReleased(n int64) {
+	p.landMu.Lock()
+	p.landHeld -= n
+	close(p.landFreed)
+	p.landFreed = make(chan struct{})
+	p.landMu.Unlock()
+}
+
+// landClone copies c's clone to a new host buffer and sets c.Host. own is
+// the landing bytes c's task already holds.
+func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk, own int64) error {
 	n := c.Clone.Size()
 	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
-	if err := p.rt.Reserve(ctx, p.cfg.Pinned, tk.name, n); err != nil {
+	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
 		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
 	}
 	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
 	if err != nil {
 		_ = p.budget.release(context.Background(), tk)
+		p.landingReleased(n)
 		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
 	}
 	if p.cfg.Eager {
@@ -79,6 +137,7 @@ func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk) error 
 func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {
 	_ = p.be.Free(buf)
 	_ = p.budget.release(context.Background(), tk)
+	p.landingReleased(tk.bytes)
 }
 
 // HostReady drops the device clones and releases their budget tickets.

@@ -162,6 +162,12 @@ type Pipeline struct {
 	keys    map[string]int
 	hostSeq atomic.Uint64
 
+	// Landing buffers held (bytes), and a channel closed (and replaced)
+	// whenever one is released: copy stages waiting for pinned room.
+	landMu    sync.Mutex
+	landHeld  int64
+	landFreed chan struct{}
+
 	poolMu sync.RWMutex // guards pool
 	pool   []byte
 
@@ -204,6 +210,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		cfg: cfg, rt: rt, be: rt.Backend(), log: zerolog.Nop(),
 		slots: newSlotPool(cfg.Slots), keys: map[string]int{},
 		tasks: map[TaskID]*Task{}, deferred: map[TaskID]*Task{}, steps: map[*Step]struct{}{},
+		landFreed: make(chan struct{}),
 	}
 	if cfg.Logger != nil {
 		p.log = cfg.Logger.With().Str("component", "staging").Str("pipeline", cfg.Name).Logger()
