@@ -533,6 +533,10 @@ func TestRule_RegisterAtFailureRetiresTheHandle(t *testing.T) {
 		after.Locations[i].PeakBytes = before.Locations[i].PeakBytes
 	}
 	after.StateVersion = before.StateVersion
+	// The counts grew by exactly the two transitions.
+	require.Equal(t, before.TransitionCounts["admit"]+1, after.TransitionCounts["admit"])
+	require.Equal(t, before.TransitionCounts["fail"]+1, after.TransitionCounts["fail"])
+	after.TransitionCounts, after.RemovalCounts = before.TransitionCounts, before.RemovalCounts
 	require.Equal(t, before, after)
 	// Retired everywhere; the name is free.
 	checkDeadHandle(t, c, h, UnavailableDiscarded, ErrDiscarded, "discarded")

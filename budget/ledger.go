@@ -153,6 +153,12 @@ type Ledger struct {
 	dirty        []*value
 	dirtyRetired int
 	scratch      *decideScratch // Decide's reusable candidate buffers
+
+	// Cumulative committed transitions by kind, and removals by detail
+	// (evict, reclaim, move source, discard, shutdown, …), since New: the
+	// exact counts behind a snapshot (the trace ring forgets).
+	counts   map[string]uint64
+	removals map[string]uint64
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
@@ -240,6 +246,18 @@ func (l *Ledger) handle(v *value) Handle { return Handle{Manager: l.id, ID: v.id
 
 func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail string) uint64 {
 	l.version++
+	if !l.sim {
+		if l.counts == nil {
+			l.counts = map[string]uint64{}
+		}
+		l.counts[kind]++
+		if kind == "remove" {
+			if l.removals == nil {
+				l.removals = map[string]uint64{}
+			}
+			l.removals[detail]++
+		}
+	}
 	if l.trace.cap == 0 && l.sink == nil {
 		return l.version
 	}

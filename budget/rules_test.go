@@ -901,6 +901,8 @@ func TestRule_FailReleasesChargesAndRestoresSource(t *testing.T) {
 		after.Locations[i].PeakBytes = before.Locations[i].PeakBytes
 	}
 	after.StateVersion = before.StateVersion
+	eq(t, "fails counted", after.TransitionCounts["fail"]-before.TransitionCounts["fail"], uint64(len(ids)))
+	after.TransitionCounts, after.RemovalCounts = before.TransitionCounts, before.RemovalCounts
 	eq(t, "state after failures", after, before)
 	err := c.refused("fail twice", func() error { return c.Fail(ids[0], nil) })
 	wantInvalid(t, err, "not pending")
@@ -1647,6 +1649,11 @@ func TestRule_SnapshotContents(t *testing.T) {
 				Materializations: []MaterializationRecord{{Location: "cuda:1", State: Entering, ChargedBytes: 20}}},
 			// d was discarded: not listed.
 		},
+		// Every committed transition by kind (they add up to the
+		// version, 15), and the one removal (d's discard).
+		TransitionCounts: map[string]uint64{"register": 1, "admit": 4, "complete": 3, "acquire": 1, "record_event": 1,
+			"hold": 1, "reserve": 2, "remove": 1, "discard": 1},
+		RemovalCounts: map[string]uint64{"discard": 1},
 	}
 	eq(t, "snapshot", c.Snapshot(), want)
 	c.must2(c.Complete(a.ID))

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 )
@@ -51,6 +52,14 @@ type Snapshot struct {
 	ManagerID    string
 	Locations    []LocationRecord
 	Values       []ValueRecord
+	// TransitionCounts counts every committed transition since the
+	// runtime started, by kind (the trace's kinds: "register", "admit",
+	// "complete", "remove", "acquire", …); they add up to StateVersion.
+	// RemovalCounts counts the "remove" transitions by detail ("evict",
+	// "reclaim", "move source", "discard", …). Unlike the trace ring they
+	// never forget. nil when nothing was committed.
+	TransitionCounts map[string]uint64
+	RemovalCounts    map[string]uint64
 }
 
 // LocationRecord is a location's figures.
@@ -143,6 +152,8 @@ type FrozenSnapshot struct {
 	version   uint64
 	manager   string
 	locations []LocationRecord
+	counts    map[string]uint64
+	removals  map[string]uint64
 	chunks    []*recChunk
 	n         int // records in chunks (live values and holes)
 	live      int
@@ -154,7 +165,8 @@ func (f *FrozenSnapshot) StateVersion() uint64 { return f.version }
 // Snapshot renders the frozen snapshot: a fresh copy that shares nothing
 // with the ledger or with other renderings. Safe for concurrent use.
 func (f *FrozenSnapshot) Snapshot() Snapshot {
-	s := Snapshot{StateVersion: f.version, ManagerID: f.manager, Locations: make([]LocationRecord, len(f.locations)), Values: make([]ValueRecord, 0, f.live)}
+	s := Snapshot{StateVersion: f.version, ManagerID: f.manager, Locations: make([]LocationRecord, len(f.locations)), Values: make([]ValueRecord, 0, f.live),
+		TransitionCounts: maps.Clone(f.counts), RemovalCounts: maps.Clone(f.removals)}
 	for i, r := range f.locations {
 		r.Reservations = slices.Clone(r.Reservations)
 		s.Locations[i] = r
@@ -191,7 +203,8 @@ func (f *FrozenSnapshot) each(fn func(*ValueRecord)) {
 // rebuild the records as they go), not with the values live. A read: no
 // version.
 func (l *Ledger) Freeze() *FrozenSnapshot {
-	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs))}
+	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs)),
+		counts: maps.Clone(l.counts), removals: maps.Clone(l.removals)}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}
@@ -361,6 +374,18 @@ func (l *Ledger) recoverable(v *value) bool {
 // exclusive values have at most one materialization outside a move, and
 // discarded values have none. Tests call it after every transition.
 func (l *Ledger) CheckInvariants() error {
+	if !l.sim {
+		var total, removed uint64
+		for _, n := range l.counts {
+			total += n
+		}
+		for _, n := range l.removals {
+			removed += n
+		}
+		if total != l.version || removed != l.counts["remove"] {
+			return fmt.Errorf("transition counts add up to %d (removals %d of %d), version is %d", total, removed, l.counts["remove"], l.version)
+		}
+	}
 	used := make([]int64, len(l.locs))
 	reserved := make([]int64, len(l.locs))
 	type key struct {

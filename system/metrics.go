@@ -21,8 +21,7 @@ import (
 //
 // docs/metrics.md lists every metric. In short:
 //
-//   - Gauges are computed at scrape time from one snapshot (and the
-//     trace that ends at its version): per location the budget, used,
+//   - Gauges are computed at scrape time from one snapshot: per location the budget, used,
 //     reserved, peak and temporary bytes; materializations by state;
 //     protections (leases, holds, pending events); live values; the state
 //     version; and each watched cache's [Cache.Statistics].
@@ -32,16 +31,12 @@ import (
 //     refusals, and the two histograms (explored states per decision,
 //     Decide latency) are counted by the facade as each call returns:
 //     they do not depend on scrapes. Transitions by kind (and removals by
-//     reason) are read from the trace ring at scrape time, each version
-//     once; versions that left the ring before a scrape read them (more
-//     than [Options.TraceCapacity] transitions between two scrapes, or a
-//     disabled trace) are counted in
-//     residency_transitions_uncounted_total, so that the sum of
-//     residency_transitions_total and the uncounted counter always equals
-//     the state version that was read.
+//     reason) are the ledger's own cumulative counts, read with the
+//     snapshot ([Snapshot].TransitionCounts): exact whatever the trace
+//     ring's capacity, and they add up to the state version.
 //
-// A scrape costs three round trips to the runtime (the snapshot, the trace,
-// and one per watched cache) and renders the snapshot outside the
+// A scrape costs one round trip to the runtime for the snapshot and one
+// per watched cache, and renders the snapshot outside the
 // runtime's supervisor; it never blocks other calls for long. After
 // [System.Close] the gauges show the final snapshot and the counters keep
 // their values. Each scrape waits at most 10 seconds for the runtime.
@@ -55,20 +50,16 @@ type Metrics struct {
 
 	mu     sync.Mutex // serializes scrapes and guards the fields below
 	caches []*Cache
-	// counted is the last version whose transition was counted (or
-	// declared uncounted); byKind and removals count the trace's kinds
-	// and removal reasons, uncounted the versions that were lost.
-	counted   uint64
-	byKind    map[string]uint64
-	removals  map[string]uint64
-	uncounted uint64
+	// byKind and removals are the ledger's counts at the last scrape
+	// (removals keyed by reason), kept so a scrape that cannot read the
+	// runtime still reports them.
+	byKind   map[string]uint64
+	removals map[string]uint64
 }
 
-// NewMetrics returns the metrics collector of sys. The counters kept by
-// the facade start at Start whenever the collector is created; the
-// transitions by kind start from what the trace ring still holds. Create
-// one collector per runtime (two would read the trace separately, each
-// counting every transition once).
+// NewMetrics returns the metrics collector of sys. Every counter counts
+// from Start, whenever the collector is created (the facade's counters
+// are kept by the runtime; transitions by kind are the ledger's).
 func NewMetrics(sys *System) *Metrics {
 	m := &Metrics{sys: sys, byKind: map[string]uint64{}, removals: map[string]uint64{}}
 	for _, k := range transitionKinds {
@@ -129,7 +120,6 @@ var (
 	mCacheEvicted  = desc("residency_cache_evictions_total", "Entries a watched loader cache evicted (for capacity or by Evict).", "cache", "location")
 
 	mTransitions = desc("residency_transitions_total", "Committed transitions by kind, read from the trace ring.", "kind")
-	mUncounted   = desc("residency_transitions_uncounted_total", "Committed transitions that left the trace ring (or were never in it) before a scrape could count them by kind.")
 	mRemovals    = desc("residency_removals_total", "Materializations removed, by reason (evict, reclaim, move_source, discard, shutdown), read from the trace ring.", "reason")
 
 	mAdmissions = desc("residency_admissions_total", "Admission calls answered by the runtime, by operation.", "op")
@@ -153,7 +143,7 @@ var (
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mInfo, mStateVersion, mValues, mBudget, mUsed, mReserved, mPeak, mTemporary,
 		mReservations, mMats, mProtections, mCacheBudget, mCacheReserved, mCacheEntries, mCacheEvicted,
-		mTransitions, mUncounted, mRemovals, mAdmissions, mRefused, mUnanswered, mDecisions, mDecRefused,
+		mTransitions, mRemovals, mAdmissions, mRefused, mUnanswered, mDecisions, mDecRefused,
 		mInexhaustive, mSearchLimit, mStale, mEvictions, mEvictedBytes, mExplored, mDecideTime, mAdmitTime, mScrapeError} {
 		ch <- d
 	}
@@ -172,39 +162,28 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	s := m.sys
 	ch <- prometheus.MustNewConstMetric(mInfo, prometheus.GaugeValue, 1, s.managerID, s.backend.Name())
 
-	ev, err := s.Capture(ctx, nil, Operation{})
+	snap, err := s.Snapshot(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(mScrapeError, err)
 	} else {
-		m.countTrace(ev.Snapshot.StateVersion, ev.Trace)
-		collectSnapshot(ch, ev.Snapshot)
+		m.count(snap)
+		collectSnapshot(ch, snap)
 		m.collectCaches(ctx, ch)
 	}
 	m.collectTrace(ch)
 	s.stats.collect(ch)
 }
 
-// countTrace counts the transitions of the trace not yet counted.
-func (m *Metrics) countTrace(version uint64, tr []Transition) {
-	for _, t := range tr {
-		if t.Version <= m.counted {
-			continue
-		}
-		if gap := t.Version - m.counted - 1; gap > 0 {
-			m.uncounted += gap
-		}
-		m.counted = t.Version
-		m.byKind[t.Kind]++
-		if t.Kind == "remove" {
-			m.removals[RemovalReason(t.Detail)]++
-		}
+// count takes the ledger's cumulative transition counts from snap.
+func (m *Metrics) count(snap Snapshot) {
+	for k, n := range snap.TransitionCounts {
+		m.byKind[k] = n
 	}
-	// A live trace ring always holds the newest transition: an empty one
-	// is disabled, or the runtime is closed (the final snapshot's last
-	// transitions cannot be read).
-	if len(tr) == 0 && version > m.counted {
-		m.uncounted += version - m.counted
-		m.counted = version
+	for detail := range snap.RemovalCounts {
+		m.removals[RemovalReason(detail)] = 0
+	}
+	for detail, n := range snap.RemovalCounts {
+		m.removals[RemovalReason(detail)] += n
 	}
 }
 
@@ -292,7 +271,6 @@ func (m *Metrics) collectTrace(ch chan<- prometheus.Metric) {
 	for _, r := range sortedKeys(m.removals) {
 		c(mRemovals, m.removals[r], r)
 	}
-	c(mUncounted, m.uncounted)
 }
 
 // collect sends the facade's counters and histograms.

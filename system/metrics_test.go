@@ -225,7 +225,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	assert.Equal(t, float64(st.Evictions), got.get(t, "residency_cache_evictions_total"+cl))
 
 	// Transitions by kind: the trace holds every version (1 … v), so
-	// nothing is uncounted and each kind's count is the trace's.
+	// each kind's count must be the trace's.
 	require.Equal(t, uint64(1), trace[0].Version)
 	kinds := map[string]float64{}
 	removals := map[string]float64{}
@@ -239,7 +239,6 @@ func TestMetricsAfterScenario(t *testing.T) {
 		assert.Equal(t, n, got.get(t, "residency_transitions_total{kind="+k+"}"), k)
 	}
 	assert.Equal(t, float64(snap.StateVersion), got.sum("residency_transitions_total"))
-	assert.Equal(t, 0.0, got.get(t, "residency_transitions_uncounted_total{}"))
 	assert.Equal(t, 1.0, removals["reclaim"], "admit reclaimed c at cuda:1")
 	for r, n := range removals {
 		assert.Equal(t, n, got.get(t, "residency_removals_total{reason="+r+"}"), r)
@@ -293,8 +292,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	}
 
 	// After Close: the final snapshot (every location back to zero), the
-	// same counters, and the versions of the shutdown counted as
-	// uncounted (the trace is gone).
+	// same counters, and the shutdown's transitions counted too.
 	must(hold.Release(ctx))
 	ev.Complete()
 	must(cache.Close(ctx))
@@ -306,14 +304,15 @@ func TestMetricsAfterScenario(t *testing.T) {
 	assert.Equal(t, float64(final.StateVersion), after.get(t, "residency_state_version{}"))
 	assert.Equal(t, 0.0, after.sum("residency_location_used_bytes"))
 	assert.Equal(t, 0.0, after.sum("residency_location_reserved_bytes"))
-	assert.Equal(t, float64(final.StateVersion), after.sum("residency_transitions_total")+after.get(t, "residency_transitions_uncounted_total{}"))
+	assert.Equal(t, float64(final.StateVersion), after.sum("residency_transitions_total"))
+	assert.Equal(t, float64(final.TransitionCounts["remove"]), after.sum("residency_removals_total"))
 	assert.Equal(t, got.get(t, "residency_admissions_total{op=register}"), after.get(t, "residency_admissions_total{op=register}"))
 	assert.NotContains(t, after, "residency_cache_entries"+cl, "a closed cache is dropped")
 }
 
-// TestMetricsTraceOverrun: with a ring smaller than the transitions
-// between two scrapes, the lost versions are counted as uncounted and the
-// kinds count exactly what the ring still held; the sum is the version.
+// TestMetricsTraceOverrun: a trace ring smaller than the transitions
+// between two scrapes (or none at all) loses nothing: the counts are the
+// ledger's own, exact, and add up to the version.
 func TestMetricsTraceOverrun(t *testing.T) {
 	ctx := context.Background()
 	sys, err := system.Start(ctx, system.Options{TraceCapacity: 4, Locations: []system.LocationConfig{
@@ -328,8 +327,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	}
 	got, _ := scrape(t, reg)
 	assert.Equal(t, 5.0, got.get(t, "residency_state_version{}"))
-	assert.Equal(t, 4.0, got.get(t, "residency_transitions_total{kind=reserve}"))
-	assert.Equal(t, 1.0, got.get(t, "residency_transitions_uncounted_total{}"))
+	assert.Equal(t, 5.0, got.get(t, "residency_transitions_total{kind=reserve}"), "the ring holds 4; the count is 5")
 
 	// Three more: all still in the ring at the next scrape.
 	for i := range 3 {
@@ -337,9 +335,20 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	}
 	got, _ = scrape(t, reg)
 	assert.Equal(t, 3.0, got.get(t, "residency_transitions_total{kind=unreserve}"))
-	assert.Equal(t, 4.0, got.get(t, "residency_transitions_total{kind=reserve}"))
-	assert.Equal(t, 1.0, got.get(t, "residency_transitions_uncounted_total{}"))
-	assert.Equal(t, 8.0, got.sum("residency_transitions_total")+got.get(t, "residency_transitions_uncounted_total{}"))
+	assert.Equal(t, 5.0, got.get(t, "residency_transitions_total{kind=reserve}"))
+	assert.Equal(t, 8.0, got.sum("residency_transitions_total"))
+
+	// A disabled trace counts the same.
+	off, err := system.Start(ctx, system.Options{DisableTrace: true, Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<20)}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, off.Close(ctx)) }()
+	reg2 := prometheus.NewRegistry()
+	reg2.MustRegister(system.NewMetrics(off))
+	require.NoError(t, off.Reserve(ctx, "cuda:0", "x", 1))
+	require.NoError(t, off.Unreserve(ctx, "x"))
+	got, _ = scrape(t, reg2)
+	assert.Equal(t, 1.0, got.get(t, "residency_transitions_total{kind=reserve}"))
+	assert.Equal(t, 1.0, got.get(t, "residency_transitions_total{kind=unreserve}"))
 }
 
 // TestMetricsLintClean: the descriptors match what Collect sends (the
