@@ -207,10 +207,10 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	scale := int64(realBytesPerToken) / cfg.bytesPerToken
 	rowBytes := blockTokens * cfg.bytesPerToken
 	// Budgets, scaled like the KV bytes: an 80 GiB GPU with 14 GiB of
-	// weights and a 16 GiB clone budget, 256 GiB of pinned and 192 GiB of
+	// weights and a 16 GiB clone budget, 64 GiB of pinned and 192 GiB of
 	// pageable host memory, a 128 GiB CPU block pool.
 	gib := func(n int64) int64 { return n << 30 / scale }
-	budgets := map[string]int64{"pageable-host": gib(192), "pinned-host": gib(256), "cuda:0": gib(80)}
+	budgets := map[string]int64{"pageable-host": gib(192), "pinned-host": gib(64), "cuda:0": gib(80)}
 	poolSlots := int(gib(128) / rowBytes)
 	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
 		system.Limit("pageable-host", budgets["pageable-host"]), system.Limit("pinned-host", budgets["pinned-host"]),
