@@ -257,6 +257,18 @@ func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
 	if m.LoaderKey != 0 {
 		ld, _ = s.eng.newLoaders.take(m.LoaderKey)
 	}
+	// The ledger's field checks first, then the runtime's own (they are
+	// about later fields: the source's loader, the initial data), then
+	// admission: one registration with several problems reports the first
+	// in field order.
+	err := s.ledger.CheckRegister(m.Spec)
+	if err == nil {
+		err = m.CheckRuntime()
+	}
+	if err != nil {
+		s.reply(m.ReplyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})
+		return
+	}
 	h, adm, err := s.ledger.Register(m.Spec)
 	if err != nil {
 		s.reply(m.ReplyTo, &messages.HandleReply{Err: err, Version: s.ledger.Version()})

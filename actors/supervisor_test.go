@@ -246,13 +246,24 @@ func TestSupervisorDropsTheLoaderOfAFailedRegistration(t *testing.T) {
 	h.eng.StoreLoader(k, patternLoader(4, nil))
 	h.be.Faults().Arm(cuda.FaultAlloc, locGPU0)
 
-	rep := h.register(budget.ValueSpec{Name: "v", Bytes: 64, At: locGPU0}, testPattern(4, 64), k)
+	// A loader for a value without a source is refused before anything
+	// is admitted (field checks), and the parked loader is dropped.
+	before := h.version()
+	refused := h.register(budget.ValueSpec{Name: "v", Bytes: 64, At: locGPU0}, testPattern(4, 64), k)
+	require.ErrorIs(t, refused.Err, budget.ErrInvalidInput)
+	assert.Contains(t, refused.Err.Error(), "a loader needs a source location")
+	assert.Equal(t, before, h.version(), "refused: nothing changed")
+	loaders, _ := h.eng.Parked()
+	assert.Zero(t, loaders)
+
+	// The initialization fails (the fault is still armed).
+	rep := h.register(budget.ValueSpec{Name: "v", Bytes: 64, At: locGPU0}, testPattern(4, 64), 0)
 	var pe *budget.PlanExecutionError
 	require.ErrorAs(t, rep.Err, &pe, "the initialization failed")
 	var inj *cuda.InjectedFaultError
 	require.ErrorAs(t, rep.Err, &inj)
 	assert.Equal(t, rep.Version, h.version())
-	loaders, _ := h.eng.Parked()
+	loaders, _ = h.eng.Parked()
 	assert.Zero(t, loaders)
 	assert.Zero(t, h.eng.Bound(), "a failed registration keeps no loader")
 	assert.Zero(t, h.locRecord(locGPU0).UsedBytes)

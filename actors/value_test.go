@@ -46,10 +46,9 @@ func TestValueInitializesWithTheRegistrationBytesOrZeros(t *testing.T) {
 	assert.Equal(t, make([]byte, 100), h.read(z, locGPU1), "no data: the fresh buffer's zero bytes")
 
 	bad := h.register(budget.ValueSpec{Name: "bad", Bytes: 100, At: locGPU1}, testPattern(1, 99), 0)
-	require.Error(t, bad.Err, "data of the wrong size fails the initialization")
-	assert.ErrorIs(t, bad.Err, cuda.ErrInvalid)
+	require.ErrorIs(t, bad.Err, budget.ErrInvalidInput, "data of the wrong size is refused before anything is allocated")
 	h.drain(locGPU1)
-	assert.EqualValues(t, 100, h.used(locGPU1), "the failed initialization's buffer was freed")
+	assert.EqualValues(t, 100, h.used(locGPU1), "only z's buffer")
 	assert.EqualValues(t, 100, h.locRecord(locGPU1).UsedBytes)
 }
 
@@ -199,12 +198,15 @@ func TestValueFailedReconstructionFreesBothBuffers(t *testing.T) {
 	assert.Equal(t, testPattern(1, 2000), h.read(rep.Handle, locGPU0))
 }
 
-func TestValueReconstructionWithoutALoaderFails(t *testing.T) {
+// A value with a source but no loader could never be reconstructed: its
+// registration is refused, so no transfer can meet a missing loader.
+func TestValueWithASourceButNoLoaderIsRefused(t *testing.T) {
 	h := startEngine(t)
-	hd := h.mustRegister(budget.ValueSpec{Name: "s", Bytes: 10, Source: locHost}, nil)
-	pr := h.transition(messages.Place, hd, "", locGPU0)
-	require.Error(t, pr.Err)
-	assert.Contains(t, pr.Err.Error(), "no loader registered")
+	before := h.version()
+	rep := h.register(budget.ValueSpec{Name: "s", Bytes: 10, Source: locHost}, nil, 0)
+	require.ErrorIs(t, rep.Err, budget.ErrInvalidInput)
+	assert.Contains(t, rep.Err.Error(), "a source needs a loader")
+	assert.Equal(t, before, h.version())
 	h.drain(locHost, locGPU0)
 	assert.Zero(t, h.eng.Buffers.Len())
 	assert.Zero(t, h.locRecord(locGPU0).UsedBytes)

@@ -392,42 +392,59 @@ func (l *Ledger) inUse(v *value, m *mat) error {
 // the name of a discarded value, or of a failed registration, may be
 // registered again, and gets a new handle.
 func (l *Ledger) Register(spec ValueSpec) (Handle, Admission, error) {
-	if spec.Name == "" {
-		return Handle{}, Admission{}, invalidf("value name is empty")
-	}
-	if _, dup := l.byName[spec.Name]; dup {
-		return Handle{}, Admission{}, invalidf("duplicate value name %q", spec.Name)
-	}
-	if spec.Bytes <= 0 {
-		return Handle{}, Admission{}, invalidf("value %q: bytes must be positive, got %d", spec.Name, spec.Bytes)
-	}
-	if spec.Mode != Exclusive && spec.Mode != Replicable {
-		return Handle{}, Admission{}, invalidf("value %q: unknown replica mode %d", spec.Name, int(spec.Mode))
-	}
-	if (spec.At == "") == (spec.Source == "") {
-		return Handle{}, Admission{}, invalidf("value %q: give exactly one of a first location (at) or a source", spec.Name)
-	}
-	v := &value{id: l.vals.nextID(), name: spec.Name, bytes: spec.Bytes, mode: spec.Mode, source: -1}
-	if spec.Source != "" {
-		src, err := l.location(spec.Source)
-		if err != nil {
-			return Handle{}, Admission{}, err
-		}
-		v.hasSource, v.source = true, src
-		l.addValue(v)
-		l.commit("register", v, src, spec.Bytes, "with source")
-		return l.handle(v), Admission{}, nil
-	}
-	at, err := l.location(spec.At)
+	loc, err := l.registerFields(spec)
 	if err != nil {
 		return Handle{}, Admission{}, err
 	}
-	if err := l.admits(at, v.bytes); err != nil {
+	v := &value{id: l.vals.nextID(), name: spec.Name, bytes: spec.Bytes, mode: spec.Mode, source: -1}
+	if spec.Source != "" {
+		v.hasSource, v.source = true, loc
+		l.addValue(v)
+		l.commit("register", v, loc, spec.Bytes, "with source")
+		return l.handle(v), Admission{}, nil
+	}
+	if err := l.admits(loc, v.bytes); err != nil {
 		return Handle{}, Admission{}, err
 	}
 	l.addValue(v)
-	adm := l.admitTransfer(v, at, -1, -1, false, EffectInitialize, "register at")
+	adm := l.admitTransfer(v, loc, -1, -1, false, EffectInitialize, "register at")
 	return l.handle(v), adm, nil
+}
+
+// CheckRegister runs every field check of [Ledger.Register], in its
+// order (name, bytes, replica mode, at or source, the location), without
+// the budget check and without changing anything. A caller with checks of
+// its own on later fields (the runtime: a source needs a loader, data of
+// the value's size) runs them after this one, so that one registration
+// with several problems reports the first in field order. A read: no
+// version.
+func (l *Ledger) CheckRegister(spec ValueSpec) error {
+	_, err := l.registerFields(spec)
+	return err
+}
+
+// registerFields checks spec's fields and resolves its location (the
+// source, or the first location).
+func (l *Ledger) registerFields(spec ValueSpec) (int, error) {
+	if spec.Name == "" {
+		return -1, invalidf("value name is empty")
+	}
+	if _, dup := l.byName[spec.Name]; dup {
+		return -1, invalidf("duplicate value name %q", spec.Name)
+	}
+	if spec.Bytes <= 0 {
+		return -1, invalidf("value %q: bytes must be positive, got %d", spec.Name, spec.Bytes)
+	}
+	if spec.Mode != Exclusive && spec.Mode != Replicable {
+		return -1, invalidf("value %q: unknown replica mode %d", spec.Name, int(spec.Mode))
+	}
+	if (spec.At == "") == (spec.Source == "") {
+		return -1, invalidf("value %q: give exactly one of a first location (at) or a source", spec.Name)
+	}
+	if spec.Source != "" {
+		return l.location(spec.Source)
+	}
+	return l.location(spec.At)
 }
 
 func (l *Ledger) addValue(v *value) {

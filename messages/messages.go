@@ -10,6 +10,8 @@
 package messages
 
 import (
+	"fmt"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
@@ -27,6 +29,22 @@ type Register struct {
 	Data      []byte
 	LoaderKey uint64
 	ReplyTo   *actor.PID
+}
+
+// CheckRuntime checks what the runtime adds to the ledger's rules for a
+// registration: a value with a source needs a loader and one without a
+// source takes none, and initial data has the value's size.
+func (m *Register) CheckRuntime() error {
+	name := m.Spec.Name
+	switch {
+	case m.Spec.Source != "" && m.LoaderKey == 0:
+		return &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a source needs a loader", name)}
+	case m.Spec.Source == "" && m.LoaderKey != 0:
+		return &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a loader needs a source location", name)}
+	case m.Data != nil && int64(len(m.Data)) != m.Spec.Bytes:
+		return &budget.InvalidInputError{Message: fmt.Sprintf("value %q: data has %d bytes, value has %d", name, len(m.Data), m.Spec.Bytes)}
+	}
+	return nil
 }
 
 // Transition asks for a direct place, copy, move, evict or discard.

@@ -381,22 +381,16 @@ type Value struct {
 }
 
 // Register registers a value. With At it returns once the value is
-// resident there. Errors: [*InvalidInputError] (empty or duplicate name,
-// bytes ≤ 0, both or neither of At/Source, a source without loader, Data
-// of the wrong length), [*UnavailableError], [*BudgetError],
-// [*PlanExecutionError] when initialization failed (the handle is then
-// retired and the name free again).
+// resident there. Errors, the first problem in field order: name (empty or
+// duplicate: [*InvalidInputError]), bytes ≤ 0, replica mode, both or
+// neither of At/Source, the location (malformed: [*InvalidInputError];
+// not configured: [*UnavailableError]), then a source without a loader or
+// a loader without a source, Data of the wrong length
+// ([*InvalidInputError]); then the budget ([*BudgetError]). A refusal
+// changes nothing. [*PlanExecutionError] when initialization failed (the
+// handle is then retired and the name free again).
 func (s *System) Register(ctx context.Context, v Value) (_ Handle, err error) {
 	defer func() { s.stats.admission(ctx, opRegister, err) }()
-	if v.Source != "" && v.Loader == nil {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a source needs a loader", v.Name)}
-	}
-	if v.Source == "" && v.Loader != nil {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a loader needs a source location", v.Name)}
-	}
-	if v.Data != nil && int64(len(v.Data)) != v.Bytes {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: data has %d bytes, value has %d", v.Name, len(v.Data), v.Bytes)}
-	}
 	// The loader is parked under a key of this call alone: a concurrent
 	// registration of the same name can never be bound to it.
 	var key uint64

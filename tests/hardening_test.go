@@ -438,3 +438,35 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 		assert.Zero(t, backendUsed(t, backend, l), "%s: Close after a fatal stop frees every buffer", l)
 	}
 }
+
+// A registration with several problems reports the first in field order:
+// the ledger's fields (name, bytes, replica mode, at or source, the
+// location) before the runtime's own checks on later ones (the source's
+// loader, the initial data's size).
+func TestRegisterReportsTheFirstProblemInFieldOrder(t *testing.T) {
+	ctx := context.Background()
+	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1<<20)})
+	register(t, sys, system.Value{Name: "taken", Bytes: 8, At: "pageable-host"})
+	cases := []struct {
+		v    system.Value
+		want string
+	}{
+		{system.Value{Name: "", Bytes: 8, Source: "pageable-host"}, "value name is empty"},
+		{system.Value{Name: "taken", Bytes: 8, Source: "pageable-host"}, `duplicate value name "taken"`},
+		{system.Value{Name: "a", Bytes: 0, Source: "pageable-host"}, "bytes must be positive"},
+		{system.Value{Name: "a", Bytes: 8, Source: "gpu:0"}, `"gpu:0"`},
+		{system.Value{Name: "a", Bytes: 8, Source: "cuda:7"}, "cuda:7"},
+		{system.Value{Name: "a", Bytes: 8, Source: "pageable-host"}, "a source needs a loader"},
+		{system.Value{Name: "a", Bytes: 8, At: "pageable-host", Loader: loaderOf(make([]byte, 8))}, "a loader needs a source location"},
+		{system.Value{Name: "a", Bytes: 8, At: "pageable-host", Data: []byte{1}}, "data has 1 bytes, value has 8"},
+	}
+	before := snapshot(t, sys).StateVersion
+	for _, c := range cases {
+		_, err := sys.Register(ctx, c.v)
+		require.Error(t, err, "%+v", c.v)
+		assert.Contains(t, err.Error(), c.want, "%+v", c.v)
+	}
+	assert.Equal(t, before, snapshot(t, sys).StateVersion, "refusals change nothing")
+	_, err := sys.Register(ctx, system.Value{Name: "a", Bytes: 0, Source: "pageable-host"})
+	require.ErrorIs(t, err, system.ErrInvalidInput)
+}
