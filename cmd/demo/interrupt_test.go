@@ -150,20 +150,34 @@ func TestSIGINT(t *testing.T) {
 	bin := demoBinary(t)
 
 	t.Run("while reading standard input", func(t *testing.T) {
-		cmd := exec.Command(bin, "replay", "-")
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		defer stdin.Close()
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Start())
-		_, err = io.WriteString(stdin, okStart)
-		require.NoError(t, err)
-		time.Sleep(300 * time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-		assert.Equal(t, exitInterrupted, exitCode(t, cmd, 10*time.Second), "stderr: %s", stderr.String())
-		assert.Contains(t, stderr.String(), "interrupted")
-		assert.Empty(t, stdout.String())
+		// Nothing shows from outside when the process has installed its
+		// interrupt handler and is blocked reading standard input, so the
+		// signal is sent after a delay. A signal that arrives before the
+		// handler (a very slow machine) ends the process the Go runtime's
+		// default way, without our message: then try again with a longer
+		// delay, so the test never fails because the machine is slow.
+		for _, delay := range []time.Duration{300 * time.Millisecond, 2 * time.Second, 8 * time.Second} {
+			cmd := exec.Command(bin, "replay", "-")
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Start())
+			_, err = io.WriteString(stdin, okStart)
+			require.NoError(t, err)
+			time.Sleep(delay)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			code := exitCode(t, cmd, 10*time.Second)
+			_ = stdin.Close()
+			if code != exitInterrupted && !strings.Contains(stderr.String(), "interrupted") && delay < 8*time.Second {
+				t.Logf("the signal came before the handler was installed (exit %d); trying with a longer delay", code)
+				continue
+			}
+			assert.Equal(t, exitInterrupted, code, "stderr: %s", stderr.String())
+			assert.Contains(t, stderr.String(), "interrupted")
+			assert.Empty(t, stdout.String())
+			return
+		}
 	})
 
 	t.Run("mid-replay", func(t *testing.T) {
