@@ -657,40 +657,21 @@ func (w *cancelWorker) exitScope(sc *system.Scope) {
 	}
 }
 
-// plan is a plan over our own values: maybe a reclaim, maybe a
-// reservation, one or two enters.
+// plan is randomPlan (tests/stress_test.go) over our own values.
 func (w *cancelWorker) plan() system.Plan {
-	var p system.Plan
-	if w.r.IntN(3) == 0 {
-		p.Reclaim = []system.Action{{Handle: w.own[w.r.IntN(len(w.own))].h, Location: w.loc()}}
-	}
-	if w.r.IntN(3) == 0 {
-		p.Reservations = []system.ReservationSpec{{Name: w.name("p"), Location: w.loc(), Bytes: int64(128 * (1 + w.r.IntN(8)))}}
-	}
-	for i := 0; i < 1+w.r.IntN(2); i++ {
-		p.Enter = append(p.Enter, system.Action{Handle: w.own[w.r.IntN(len(w.own))].h, Location: w.loc()})
-	}
-	return p
+	return randomPlan(w.r, w.own, w.loc, func() string { return w.name("p") })
 }
 
 func (w *cancelWorker) request() *system.Request {
 	if len(w.own) == 0 {
 		return nil
 	}
-	req := &system.Request{Name: w.name("q")}
-	used := map[system.Handle]bool{}
-	for i := 0; i < 1+w.r.IntN(2); i++ {
-		v := w.own[w.r.IntN(len(w.own))]
-		if used[v.h] {
-			continue
+	return randomRequest(w.r, w.own, w.name("q"), func() []system.ReservationSpec {
+		if w.r.IntN(3) == 0 {
+			return []system.ReservationSpec{{Name: w.name("qr"), Location: w.loc(), Bytes: int64(256 * (1 + w.r.IntN(4)))}}
 		}
-		used[v.h] = true
-		req.Requirements = append(req.Requirements, system.Requirement{Handle: v.h, Tiers: [][]string{{"cuda:0", "cuda:1"}, {"pinned-host"}, {"pageable-host"}}})
-	}
-	if w.r.IntN(3) == 0 {
-		req.Reservations = []system.ReservationSpec{{Name: w.name("qr"), Location: w.loc(), Bytes: int64(256 * (1 + w.r.IntN(4)))}}
-	}
-	return req
+		return nil
+	})
 }
 
 // finish releases everything the worker knows it holds, completes every

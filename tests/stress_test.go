@@ -327,47 +327,66 @@ func (w *stressWorker) step(ctx context.Context, faults *cuda.Faults) {
 	}
 }
 
-// smallPlan is a plan over our own values: maybe a reclaim, maybe a
-// reservation, one or two enters.
-func (w *stressWorker) smallPlan(withName bool) system.Plan {
+// randomPlan is a plan over own (not empty): maybe a reclaim, maybe a
+// reservation named by resvName (called only when one is drawn), one or
+// two enters, at locations drawn by loc. Both stress tests draw their
+// plans here.
+func randomPlan(r *rand.Rand, own []*stressValue, loc func() string, resvName func() string) system.Plan {
 	var p system.Plan
-	if len(w.own) == 0 {
-		return p
+	if r.IntN(3) == 0 {
+		p.Reclaim = []system.Action{{Handle: own[r.IntN(len(own))].h, Location: loc()}}
 	}
-	if w.r.IntN(3) == 0 {
-		p.Reclaim = []system.Action{{Handle: w.own[w.r.IntN(len(w.own))].h, Location: w.loc()}}
+	if r.IntN(3) == 0 {
+		p.Reservations = []system.ReservationSpec{{Name: resvName(), Location: loc(), Bytes: int64(128 * (1 + r.IntN(8)))}}
 	}
-	if w.r.IntN(3) == 0 {
-		name := "explain-only"
-		if withName {
-			name = w.name("p")
-		}
-		p.Reservations = []system.ReservationSpec{{Name: name, Location: w.loc(), Bytes: int64(128 * (1 + w.r.IntN(8)))}}
-	}
-	for i := 0; i < 1+w.r.IntN(2); i++ {
-		p.Enter = append(p.Enter, system.Action{Handle: w.own[w.r.IntN(len(w.own))].h, Location: w.loc()})
+	for i := 0; i < 1+r.IntN(2); i++ {
+		p.Enter = append(p.Enter, system.Action{Handle: own[r.IntN(len(own))].h, Location: loc()})
 	}
 	return p
 }
 
-func (w *stressWorker) request() *system.Request {
-	if len(w.own) == 0 {
-		return nil
-	}
-	req := &system.Request{Name: w.name("q")}
+// randomRequest is a request named name over one or two distinct values
+// of own (not empty), each tiered both GPUs → pinned → pageable, with the
+// reservations resv draws (nil for none).
+func randomRequest(r *rand.Rand, own []*stressValue, name string, resv func() []system.ReservationSpec) *system.Request {
+	req := &system.Request{Name: name}
 	used := map[system.Handle]bool{}
-	for i := 0; i < 1+w.r.IntN(2); i++ {
-		v := w.own[w.r.IntN(len(w.own))]
+	for i := 0; i < 1+r.IntN(2); i++ {
+		v := own[r.IntN(len(own))]
 		if used[v.h] {
 			continue
 		}
 		used[v.h] = true
 		req.Requirements = append(req.Requirements, system.Requirement{Handle: v.h, Tiers: [][]string{{"cuda:0", "cuda:1"}, {"pinned-host"}, {"pageable-host"}}})
 	}
-	if w.r.IntN(4) == 0 {
-		req.Reservations = []system.ReservationSpec{{Name: w.name("qr"), Location: "cuda:0", Bytes: 1024}}
-	}
+	req.Reservations = resv()
 	return req
+}
+
+// smallPlan is randomPlan over our own values; withName false names its
+// reservation "explain-only" (for plans that are only explained).
+func (w *stressWorker) smallPlan(withName bool) system.Plan {
+	if len(w.own) == 0 {
+		return system.Plan{}
+	}
+	return randomPlan(w.r, w.own, w.loc, func() string {
+		if withName {
+			return w.name("p")
+		}
+		return "explain-only"
+	})
+}
+
+func (w *stressWorker) request() *system.Request {
+	if len(w.own) == 0 {
+		return nil
+	}
+	return randomRequest(w.r, w.own, w.name("q"), func() []system.ReservationSpec {
+		if w.r.IntN(4) == 0 {
+			return []system.ReservationSpec{{Name: w.name("qr"), Location: "cuda:0", Bytes: 1024}}
+		}
+		return nil
+	})
 }
 
 func TestStress(t *testing.T) {
