@@ -53,6 +53,10 @@ type Cache struct {
 
 	closeMu  sync.Mutex // serializes Close
 	closeErr error
+
+	// detachedLive counts entries Close drained whose release has not
+	// run yet (still leased, so still charged).
+	detachedLive atomic.Int64
 }
 
 // cacheEntry is one key's value and charge.
@@ -436,6 +440,9 @@ func (e *cacheEntry) release() {
 	if e.charge != "" {
 		e.c.unreserve(e.charge)
 	}
+	if e.detached.Load() {
+		e.c.detachedLive.Add(-1)
+	}
 	close(e.released)
 }
 
@@ -565,6 +572,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	c.busy += len(drained)
 	c.mu.Unlock()
 	for _, e := range drained {
+		c.detachedLive.Add(1) // before detached: its release decrements
 		e.detached.Store(true)
 		go func() {
 			defer c.workDone()
@@ -595,7 +603,8 @@ type CacheStats struct {
 	// bytes, the peaks of loads in flight, and its memory budget's
 	// reservations (also those that outlive a closed cache).
 	ReservedBytes int64
-	// Resources counts ready and loading entries.
+	// Resources counts ready and loading entries, and, after Close, the
+	// entries still leased (charged until their last lease is released).
 	Resources int
 	// Evictions counts entries evicted, for capacity or by Evict.
 	Evictions uint64
@@ -614,7 +623,7 @@ func (c *Cache) Statistics(ctx context.Context) (CacheStats, error) {
 		return CacheStats{}, err
 	}
 	c.mu.Lock()
-	n, ev := c.book.Len(), c.book.Evictions()
+	n, ev := c.book.Len()+int(c.detachedLive.Load()), c.book.Evictions()
 	c.mu.Unlock()
 	return CacheStats{
 		Location: ch.Location, HasBudget: ch.HasBudget, BudgetBytes: ch.BudgetBytes,

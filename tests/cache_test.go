@@ -258,7 +258,7 @@ func TestCacheCloseReleasesIdleEntriesNowAndHeldOnesAtTheirLastRelease(t *testin
 	assert.Equal(t, int32(1), idle.n.Load(), "an unheld entry is released at Close, idle or not")
 	assert.Equal(t, int32(0), held.n.Load())
 	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
-	assert.Equal(t, 0, stats(t, c).Resources)
+	assert.Equal(t, 1, stats(t, c).Resources, "the held entry is still counted while it is charged")
 
 	_, err = system.Load(ctx, c, "new", 1, nil, value(1, 1))
 	assert.ErrorIs(t, err, system.ErrClosed)
@@ -270,6 +270,7 @@ func TestCacheCloseReleasesIdleEntriesNowAndHeldOnesAtTheirLastRelease(t *testin
 	require.NoError(t, keep.Release())
 	assert.Equal(t, int32(1), held.n.Load(), "released at its last reference, before Release returned")
 	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
+	assert.Equal(t, 0, stats(t, c).Resources)
 	assert.ErrorIs(t, keep.Release(), system.ErrInvalidInput)
 	l := loc(t, snapshot(t, sys), "cuda:0")
 	assert.Zero(t, l.UsedBytes+l.ReservedBytes)
