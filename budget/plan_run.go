@@ -23,13 +23,37 @@ type Run struct {
 	l       *Ledger
 	plan    Plan
 	opts    RunOptions
-	phase   int // 0 reclaim, 1 reserve, 2 enter, 3 done
+	phase   planPhase
 	index   int
 	pending AdmissionID
 	report  []Transition
 	resv    []string // reservations this run admitted, in order
 	failed  error
 	done    bool
+}
+
+// planPhase is the part of its plan a run is in: its reclaims, then its
+// reservations, then its enters; done once every step has been admitted.
+type planPhase int
+
+const (
+	planReclaim planPhase = iota
+	planReserve
+	planEnter
+	planDone
+)
+
+func (p planPhase) String() string {
+	switch p {
+	case planReclaim:
+		return PhaseReclaim
+	case planReserve:
+		return PhaseReserve
+	case planEnter:
+		return PhaseEnter
+	default:
+		return "done"
+	}
 }
 
 // StartRun checks a plan before any mutation: the expected version (when
@@ -60,14 +84,12 @@ func (r *Run) phaseName() string {
 	if r.opts.Scope == "" {
 		return PhaseExecute
 	}
-	switch r.phase {
-	case 0:
-		return PhaseReclaim
-	case 1:
-		return PhaseReserve
-	default:
+	if r.phase == planDone {
+		// Every step was admitted: a failure now is the scope's leases
+		// in Finish, part of entering.
 		return PhaseEnter
 	}
+	return r.phase.String()
 }
 
 // record runs f with the ledger's transitions appended to the run's
@@ -107,11 +129,11 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 	if r.pending != 0 {
 		return Step{}, false, invalidf("run step is still pending")
 	}
-	for r.phase < 3 {
+	for r.phase != planDone {
 		switch r.phase {
-		case 0:
+		case planReclaim:
 			if r.index >= len(r.plan.Reclaim) {
-				r.phase, r.index = 1, 0
+				r.phase, r.index = planReserve, 0
 				continue
 			}
 			i, a := r.index, r.plan.Reclaim[r.index]
@@ -139,9 +161,9 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 				return Step{}, false, r.fail(e, &a, i, nil, -1)
 			}
 			return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{Effects: effs}}, true, nil
-		case 1:
+		case planReserve:
 			if r.index >= len(r.plan.Reservations) {
-				r.phase, r.index = 2, 0
+				r.phase, r.index = planEnter, 0
 				continue
 			}
 			i, s := r.index, r.plan.Reservations[r.index]
@@ -153,9 +175,9 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			}
 			r.resv = append(r.resv, s.Name)
 			return Step{Phase: PhaseReserve, Index: i}, true, nil
-		case 2:
+		case planEnter:
 			if r.index >= len(r.plan.Enter) {
-				r.phase = 3
+				r.phase = planDone
 				continue
 			}
 			i, a := r.index, r.plan.Enter[r.index]
@@ -243,7 +265,7 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 	if r.failed != nil {
 		return Report{}, nil, r.failed
 	}
-	if r.phase != 3 || r.pending != 0 {
+	if r.phase != planDone || r.pending != 0 {
 		return Report{}, nil, invalidf("run is not finished")
 	}
 	if r.done {
