@@ -112,8 +112,10 @@ type Ledger struct {
 	nextHld    HoldID
 
 	trace traceRing
-	sink  *[]Transition // when set, committed transitions are appended
-	sim   bool          // a simulation clone (explain/decide)
+	// recorder, when set, collects every committed transition for a
+	// report; only recordInto sets it (trace.go).
+	recorder *recorder
+	sim      bool // a simulation clone (explain/decide)
 	// dirty lists the values changed since the last freeze (snapshot.go);
 	// dirtyRetired counts those retired since.
 	dirty        []*value
@@ -224,7 +226,7 @@ func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail stri
 			l.removals[detail]++
 		}
 	}
-	if l.trace.cap == 0 && l.sink == nil {
+	if l.trace.cap == 0 && l.recorder == nil {
 		return l.version
 	}
 	t := Transition{Version: l.version, Kind: kind, Bytes: bytes, Detail: detail}
@@ -235,21 +237,10 @@ func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail stri
 		t.Location = l.locs[loc].name
 	}
 	l.trace.push(t)
-	if l.sink != nil {
-		*l.sink = append(*l.sink, t)
+	if l.recorder != nil {
+		l.recorder.transitions = append(l.recorder.transitions, t)
 	}
 	return l.version
-}
-
-// Recording runs f and returns the transitions committed while it ran.
-// The runtime uses it to build the report of a scope exit.
-func (l *Ledger) Recording(f func()) Report {
-	var sink []Transition
-	prev := l.sink
-	l.sink = &sink
-	defer func() { l.sink = prev }()
-	f()
-	return Report{Transitions: sink}
 }
 
 func (l *Ledger) charge(loc int, bytes int64) {

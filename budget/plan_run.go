@@ -26,7 +26,7 @@ type Run struct {
 	phase   planPhase
 	index   int
 	pending AdmissionID
-	report  []Transition
+	report  recorder // every transition the run commits
 	resv    []string // reservations this run admitted, in order
 	failed  error
 	done    bool
@@ -92,15 +92,6 @@ func (r *Run) phaseName() string {
 	return r.phase.String()
 }
 
-// record runs f with the ledger's transitions appended to the run's
-// report.
-func (r *Run) record(f func()) {
-	prev := r.l.sink
-	r.l.sink = &r.report
-	defer func() { r.l.sink = prev }()
-	f()
-}
-
 // releaseReservations releases, newest first, the reservations a failed
 // scope entry admitted, recording each release in the report. A plain
 // execute admits ordinary reservations that stay active (released by
@@ -109,7 +100,7 @@ func (r *Run) releaseReservations() {
 	if r.opts.Scope == "" {
 		return
 	}
-	r.record(func() {
+	r.l.recordInto(&r.report, func() {
 		for j := len(r.resv) - 1; j >= 0; j-- {
 			_ = r.l.unreserve(r.resv[j], r.opts.Scope)
 		}
@@ -140,7 +131,7 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			r.index++
 			var effs []Effect
 			var e error
-			r.record(func() {
+			r.l.recordInto(&r.report, func() {
 				var v *value
 				if v, e = r.l.value(a.Handle); e != nil {
 					return
@@ -169,7 +160,7 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			i, s := r.index, r.plan.Reservations[r.index]
 			r.index++
 			var e error
-			r.record(func() { e = r.l.reserve(s.Location, s.Name, s.Bytes, r.opts.Scope) })
+			r.l.recordInto(&r.report, func() { e = r.l.reserve(s.Location, s.Name, s.Bytes, r.opts.Scope) })
 			if e != nil {
 				return Step{}, false, r.fail(e, nil, -1, &s, i)
 			}
@@ -184,7 +175,7 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			r.index++
 			var adm Admission
 			var e error
-			r.record(func() {
+			r.l.recordInto(&r.report, func() {
 				var v *value
 				if v, e = r.l.value(a.Handle); e != nil {
 					return
@@ -219,7 +210,7 @@ func (r *Run) Complete() ([]Effect, error) {
 	}
 	var effs []Effect
 	var err error
-	r.record(func() { effs, err = r.l.Complete(r.pending) })
+	r.l.recordInto(&r.report, func() { effs, err = r.l.Complete(r.pending) })
 	r.pending = 0
 	return effs, err
 }
@@ -232,7 +223,7 @@ func (r *Run) Fail(cause error) error {
 	}
 	id := r.pending
 	r.pending = 0
-	r.record(func() { _ = r.l.Fail(id, cause) })
+	r.l.recordInto(&r.report, func() { _ = r.l.Fail(id, cause) })
 	i := r.index - 1
 	a := r.plan.Enter[i]
 	return r.fail(cause, &a, i, nil, -1)
@@ -250,7 +241,7 @@ func (r *Run) fail(cause error, a *Action, ai int, s *ReservationSpec, si int) e
 		FailedActionIndex:      ai,
 		FailedReservation:      s,
 		FailedReservationIndex: si,
-		PartialReport:          Report{Transitions: append([]Transition(nil), r.report...)},
+		PartialReport:          Report{Transitions: append([]Transition(nil), r.report.transitions...)},
 		Cause:                  cause,
 	}
 	r.failed = e
@@ -277,11 +268,11 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 		for i, a := range r.plan.Enter {
 			var id LeaseID
 			var err error
-			r.record(func() { id, err = r.l.Acquire(a.Handle, a.Location) })
+			r.l.recordInto(&r.report, func() { id, err = r.l.Acquire(a.Handle, a.Location) })
 			if err != nil {
 				// The entry failed: release the leases taken so far and
 				// the reservations (both recorded in the report).
-				r.record(func() {
+				r.l.recordInto(&r.report, func() {
 					for _, x := range leases {
 						_ = r.l.Release(x)
 					}
@@ -291,7 +282,7 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 			leases = append(leases, id)
 		}
 	}
-	return Report{Transitions: append([]Transition(nil), r.report...)}, leases, nil
+	return Report{Transitions: append([]Transition(nil), r.report.transitions...)}, leases, nil
 }
 
 // Reservations returns the names of the reservations the run admitted.

@@ -366,12 +366,9 @@ func (l *Ledger) FailDirect(id AdmissionID, cause error) error {
 	if x.src >= 0 {
 		a.From = l.locs[x.src].name
 	}
-	report := []Transition{x.admitted}
-	var sink []Transition
-	l.sink = &sink
-	_ = l.Fail(id, cause)
-	l.sink = nil
-	report = append(report, sink...)
+	failure := recorder{transitions: []Transition{x.admitted}}
+	l.recordInto(&failure, func() { _ = l.Fail(id, cause) })
+	report := failure.transitions
 	return &PlanExecutionError{Phase: PhaseExecute, FailedAction: &a, FailedActionIndex: 0, FailedReservationIndex: -1, PartialReport: Report{Transitions: report}, Cause: cause}
 }
 
