@@ -43,7 +43,7 @@ func (l *Ledger) CheckInvariants() error {
 	}
 	inflight := map[*value]int{}
 	readers := map[*mat]int{}
-	for _, x := range l.xfers {
+	for _, x := range l.transfers {
 		inflight[x.v]++
 		if x.src >= 0 && !x.moveSrc {
 			readers[x.v.mat(x.src)]++
@@ -115,14 +115,14 @@ func (l *Ledger) CheckInvariants() error {
 			return fmt.Errorf("exclusive value %s has %d materializations", v.name, len(v.mats))
 		}
 	}
-	for _, r := range l.resv {
+	for _, r := range l.reservations {
 		reserved[r.loc] += r.bytes
 	}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		n := 0
 		for _, r := range lc.reservations {
-			if l.resv[r.name] != r {
+			if l.reservations[r.name] != r {
 				return fmt.Errorf("%s lists reservation %s that is not active", lc.name, r.name)
 			}
 			n++

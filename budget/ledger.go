@@ -92,24 +92,24 @@ func (v *value) removeMat(loc int) {
 
 // Ledger is the byte-accounting state machine. Not safe for concurrent use.
 type Ledger struct {
-	id      string
-	version uint64
-	locs    []location
-	locIdx  map[string]int
-	vals    valueTable // live values; retired ones leave nothing
-	byName  map[string]*value
-	resv    map[string]*reservation
-	// parentResv: a simulation clone's parent's active reservations,
+	id           string
+	version      uint64
+	locs         []location
+	locIndex     map[string]int
+	vals         valueTable // live values; retired ones leave nothing
+	byName       map[string]*value
+	reservations map[string]*reservation
+	// parentReservations: a simulation clone's parent's active reservations,
 	// whose names its reserve refuses like its own.
-	parentResv map[string]*reservation
-	xfers      map[AdmissionID]*transfer
-	leases     map[LeaseID]*lease
-	events     map[EventID]*event
-	holds      map[HoldID]*hold
-	nextAdm    AdmissionID
-	nextLse    LeaseID
-	nextEvt    EventID
-	nextHld    HoldID
+	parentReservations map[string]*reservation
+	transfers          map[AdmissionID]*transfer
+	leases             map[LeaseID]*lease
+	events             map[EventID]*event
+	holds              map[HoldID]*hold
+	nextAdmission      AdmissionID
+	nextLease          LeaseID
+	nextEvent          EventID
+	nextHold           HoldID
 
 	trace traceRing
 	// recorder, when set, collects every committed transition for a
@@ -163,20 +163,20 @@ func New(cfg Config) (*Ledger, error) {
 	}
 	sort.SliceStable(parsed, func(i, j int) bool { return locationLess(parsed[i].parsed, parsed[j].parsed) })
 	l := &Ledger{
-		id:     cfg.ManagerID,
-		locs:   parsed,
-		locIdx: make(map[string]int, len(parsed)),
-		vals:   newValueTable(),
-		byName: map[string]*value{},
-		resv:   map[string]*reservation{},
-		xfers:  map[AdmissionID]*transfer{},
-		leases: map[LeaseID]*lease{},
-		events: map[EventID]*event{},
-		holds:  map[HoldID]*hold{},
-		trace:  newTraceRing(cfg.TraceCapacity),
+		id:           cfg.ManagerID,
+		locs:         parsed,
+		locIndex:     make(map[string]int, len(parsed)),
+		vals:         newValueTable(),
+		byName:       map[string]*value{},
+		reservations: map[string]*reservation{},
+		transfers:    map[AdmissionID]*transfer{},
+		leases:       map[LeaseID]*lease{},
+		events:       map[EventID]*event{},
+		holds:        map[HoldID]*hold{},
+		trace:        newTraceRing(cfg.TraceCapacity),
 	}
 	for i := range l.locs {
-		l.locIdx[l.locs[i].name] = i
+		l.locIndex[l.locs[i].name] = i
 	}
 	return l, nil
 }
@@ -306,7 +306,7 @@ func (l *Ledger) value(h Handle) (*value, error) {
 // location resolves a name: malformed → invalid input; well formed but not
 // configured → Unavailable(location).
 func (l *Ledger) location(name string) (int, error) {
-	if i, ok := l.locIdx[name]; ok {
+	if i, ok := l.locIndex[name]; ok {
 		return i, nil
 	}
 	if _, err := ParseLocation(name); err != nil {

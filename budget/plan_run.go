@@ -20,16 +20,16 @@ type RunOptions struct {
 // transitions may be committed between steps; they are not part of the
 // run's report.
 type Run struct {
-	l       *Ledger
-	plan    Plan
-	opts    RunOptions
-	phase   planPhase
-	index   int
-	pending AdmissionID
-	report  recorder // every transition the run commits
-	resv    []string // reservations this run admitted, in order
-	failed  error
-	done    bool
+	l            *Ledger
+	plan         Plan
+	opts         RunOptions
+	phase        planPhase
+	index        int
+	pending      AdmissionID
+	report       recorder // every transition the run commits
+	reservations []string // reservations this run admitted, in order
+	failed       error
+	done         bool
 }
 
 // planPhase is the part of its plan a run is in: its reclaims, then its
@@ -101,11 +101,11 @@ func (r *Run) releaseReservations() {
 		return
 	}
 	r.l.recordInto(&r.report, func() {
-		for j := len(r.resv) - 1; j >= 0; j-- {
-			_ = r.l.unreserve(r.resv[j], r.opts.Scope)
+		for j := len(r.reservations) - 1; j >= 0; j-- {
+			_ = r.l.unreserve(r.reservations[j], r.opts.Scope)
 		}
 	})
-	r.resv = nil
+	r.reservations = nil
 }
 
 // Next admits the next step and returns it; ok is false when every step
@@ -129,16 +129,16 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			}
 			i, a := r.index, r.plan.Reclaim[r.index]
 			r.index++
-			var effs []Effect
+			var effects []Effect
 			var e error
 			r.l.recordInto(&r.report, func() {
 				var v *value
 				if v, e = r.l.value(a.Handle); e != nil {
 					return
 				}
-				loc, le := r.l.location(a.Location)
-				if le != nil {
-					e = le
+				loc, locErr := r.l.location(a.Location)
+				if locErr != nil {
+					e = locErr
 					return
 				}
 				var m *mat
@@ -146,12 +146,12 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 					return
 				}
 				r.l.removeMat(v, m, "reclaim")
-				effs = []Effect{r.l.freeEffect(v, loc)}
+				effects = []Effect{r.l.freeEffect(v, loc)}
 			})
 			if e != nil {
 				return Step{}, false, r.fail(e, &a, i, nil, -1)
 			}
-			return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{Effects: effs}}, true, nil
+			return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{Effects: effects}}, true, nil
 		case planReserve:
 			if r.index >= len(r.plan.Reservations) {
 				r.phase, r.index = planEnter, 0
@@ -164,7 +164,7 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			if e != nil {
 				return Step{}, false, r.fail(e, nil, -1, &s, i)
 			}
-			r.resv = append(r.resv, s.Name)
+			r.reservations = append(r.reservations, s.Name)
 			return Step{Phase: PhaseReserve, Index: i}, true, nil
 		case planEnter:
 			if r.index >= len(r.plan.Enter) {
@@ -208,11 +208,11 @@ func (r *Run) Complete() ([]Effect, error) {
 	if r.pending == 0 {
 		return nil, invalidf("no run step is pending")
 	}
-	var effs []Effect
+	var effects []Effect
 	var err error
-	r.l.recordInto(&r.report, func() { effs, err = r.l.Complete(r.pending) })
+	r.l.recordInto(&r.report, func() { effects, err = r.l.Complete(r.pending) })
 	r.pending = 0
-	return effs, err
+	return effects, err
 }
 
 // Fail settles the pending enter step as failed with cause and returns the
@@ -233,14 +233,14 @@ func (r *Run) Fail(cause error) error {
 // releases the reservations it admitted; the partial report is taken after
 // that cleanup, so it lists every transition the run committed, the
 // releases included.
-func (r *Run) fail(cause error, a *Action, ai int, s *ReservationSpec, si int) error {
+func (r *Run) fail(cause error, a *Action, actionIndex int, s *ReservationSpec, reservationIndex int) error {
 	r.releaseReservations()
 	e := &PlanExecutionError{
 		Phase:                  r.phaseName(),
 		FailedAction:           a,
-		FailedActionIndex:      ai,
+		FailedActionIndex:      actionIndex,
 		FailedReservation:      s,
-		FailedReservationIndex: si,
+		FailedReservationIndex: reservationIndex,
 		PartialReport:          Report{Transitions: append([]Transition(nil), r.report.transitions...)},
 		Cause:                  cause,
 	}
@@ -286,4 +286,4 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 }
 
 // Reservations returns the names of the reservations the run admitted.
-func (r *Run) Reservations() []string { return append([]string(nil), r.resv...) }
+func (r *Run) Reservations() []string { return append([]string(nil), r.reservations...) }

@@ -14,16 +14,16 @@ import "fmt"
 // l (its reserve checks them), which is all a simulation needs of them.
 func (l *Ledger) simClone(vals []*value) *Ledger {
 	c := &Ledger{
-		id:         l.id,
-		version:    l.version,
-		locs:       make([]location, len(l.locs)),
-		locIdx:     l.locIdx,
-		vals:       valueTable{byID: make(map[uint64]*value, len(vals)), maxID: l.vals.maxID},
-		byName:     l.byName,
-		resv:       map[string]*reservation{},
-		parentResv: l.resv,
-		xfers:      map[AdmissionID]*transfer{},
-		sim:        true,
+		id:                 l.id,
+		version:            l.version,
+		locs:               make([]location, len(l.locs)),
+		locIndex:           l.locIndex,
+		vals:               valueTable{byID: make(map[uint64]*value, len(vals)), maxID: l.vals.maxID},
+		byName:             l.byName,
+		reservations:       map[string]*reservation{},
+		parentReservations: l.reservations,
+		transfers:          map[AdmissionID]*transfer{},
+		sim:                true,
 	}
 	copy(c.locs, l.locs)
 	for i := range c.locs {
@@ -34,13 +34,13 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 		if c.vals.byID[v.id] != nil {
 			continue // already copied
 		}
-		cv := *v
-		cv.mats = make([]*mat, len(v.mats))
+		copied := *v
+		copied.mats = make([]*mat, len(v.mats))
 		for i, m := range v.mats {
-			cm := *m
-			cv.mats[i] = &cm
+			copiedMat := *m
+			copied.mats[i] = &copiedMat
 		}
-		c.vals.byID[v.id] = &cv
+		c.vals.byID[v.id] = &copied
 	}
 	return c
 }
@@ -86,7 +86,7 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 		if names[r.Name] {
 			return nil, invalidf("reservation name %q appears twice in the plan", r.Name)
 		}
-		if _, active := l.resv[r.Name]; active {
+		if _, active := l.reservations[r.Name]; active {
 			return nil, invalidf("duplicate reservation name %q (already active)", r.Name)
 		}
 		names[r.Name] = true
@@ -131,7 +131,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 	}
 	for i, a := range p.Reclaim {
 		v := c.simValue(a.Handle.ID)
-		loc := c.locIdx[a.Location]
+		loc := c.locIndex[a.Location]
 		m, err := c.checkEvict(v, loc)
 		if err != nil {
 			return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
@@ -157,7 +157,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 	}
 	for i, a := range p.Enter {
 		v := c.simValue(a.Handle.ID)
-		if m := v.mat(c.locIdx[a.Location]); m == nil || m.state != Resident {
+		if m := v.mat(c.locIndex[a.Location]); m == nil || m.state != Resident {
 			err := planf("enter %d (%s): endpoint is not resident at the end of the plan (a later step moved or removed it)", i, a)
 			return fail(err)
 		}
@@ -184,11 +184,11 @@ func (l *Ledger) simPeaks() map[string]int64 {
 // enter admits one enter action: with From, a copy (replicable) or a move
 // (exclusive) from that materialization; without, a place.
 func (l *Ledger) enter(v *value, a Action) (Admission, error) {
-	d := l.locIdx[a.Location]
+	d := l.locIndex[a.Location]
 	if a.From == "" {
 		return l.place(v, d)
 	}
-	f := l.locIdx[a.From]
+	f := l.locIndex[a.From]
 	if _, err := l.residentMat(v, f, "enter source"); err != nil {
 		return Admission{}, err
 	}

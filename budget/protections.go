@@ -34,8 +34,8 @@ func (l *Ledger) Acquire(h Handle, loc string) (LeaseID, error) {
 	m.uses++
 	v.freq++
 	m.prio = l.locs[i].inflation + v.freq
-	l.nextLse++
-	id := l.nextLse
+	l.nextLease++
+	id := l.nextLease
 	l.leases[id] = &lease{v: v, loc: i, open: true}
 	m.lastUse = l.commit("acquire", v, i, 0, fmt.Sprintf("lease %d", id))
 	l.reindex(v)
@@ -77,8 +77,8 @@ func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
 		return 0, invalidf("cannot record an event on lease %d: not active (already released or never issued)", id)
 	}
 	ls.v.mat(ls.loc).pending++
-	l.nextEvt++
-	e := l.nextEvt
+	l.nextEvent++
+	e := l.nextEvent
 	l.events[e] = &event{v: ls.v, loc: ls.loc}
 	l.reindex(ls.v)
 	l.commit("record_event", ls.v, ls.loc, 0, fmt.Sprintf("event %d on lease %d", e, id))
@@ -116,8 +116,8 @@ func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
 		return 0, err
 	}
 	m.holds++
-	l.nextHld++
-	id := l.nextHld
+	l.nextHold++
+	id := l.nextHold
 	l.holds[id] = &hold{v: v, loc: i}
 	m.lastUse = l.commit("hold", v, i, 0, fmt.Sprintf("hold %d", id))
 	l.reindex(v)

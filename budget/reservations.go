@@ -29,7 +29,7 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if name == "" {
 		return invalidf("reservation name is empty")
 	}
-	if _, dup := l.resv[name]; dup || l.parentResv[name] != nil {
+	if _, dup := l.reservations[name]; dup || l.parentReservations[name] != nil {
 		return invalidf("duplicate reservation name %q (already active)", name)
 	}
 	if bytes <= 0 {
@@ -43,7 +43,7 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 		return err
 	}
 	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner}
-	l.resv[name] = r
+	l.reservations[name] = r
 	lc := &l.locs[i]
 	lc.reservations = append(lc.reservations, r)
 	lc.reserved += bytes
@@ -62,7 +62,7 @@ func (l *Ledger) Unreserve(name string) error { return l.unreserve(name, "") }
 func (l *Ledger) UnreserveOwned(name, owner string) error { return l.unreserve(name, owner) }
 
 func (l *Ledger) unreserve(name, owner string) error {
-	r, ok := l.resv[name]
+	r, ok := l.reservations[name]
 	if !ok {
 		return invalidf("reservation %q is not active (already released or never made)", name)
 	}
@@ -72,7 +72,7 @@ func (l *Ledger) unreserve(name, owner string) error {
 		}
 		return invalidf("reservation %q does not belong to %q", name, owner)
 	}
-	delete(l.resv, name)
+	delete(l.reservations, name)
 	lc := &l.locs[r.loc]
 	for i, x := range lc.reservations {
 		if x == r {

@@ -9,8 +9,8 @@ import "sort"
 // are pending (settle them first). Afterwards every location's used and
 // reserved bytes are zero.
 func (l *Ledger) Shutdown() ([]Effect, error) {
-	if len(l.xfers) > 0 {
-		return nil, invalidf("%d transfers are still pending", len(l.xfers))
+	if len(l.transfers) > 0 {
+		return nil, invalidf("%d transfers are still pending", len(l.transfers))
 	}
 	o := l.Outstanding()
 	for _, e := range o.Events {
@@ -22,13 +22,13 @@ func (l *Ledger) Shutdown() ([]Effect, error) {
 	for _, e := range o.Holds {
 		_ = l.Unhold(HoldID(e.ID))
 	}
-	names := make([]string, 0, len(l.resv))
-	for n := range l.resv {
+	names := make([]string, 0, len(l.reservations))
+	for n := range l.reservations {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		_ = l.unreserve(n, l.resv[n].owner)
+		_ = l.unreserve(n, l.reservations[n].owner)
 	}
 	var effects []Effect
 	for _, v := range l.liveValues() {

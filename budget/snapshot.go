@@ -131,9 +131,9 @@ func (f *FrozenSnapshot) Snapshot() Snapshot {
 		r.Reservations = slices.Clone(r.Reservations)
 		s.Locations[i] = r
 	}
-	nm := 0
-	f.each(func(r *ValueRecord) { nm += len(r.Materializations) })
-	mats := make([]MaterializationRecord, 0, nm)
+	matCount := 0
+	f.each(func(r *ValueRecord) { matCount += len(r.Materializations) })
+	mats := make([]MaterializationRecord, 0, matCount)
 	f.each(func(r *ValueRecord) {
 		v := *r
 		if len(r.Materializations) > 0 {
@@ -176,7 +176,7 @@ func (l *Ledger) Freeze() *FrozenSnapshot {
 		}
 		f.locations[i] = r
 	}
-	for _, x := range l.xfers {
+	for _, x := range l.transfers {
 		if x.temp >= 0 {
 			f.locations[x.temp].TemporaryBytes += x.v.bytes
 		}
@@ -266,7 +266,7 @@ func (l *Ledger) record(v *value) *ValueRecord {
 
 func sortMatRecords(ms []MaterializationRecord, l *Ledger) {
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && l.locIdx[ms[j].Location] < l.locIdx[ms[j-1].Location]; j-- {
+		for j := i; j > 0 && l.locIndex[ms[j].Location] < l.locIndex[ms[j-1].Location]; j-- {
 			ms[j], ms[j-1] = ms[j-1], ms[j]
 		}
 	}
@@ -302,12 +302,12 @@ type recArray struct {
 }
 
 func (a *recArray) set(i int, r *ValueRecord) {
-	ci := i / recChunkSize
-	c := a.chunks[ci]
+	chunk := i / recChunkSize
+	c := a.chunks[chunk]
 	if c.gen != a.gen {
-		nc := *c
-		nc.gen = a.gen
-		a.chunks[ci], c = &nc, &nc
+		fresh := *c
+		fresh.gen = a.gen
+		a.chunks[chunk], c = &fresh, &fresh
 	}
 	c.recs[i%recChunkSize] = r
 }

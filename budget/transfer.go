@@ -92,9 +92,9 @@ func (l *Ledger) addValue(v *value) {
 
 // admitTransfer commits an admission whose budget checks have passed.
 func (l *Ledger) admitTransfer(v *value, dest, src, temp int, moveSrc bool, kind EffectKind, detail string) Admission {
-	l.nextAdm++
-	x := &transfer{id: l.nextAdm, v: v, dest: dest, src: src, temp: temp, moveSrc: moveSrc, kind: kind}
-	l.xfers[x.id] = x
+	l.nextAdmission++
+	x := &transfer{id: l.nextAdmission, v: v, dest: dest, src: src, temp: temp, moveSrc: moveSrc, kind: kind}
+	l.transfers[x.id] = x
 	v.mats = append(v.mats, &mat{loc: dest, state: Entering})
 	v.inflight++
 	l.charge(dest, v.bytes)
@@ -256,8 +256,8 @@ func (l *Ledger) move(v *value, f, t int) (Admission, error) {
 	if src.busy() {
 		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[f].name, Detail: "materialization is the source of a copy in flight", Reason: UnavailableInFlight}
 	}
-	if dm := v.mat(t); dm != nil {
-		if dm.state != Resident {
+	if destMat := v.mat(t); destMat != nil {
+		if destMat.state != Resident {
 			return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[t].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
 		}
 		l.removeMat(v, src, "move source (destination already resident)")
@@ -287,11 +287,11 @@ func (l *Ledger) endpoints(h Handle, from, to string) (*value, int, int, error) 
 // move's source is removed (1 more version; its free effect is returned).
 // Unknown or already settled id: invalid input.
 func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
-	x, ok := l.xfers[id]
+	x, ok := l.transfers[id]
 	if !ok {
 		return nil, invalidf("admission %d is not pending", id)
 	}
-	delete(l.xfers, id)
+	delete(l.transfers, id)
 	v := x.v
 	v.inflight--
 	if x.temp >= 0 {
@@ -307,8 +307,8 @@ func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
 	m.lastUse = l.commit("complete", v, x.dest, v.bytes, "")
 	l.reindex(v)
 	if x.moveSrc {
-		sm := v.mat(x.src)
-		l.removeMat(v, sm, "move source")
+		sourceMat := v.mat(x.src)
+		l.removeMat(v, sourceMat, "move source")
 		return []Effect{l.freeEffect(v, x.src)}, nil
 	}
 	return nil, nil
@@ -318,11 +318,11 @@ func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
 // and any temporary charge are released, a move's source is resident again
 // (1 version). Unknown or already settled id: invalid input.
 func (l *Ledger) Fail(id AdmissionID, cause error) error {
-	x, ok := l.xfers[id]
+	x, ok := l.transfers[id]
 	if !ok {
 		return invalidf("admission %d is not pending", id)
 	}
-	delete(l.xfers, id)
+	delete(l.transfers, id)
 	v := x.v
 	v.inflight--
 	if x.temp >= 0 {
@@ -358,7 +358,7 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 // caller reports — phase execute, the failed action (index 0), the partial
 // report (the admission and the failure), and the cause.
 func (l *Ledger) FailDirect(id AdmissionID, cause error) error {
-	x, ok := l.xfers[id]
+	x, ok := l.transfers[id]
 	if !ok {
 		return invalidf("admission %d is not pending", id)
 	}
@@ -373,4 +373,4 @@ func (l *Ledger) FailDirect(id AdmissionID, cause error) error {
 }
 
 // Pending reports the number of admitted transfers not yet settled.
-func (l *Ledger) Pending() int { return len(l.xfers) }
+func (l *Ledger) Pending() int { return len(l.transfers) }
