@@ -212,7 +212,14 @@ func (l *Ledger) handle(v *value) Handle { return Handle{Manager: l.id, ID: v.id
 
 // ---- commits ---------------------------------------------------------------
 
+// commit commits one transition: the version, the counts, the trace and
+// the active recorder. detail is its text; commitDetail takes one that is
+// formatted when read.
 func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail string) uint64 {
+	return l.commitDetail(kind, v, loc, bytes, textDetail(detail))
+}
+
+func (l *Ledger) commitDetail(kind string, v *value, loc int, bytes int64, detail traceDetail) uint64 {
 	l.version++
 	if !l.sim {
 		if l.counts == nil {
@@ -223,22 +230,22 @@ func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail stri
 			if l.removals == nil {
 				l.removals = map[string]uint64{}
 			}
-			l.removals[detail]++
+			l.removals[detail.String()]++
 		}
 	}
 	if l.trace.cap == 0 && l.recorder == nil {
 		return l.version
 	}
-	t := Transition{Version: l.version, Kind: kind, Bytes: bytes, Detail: detail}
+	e := traceEntry{version: l.version, kind: kind, bytes: bytes, detail: detail}
 	if v != nil {
-		t.Handle = v.name
+		e.handle = v.name
 	}
 	if loc >= 0 {
-		t.Location = l.locs[loc].name
+		e.location = l.locs[loc].name
 	}
-	l.trace.push(t)
+	l.trace.push(&e)
 	if l.recorder != nil {
-		l.recorder.transitions = append(l.recorder.transitions, t)
+		l.recorder.entries = append(l.recorder.entries, e)
 	}
 	return l.version
 }

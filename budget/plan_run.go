@@ -241,7 +241,7 @@ func (r *Run) fail(cause error, a *Action, actionIndex int, s *ReservationSpec, 
 		FailedActionIndex:      actionIndex,
 		FailedReservation:      s,
 		FailedReservationIndex: reservationIndex,
-		PartialReport:          Report{Transitions: append([]Transition(nil), r.report.transitions...)},
+		PartialReport:          Report{Transitions: r.report.transitions()},
 		Cause:                  cause,
 	}
 	r.failed = e
@@ -282,7 +282,7 @@ func (r *Run) Finish() (Report, []LeaseID, error) {
 			leases = append(leases, id)
 		}
 	}
-	return Report{Transitions: append([]Transition(nil), r.report.transitions...)}, leases, nil
+	return Report{Transitions: r.report.transitions()}, leases, nil
 }
 
 // Reservations returns the names of the reservations the run admitted.

@@ -3,10 +3,7 @@ package budget
 // Protections: leases, consumer events and holds, and the list of what is
 // outstanding.
 
-import (
-	"fmt"
-	"sort"
-)
+import "sort"
 
 type lease struct {
 	v    *value
@@ -37,7 +34,7 @@ func (l *Ledger) Acquire(h Handle, loc string) (LeaseID, error) {
 	l.nextLease++
 	id := l.nextLease
 	l.leases[id] = &lease{v: v, loc: i, open: true}
-	m.lastUse = l.commit("acquire", v, i, 0, fmt.Sprintf("lease %d", id))
+	m.lastUse = l.commitDetail("acquire", v, i, 0, idDetail(detailLease, uint64(id)))
 	l.reindex(v)
 	return id, nil
 }
@@ -64,7 +61,7 @@ func (l *Ledger) Release(id LeaseID) error {
 	if m.uses < 0 {
 		panic("budget: use count went negative")
 	}
-	m.lastUse = l.commit("release", ls.v, ls.loc, 0, fmt.Sprintf("lease %d", id))
+	m.lastUse = l.commitDetail("release", ls.v, ls.loc, 0, idDetail(detailLease, uint64(id)))
 	l.reindex(ls.v)
 	return nil
 }
@@ -81,7 +78,7 @@ func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
 	e := l.nextEvent
 	l.events[e] = &event{v: ls.v, loc: ls.loc}
 	l.reindex(ls.v)
-	l.commit("record_event", ls.v, ls.loc, 0, fmt.Sprintf("event %d on lease %d", e, id))
+	l.commitDetail("record_event", ls.v, ls.loc, 0, traceDetail{kind: detailEventOnLease, id: uint64(e), lease: uint64(id)})
 	return e, nil
 }
 
@@ -99,7 +96,7 @@ func (l *Ledger) ReapEvent(id EventID) error {
 		panic("budget: pending event count went negative")
 	}
 	l.reindex(e.v)
-	l.commit("reap_event", e.v, e.loc, 0, fmt.Sprintf("event %d", id))
+	l.commitDetail("reap_event", e.v, e.loc, 0, idDetail(detailEvent, uint64(id)))
 	return nil
 }
 
@@ -119,7 +116,7 @@ func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
 	l.nextHold++
 	id := l.nextHold
 	l.holds[id] = &hold{v: v, loc: i}
-	m.lastUse = l.commit("hold", v, i, 0, fmt.Sprintf("hold %d", id))
+	m.lastUse = l.commitDetail("hold", v, i, 0, idDetail(detailHold, uint64(id)))
 	l.reindex(v)
 	return id, nil
 }
@@ -136,7 +133,7 @@ func (l *Ledger) Unhold(id HoldID) error {
 	if m.holds < 0 {
 		panic("budget: hold count went negative")
 	}
-	m.lastUse = l.commit("unhold", hd.v, hd.loc, 0, fmt.Sprintf("hold %d", id))
+	m.lastUse = l.commitDetail("unhold", hd.v, hd.loc, 0, idDetail(detailHold, uint64(id)))
 	l.reindex(hd.v)
 	return nil
 }

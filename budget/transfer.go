@@ -366,9 +366,9 @@ func (l *Ledger) FailDirect(id AdmissionID, cause error) error {
 	if x.src >= 0 {
 		a.From = l.locs[x.src].name
 	}
-	failure := recorder{transitions: []Transition{x.admitted}}
+	var failure recorder
 	l.recordInto(&failure, func() { _ = l.Fail(id, cause) })
-	report := failure.transitions
+	report := append([]Transition{x.admitted}, failure.transitions()...)
 	return &PlanExecutionError{Phase: PhaseExecute, FailedAction: &a, FailedActionIndex: 0, FailedReservationIndex: -1, PartialReport: Report{Transitions: report}, Cause: cause}
 }
 
