@@ -51,10 +51,10 @@ func TestTraceDetailsReadAsFormattedAtCommit(t *testing.T) {
 				"hold hold 12",
 				"unhold hold 12",
 			}
-			require.Equal(t, want, kindDetails(rep.Transitions), "Recording")
+			require.Equal(t, want, kindAndDetail(rep.Transitions), "Recording")
 			if capacity > 0 {
 				tr := c.L.Trace()
-				require.Equal(t, want, kindDetails(tr[len(tr)-len(want):]), "Trace")
+				require.Equal(t, want, kindAndDetail(tr[len(tr)-len(want):]), "Trace")
 				require.Equal(t, "lease 1", tr[2].Detail) // the first acquire
 			} else {
 				require.Empty(t, c.L.Trace())
@@ -74,7 +74,7 @@ func TestTraceDetailsReadAsFormattedAtCommit(t *testing.T) {
 			report, leases, err := r.Finish()
 			require.NoError(t, err)
 			require.Equal(t, []LeaseID{13}, leases)
-			require.Equal(t, []string{"admit copy from cuda:0", "complete ", "acquire lease 13"}, kindDetails(report.Transitions), "run report")
+			require.Equal(t, []string{"admit copy from cuda:0", "complete ", "acquire lease 13"}, kindAndDetail(report.Transitions), "run report")
 			c.invariants("run")
 
 			// A direct failure's partial report.
@@ -83,13 +83,13 @@ func TestTraceDetailsReadAsFormattedAtCommit(t *testing.T) {
 			require.NoError(t, err)
 			err = c.L.FailDirect(adm.ID, fmt.Errorf("boom"))
 			pe := as[*PlanExecutionError](t, err)
-			require.Equal(t, []string{"admit copy from cuda:0", "fail transfer failed: boom"}, kindDetails(pe.PartialReport.Transitions), "direct failure")
+			require.Equal(t, []string{"admit copy from cuda:0", "fail transfer failed: boom"}, kindAndDetail(pe.PartialReport.Transitions), "direct failure")
 			c.invariants("fail")
 		})
 	}
 }
 
-func kindDetails(ts []Transition) []string {
+func kindAndDetail(ts []Transition) []string {
 	out := make([]string, len(ts))
 	for i, x := range ts {
 		out[i] = x.Kind + " " + x.Detail
