@@ -14,7 +14,7 @@ import "fmt"
 // Errors (nothing changed): invalid input (name not active, another owner,
 // bytes ≤ 0: release the reservation instead), [*BudgetError].
 func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
-	r, ok := l.resv[name]
+	r, ok := l.reservations[name]
 	if !ok {
 		return invalidf("reservation %q is not active (already released or never made)", name)
 	}

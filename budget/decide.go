@@ -128,8 +128,8 @@ type decider struct {
 	// none of their materializations is a candidate.
 	required    map[*value]bool
 	requiredIDs map[uint64]bool
-	// resvAdd is the bytes the request's reservations add, per location.
-	resvAdd []int64
+	// reservationAdds is the bytes the request's reservations add, per location.
+	reservationAdds []int64
 
 	// streams[loc] is loc's candidate stream, built on first use.
 	streams []*candStream
@@ -163,16 +163,16 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		return nil, invalidf("request name is empty")
 	}
 	d := &decider{
-		l:           l,
-		req:         req,
-		reqs:        make([]decideReq, len(req.Requirements)),
-		required:    make(map[*value]bool, len(req.Requirements)),
-		requiredIDs: make(map[uint64]bool, len(req.Requirements)),
-		resvAdd:     make([]int64, len(l.locs)),
-		memo:        map[memoKey]memoEntry{},
-		adds:        make([]int64, len(l.locs)),
-		streams:     make([]*candStream, len(l.locs)),
-		failureSet:  map[string]bool{},
+		l:               l,
+		req:             req,
+		reqs:            make([]decideReq, len(req.Requirements)),
+		required:        make(map[*value]bool, len(req.Requirements)),
+		requiredIDs:     make(map[uint64]bool, len(req.Requirements)),
+		reservationAdds: make([]int64, len(l.locs)),
+		memo:            map[memoKey]memoEntry{},
+		adds:            make([]int64, len(l.locs)),
+		streams:         make([]*candStream, len(l.locs)),
+		failureSet:      map[string]bool{},
 	}
 	for i, r := range req.Requirements {
 		v, err := l.value(r.Handle)
@@ -201,7 +201,7 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 			return nil, invalidf("request %q: reservation name %q appears twice", req.Name, r.Name)
 		}
 		names[r.Name] = true
-		if _, active := l.resv[r.Name]; active {
+		if _, active := l.reservations[r.Name]; active {
 			return nil, invalidf("request %q: reservation name %q is already active", req.Name, r.Name)
 		}
 		if r.Bytes <= 0 {
@@ -211,7 +211,7 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.resvAdd[loc] += r.Bytes
+		d.reservationAdds[loc] += r.Bytes
 	}
 	// Rules only after every field passed, in the order of the rule list:
 	// a requirement or tier with no locations (any requirement), then an
@@ -551,7 +551,7 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 			add(v.source, v.bytes)
 		}
 	}
-	for loc, b := range d.resvAdd {
+	for loc, b := range d.reservationAdds {
 		if b > 0 {
 			add(loc, b)
 		}

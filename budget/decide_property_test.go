@@ -237,7 +237,7 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 	}
 	for _, e := range d.Evictions {
 		v := l.valueByID(e.Handle.ID)
-		m := v.mat(l.locIdx[e.Location])
+		m := v.mat(l.locIndex[e.Location])
 		switch {
 		case m == nil || m.state != Resident:
 			fail("victim %s@%s is not resident", e.Handle.Name, e.Location)
@@ -261,7 +261,7 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 	}
 	for _, a := range d.Plan.Enter {
 		v := l.valueByID(a.Handle.ID)
-		if m := v.mat(l.locIdx[a.Location]); m == nil || m.state != Resident {
+		if m := v.mat(l.locIndex[a.Location]); m == nil || m.state != Resident {
 			fail("%s not resident at %s after execution", a.Handle.Name, a.Location)
 		}
 	}
@@ -347,7 +347,7 @@ func dtRefDecide(l *Ledger, req Request, limit int) (Decision, error) {
 			}
 		}
 		for _, rs := range req.Reservations {
-			adds[l.locIdx[rs.Location]] += rs.Bytes
+			adds[l.locIndex[rs.Location]] += rs.Bytes
 		}
 		removed := map[*value]int{}
 		for loc := range l.locs {

@@ -128,7 +128,7 @@ func (f *dtFixture) pendingEvent(name, loc string) EventID {
 func (f *dtFixture) mat(name, loc string) *mat {
 	f.t.Helper()
 	v := f.l.valueByID(f.h[name].ID)
-	m := v.mat(f.l.locIdx[loc])
+	m := v.mat(f.l.locIndex[loc])
 	if m == nil {
 		f.t.Fatalf("%s has no materialization at %s", name, loc)
 	}
@@ -143,7 +143,7 @@ func (f *dtFixture) setRank(name, loc string, prio int64, lastUse uint64) {
 	f.l.reindex(f.l.valueByID(f.h[name].ID)) // as every mutation does
 }
 
-func (f *dtFixture) inflation(loc string) int64 { return f.l.locs[f.l.locIdx[loc]].inflation }
+func (f *dtFixture) inflation(loc string) int64 { return f.l.locs[f.l.locIndex[loc]].inflation }
 
 // need builds a requirement; each tier is a string or a []string.
 func (f *dtFixture) need(name string, tiers ...any) Requirement {
@@ -201,7 +201,7 @@ func dtExecute(l *Ledger, dec Decision) (Report, error) {
 
 func (f *dtFixture) resident(name, loc string) bool {
 	v := f.l.valueByID(f.h[name].ID)
-	m := v.mat(f.l.locIdx[loc])
+	m := v.mat(f.l.locIndex[loc])
 	return m != nil && m.state == Resident
 }
 

@@ -333,7 +333,7 @@ func ptNaive(t testing.TB, l *Ledger, req Request, st *ptStats) ([]string, bool)
 	for _, r := range req.Requirements {
 		v := l.valueByID(r.Handle.ID)
 		dest := r.Tiers[0][0]
-		if !ptPlaceLRU(t, l, v, l.locIdx[dest], ex, false, st) {
+		if !ptPlaceLRU(t, l, v, l.locIndex[dest], ex, false, st) {
 			return nil, false
 		}
 		eps = append(eps, dest)
@@ -349,7 +349,7 @@ next:
 		v := l.valueByID(r.Handle.ID)
 		for _, tier := range r.Tiers {
 			for _, name := range tier {
-				if m := v.mat(l.locIdx[name]); m != nil && m.state == Resident {
+				if m := v.mat(l.locIndex[name]); m != nil && m.state == Resident {
 					st.hits++
 					eps = append(eps, name)
 					continue next
@@ -357,7 +357,7 @@ next:
 			}
 			for _, noEvict := range []bool{true, false} {
 				for _, name := range tier {
-					if ptPlaceLRU(t, l, v, l.locIdx[name], ex, noEvict, st) {
+					if ptPlaceLRU(t, l, v, l.locIndex[name], ex, noEvict, st) {
 						eps = append(eps, name)
 						continue next
 					}
