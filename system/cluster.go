@@ -135,6 +135,9 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	if opts.Provider == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: a cluster provider is required", opts.Name)}
 	}
+	if err := checkTLS(opts.Name, opts.TLS); err != nil {
+		return nil, err
+	}
 	if opts.ClusterName == "" {
 		opts.ClusterName = "residency"
 	}

@@ -464,15 +464,23 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			// Leave the other candidates half of the time left.
 			t = min(t, max(time.Until(dl)/2, time.Millisecond))
 		}
-		actx, cancel := context.WithTimeout(ctx, t)
+		attemptDL := time.Now().Add(t)
+		callerDL, hasDL := ctx.Deadline()
+		callerBound := hasDL && !callerDL.After(attemptDL)
+		actx, cancel := context.WithDeadline(ctx, attemptDL)
 		msg := &messages.AdmitPlacement{PlacementId: id, Owner: n.name, Name: req.Name, Requirements: c.reqs, Reservations: c.resv,
 			StateLimit: int32(req.StateLimit), TimeoutMs: t.Milliseconds(), Hold: req.Hold}
 		r, err := n.request(actx, c.Node, msg)
-		attemptEnded := actx.Err() != nil && ctx.Err() == nil
 		cancel()
-		if err != nil && attemptEnded {
-			err = &budget.UnavailableError{Location: "@" + c.Node, Reason: budget.UnavailableLocation,
-				Detail: fmt.Sprintf("node %q did not answer the placement within this attempt's bound (%s: RequestTimeout, at most half the caller's time left while other candidates remain)", c.Node, t)}
+		if err != nil && ctx.Err() == nil && time.Until(attemptDL) < 50*time.Millisecond {
+			if callerBound {
+				// The request's timer fired a hair before the caller's
+				// deadline: that deadline is what ended it.
+				<-ctx.Done()
+			} else {
+				err = &budget.UnavailableError{Location: "@" + c.Node, Reason: budget.UnavailableLocation,
+					Detail: fmt.Sprintf("node %q did not answer the placement within this attempt's bound (%s: RequestTimeout, at most half the caller's time left while other candidates remain)", c.Node, t)}
+			}
 		}
 		if err != nil {
 			// The node may still admit after we stopped waiting: tell it

@@ -93,7 +93,7 @@ func (n *Node) probe(addr string, d time.Duration) error {
 		if errors.As(err, &ne) && ne.Timeout() {
 			return nil // nothing said yet: not refused
 		}
-		return fmt.Errorf("TLS: the member refused this node's certificate: %w", err)
+		return fmt.Errorf("TLS: the member refused this node (its client certificate is missing or not signed by an authority the member trusts): %w", err)
 	}
 	return nil
 }

@@ -87,7 +87,9 @@ func useCount(t *testing.T, n *system.Node, value, loc string) (int, bool) {
 //   - nodes without the value refuse and the next is asked;
 //   - a dead and a hung member are skipped within the caller's deadline;
 //     a request only they can serve fails with UnavailableError at the
-//     caller's deadline, and one naming a non-member at once.
+//     caller's deadline, and one naming a non-member at once;
+//   - a remote lease (AcquireRemote) protects the owner's copy until
+//     released.
 func TestPlacement(t *testing.T) {
 	opts := func(name string) system.NodeOptions {
 		return system.NodeOptions{Name: name, RefreshInterval: time.Hour, RequestTimeout: 2 * time.Second,
@@ -273,43 +275,35 @@ func TestPlacement(t *testing.T) {
 	require.ErrorAs(t, err, &un)
 	require.Contains(t, err.Error(), `node "node-gone" is not a member`)
 
+	// A remote lease keeps the owner's materialization protected until it
+	// is released; a value the owner does not have, or a node that is not
+	// a member, is an UnavailableError.
+	_, err = a.System().Register(ctx, system.Value{Name: "lw", Bytes: 64, At: "pageable-host"})
+	require.NoError(t, err)
+	rl, err := b.AcquireRemote(ctx, "node-a", system.Handle{Name: "lw"}, "")
+	require.NoError(t, err)
+	require.Equal(t, "pageable-host", rl.Location)
+	require.Equal(t, int64(64), rl.Bytes)
+	n, _ = useCount(t, a, "lw", "pageable-host")
+	require.Equal(t, 1, n)
+	h, err := a.System().Lookup(ctx, "lw")
+	require.NoError(t, err)
+	var inUse *system.InUseError
+	require.ErrorAs(t, a.System().Evict(ctx, h, "pageable-host"), &inUse, "the remote lease protects it")
+	require.NoError(t, rl.Release(ctx))
+	n, _ = useCount(t, a, "lw", "pageable-host")
+	require.Equal(t, 0, n)
+
+	_, err = b.AcquireRemote(ctx, "node-a", system.Handle{Name: "nope"}, "")
+	un = nil
+	require.ErrorAs(t, err, &un)
+	_, err = b.AcquireRemote(ctx, "node-x", system.Handle{Name: "lw"}, "")
+	require.ErrorAs(t, err, &un)
+
 	// Malformed requests: nothing asked.
 	_, err = a.Place(ctx, system.PlacementRequest{Name: "r-bad", Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"gpu@*"}}}}})
 	requireInvalid(t, err, "r-bad")
 	_, err = a.Place(ctx, system.PlacementRequest{Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@*"}}}}})
 	requireInvalid(t, err, "name")
 	require.False(t, errors.Is(err, system.ErrPlan))
-}
-
-// A remote lease keeps the owner's materialization protected until it is
-// released; a value the owner does not have is an UnavailableError.
-func TestAcquireRemote(t *testing.T) {
-	c := startNodes(t,
-		system.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))},
-		system.NodeOptions{Name: "node-b", Options: locs(system.NoLimit("pageable-host"))},
-	)
-	a, b := c.nodes["node-a"], c.nodes["node-b"]
-	ctx, cancel := context.WithTimeout(context.Background(), converge)
-	defer cancel()
-	_, err := a.System().Register(ctx, system.Value{Name: "w", Bytes: 64, At: "cuda:0"})
-	require.NoError(t, err)
-	l, err := b.AcquireRemote(ctx, "node-a", system.Handle{Name: "w"}, "")
-	require.NoError(t, err)
-	require.Equal(t, "cuda:0", l.Location)
-	require.Equal(t, int64(64), l.Bytes)
-	n, _ := useCount(t, a, "w", "cuda:0")
-	require.Equal(t, 1, n)
-	h, err := a.System().Lookup(ctx, "w")
-	require.NoError(t, err)
-	var inUse *system.InUseError
-	require.ErrorAs(t, a.System().Evict(ctx, h, "cuda:0"), &inUse, "the remote lease protects it")
-	require.NoError(t, l.Release(ctx))
-	n, _ = useCount(t, a, "w", "cuda:0")
-	require.Equal(t, 0, n)
-
-	_, err = b.AcquireRemote(ctx, "node-a", system.Handle{Name: "nope"}, "")
-	var un *system.UnavailableError
-	require.ErrorAs(t, err, &un)
-	_, err = b.AcquireRemote(ctx, "node-x", system.Handle{Name: "w"}, "")
-	require.ErrorAs(t, err, &un)
 }
