@@ -114,6 +114,7 @@ type Node struct {
 
 	held     heldTable // placements and leases held for other nodes
 	placeSeq atomic.Uint64
+	sums     summaryCache // decoded gossip summaries
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the
