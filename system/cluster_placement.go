@@ -231,8 +231,10 @@ func (r locRef) on(self, node string) bool {
 	return r.node == node
 }
 
-// Place places req on one node of the cluster: it ranks the candidate
-// nodes (see [PlacementCandidate]) from the directory (one [Node.WhereIs]
+// Place places req on one node of the cluster. The candidates are the
+// nodes with a location in every requirement and reservation (named for
+// them, and in their summary when they published one). Place ranks them
+// (see [PlacementCandidate]) from the directory (one [Node.WhereIs]
 // per distinct value) and the gossiped summaries — never a node's
 // snapshot — then asks the best node's controller to decide and enter the
 // request in one step, with the requirements restricted to that node's
@@ -331,6 +333,17 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 		}
 	}
 
+	// has: the node has loc, as far as its summary says (a node without
+	// a summary yet is given the benefit of the doubt; its controller
+	// refuses an unknown location).
+	has := func(node, loc string) bool {
+		s, known := sumOf[node]
+		if !known {
+			return true
+		}
+		_, ok := s[loc+"@"+node]
+		return ok
+	}
 	type cand struct {
 		PlacementCandidate
 		reqs  []*messages.PlacementRequirement
@@ -347,7 +360,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			for t, tier := range reqRefs[i] {
 				var locs []string
 				for _, ref := range tier {
-					if ref.on(n.name, node) {
+					if ref.on(n.name, node) && has(node, ref.loc) {
 						locs = append(locs, ref.loc)
 					}
 				}
@@ -410,7 +423,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			continue
 		}
 		for i, r := range req.Reservations {
-			if !resvRefs[i].on(n.name, node) {
+			if !resvRefs[i].on(n.name, node) || !has(node, resvRefs[i].loc) {
 				ok = false
 				break
 			}

@@ -89,14 +89,19 @@ func useCount(t *testing.T, n *system.Node, value, loc string) (int, bool) {
 //     a request only they can serve fails with UnavailableError at the
 //     caller's deadline, and one naming a non-member at once;
 //   - a remote lease (AcquireRemote) protects the owner's copy until
-//     released.
+//     released;
+//   - a held placement is released by its node when the caller leaves.
 func TestPlacement(t *testing.T) {
 	opts := func(name string) system.NodeOptions {
 		return system.NodeOptions{Name: name, RefreshInterval: time.Hour, RequestTimeout: 2 * time.Second,
 			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))}
 	}
-	c := startNodes(t, opts("node-a"), opts("node-b"), opts("node-c"))
-	a, b, cn := c.nodes["node-a"], c.nodes["node-b"], c.nodes["node-c"]
+	// node-d has no cuda:0 (never a candidate for cuda:0@*) and a running
+	// refresh loop: it holds a placement for node-c at the end.
+	c := startNodes(t, opts("node-a"), opts("node-b"), opts("node-c"),
+		system.NodeOptions{Name: "node-d", RefreshInterval: 50 * time.Millisecond, RequestTimeout: 2 * time.Second,
+			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:1", 1000))})
+	a, b, cn, d := c.nodes["node-a"], c.nodes["node-b"], c.nodes["node-c"], c.nodes["node-d"]
 	all := []*system.Node{a, b, cn}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
@@ -299,6 +304,22 @@ func TestPlacement(t *testing.T) {
 	require.ErrorAs(t, err, &un)
 	_, err = b.AcquireRemote(ctx, "node-x", system.Handle{Name: "lw"}, "")
 	require.ErrorAs(t, err, &un)
+
+	// A held placement whose caller leaves the cluster is released by the
+	// node that holds it (its refresh loop checks the members).
+	_, err = d.System().Register(ctx, loaded("o", 10))
+	require.NoError(t, err)
+	p, err = cn.Place(ctx, system.PlacementRequest{Name: "r-o", Hold: true,
+		Requirements: []system.PlacementRequirement{{Value: "o", Tiers: [][]string{{"cuda:1@*"}}}}})
+	require.NoError(t, err)
+	require.Equal(t, "node-d", p.Node)
+	n, _ = useCount(t, d, "o", "cuda:1")
+	require.Equal(t, 1, n)
+	require.NoError(t, cn.Close(ctx))
+	eventually(t, "node-d released node-c's placement", func() bool {
+		n, ok := useCount(t, d, "o", "cuda:1")
+		return ok && n == 0
+	})
 
 	// Malformed requests: nothing asked.
 	_, err = a.Place(ctx, system.PlacementRequest{Name: "r-bad", Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"gpu@*"}}}}})
