@@ -858,6 +858,9 @@ func (n *Node) acquireLease(ctx context.Context, m *messages.AcquireLease, deadl
 			Detail: fmt.Sprintf("node %q acquired lease %s after its caller stopped waiting (or released it); it was released", n.name, m.LeaseId)})
 	}
 	rep.Location = loc
+	if buf := lease.Buffer(); buf != nil {
+		rep.Bytes = buf.Size()
+	}
 	return rep
 }
 

@@ -12,7 +12,8 @@ import (
 
 // Two nodes in one process (the in-memory test provider): a value that
 // node-b holds is placed on node-b; a value resident nowhere goes to the
-// node with room; a held placement keeps its lease until Release.
+// node with room; a held placement keeps its lease until Release; a
+// remote lease protects another node's copy.
 // (The example lives here, not in package system, because protoactor's
 // cluster code does not pass the race detector that package runs under.)
 func Example_place() {
@@ -73,8 +74,18 @@ func Example_place() {
 		panic(err)
 	}
 	fmt.Println("kv →", p.Node, "(the most room)")
+
+	// A lease on node-b's copy, taken from node-a: node-b keeps it
+	// resident and in place until Release.
+	l, err := a.AcquireRemote(ctx, "node-b", system.Handle{Name: "weights"}, "cuda:0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leased", l.Bytes, "bytes at", l.Location+"@"+l.Node)
+	_ = l.Release(ctx)
 	// Output:
 	// weights → node-b [weights at cuda:0]
 	// why: [weights at pageable-host@node-b]
 	// kv → node-b (the most room)
+	// leased 524288 bytes at cuda:0@node-b
 }
