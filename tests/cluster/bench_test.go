@@ -71,7 +71,8 @@ func (br *bareRemote) stop() {
 	}
 }
 
-// BenchmarkClusterRemoteLease: a remote lease acquired and released
+// BenchmarkClusterRemoteLease, interleaved in each iteration: a remote
+// lease acquired and released
 // (AcquireRemote + Release: two requests to the owner, each a step of its
 // supervisor) against one bare protoactor remote request to an echo actor
 // over the same loopback transport; and a held placement (Place: one
@@ -91,40 +92,51 @@ func BenchmarkClusterRemoteLease(b *testing.B) {
 	br := startBareRemote(b)
 	defer br.stop()
 
-	b.Run("bare-protoactor-request", func(b *testing.B) {
+	lease := func() {
+		l, err := nb.AcquireRemote(ctx, "node-a", system.Handle{Name: "w"}, "cuda:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	req := system.PlacementRequest{Name: "bench", Hold: true,
+		Requirements: []system.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
+	place := func() {
+		p, err := nb.Place(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p.Node != "node-a" {
+			b.Fatalf("placed on %s", p.Node)
+		}
+		if err := p.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	br.request(b)
+	lease()
+	place()
+	// Interleaved, so that the three see the same load: one of each per
+	// iteration, each timed.
+	var bare, leased, placed time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
 		br.request(b)
-		b.ResetTimer()
-		for range b.N {
-			br.request(b)
-		}
-	})
-	b.Run("acquire-release", func(b *testing.B) {
-		for range b.N {
-			l, err := nb.AcquireRemote(ctx, "node-a", system.Handle{Name: "w"}, "cuda:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("place-hold-release", func(b *testing.B) {
-		req := system.PlacementRequest{Name: "bench", Hold: true,
-			Requirements: []system.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
-		for range b.N {
-			p, err := nb.Place(ctx, req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if p.Node != "node-a" {
-				b.Fatalf("placed on %s", p.Node)
-			}
-			if err := p.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		t1 := time.Now()
+		lease()
+		t2 := time.Now()
+		place()
+		t3 := time.Now()
+		bare, leased, placed = bare+t1.Sub(t0), leased+t2.Sub(t1), placed+t3.Sub(t2)
+	}
+	b.ReportMetric(float64(bare.Nanoseconds())/float64(b.N), "bare-ns")
+	b.ReportMetric(float64(leased.Nanoseconds())/float64(b.N), "lease-ns")
+	b.ReportMetric(float64(placed.Nanoseconds())/float64(b.N), "place-ns")
+	b.ReportMetric(float64(leased)/float64(bare), "lease/bare")
+	b.ReportMetric(float64(placed)/float64(bare), "place/bare")
 }
 
 // ---- a minimal gRPC streaming baseline ------------------------------------
@@ -193,7 +205,7 @@ func grpcPull(b *testing.B, conn *grpc.ClientConn, dst []byte) {
 	}
 }
 
-// BenchmarkClusterCopy: 64 MiB from node-a to another node through a
+// BenchmarkClusterCopy, interleaved in each iteration: 64 MiB from node-a to another node through a
 // remote source (RegisterRemote, Place at the reader's pageable-host,
 // Discard; 1 MiB and 3 MiB chunks, pulled one at a time) against the same
 // bytes over a plain gRPC server stream on loopback (1 MiB messages).
@@ -221,29 +233,39 @@ func BenchmarkClusterCopy(b *testing.B) {
 	dst := make([]byte, size)
 
 	grpcPull(b, conn, dst) // connect
-	b.Run("grpc-stream-1MiB", func(b *testing.B) {
-		b.SetBytes(size)
-		for range b.N {
-			grpcPull(b, conn, dst)
+	copyVia := func(n *system.Node, i int) {
+		h, err := n.RegisterRemote(ctx, system.Value{Name: fmt.Sprintf("w%d", i), Bytes: size, Source: "pageable-host"},
+			system.RemoteSource{Node: "node-a", Handle: ha})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-	for _, reader := range []string{"node-b", "node-c"} {
-		n := c.nodes[reader]
-		b.Run(fmt.Sprintf("remote-source-%s", map[string]string{"node-b": "1MiB", "node-c": "3MiB"}[reader]), func(b *testing.B) {
-			b.SetBytes(size)
-			for i := range b.N {
-				h, err := n.RegisterRemote(ctx, system.Value{Name: fmt.Sprintf("w%d", i), Bytes: size, Source: "pageable-host"},
-					system.RemoteSource{Node: "node-a", Handle: ha})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := n.System().Place(ctx, h, "pageable-host"); err != nil {
-					b.Fatal(err)
-				}
-				if err := n.System().Discard(ctx, h); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		if err := n.System().Place(ctx, h, "pageable-host"); err != nil {
+			b.Fatal(err)
+		}
+		if err := n.System().Discard(ctx, h); err != nil {
+			b.Fatal(err)
+		}
 	}
+	// Interleaved: per iteration the gRPC stream, then the remote source
+	// with 1 MiB chunks (node-b), then with 3 MiB chunks (node-c), each
+	// timed.
+	var g, r1, r3 time.Duration
+	b.SetBytes(3 * size)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		grpcPull(b, conn, dst)
+		t1 := time.Now()
+		copyVia(c.nodes["node-b"], i)
+		t2 := time.Now()
+		copyVia(c.nodes["node-c"], i)
+		t3 := time.Now()
+		g, r1, r3 = g+t1.Sub(t0), r1+t2.Sub(t1), r3+t3.Sub(t2)
+	}
+	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(g), "grpc-MB/s")
+	b.ReportMetric(mbps(r1), "rs1MiB-MB/s")
+	b.ReportMetric(mbps(r3), "rs3MiB-MB/s")
+	b.ReportMetric(float64(g)/float64(r1), "rs1MiB/grpc")
+	b.ReportMetric(float64(g)/float64(r3), "rs3MiB/grpc")
 }
