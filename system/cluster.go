@@ -376,8 +376,8 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 	if probesFirst(msg) {
 		// Probe the member once per transfer or placement: a crashed
 		// member's port is closed, and this answers at once without asking
-		// protoactor's remote layer to connect to it (with TLS, a member
-		// that refuses our certificate, or whose we refuse, says so here).
+		// protoactor's remote layer to connect to it (with TLS, a refused
+		// certificate, theirs or ours, is reported here).
 		if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
 			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
 				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
