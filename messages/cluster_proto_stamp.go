@@ -5,6 +5,6 @@ package messages
 // The SHA-256 of cluster.proto and cluster.pb.go when make proto last
 // regenerated them (see TestClusterProtoUpToDate).
 const (
-	clusterProtoSHA256 = "310502b2ad9390552998cce01ae1eaf0417028e89804cdf725dca3b1952755f7"
-	clusterPBSHA256    = "284785d8d04d369c8ad35d512ea931672fe04283976f9d0edaccc943362d93c4"
+	clusterProtoSHA256 = "98a2b3d521748e82990da8ac1a4ce6500a6866d85d8755f06e028f0eff006195"
+	clusterPBSHA256    = "2d5c8056e24d7c2f1e092b029fd5296f9e454fc4c8b1c09b006e3296c567c0f3"
 )

@@ -3,6 +3,7 @@ package system
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -20,7 +21,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
@@ -58,6 +58,15 @@ type NodeOptions struct {
 	// Addr is the host:port the node listens on for other members
 	// (default "127.0.0.1:0": loopback, a free port).
 	Addr string
+	// TLS, when set, makes the transport between members mutual TLS: this
+	// node serves with TLS.Certificates and requires every member to
+	// present a certificate signed by ClientCAs (RootCAs when ClientCAs is
+	// nil); it dials members with the same certificate and verifies
+	// theirs against RootCAs, for the host of their address (so
+	// certificates name the members' IPs or host names) unless ServerName
+	// is set. Every member of a cluster uses TLS or none does. Certificates
+	// and RootCAs are required. Nil: plaintext (keep it on loopback).
+	TLS *tls.Config
 	// Options configures the node's own runtime: its Locations are this
 	// node's memory, unqualified or qualified with Name (`cuda:0@Name`); a
 	// location qualified with another node is refused.
@@ -102,6 +111,10 @@ type Node struct {
 
 	streams streamTable
 	pub     publisher
+
+	held     heldTable // placements and leases held for other nodes
+	placeSeq atomic.Uint64
+	sums     summaryCache // decoded gossip summaries
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the
@@ -122,6 +135,9 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	}
 	if opts.Provider == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: a cluster provider is required", opts.Name)}
+	}
+	if err := checkTLS(opts.Name, opts.TLS); err != nil {
+		return nil, err
 	}
 	if opts.ClusterName == "" {
 		opts.ClusterName = "residency"
@@ -228,12 +244,16 @@ func (n *Node) join(host string, port int) (err error) {
 	// Dial other members blocking, with a bound, and try once: protoactor's
 	// endpoint writer otherwise leaves a gRPC connection reconnecting
 	// forever behind each failed attempt to reach a dead member.
+	creds, serverOpts, terr := n.transport()
+	if terr != nil {
+		return terr
+	}
 	rcfg := remote.Configure(host, port, remote.WithDialOptions(
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds,
 		grpc.WithBlock(),
 		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
 		grpc.FailOnNonTempDialError(true),
-	))
+	), remote.WithServerOptions(serverOpts...))
 	rcfg.MaxRetryCount = 1
 	cfg := cluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
@@ -353,16 +373,15 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 		return nil, err
 	}
 	t := n.timeout(ctx)
-	if _, open := msg.(*messages.OpenStream); open {
-		// Probe the member once per transfer: a crashed member's port is
-		// closed, and this answers at once without asking protoactor's
-		// remote layer to connect to it.
-		conn, derr := net.DialTimeout("tcp", pid.Address, min(t, dialTimeout))
-		if derr != nil {
+	if probesFirst(msg) {
+		// Probe the member once per transfer or placement: a crashed
+		// member's port is closed, and this answers at once without asking
+		// protoactor's remote layer to connect to it (with TLS, a refused
+		// certificate, theirs or ours, is reported here).
+		if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
 			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
 				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
 		}
-		_ = conn.Close()
 	}
 	res, err := n.csys.Root.RequestFuture(pid, msg, t).Result()
 	if err != nil {
@@ -393,6 +412,7 @@ func (n *Node) loop() {
 			n.log.Debug().Err(err).Msg("residency node: publishing directory and summaries")
 		}
 		n.streams.closeIdle(ctx, n, n.opts.StreamIdleTimeout)
+		n.held.releaseOrphans(ctx, n, false)
 		cancel()
 	}
 }
@@ -413,5 +433,6 @@ func (n *Node) Close(ctx context.Context) error {
 	n.cl.Shutdown(true)
 	n.workWG.Wait()
 	n.streams.closeAll(ctx, n)
+	n.held.releaseOrphans(ctx, n, true)
 	return n.sys.Close(ctx)
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
@@ -187,20 +185,14 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 		live[m] = true
 	}
 	var out []NodeSummary
-	for _, kv := range st {
-		if kv == nil || kv.Value == nil {
+	for member, kv := range st {
+		ns, ok := n.sums.decode(member, kv)
+		if !ok || !live[ns.Node] {
 			continue
-		}
-		var s messages.NodeSummary
-		if err := anypb.UnmarshalTo(kv.Value, &s, proto.UnmarshalOptions{}); err != nil || !live[s.Node] {
-			continue
-		}
-		ns := NodeSummary{Node: s.Node, Epoch: s.Epoch, StateVersion: s.StateVersion}
-		for _, l := range s.Locations {
-			ns.Locations = append(ns.Locations, LocationSummary{Location: l.Location, HasBudget: l.HasBudget, BudgetBytes: l.BudgetBytes, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes})
 		}
 		out = append(out, ns)
 	}
+	n.sums.prune(st)
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out, nil
 }

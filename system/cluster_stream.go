@@ -140,6 +140,8 @@ func (n *Node) receiveEndpoint(ctx actor.Context) {
 			n.streams.close(c, n, m.StreamId)
 			return &messages.CloseStreamReply{}
 		})
+	default:
+		n.receivePlacement(ctx)
 	}
 }
 

@@ -54,7 +54,7 @@ type testCluster struct {
 // startNodes starts one node per options (all at once: protoactor's
 // StartMember sleeps a second) on a new in-memory agent, waits until each
 // sees all of them, and closes them all (at once) when the test ends.
-func startNodes(t *testing.T, opts ...system.NodeOptions) *testCluster {
+func startNodes(t testing.TB, opts ...system.NodeOptions) *testCluster {
 	t.Helper()
 	c := &testCluster{agent: testprovider.NewInMemAgent(), nodes: map[string]*system.Node{}}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
@@ -95,7 +95,7 @@ func startNodes(t *testing.T, opts ...system.NodeOptions) *testCluster {
 }
 
 // closeAll closes every node at once (each takes about 2 s to leave).
-func (c *testCluster) closeAll(t *testing.T) {
+func (c *testCluster) closeAll(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	var wg sync.WaitGroup
