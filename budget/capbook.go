@@ -12,7 +12,8 @@ import "fmt"
 // device location, so a clone must fit both the pipeline's cap and the
 // location's budget.
 //
-// A claim moves admitted → held → released, or admitted → released:
+// A claim moves unused → admitted → held → released, or admitted →
+// released:
 //
 //   - [CapBook.Admit] takes its bytes from the cap (refused with a
 //     [*CapError] when they do not fit), before the owner asks the ledger
@@ -44,7 +45,10 @@ type CapBook struct {
 }
 
 // CapClaim is one claim of bytes in a [CapBook], from [CapBook.Admit] until
-// [CapBook.Release].
+// [CapBook.Release]. The zero value is an unused claim. The caller owns
+// its storage, typically a field of its own record of the reservation, so
+// that an admission allocates nothing; a claim is used once and must not
+// be copied once admitted.
 type CapClaim struct {
 	book  *CapBook
 	bytes int64
@@ -54,13 +58,16 @@ type CapClaim struct {
 type capClaimState uint8
 
 const (
-	claimAdmitted capClaimState = iota
+	claimUnused capClaimState = iota
+	claimAdmitted
 	claimHeld
 	claimReleased
 )
 
 func (s capClaimState) String() string {
 	switch s {
+	case claimUnused:
+		return "unused"
 	case claimAdmitted:
 		return "admitted"
 	case claimHeld:
@@ -70,7 +77,7 @@ func (s capClaimState) String() string {
 	}
 }
 
-// Bytes returns the claim's bytes.
+// Bytes returns the claim's bytes (0 while unused).
 func (c *CapClaim) Bytes() int64 { return c.bytes }
 
 // NewCapBook returns an empty book named name (it names the cap in a
@@ -94,20 +101,27 @@ func (b *CapBook) Cap() int64 { return b.capBytes }
 // does not is refused however empty the book is.
 func (b *CapBook) Fits(bytes int64) bool { return bytes > 0 && bytes <= b.capBytes }
 
-// Admit takes bytes from the cap for a new claim, which starts admitted.
-// Errors (nothing changed): bytes ≤ 0 (invalid input); Used + bytes > Cap
-// ([*CapError], figures as they were; its RequestedBytes exceed its
-// CapBytes when the claim could never fit).
-func (b *CapBook) Admit(bytes int64) (*CapClaim, error) {
+// Admit takes bytes from the cap for the unused claim c, which becomes
+// admitted. Errors (nothing changed): c nil or used already, bytes ≤ 0
+// (invalid input); Used + bytes > Cap ([*CapError], figures as they were;
+// its RequestedBytes exceed its CapBytes when the claim could never fit).
+func (b *CapBook) Admit(c *CapClaim, bytes int64) error {
+	if c == nil {
+		return invalidf("cap %q: no claim to admit", b.name)
+	}
+	if c.state != claimUnused {
+		return invalidf("cap %q: a %d-byte claim is %s; admit an unused one", b.name, c.bytes, c.state)
+	}
 	if bytes <= 0 {
-		return nil, invalidf("cap %q: bytes must be positive, got %d", b.name, bytes)
+		return invalidf("cap %q: bytes must be positive, got %d", b.name, bytes)
 	}
 	if used := b.admitted + b.held; bytes > b.capBytes-used {
-		return nil, &CapError{Cap: b.name, CapBytes: b.capBytes, UsedBytes: used, RequestedBytes: bytes}
+		return &CapError{Cap: b.name, CapBytes: b.capBytes, UsedBytes: used, RequestedBytes: bytes}
 	}
 	b.admitted += bytes
 	b.claims++
-	return &CapClaim{book: b, bytes: bytes}, nil
+	*c = CapClaim{book: b, bytes: bytes, state: claimAdmitted}
+	return nil
 }
 
 // Hold records that c's reservation was admitted at the ledger too: c
@@ -139,7 +153,7 @@ func (b *CapBook) Release(c *CapClaim) error {
 		b.admitted -= c.bytes
 	case claimHeld:
 		b.held -= c.bytes
-	default:
+	default: // claimReleased: an unused claim is no claim of this book
 		return invalidf("cap %q: a %d-byte claim released twice", b.name, c.bytes)
 	}
 	c.state = claimReleased

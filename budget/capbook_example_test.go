@@ -15,8 +15,8 @@ func ExampleCapBook() {
 	clones, _ := budget.NewCapBook("clones", 60)
 
 	reserve := func(name string, bytes int64) (*budget.CapClaim, error) {
-		c, err := clones.Admit(bytes) // the cap first
-		if err != nil {
+		c := new(budget.CapClaim)                      // usually a field of the caller's own record
+		if err := clones.Admit(c, bytes); err != nil { // the cap first
 			return nil, err
 		}
 		if err := l.Reserve("cuda:0", name, bytes); err != nil {

@@ -28,7 +28,7 @@ func TestCapBookNew(t *testing.T) {
 	assert.Equal(t, "clones", b.Name())
 	assert.Zero(t, b.Cap())
 	assert.Equal(t, capFigures{}, capFiguresOf(b))
-	_, err = b.Admit(1)
+	err = b.Admit(new(CapClaim), 1)
 	var ce *CapError
 	require.ErrorAs(t, err, &ce, "a cap of 0 admits nothing")
 	assert.Equal(t, CapError{Cap: "clones", CapBytes: 0, UsedBytes: 0, RequestedBytes: 1}, *ce)
@@ -44,8 +44,7 @@ func TestCapBookFits(t *testing.T) {
 		assert.Equal(t, tc.fits, b.Fits(tc.bytes), "Fits(%d)", tc.bytes)
 	}
 	// Fits does not depend on what is in use.
-	_, err = b.Admit(100)
-	require.NoError(t, err)
+	require.NoError(t, b.Admit(new(CapClaim), 100))
 	assert.True(t, b.Fits(100))
 }
 
@@ -54,7 +53,7 @@ func TestCapBookFits(t *testing.T) {
 func TestCapBookTransitions(t *testing.T) {
 	type step struct {
 		op    string // admit, hold, release
-		claim string // the claim's name in the table (admit names it)
+		claim string // the claim's name in the table (admit of a new name makes it)
 		bytes int64  // admit
 		err   string // "" for success; "cap" for a *CapError; otherwise a message part (invalid input)
 		after capFigures
@@ -106,11 +105,23 @@ func TestCapBookTransitions(t *testing.T) {
 			{op: "hold", claim: "a", after: capFigures{used: 10, held: 10, peak: 10, claims: 1}},
 			{op: "hold", claim: "a", err: `cap "c": a 10-byte claim is held, not admitted`, after: capFigures{used: 10, held: 10, peak: 10, claims: 1}},
 		}},
-		{"another book's claim, or none", []step{
+		{"another book's claim, an unused one, or none", []step{
 			{op: "admit", claim: "a", bytes: 10, after: capFigures{used: 10, claims: 1}},
 			{op: "hold", claim: "foreign", err: `cap "c": not a claim of this cap`, after: capFigures{used: 10, claims: 1}},
 			{op: "release", claim: "foreign", err: `cap "c": not a claim of this cap`, after: capFigures{used: 10, claims: 1}},
+			{op: "hold", claim: "unused", err: `cap "c": not a claim of this cap`, after: capFigures{used: 10, claims: 1}},
+			{op: "release", claim: "unused", err: `cap "c": not a claim of this cap`, after: capFigures{used: 10, claims: 1}},
 			{op: "release", claim: "nil", err: `cap "c": not a claim of this cap`, after: capFigures{used: 10, claims: 1}},
+			{op: "admit", claim: "nil", bytes: 5, err: `cap "c": no claim to admit`, after: capFigures{used: 10, claims: 1}},
+		}},
+		{"a claim is admitted once", []step{
+			{op: "admit", claim: "a", bytes: 10, after: capFigures{used: 10, claims: 1}},
+			{op: "admit", claim: "a", bytes: 5, err: `cap "c": a 10-byte claim is admitted; admit an unused one`, after: capFigures{used: 10, claims: 1}},
+			{op: "hold", claim: "a", after: capFigures{used: 10, held: 10, peak: 10, claims: 1}},
+			{op: "admit", claim: "a", bytes: 5, err: `cap "c": a 10-byte claim is held; admit an unused one`, after: capFigures{used: 10, held: 10, peak: 10, claims: 1}},
+			{op: "release", claim: "a", after: capFigures{peak: 10}},
+			{op: "admit", claim: "a", bytes: 5, err: `cap "c": a 10-byte claim is released; admit an unused one`, after: capFigures{peak: 10}},
+			{op: "admit", claim: "foreign", bytes: 5, err: `cap "c": a 10-byte claim is admitted; admit an unused one`, after: capFigures{peak: 10}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,20 +129,28 @@ func TestCapBookTransitions(t *testing.T) {
 			require.NoError(t, err)
 			other, err := NewCapBook("other", 100)
 			require.NoError(t, err)
-			foreign, err := other.Admit(10)
-			require.NoError(t, err)
-			claims := map[string]*CapClaim{"foreign": foreign, "nil": nil}
+			foreign := new(CapClaim)
+			require.NoError(t, other.Admit(foreign, 10))
+			claims := map[string]*CapClaim{"foreign": foreign, "nil": nil, "unused": new(CapClaim)}
 			for i, s := range tc.steps {
 				before := capFiguresOf(b)
 				switch s.op {
 				case "admit":
-					var c *CapClaim
-					c, err = b.Admit(s.bytes)
-					if err == nil {
-						assert.Equal(t, s.bytes, c.Bytes(), "step %d", i)
+					c, ok := claims[s.claim]
+					if !ok {
+						c = new(CapClaim)
 						claims[s.claim] = c
-					} else {
-						assert.Nil(t, c, "step %d", i)
+					}
+					var was CapClaim
+					if c != nil {
+						was = *c
+					}
+					err = b.Admit(c, s.bytes)
+					switch {
+					case err == nil:
+						assert.Equal(t, s.bytes, c.Bytes(), "step %d", i)
+					case c != nil:
+						assert.Equal(t, was, *c, "step %d: a refused admission leaves the claim as it was", i)
 					}
 				case "hold":
 					err = b.Hold(claims[s.claim])
@@ -182,7 +201,7 @@ func TestCapBookProperty(t *testing.T) {
 		b, err := NewCapBook("p", capBytes)
 		require.NoError(t, err)
 		type modelClaim struct {
-			c     *CapClaim
+			c     *CapClaim // admitted at least once
 			bytes int64
 			state capClaimState
 		}
@@ -206,9 +225,13 @@ func TestCapBookProperty(t *testing.T) {
 			switch op := r.IntN(10); {
 			case op < 4 || len(claims) == 0: // admit: sometimes too big, sometimes not positive
 				n := r.Int64N(capBytes/2+2) - 1
-				c, err := b.Admit(n)
+				c, reused := new(CapClaim), false
+				if len(claims) > 0 && r.IntN(8) == 0 { // a claim admitted before, whatever its state now
+					c, reused = claims[r.IntN(len(claims))].c, true
+				}
+				err := b.Admit(c, n)
 				switch {
-				case n <= 0:
+				case reused || n <= 0:
 					require.ErrorIs(t, err, ErrInvalidInput, "seed %d step %d", seed, step)
 				case admitted+held+n > capBytes:
 					var ce *CapError
