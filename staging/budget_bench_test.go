@@ -25,7 +25,10 @@ func (nopRuntime) Unreserve(context.Context, string) error              { return
 func BenchmarkCloneBudget(b *testing.B) {
 	ctx := context.Background()
 	run := func(b *testing.B, capBytes int64, parallel bool) {
-		g := newGPUBudget(nopRuntime{}, "cuda:0", "bench", capBytes)
+		g, err := newGPUBudget(nopRuntime{}, "cuda:0", "bench", capBytes)
+		if err != nil {
+			b.Fatal(err)
+		}
 		g.flush = func() bool { return false }
 		once := func() {
 			tk, err := g.reserve(ctx, 64, true)
