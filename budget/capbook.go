@@ -101,6 +101,13 @@ func (b *CapBook) Cap() int64 { return b.capBytes }
 // does not is refused however empty the book is.
 func (b *CapBook) Fits(bytes int64) bool { return bytes > 0 && bytes <= b.capBytes }
 
+// Admits reports whether an admission of bytes would succeed now: 0 <
+// bytes ≤ Cap − Used. It changes nothing and, unlike a refused Admit,
+// builds no error (for a caller that waits and asks again).
+func (b *CapBook) Admits(bytes int64) bool {
+	return bytes > 0 && bytes <= b.capBytes-(b.admitted+b.held)
+}
+
 // Admit takes bytes from the cap for the unused claim c, which becomes
 // admitted. Errors (nothing changed): c nil or used already, bytes ≤ 0
 // (invalid input); Used + bytes > Cap ([*CapError], figures as they were;
@@ -115,8 +122,8 @@ func (b *CapBook) Admit(c *CapClaim, bytes int64) error {
 	if bytes <= 0 {
 		return invalidf("cap %q: bytes must be positive, got %d", b.name, bytes)
 	}
-	if used := b.admitted + b.held; bytes > b.capBytes-used {
-		return &CapError{Cap: b.name, CapBytes: b.capBytes, UsedBytes: used, RequestedBytes: bytes}
+	if !b.Admits(bytes) {
+		return &CapError{Cap: b.name, CapBytes: b.capBytes, UsedBytes: b.Used(), RequestedBytes: bytes}
 	}
 	b.admitted += bytes
 	b.claims++

@@ -34,7 +34,7 @@ func TestCapBookNew(t *testing.T) {
 	assert.Equal(t, CapError{Cap: "clones", CapBytes: 0, UsedBytes: 0, RequestedBytes: 1}, *ce)
 }
 
-func TestCapBookFits(t *testing.T) {
+func TestCapBookFitsAndAdmits(t *testing.T) {
 	b, err := NewCapBook("c", 100)
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -43,9 +43,17 @@ func TestCapBookFits(t *testing.T) {
 	}{{-1, false}, {0, false}, {1, true}, {99, true}, {100, true}, {101, false}} {
 		assert.Equal(t, tc.fits, b.Fits(tc.bytes), "Fits(%d)", tc.bytes)
 	}
-	// Fits does not depend on what is in use.
-	require.NoError(t, b.Admit(new(CapClaim), 100))
+	// Fits does not depend on what is in use; Admits does.
+	assert.True(t, b.Admits(100))
+	require.NoError(t, b.Admit(new(CapClaim), 60))
 	assert.True(t, b.Fits(100))
+	for _, tc := range []struct {
+		bytes  int64
+		admits bool
+	}{{0, false}, {1, true}, {40, true}, {41, false}, {100, false}} {
+		assert.Equal(t, tc.admits, b.Admits(tc.bytes), "Admits(%d) with 60 of 100 used", tc.bytes)
+	}
+	assert.Equal(t, capFigures{used: 60, claims: 1}, capFiguresOf(b), "Fits and Admits change nothing")
 }
 
 // TestCapBookTransitions walks a book of cap 100 through a table of steps;
@@ -229,7 +237,9 @@ func TestCapBookProperty(t *testing.T) {
 				if len(claims) > 0 && r.IntN(8) == 0 { // a claim admitted before, whatever its state now
 					c, reused = claims[r.IntN(len(claims))].c, true
 				}
+				admits := b.Admits(n)
 				err := b.Admit(c, n)
+				require.Equal(t, !reused && admits, err == nil, "seed %d step %d: Admits(%d) says %v", seed, step, n, admits)
 				switch {
 				case reused || n <= 0:
 					require.ErrorIs(t, err, ErrInvalidInput, "seed %d step %d", seed, step)

@@ -91,7 +91,6 @@ func (b *gpuBudget) fail(err error) {
 // flight cannot both take the cap's last bytes) and holds them once the
 // runtime admitted them too; a runtime refusal gives them back.
 func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, error) {
-	var t *ticket // its claim is unused until admitted; a fresh one after a runtime refusal
 	for {
 		b.mu.Lock()
 		if !b.book.Fits(n) {
@@ -105,12 +104,12 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			return nil, err
 		}
 		var refused error
-		if t == nil {
-			t = &ticket{gpu: true}
-		}
-		// n fits the cap and t's claim is unused, so Admit's only refusal
-		// is a *budget.CapError: the cap is full for now.
-		if err := b.book.Admit(&t.claim, n); err == nil {
+		if b.book.Admits(n) {
+			t := &ticket{gpu: true}
+			if err := b.book.Admit(&t.claim, n); err != nil { // a bug: Admits said yes, the claim is unused
+				b.mu.Unlock()
+				return nil, err
+			}
 			b.mu.Unlock()
 			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
 			err := b.rt.Reserve(ctx, b.loc, t.name, n)
@@ -124,7 +123,6 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 				return t, nil
 			}
 			_ = b.book.Release(&t.claim) // admitted, released once: cannot fail
-			t = nil
 			b.signalLocked()
 			var be *budget.BudgetError
 			if !errors.As(err, &be) {
