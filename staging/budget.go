@@ -16,20 +16,23 @@ import (
 type ticket struct {
 	name     string
 	bytes    int64
-	gpu      bool // counts against the GPU-byte budget
+	gpu      bool            // a device clone: counts against the GPU-byte budget
+	claim    budget.CapClaim // a device clone's claim in the pipeline's cap
 	released atomic.Bool
 }
 
 // gpuBudget is the GPU-byte budget of device clones. Every ticket is a
 // named reservation on the runtime's device location, so clones share that
 // location's budget with resident values and show in its snapshot; on top,
-// the pipeline's own cap (Config.CloneBudgetBytes) bounds them. Safe for
+// the pipeline's own cap (Config.CloneBudgetBytes) bounds them. The cap's
+// arithmetic is a budget.CapBook (admit, hold, release; used, peak); what
+// lives here is the concurrency around it: the mutex that serializes the
+// book, waiting for releases, flushing deferred tasks, failure. Safe for
 // concurrent use.
 type gpuBudget struct {
 	rt     Runtime
 	loc    string
 	prefix string
-	cap    int64
 	// flush escalates the oldest deferred task (budget pressure); false
 	// when no deferred task is left.
 	flush func() bool
@@ -37,16 +40,19 @@ type gpuBudget struct {
 	seq atomic.Uint64
 
 	mu      sync.Mutex
-	used    int64
-	peak    int64
+	book    *budget.CapBook
 	changed chan struct{} // closed and replaced on every release and on poke
 	failure error         // set by fail: reserve returns it
 	drops   map[string]int64
 	flushes int64
 }
 
-func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) *gpuBudget {
-	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, cap: capBytes, changed: make(chan struct{}), drops: map[string]int64{}}
+func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, error) {
+	book, err := budget.NewCapBook(prefix+"/clones", capBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CloneBudgetBytes: %v", ErrConfig, err)
+	}
+	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, changed: make(chan struct{}), drops: map[string]int64{}}, nil
 }
 
 // signalLocked wakes every waiting reserve. b.mu must be held.
@@ -80,31 +86,43 @@ func (b *gpuBudget) fail(err error) {
 // pipeline's is left to free (then the location's *budget.BudgetError).
 // Without wait (try-reserve) a full budget fails at once with a
 // *DropError, counted by reason.
+//
+// The cap admits the bytes before the runtime is asked (so two reserves in
+// flight cannot both take the cap's last bytes) and holds them once the
+// runtime admitted them too; a runtime refusal gives them back.
 func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, error) {
-	if n > b.cap {
-		return nil, fmt.Errorf("%w: a device clone of %d bytes exceeds the whole GPU-byte budget (%d)", ErrConfig, n, b.cap)
-	}
 	for {
 		b.mu.Lock()
+		if !b.book.Fits(n) {
+			capBytes := b.book.Cap()
+			b.mu.Unlock()
+			return nil, fmt.Errorf("%w: a device clone of %d bytes exceeds the whole GPU-byte budget (%d)", ErrConfig, n, capBytes)
+		}
 		if b.failure != nil {
 			err := b.failure
 			b.mu.Unlock()
 			return nil, err
 		}
 		var refused error
-		if b.used+n <= b.cap {
-			b.used += n
-			b.mu.Unlock()
-			t := &ticket{name: fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), bytes: n, gpu: true}
-			err := b.rt.Reserve(ctx, b.loc, t.name, n)
-			if err == nil {
-				b.mu.Lock()
-				b.peak = max(b.peak, b.used)
+		if b.book.Admits(n) {
+			t := &ticket{gpu: true}
+			if err := b.book.Admit(&t.claim, n); err != nil { // a bug: Admits said yes, the claim is unused
 				b.mu.Unlock()
+				return nil, err
+			}
+			b.mu.Unlock()
+			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
+			err := b.rt.Reserve(ctx, b.loc, t.name, n)
+			b.mu.Lock()
+			if err == nil {
+				err = b.book.Hold(&t.claim)
+				b.mu.Unlock()
+				if err != nil { // a bug: the claim was admitted, and only this call has it
+					return nil, errors.Join(err, b.rt.Unreserve(context.Background(), t.name))
+				}
 				return t, nil
 			}
-			b.mu.Lock()
-			b.used -= n
+			_ = b.book.Release(&t.claim) // admitted, released once: cannot fail
 			b.signalLocked()
 			var be *budget.BudgetError
 			if !errors.As(err, &be) {
@@ -122,7 +140,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			b.mu.Unlock()
 			return nil, &DropError{Reason: DropBudget, Requested: n}
 		}
-		ch, used := b.changed, b.used
+		ch, used := b.changed, b.book.Used()
 		b.mu.Unlock()
 
 		flushed := b.flush()
@@ -153,9 +171,10 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 	err := b.rt.Unreserve(ctx, t.name)
 	if t.gpu {
 		b.mu.Lock()
-		b.used -= t.bytes
+		cerr := b.book.Release(&t.claim)
 		b.signalLocked()
 		b.mu.Unlock()
+		err = errors.Join(err, cerr)
 	}
 	return err
 }
@@ -172,5 +191,5 @@ func (b *gpuBudget) state() budgetState {
 	for k, v := range b.drops {
 		d[k] = v
 	}
-	return budgetState{used: b.used, peak: b.peak, flushes: b.flushes, drops: d}
+	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d}
 }

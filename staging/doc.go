@@ -31,7 +31,9 @@
 //   - The GPU-byte budget: every clone is a named reservation on the
 //     runtime's device location, so clones share that location's budget with
 //     resident values and appear in its snapshot, under the pipeline's own cap
-//     (Config.CloneBudgetBytes). A reserve that does not fit flushes the
+//     (Config.CloneBudgetBytes, kept by a budget.CapBook: the cap admits a
+//     clone's bytes before the runtime admits its reservation, and gets them
+//     back if the runtime refuses). A reserve that does not fit flushes the
 //     deferred task with the oldest enqueue time and waits for a release; a
 //     try-reserve (Chunk.NoWait) fails at once with a [*DropError], counted by
 //     reason in [Stats].

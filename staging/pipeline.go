@@ -219,8 +219,12 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		p.keys[k] = i
 	}
 	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
-	p.budget = newGPUBudget(rt, cfg.Device, cfg.Name, cfg.CloneBudgetBytes)
-	p.budget.flush = p.flushOldest
+	gb, err := newGPUBudget(rt, cfg.Device, cfg.Name, cfg.CloneBudgetBytes)
+	if err != nil {
+		return nil, err
+	}
+	gb.flush = p.flushOldest
+	p.budget = gb
 
 	var undo []func()
 	fail := func(err error) (*Pipeline, error) {
@@ -878,7 +882,8 @@ type Stats struct {
 	Slots, FreeSlots, SlotHolders int
 	SlotClaims, SlotWaits         int64 // claims, and claims that had to wait
 	// CloneBytes is the GPU-byte budget in use by device clones, of
-	// CloneBudgetBytes; PeakCloneBytes the most ever in use.
+	// CloneBudgetBytes; PeakCloneBytes the most that clones held at once
+	// (a save dropped or refused never counts).
 	CloneBytes, CloneBudgetBytes, PeakCloneBytes int64
 	// Flushes counts deferred tasks escalated by budget pressure; Drops
 	// counts try-reserves that failed at once, by reason (DropBudget,

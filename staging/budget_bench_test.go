@@ -1,0 +1,60 @@
+package staging
+
+import (
+	"context"
+	"testing"
+
+	"github.com/residency-go/residency/cuda"
+)
+
+// nopRuntime admits every reservation at once: the benchmark below measures
+// the clone budget's own bookkeeping, not the runtime's.
+type nopRuntime struct{}
+
+func (nopRuntime) Backend() cuda.Backend                                { return nil }
+func (nopRuntime) Reserve(context.Context, string, string, int64) error { return nil }
+func (nopRuntime) Unreserve(context.Context, string) error              { return nil }
+
+// BenchmarkCloneBudget measures one reserve + release of the GPU-byte
+// budget of device clones (the cap's bookkeeping, the ticket's name, the
+// wake-up of waiters), against a runtime that admits everything at once.
+// "contended": every goroutine of b.RunParallel reserves a whole cap of
+// one clone, so all but one wait for a release (no deferred task to flush).
+//
+//	go test -run '^$' -bench BenchmarkCloneBudget -benchmem ./staging
+func BenchmarkCloneBudget(b *testing.B) {
+	ctx := context.Background()
+	run := func(b *testing.B, capBytes int64, parallel bool) {
+		g, err := newGPUBudget(nopRuntime{}, "cuda:0", "bench", capBytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.flush = func() bool { return false }
+		once := func() {
+			tk, err := g.reserve(ctx, 64, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.release(ctx, tk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if !parallel {
+			for b.Loop() {
+				once()
+			}
+		} else {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					once()
+				}
+			})
+		}
+		if st := g.state(); st.used != 0 || st.peak < 64 || st.peak > capBytes {
+			b.Fatalf("after the run: used %d, peak %d", st.used, st.peak)
+		}
+	}
+	b.Run("serial", func(b *testing.B) { run(b, 1<<30, false) })
+	b.Run("parallel", func(b *testing.B) { run(b, 1<<30, true) })
+	b.Run("contended", func(b *testing.B) { run(b, 64, true) })
+}
