@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -364,7 +365,10 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 		}
 		_ = conn.Close()
 	}
-	res, err := n.csys.Root.RequestFuture(pid, msg, t).Result()
+	res, err := n.awaitReply(ctx, node, pid.Address, n.csys.Root.RequestFuture(pid, msg, t))
+	if gone := (*budget.UnavailableError)(nil); errors.As(err, &gone) {
+		return nil, err
+	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
