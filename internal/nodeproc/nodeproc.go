@@ -351,6 +351,9 @@ func etcdHealthy(hc *http.Client, url string) bool {
 	return json.NewDecoder(resp.Body).Decode(&h) == nil && h.Health == "true"
 }
 
+// PID is etcd's process id.
+func (e *Etcd) PID() int { return e.cmd.Process.Pid }
+
 // Stop sends SIGTERM, waits up to grace, then kills etcd.
 func (e *Etcd) Stop(grace time.Duration) {
 	_ = e.cmd.Process.Signal(syscall.SIGTERM)
