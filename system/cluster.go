@@ -246,7 +246,11 @@ func (n *Node) join(host string, port int) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// StartMember panics when it cannot listen or the provider
-			// fails.
+			// fails (after it started serving remote requests).
+			// ("nonhost": protoactor's address before the remote listens)
+			if n.cl.Remote != nil && n.csys.Address() != "nonhost" {
+				n.cl.Remote.Shutdown(false)
+			}
 			n.csys.Shutdown()
 			err = &budget.InvalidInputError{Message: fmt.Sprintf("node %q: cannot join the cluster at %s:%d: %v", n.name, host, port, r)}
 		}

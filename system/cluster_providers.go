@@ -37,14 +37,18 @@ type EtcdOptions struct {
 }
 
 // EtcdProvider returns a cluster provider backed by etcd (protoactor's etcd
-// provider), for [NodeOptions.Provider]: the production choice. It
-// connects to etcd before returning, blocking at most DialTimeout, and
-// returns an error naming the endpoints when none answers, so that a node
+// provider), for [NodeOptions.Provider]: the production choice. It checks
+// that etcd answers before returning, blocking at most DialTimeout, and
+// returns an error naming the endpoints when none does, so that a node
 // pointed at a wrong or dead etcd fails at once instead of hanging in
-// [StartNode]. Each member keeps its registration alive with an etcd lease
-// of 3 s (protoactor's fixed value): a member that dies without leaving
-// (kill -9, a lost machine) drops out of every member list about 3 s later.
-// Use one provider per node; it is closed when the node is.
+// [StartNode] (protoactor's provider, given no dial timeout, waits
+// forever). The node connects again when it joins, with the same bound:
+// etcd gone by then fails [StartNode] with that error.
+//
+// Each member keeps its registration alive with an etcd lease of 3 s
+// (protoactor's fixed value): a member that dies without leaving (kill -9,
+// a lost machine) drops out of every member list about 3 s later. Use one
+// provider per node; its etcd client is closed when the node is.
 func EtcdProvider(opts EtcdOptions) (cluster.ClusterProvider, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("residency: etcd provider: no endpoints given")
@@ -55,27 +59,134 @@ func EtcdProvider(opts EtcdOptions) (cluster.ClusterProvider, error) {
 	if opts.BaseKey == "" {
 		opts.BaseKey = "/residency"
 	}
-	eps := strings.Join(opts.Endpoints, ",")
-	p, err := etcd.NewWithConfig(opts.BaseKey, clientv3.Config{
-		Endpoints:   opts.Endpoints,
-		DialTimeout: opts.DialTimeout,
-		// Without a blocking dial the client returns at once and the
-		// provider's first request waits forever on an unreachable etcd.
-		DialOptions: []grpc.DialOption{grpc.WithBlock()},
-	})
+	p := &etcdProvider{opts: opts, endpoints: strings.Join(opts.Endpoints, ",")}
+	c, err := clientv3.New(p.config())
 	if err != nil {
-		return nil, fmt.Errorf("residency: etcd provider: cannot reach etcd at %s within %s: %w", eps, opts.DialTimeout, err)
+		return nil, p.unreachable(err)
 	}
-	c, err := etcdClientOf(p)
+	err = p.check(c)
+	_ = c.Close()
 	if err != nil {
 		return nil, err
 	}
-	return &etcdProvider{Provider: p, client: c, endpoints: eps, timeout: opts.DialTimeout}, nil
+	return p, nil
+}
+
+// etcdProvider is protoactor's etcd provider, created when the node joins
+// (a provider never started holds no connection), that checks etcd first
+// and closes its client on shutdown.
+type etcdProvider struct {
+	opts      EtcdOptions
+	endpoints string
+
+	mu     sync.Mutex
+	inner  *etcd.Provider
+	client *clientv3.Client
+}
+
+// config is the etcd client's: without a blocking dial the client returns
+// at once and the provider's first request waits forever on an
+// unreachable etcd.
+func (p *etcdProvider) config() clientv3.Config {
+	return clientv3.Config{
+		Endpoints:   p.opts.Endpoints,
+		DialTimeout: p.opts.DialTimeout,
+		DialOptions: []grpc.DialOption{grpc.WithBlock()},
+	}
+}
+
+func (p *etcdProvider) unreachable(err error) error {
+	return fmt.Errorf("residency: etcd provider: cannot reach etcd at %s within %s: %w", p.endpoints, p.opts.DialTimeout, err)
+}
+
+// check asks etcd one question within DialTimeout.
+func (p *etcdProvider) check(c *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.DialTimeout)
+	defer cancel()
+	if _, err := c.Get(ctx, p.opts.BaseKey+"/.health"); err != nil {
+		return fmt.Errorf("residency: etcd provider: etcd at %s does not answer within %s: %w", p.endpoints, p.opts.DialTimeout, err)
+	}
+	return nil
+}
+
+// connect creates protoactor's provider and checks etcd.
+func (p *etcdProvider) connect() (*etcd.Provider, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inner != nil {
+		return nil, errors.New("residency: etcd provider: already started (use one provider per node)")
+	}
+	inner, err := etcd.NewWithConfig(p.opts.BaseKey, p.config())
+	if err != nil {
+		return nil, p.unreachable(err)
+	}
+	c, err := etcdClientOf(inner)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.check(c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	p.inner, p.client = inner, c
+	return inner, nil
+}
+
+// StartMember connects (fails within DialTimeout when etcd does not
+// answer) and joins.
+func (p *etcdProvider) StartMember(c *cluster.Cluster) error {
+	inner, err := p.connect()
+	if err != nil {
+		return err
+	}
+	if err := inner.StartMember(c); err != nil {
+		p.closeClient()
+		return fmt.Errorf("residency: etcd provider: joining through etcd at %s: %w", p.endpoints, err)
+	}
+	return nil
+}
+
+// closeClient closes the etcd client once.
+func (p *etcdProvider) closeClient() {
+	p.mu.Lock()
+	c := p.client
+	p.client = nil
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// StartClient connects and follows the members without joining.
+func (p *etcdProvider) StartClient(c *cluster.Cluster) error {
+	inner, err := p.connect()
+	if err != nil {
+		return err
+	}
+	if err := inner.StartClient(c); err != nil {
+		p.closeClient()
+		return fmt.Errorf("residency: etcd provider: following etcd at %s: %w", p.endpoints, err)
+	}
+	return nil
+}
+
+// Shutdown leaves (deregisters the member) and closes the etcd client.
+func (p *etcdProvider) Shutdown(graceful bool) error {
+	p.mu.Lock()
+	inner, c := p.inner, p.client
+	p.client = nil
+	p.mu.Unlock()
+	if inner == nil || c == nil {
+		return nil
+	}
+	err := inner.Shutdown(graceful)
+	_ = c.Close()
+	return err
 }
 
 // etcdClientOf returns the etcd client inside protoactor's provider:
 // protoactor never closes it (its Shutdown leaves the client's gRPC
-// connection and lease keep-alive running forever), and offers no way to
+// connection and lease keep-alive running forever) and offers no way to
 // reach it, so it is read from the unexported field. The module version is
 // pinned; a change of that field is an error here, not a silent leak.
 func etcdClientOf(p *etcd.Provider) (*clientv3.Client, error) {
@@ -84,34 +195,6 @@ func etcdClientOf(p *etcd.Provider) (*clientv3.Client, error) {
 		return nil, errors.New("residency: etcd provider: protoactor's etcd provider has no client field of type *clientv3.Client any more (update system/cluster_providers.go)")
 	}
 	return *(**clientv3.Client)(unsafe.Pointer(f.UnsafeAddr())), nil
-}
-
-// etcdProvider is protoactor's etcd provider that checks etcd before
-// joining and closes its client on shutdown.
-type etcdProvider struct {
-	*etcd.Provider
-	client    *clientv3.Client
-	endpoints string
-	timeout   time.Duration
-	once      sync.Once
-}
-
-// StartMember checks that etcd still answers (protoactor's provider asks
-// it without a deadline), then joins.
-func (p *etcdProvider) StartMember(c *cluster.Cluster) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
-	if _, err := p.client.Get(ctx, "residency-health-check"); err != nil {
-		return fmt.Errorf("residency: etcd provider: etcd at %s does not answer within %s: %w", p.endpoints, p.timeout, err)
-	}
-	return p.Provider.StartMember(c)
-}
-
-// Shutdown leaves (deregisters the member) and closes the etcd client.
-func (p *etcdProvider) Shutdown(graceful bool) error {
-	err := p.Provider.Shutdown(graceful)
-	p.once.Do(func() { _ = p.client.Close() })
-	return err
 }
 
 // AutomanagedOptions configures [AutomanagedProvider].
