@@ -108,9 +108,6 @@ func runKillScenario(t *testing.T, provider string) {
 	waitWhereIs(ctx, t, d, "wc", "cuda:0@node-b", "cuda:0@node-c")
 	waitWhereIs(ctx, t, d, "wa", "cuda:0@node-a", "cuda:0@node-b")
 
-	// TODO(placement) belongs here once cluster placement is merged: a
-	// cluster request placed on the node that already holds the value.
-
 	// The load: the driver and node-a copy from node-b and from node-c in
 	// loops, each request with a deadline of reqDeadline.
 	var mu sync.Mutex
