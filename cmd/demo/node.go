@@ -19,7 +19,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
 )
@@ -333,7 +332,7 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 	case "refresh":
 		return c.n.Refresh(ctx)
 	default:
-		return &budget.InvalidInputError{Message: fmt.Sprintf("unknown op %q (register, copy, read, discard, whereis, members, summaries, refresh)", cmd.Op)}
+		return &system.InvalidInputError{Message: fmt.Sprintf("unknown op %q (register, copy, read, discard, whereis, members, summaries, refresh)", cmd.Op)}
 	}
 	return nil
 }
@@ -342,9 +341,9 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 // none of them).
 func errorType(err error) string {
 	var (
-		u *budget.UnavailableError
-		b *budget.BudgetError
-		i *budget.InvalidInputError
+		u *system.UnavailableError
+		b *system.BudgetError
+		i *system.InvalidInputError
 	)
 	switch {
 	case errors.As(err, &u):

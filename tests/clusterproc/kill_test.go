@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
 )
@@ -302,7 +301,7 @@ func runKillScenario(t *testing.T, provider string) {
 			}
 			toCAfter++
 			if o.via == "driver" {
-				var u *budget.UnavailableError
+				var u *system.UnavailableError
 				require.True(t, errors.As(o.err, &u), "driver copying from dead node-c: want an UnavailableError, got %T: %v", o.err, o.err)
 			} else {
 				require.Equal(t, "UnavailableError", o.errType, "node-a copying from dead node-c: %s", o.errText)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
 )
 
@@ -57,7 +56,7 @@ func TestAutomanagedAddressInUse(t *testing.T) {
 	if n != nil {
 		_ = n.Close(ctx)
 	}
-	var inv *budget.InvalidInputError
+	var inv *system.InvalidInputError
 	require.True(t, errors.As(err, &inv), "%T %v", err, err)
 	require.Contains(t, err.Error(), "cannot listen at "+l.Addr().String())
 }
@@ -82,7 +81,7 @@ func TestNodeAddressInUse(t *testing.T) {
 	if n != nil {
 		_ = n.Close(ctx)
 	}
-	var inv *budget.InvalidInputError
+	var inv *system.InvalidInputError
 	require.True(t, errors.As(err, &inv), "%T %v", err, err)
 	require.Contains(t, err.Error(), l.Addr().String())
 }
