@@ -418,7 +418,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	close(n.stop)
 	n.loopWG.Wait()
-	n.cl.Shutdown(true)
+	n.leaveCluster()
 	n.workWG.Wait()
 	n.streams.closeAll(ctx, n)
 	return n.sys.Close(ctx)

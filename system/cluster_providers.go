@@ -79,9 +79,11 @@ type etcdProvider struct {
 	opts      EtcdOptions
 	endpoints string
 
-	mu     sync.Mutex
-	inner  *etcd.Provider
-	client *clientv3.Client
+	mu           sync.Mutex
+	inner        *etcd.Provider
+	client       *clientv3.Client
+	stopAnnounce chan struct{} // closed at shutdown
+	announced    chan struct{} // closed when reannounce returned
 }
 
 // config is the etcd client's: without a blocking dial the client returns
@@ -143,8 +145,42 @@ func (p *etcdProvider) StartMember(c *cluster.Cluster) error {
 		p.closeClient()
 		return fmt.Errorf("residency: etcd provider: joining through etcd at %s: %w", p.endpoints, err)
 	}
+	// protoactor's member key: <base>/<cluster>/<cluster>@<member id>.
+	key := fmt.Sprintf("%s/%s/%s@%s", p.opts.BaseKey, c.Config.Name, c.Config.Name, c.ActorSystem.ID)
+	p.mu.Lock()
+	p.stopAnnounce, p.announced = make(chan struct{}), make(chan struct{})
+	client := p.client
+	p.mu.Unlock()
+	go p.reannounce(client, key)
 	return nil
 }
+
+// reannounce writes this member's key again, unchanged, a few times in
+// the first seconds after joining. protoactor's provider reads the member
+// list, then starts watching without a start revision: a member that
+// registered in between (nodes starting together) is never seen. Each
+// write is a new event on every member's watch, which adds the member
+// it missed.
+func (p *etcdProvider) reannounce(c *clientv3.Client, key string) {
+	defer close(p.announced)
+	for _, d := range reannounceDelays {
+		select {
+		case <-p.stopAnnounce:
+			return
+		case <-time.After(d):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.opts.DialTimeout)
+		if r, err := c.Get(ctx, key); err == nil && len(r.Kvs) == 1 {
+			kv := r.Kvs[0]
+			_, _ = c.Put(ctx, key, string(kv.Value), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))
+		}
+		cancel()
+	}
+}
+
+// reannounceDelays are the pauses before each rewrite of the member key
+// (about 15 s in all).
+var reannounceDelays = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 // closeClient closes the etcd client once.
 func (p *etcdProvider) closeClient() {
@@ -174,8 +210,13 @@ func (p *etcdProvider) StartClient(c *cluster.Cluster) error {
 func (p *etcdProvider) Shutdown(graceful bool) error {
 	p.mu.Lock()
 	inner, c := p.inner, p.client
-	p.client = nil
+	stop, done := p.stopAnnounce, p.announced
+	p.client, p.stopAnnounce = nil, nil
 	p.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
 	if inner == nil || c == nil {
 		return nil
 	}

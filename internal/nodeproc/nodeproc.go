@@ -259,8 +259,15 @@ func (p *Proc) Stop(grace time.Duration) error {
 	case <-p.done:
 		return p.exitErr
 	case <-time.After(grace):
-		p.Kill()
-		return fmt.Errorf("nodeproc: %s did not stop within %s after SIGTERM: killed", p.Ready.Node, grace)
+		// SIGQUIT first: Go writes every goroutine's stack to the node's
+		// log, which says where it was stuck.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(2 * time.Second):
+			p.Kill()
+		}
+		return fmt.Errorf("nodeproc: %s did not stop within %s after SIGTERM: stopped with SIGQUIT (its goroutines are in its log)", p.Ready.Node, grace)
 	}
 }
 

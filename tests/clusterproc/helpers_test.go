@@ -266,8 +266,8 @@ func (c *procCluster) stop(t *testing.T) {
 	if t.Failed() {
 		for name, l := range c.logs {
 			s := l.String()
-			if len(s) > 6000 {
-				s = "…" + s[len(s)-6000:]
+			if len(s) > 40000 {
+				s = "…" + s[len(s)-40000:]
 			}
 			t.Logf("--- log of %s ---\n%s", name, s)
 		}
