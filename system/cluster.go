@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -265,7 +266,11 @@ func (n *Node) join(host string, port int) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// StartMember panics when it cannot listen or the provider
-			// fails.
+			// fails (after it started serving remote requests).
+			// ("nonhost": protoactor's address before the remote listens)
+			if n.cl.Remote != nil && n.csys.Address() != "nonhost" {
+				n.cl.Remote.Shutdown(false)
+			}
 			n.csys.Shutdown()
 			err = &budget.InvalidInputError{Message: fmt.Sprintf("node %q: cannot join the cluster at %s:%d: %v", n.name, host, port, r)}
 		}
@@ -383,7 +388,10 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
 		}
 	}
-	res, err := n.csys.Root.RequestFuture(pid, msg, t).Result()
+	res, err := n.awaitReply(ctx, node, pid.Address, n.csys.Root.RequestFuture(pid, msg, t))
+	if gone := (*budget.UnavailableError)(nil); errors.As(err, &gone) {
+		return nil, err
+	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
@@ -430,7 +438,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	close(n.stop)
 	n.loopWG.Wait()
-	n.cl.Shutdown(true)
+	n.leaveCluster()
 	n.workWG.Wait()
 	n.streams.closeAll(ctx, n)
 	n.held.releaseOrphans(ctx, n, true)

@@ -13,6 +13,8 @@
 //	go run ./cmd/demo diagnose --error E.json --snapshot S.json --trace T.json
 //	go run ./cmd/demo serve                    # a live page of a runtime at work
 //	go run ./cmd/demo offload                  # a real LLM serving trace through the KV offload pipeline
+//	go run ./cmd/demo cluster-demo             # etcd and three node processes, a crash, in numbered steps
+//	go run ./cmd/demo node --name N ...        # one cluster node as a process (docs/cluster.md)
 //	go run ./cmd/demo help
 //
 // Everything runs on the soft backend: pinned-host and cuda:N are simulated

@@ -36,6 +36,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return diagnoseMain(ctx, args[1:], stdin, stdout, stderr)
 	case "offload":
 		return offloadMain(ctx, args[1:], stdout, stderr)
+	case "node":
+		return nodeMain(ctx, args[1:], stdin, stdout, stderr)
+	case "cluster-demo":
+		return clusterDemoMain(ctx, args[1:], stdout, stderr)
 	case "scenario":
 		if len(args) > 1 {
 			fmt.Fprintln(stderr, "demo scenario takes no arguments")
@@ -89,6 +93,14 @@ Usage:
                               offloaded on the soft backend (a simulation);
                               reports offloaded bytes, queue depths, flushes,
                               drops and budget checks
+  demo node --name N [--provider etcd|automanaged] [--location cuda:0=8GiB]...
+                              run one cluster node until SIGINT/SIGTERM: JSON
+                              logs on standard error, a ready line and command
+                              replies on standard output (docs/cluster.md)
+  demo cluster-demo [--provider etcd|automanaged]
+                              start etcd (when installed) and three nodes
+                              locally, run a short scenario across them in
+                              numbered steps, and stop everything
   demo help                   this text
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an

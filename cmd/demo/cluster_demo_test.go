@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/nodeproc"
+)
+
+// buildDemo builds this command without the race detector (the nodes run
+// protoactor's cluster, whose own code races) for the node processes.
+func buildDemo(t *testing.T) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "demo")
+	out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return exe
+}
+
+// signalWriter collects output and closes seen once it contains want.
+type signalWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.b.Write(p)
+	if w.want != "" && strings.Contains(w.b.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// requireGone checks that every process the demo started has exited and
+// its temporary folder is removed.
+func requireGone(t *testing.T, pids []int, dir string) {
+	t.Helper()
+	require.NotEmpty(t, pids)
+	for _, pid := range pids {
+		err := syscall.Kill(pid, 0)
+		require.True(t, errors.Is(err, syscall.ESRCH), "process %d still exists (kill -0: %v)", pid, err)
+	}
+	_, err := os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "temporary folder %s: %v", dir, err)
+}
+
+// The cluster demo runs its numbered steps with each provider (etcd when
+// installed), the copies read back identical, the dead node's request is
+// an UnavailableError, and nothing is left behind: no process, no folder.
+func TestClusterDemo(t *testing.T) {
+	exe := buildDemo(t)
+	for _, provider := range []string{"automanaged", "etcd"} {
+		t.Run(provider, func(t *testing.T) {
+			if provider == "etcd" && nodeproc.EtcdBinary() == "" {
+				t.Skip("etcd is not installed: run `make etcd` (Debian's etcd-server) to run this test")
+			}
+			var pids []int
+			var dir string
+			out, errOut := &signalWriter{}, &signalWriter{}
+			code := clusterDemo(context.Background(), clusterDemoOptions{provider: provider, exe: exe,
+				started: func(p []int, d string) { pids, dir = p, d }}, out, errOut)
+			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			s := out.String()
+			for _, want := range []string{"\n1. ", "\n2. Started node-a, node-b and node-c", "\n4. node-b copies", "\n10. Stopping", "Done."} {
+				require.Contains(t, s, want)
+			}
+			require.Equal(t, 2, strings.Count(s, "— identical"), s)
+			require.Contains(t, s, "refused after")
+			require.Contains(t, s, "UnavailableError")
+			require.Contains(t, s, "resident at cuda:0@node-a and cuda:0@node-b")
+			require.Len(t, pids, map[string]int{"automanaged": 3, "etcd": 4}[provider])
+			requireGone(t, pids, dir)
+		})
+	}
+}
+
+// Interrupted (Ctrl-C) in the middle, the demo stops every process it
+// started, removes its folder and exits with status 130.
+func TestClusterDemoInterrupted(t *testing.T) {
+	exe := buildDemo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &signalWriter{want: "\n3. ", seen: make(chan struct{})}
+	errOut := &signalWriter{}
+	go func() {
+		<-out.seen
+		cancel()
+	}()
+	var pids []int
+	var dir string
+	code := clusterDemo(ctx, clusterDemoOptions{exe: exe, started: func(p []int, d string) { pids, dir = p, d }}, out, errOut)
+	require.Equal(t, exitInterrupted, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out.String(), "Interrupted: stopping the nodes")
+	requireGone(t, pids, dir)
+}

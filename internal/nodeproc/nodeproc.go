@@ -1,0 +1,373 @@
+// Package nodeproc runs residency cluster nodes as processes (`demo node`)
+// and etcd on loopback, and drives the nodes through their command
+// protocol: one JSON [Command] per line on the node's standard input, one
+// JSON [Reply] per line on its standard output (after a [Ready] line).
+// `demo cluster-demo` and the multi-process tests (tests/clusterproc) use
+// it; docs/cluster.md describes the protocol.
+package nodeproc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/residency-go/residency/system"
+)
+
+// Command is one line of a node's standard input. Op is one of:
+//
+//	register  Name, Bytes, At, Seed: register a value resident at At with
+//	          the deterministic bytes of [Pattern](Seed, Bytes)
+//	copy      Name, Bytes, From, At (Remote, Source, Location): register
+//	          Name with a remote source, the value Remote (default Name) of
+//	          node From, and place it at At (the bytes stream in chunks,
+//	          through a temporary buffer at Source, default pageable-host;
+//	          Location picks the owner's copy); the reply carries the digest
+//	          read back at At. A failed copy discards Name again.
+//	read      Name, At: the digest of the bytes at At
+//	discard   Name
+//	whereis   Name: the directory's answer
+//	members   this node's member list
+//	summaries this node's view of every node's location summaries
+//	refresh   publish directory entries and summaries now
+//
+// TimeoutMS bounds the command (default 30 s).
+type Command struct {
+	ID        int64  `json:"id"`
+	Op        string `json:"op"`
+	Name      string `json:"name,omitempty"`
+	Bytes     int64  `json:"bytes,omitempty"`
+	At        string `json:"at,omitempty"`
+	Seed      int64  `json:"seed,omitempty"`
+	From      string `json:"from,omitempty"`
+	Remote    string `json:"remote,omitempty"`
+	Source    string `json:"source,omitempty"`
+	Location  string `json:"location,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+// Reply is a node's answer to one [Command] (same ID). ErrorType names the
+// runtime's error type in the error's chain: "UnavailableError",
+// "BudgetError", "InvalidInputError", "DeadlineExceeded", or Go's %T.
+type Reply struct {
+	ID        int64                `json:"id"`
+	Op        string               `json:"op"`
+	OK        bool                 `json:"ok"`
+	Error     string               `json:"error,omitempty"`
+	ErrorType string               `json:"error_type,omitempty"`
+	SHA256    string               `json:"sha256,omitempty"`
+	Bytes     int64                `json:"bytes,omitempty"`
+	Members   []string             `json:"members,omitempty"`
+	Residency []system.Residency   `json:"residency,omitempty"`
+	Summaries []system.NodeSummary `json:"summaries,omitempty"`
+	ElapsedMS float64              `json:"elapsed_ms"`
+}
+
+// Ready is the first line a node prints once it is a member.
+type Ready struct {
+	Event    string `json:"event"` // "ready"
+	Node     string `json:"node"`
+	Address  string `json:"address"`
+	Cluster  string `json:"cluster"`
+	Provider string `json:"provider"`
+	PID      int    `json:"pid"`
+}
+
+// Pattern is the deterministic content of a value registered with a seed:
+// every process computes the same bytes from (seed, size).
+func Pattern(seed, size int64) []byte {
+	b := make([]byte, size)
+	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// ErrExited is returned for a command to a node process that has exited.
+var ErrExited = errors.New("node process exited")
+
+// Proc is a running `demo node` process.
+type Proc struct {
+	Ready Ready
+
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	wmu   sync.Mutex // serializes writes to stdin
+
+	mu      sync.Mutex
+	nextID  int64
+	waiting map[int64]chan Reply
+
+	ready   chan Ready
+	done    chan struct{} // closed when the process has exited
+	exitErr error
+	killed  bool
+}
+
+// sysProcAttr puts children in their own process group (a Ctrl-C on the
+// terminal reaches the parent only, which stops them in order) and kills
+// them if the parent dies first.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// Start runs exe with args (which should start with "node") and waits for
+// its ready line, until ctx ends. The node's logs go to logs. On failure
+// the process is killed and the error says whether it exited (with its
+// status) or ctx ended.
+func Start(ctx context.Context, exe string, args []string, logs io.Writer) (*Proc, error) {
+	p := &Proc{waiting: map[int64]chan Reply{}, ready: make(chan Ready, 1), done: make(chan struct{})}
+	p.cmd = exec.Command(exe, args...)
+	p.cmd.Stderr = logs
+	p.cmd.SysProcAttr = sysProcAttr()
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go p.read(out)
+	select {
+	case r := <-p.ready:
+		p.Ready = r
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("nodeproc: %v exited before it was ready: %v", args, p.exitErr)
+	case <-ctx.Done():
+		p.Kill()
+		return nil, fmt.Errorf("nodeproc: %v not ready: %w", args, ctx.Err())
+	}
+}
+
+// read routes the ready line and the replies, then reaps the process.
+func (p *Proc) read(out io.Reader) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	first := true
+	for sc.Scan() {
+		line := sc.Bytes()
+		if first {
+			first = false
+			var r Ready
+			if json.Unmarshal(line, &r) == nil && r.Event == "ready" {
+				p.ready <- r
+				continue
+			}
+		}
+		var r Reply
+		if json.Unmarshal(line, &r) != nil {
+			continue
+		}
+		p.mu.Lock()
+		ch := p.waiting[r.ID]
+		delete(p.waiting, r.ID)
+		p.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+	_, _ = io.Copy(io.Discard, out)
+	p.exitErr = p.cmd.Wait()
+	close(p.done)
+}
+
+// Do sends c (its ID is assigned here) and waits for the reply, the
+// process's exit ([ErrExited]) or ctx's end.
+func (p *Proc) Do(ctx context.Context, c Command) (Reply, error) {
+	ch := make(chan Reply, 1)
+	p.mu.Lock()
+	p.nextID++
+	c.ID = p.nextID
+	p.waiting[c.ID] = ch
+	p.mu.Unlock()
+	b, _ := json.Marshal(c)
+	p.wmu.Lock()
+	_, err := p.stdin.Write(append(b, '\n'))
+	p.wmu.Unlock()
+	if err != nil {
+		p.forget(c.ID)
+		select {
+		case <-p.done:
+			return Reply{}, fmt.Errorf("%w: %s: %v", ErrExited, p.Ready.Node, p.exitErr)
+		default:
+			return Reply{}, err
+		}
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-p.done:
+		p.forget(c.ID)
+		return Reply{}, fmt.Errorf("%w: %s: %v", ErrExited, p.Ready.Node, p.exitErr)
+	case <-ctx.Done():
+		p.forget(c.ID)
+		return Reply{}, ctx.Err()
+	}
+}
+
+func (p *Proc) forget(id int64) {
+	p.mu.Lock()
+	delete(p.waiting, id)
+	p.mu.Unlock()
+}
+
+// PID is the process id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Kill sends SIGKILL (kill -9: no goodbye to the cluster) and waits for the
+// process to be reaped.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM (the node leaves the cluster and exits 0) and waits up
+// to grace, then kills it. It returns the exit error (nil for status 0), or
+// an error saying it had to be killed.
+func (p *Proc) Stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return p.exitErr
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.stdin.Close()
+	select {
+	case <-p.done:
+		return p.exitErr
+	case <-time.After(grace):
+		// SIGQUIT first: Go writes every goroutine's stack to the node's
+		// log, which says where it was stuck.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(2 * time.Second):
+			p.Kill()
+		}
+		return fmt.Errorf("nodeproc: %s did not stop within %s after SIGTERM: stopped with SIGQUIT (its goroutines are in its log)", p.Ready.Node, grace)
+	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// EtcdBinary returns the path of etcd (Debian's etcd-server installs
+// /usr/bin/etcd), or "" when it is not installed.
+func EtcdBinary() string {
+	if st, err := os.Stat("/usr/bin/etcd"); err == nil && !st.IsDir() {
+		return "/usr/bin/etcd"
+	}
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Etcd is a single-member etcd listening on loopback.
+type Etcd struct {
+	Endpoint string // host:port of the client URL
+	cmd      *exec.Cmd
+	done     chan struct{}
+	exitErr  error
+}
+
+// StartEtcd runs bin with its data in dataDir (which it creates) on two
+// free loopback ports and waits until its /health answers true, until ctx
+// ends. Its logs go to logs.
+func StartEtcd(ctx context.Context, bin, dataDir string, logs io.Writer) (*Etcd, error) {
+	cport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	client := "http://127.0.0.1:" + strconv.Itoa(cport)
+	peer := "http://127.0.0.1:" + strconv.Itoa(pport)
+	e := &Etcd{Endpoint: "127.0.0.1:" + strconv.Itoa(cport), done: make(chan struct{})}
+	e.cmd = exec.Command(bin, "--name", "residency-test", "--data-dir", dataDir,
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "residency-test="+peer, "--initial-cluster-state", "new")
+	e.cmd.Stdout, e.cmd.Stderr = logs, logs
+	e.cmd.SysProcAttr = sysProcAttr()
+	if err := e.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		e.exitErr = e.cmd.Wait()
+		close(e.done)
+	}()
+	hc := &http.Client{Timeout: time.Second}
+	defer hc.CloseIdleConnections()
+	for {
+		if ok := etcdHealthy(hc, client); ok {
+			return e, nil
+		}
+		select {
+		case <-e.done:
+			return nil, fmt.Errorf("nodeproc: etcd exited before it was healthy: %v", e.exitErr)
+		case <-ctx.Done():
+			e.Stop(5 * time.Second)
+			return nil, fmt.Errorf("nodeproc: etcd at %s not healthy: %w", e.Endpoint, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func etcdHealthy(hc *http.Client, url string) bool {
+	resp, err := hc.Get(url + "/health")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Health string `json:"health"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&h) == nil && h.Health == "true"
+}
+
+// PID is etcd's process id.
+func (e *Etcd) PID() int { return e.cmd.Process.Pid }
+
+// Stop sends SIGTERM, waits up to grace, then kills etcd.
+func (e *Etcd) Stop(grace time.Duration) {
+	_ = e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.done:
+	case <-time.After(grace):
+		_ = e.cmd.Process.Signal(syscall.SIGKILL)
+		<-e.done
+	}
+}

@@ -1,0 +1,50 @@
+package system_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/residency-go/residency/system"
+)
+
+// A node finds the other members through etcd. EtcdProvider checks that
+// etcd answers before it returns: pointed at an address where nothing
+// listens, it gives up after the dial timeout with an error that names
+// the endpoint, instead of hanging in StartNode.
+func ExampleEtcdProvider() {
+	p, err := system.EtcdProvider(system.EtcdOptions{
+		Endpoints:   []string{"127.0.0.1:1"}, // nothing listens there
+		DialTimeout: 200 * time.Millisecond,
+	})
+	fmt.Println(p == nil, strings.Contains(fmt.Sprint(err), "cannot reach etcd at 127.0.0.1:1"), errors.Is(err, context.DeadlineExceeded))
+
+	// With a running etcd the provider goes into the node's options:
+	//
+	//	p, err := system.EtcdProvider(system.EtcdOptions{Endpoints: []string{"127.0.0.1:2379"}})
+	//	n, err := system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: p, Options: ...})
+
+	// Output: true true true
+}
+
+// Without etcd, nodes can find each other with the automanaged provider:
+// each serves a health check on its own address (loopback here) and polls
+// its peers'. Two nodes of one machine, each with its own health port
+// (tests/clusterproc runs this for real, with processes).
+func ExampleAutomanagedProvider() {
+	ctx := context.Background()
+	pa, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: "127.0.0.1:16330", Peers: []string{"127.0.0.1:16331"}})
+	if err != nil {
+		panic(err)
+	}
+	a, err := system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: pa,
+		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close(ctx)
+	// node-b does the same with Addr "127.0.0.1:16331" and node-a's
+	// address as its peer; then a.WaitMembers(ctx, "node-a", "node-b").
+}
