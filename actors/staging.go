@@ -264,23 +264,54 @@ func (s *Staging) Claim(ctx context.Context, t *StagingTask) ([]*StagingChunk, b
 }
 
 // Transition asks t's actor for one step of the chain; an illegal one is an
-// *IllegalTransitionError and changes nothing.
+// *IllegalTransitionError and changes nothing. When it returns nil, the
+// channels the step closes are closed: [StagingTask.HostReady] after
+// HostReady, [StagingTask.Done] after Written or Failed.
 func (s *Staging) Transition(ctx context.Context, t *StagingTask, to messages.TaskState) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, func() error {
 		return &IllegalTransitionError{Task: t.ID, From: t.State(), To: to}
 	})
-	if err != nil {
-		return err
+	if err != nil || res != nil {
+		return firstError(err, res)
 	}
-	return res
+	switch to {
+	case messages.TaskHostReady:
+		return waitClosed(ctx, t.hostReady)
+	case messages.TaskWritten, messages.TaskFailed:
+		return waitClosed(ctx, t.done)
+	}
+	return nil
+}
+
+func firstError(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// waitClosed waits for ch, which the task actor closes right after it has
+// answered (it answers first, so that [ask] never takes the wake-up for the
+// actor having stopped before answering).
+func waitClosed(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Fail moves t to Failed with err unless it is terminal; it reports whether
-// it did. It waits for the actor (which answers at once).
+// it did. It waits for the actor (which answers at once); when it returns
+// true, [StagingTask.HostReady] and [StagingTask.Done] are closed.
 func (s *Staging) Fail(t *StagingTask, err error) bool {
 	r := make(chan bool, 1)
 	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r}, r, func() bool { return false })
+	if res {
+		<-t.done // closed by the actor right after its answer
+	}
 	return res
 }
 
