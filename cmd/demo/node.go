@@ -204,6 +204,7 @@ type nodeCommands struct {
 
 	mu      sync.Mutex
 	stopped bool
+	held    map[string]*system.Placement // held placements, by request name
 	wg      sync.WaitGroup
 }
 
@@ -264,7 +265,7 @@ func (c *nodeCommands) run(ctx context.Context, cmd nodeproc.Command) (r nodepro
 	err := c.do(ctx, cmd, &r)
 	r.ElapsedMS = float64(time.Since(start).Microseconds()) / 1000
 	if err != nil {
-		r.Error, r.ErrorType = err.Error(), errorType(err)
+		r.Error, r.ErrorType = err.Error(), nodeproc.ErrorType(err)
 		return r
 	}
 	r.OK = true
@@ -276,7 +277,16 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 	switch cmd.Op {
 	case "register":
 		data := nodeproc.Pattern(cmd.Seed, cmd.Bytes)
-		if _, err := sys.Register(ctx, system.Value{Name: cmd.Name, Bytes: cmd.Bytes, At: cmd.At, Data: data}); err != nil {
+		v := system.Value{Name: cmd.Name, Bytes: cmd.Bytes, At: cmd.At, Data: data}
+		if cmd.At == "" && cmd.Source != "" {
+			// Resident nowhere: the loader produces the same bytes when
+			// the value is placed.
+			v = system.Value{Name: cmd.Name, Bytes: cmd.Bytes, Source: cmd.Source, Loader: func(_ context.Context, dst []byte) error {
+				copy(dst, data)
+				return nil
+			}}
+		}
+		if _, err := sys.Register(ctx, v); err != nil {
 			return err
 		}
 		r.SHA256, r.Bytes = digest(data), cmd.Bytes
@@ -331,29 +341,87 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 		return err
 	case "refresh":
 		return c.n.Refresh(ctx)
+	case "place":
+		return c.place(ctx, cmd, r)
+	case "release":
+		c.mu.Lock()
+		p := c.held[cmd.Name]
+		delete(c.held, cmd.Name)
+		c.mu.Unlock()
+		if p == nil {
+			return &system.InvalidInputError{Message: fmt.Sprintf("release: no held placement %q", cmd.Name)}
+		}
+		if err := p.Release(ctx); err != nil {
+			c.mu.Lock()
+			c.held[cmd.Name] = p // it can be released again
+			c.mu.Unlock()
+			return err
+		}
+	case "inspect":
+		snap, err := sys.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		v, ok := snap.Value(cmd.Name)
+		if !ok {
+			return &system.InvalidInputError{Message: fmt.Sprintf("inspect: no value %q on node %s", cmd.Name, c.n.Name())}
+		}
+		for _, m := range v.Materializations {
+			r.Materializations = append(r.Materializations, nodeproc.Materialization{Location: m.Location, State: m.State.String(), Bytes: m.ChargedBytes, UseCount: m.UseCount})
+		}
 	default:
-		return &system.InvalidInputError{Message: fmt.Sprintf("unknown op %q (register, copy, read, discard, whereis, members, summaries, refresh)", cmd.Op)}
+		return &system.InvalidInputError{Message: fmt.Sprintf("unknown op %q (register, copy, read, discard, whereis, members, summaries, refresh, place, release, inspect)", cmd.Op)}
 	}
 	return nil
 }
 
-// errorType names the runtime's error type found in err's chain ("" for
-// none of them).
-func errorType(err error) string {
-	var (
-		u *system.UnavailableError
-		b *system.BudgetError
-		i *system.InvalidInputError
-	)
-	switch {
-	case errors.As(err, &u):
-		return "UnavailableError"
-	case errors.As(err, &b):
-		return "BudgetError"
-	case errors.As(err, &i):
-		return "InvalidInputError"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "DeadlineExceeded"
+// place runs a place command: this node places the request with
+// Node.Place and reports the evidence, also when no node admitted it.
+func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodeproc.Reply) error {
+	if cmd.Hold {
+		c.mu.Lock()
+		_, dup := c.held[cmd.Name]
+		c.mu.Unlock()
+		if dup {
+			return &system.InvalidInputError{Message: fmt.Sprintf("place: placement %q is held already (release it first)", cmd.Name)}
+		}
 	}
-	return fmt.Sprintf("%T", err)
+	p, err := c.n.Place(ctx, system.PlacementRequest{Name: cmd.Name, Hold: cmd.Hold, MaxAttempts: cmd.MaxAttempts,
+		Requirements: []system.PlacementRequirement{{Value: cmd.Value, Tiers: cmd.Tiers}}})
+	if err != nil {
+		var pe *system.PlacementError
+		if errors.As(err, &pe) {
+			r.Placement = &nodeproc.Placement{Request: pe.Request, Candidates: pe.Candidates, Attempts: attempts(pe.Attempts), NotTried: pe.NotTried}
+		}
+		return err
+	}
+	r.Placement = &nodeproc.Placement{Request: p.Request, Node: p.Node, Why: p.Why, Candidates: p.Candidates,
+		Attempts: attempts(p.Attempts), Decision: &p.Decision}
+	if cmd.Hold {
+		c.mu.Lock()
+		if c.held == nil {
+			c.held = map[string]*system.Placement{}
+		}
+		_, dup := c.held[cmd.Name]
+		if !dup {
+			c.held[cmd.Name] = p
+		}
+		c.mu.Unlock()
+		if dup { // a concurrent place of the same name won
+			_ = p.Release(context.WithoutCancel(ctx))
+			return &system.InvalidInputError{Message: fmt.Sprintf("place: placement %q is held already (release it first)", cmd.Name)}
+		}
+	}
+	return nil
+}
+
+func attempts(as []system.PlacementAttempt) []nodeproc.Attempt {
+	out := make([]nodeproc.Attempt, len(as))
+	for i, a := range as {
+		out[i] = nodeproc.Attempt{Node: a.Node}
+		if a.Err != nil {
+			out[i].Error, out[i].ErrorType = a.Err.Error(), nodeproc.ErrorType(a.Err)
+		}
+	}
+	return out
 }

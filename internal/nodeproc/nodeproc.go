@@ -28,7 +28,10 @@ import (
 // Command is one line of a node's standard input. Op is one of:
 //
 //	register  Name, Bytes, At, Seed: register a value resident at At with
-//	          the deterministic bytes of [Pattern](Seed, Bytes)
+//	          the deterministic bytes of [Pattern](Seed, Bytes); with Source
+//	          instead of At, register it resident nowhere, with a loader
+//	          that produces those bytes (through a temporary buffer at
+//	          Source) when it is placed
 //	copy      Name, Bytes, From, At (Remote, Source, Location): register
 //	          Name with a remote source, the value Remote (default Name) of
 //	          node From, and place it at At (the bytes stream in chunks,
@@ -41,20 +44,34 @@ import (
 //	members   this node's member list
 //	summaries this node's view of every node's location summaries
 //	refresh   publish directory entries and summaries now
+//	place     Name, Value, Tiers (Hold, MaxAttempts): this node places the
+//	          cluster request Name, needing Value at one location of Tiers
+//	          (node-qualified, "@*" or bare locations), with
+//	          [system.Node.Place]; the reply's Placement carries the
+//	          evidence, also on failure. With Hold the node keeps the
+//	          placement (its leases on the chosen node) until release.
+//	release   Name: release the held placement Name
+//	inspect   Name: the value's materializations on this node, with their
+//	          use counts (leases)
 //
 // TimeoutMS bounds the command (default 30 s).
 type Command struct {
-	ID        int64  `json:"id"`
-	Op        string `json:"op"`
-	Name      string `json:"name,omitempty"`
-	Bytes     int64  `json:"bytes,omitempty"`
-	At        string `json:"at,omitempty"`
-	Seed      int64  `json:"seed,omitempty"`
-	From      string `json:"from,omitempty"`
-	Remote    string `json:"remote,omitempty"`
-	Source    string `json:"source,omitempty"`
-	Location  string `json:"location,omitempty"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	ID       int64  `json:"id"`
+	Op       string `json:"op"`
+	Name     string `json:"name,omitempty"`
+	Bytes    int64  `json:"bytes,omitempty"`
+	At       string `json:"at,omitempty"`
+	Seed     int64  `json:"seed,omitempty"`
+	From     string `json:"from,omitempty"`
+	Remote   string `json:"remote,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Location string `json:"location,omitempty"`
+	// place
+	Value       string     `json:"value,omitempty"`
+	Tiers       [][]string `json:"tiers,omitempty"`
+	Hold        bool       `json:"hold,omitempty"`
+	MaxAttempts int        `json:"max_attempts,omitempty"`
+	TimeoutMS   int64      `json:"timeout_ms,omitempty"`
 }
 
 // Reply is a node's answer to one [Command] (same ID). ErrorType names the
@@ -71,7 +88,63 @@ type Reply struct {
 	Members   []string             `json:"members,omitempty"`
 	Residency []system.Residency   `json:"residency,omitempty"`
 	Summaries []system.NodeSummary `json:"summaries,omitempty"`
-	ElapsedMS float64              `json:"elapsed_ms"`
+	// Placement answers place: where and why, or (failed) every node
+	// asked and its reason.
+	Placement *Placement `json:"placement,omitempty"`
+	// Materializations answers inspect.
+	Materializations []Materialization `json:"materializations,omitempty"`
+	ElapsedMS        float64           `json:"elapsed_ms"`
+}
+
+// Placement is the evidence of a place command: the [system.Placement]
+// (Node, Why, Candidates in rank order, Attempts, Decision), or, when no
+// node admitted the request, the [system.PlacementError]'s candidates,
+// attempts and the nodes not asked (Node and Why empty).
+type Placement struct {
+	Request    string                      `json:"request"`
+	Node       string                      `json:"node,omitempty"`
+	Why        string                      `json:"why,omitempty"`
+	Candidates []system.PlacementCandidate `json:"candidates,omitempty"`
+	Attempts   []Attempt                   `json:"attempts,omitempty"`
+	NotTried   []string                    `json:"not_tried,omitempty"`
+	Decision   *system.NodeDecision        `json:"decision,omitempty"`
+}
+
+// Attempt is one node a placement asked; Error is empty for the node that
+// admitted it. ErrorType is named as in [Reply].
+type Attempt struct {
+	Node      string `json:"node"`
+	Error     string `json:"error,omitempty"`
+	ErrorType string `json:"error_type,omitempty"`
+}
+
+// Materialization is one copy of a value on the node that answers inspect.
+type Materialization struct {
+	Location string `json:"location"` // unqualified: the node's own
+	State    string `json:"state"`    // entering, resident, leaving
+	Bytes    int64  `json:"bytes"`    // charged
+	UseCount int    `json:"use_count"`
+}
+
+// ErrorType names the runtime's error type found in err's chain, as
+// [Reply].ErrorType does.
+func ErrorType(err error) string {
+	var (
+		u *system.UnavailableError
+		b *system.BudgetError
+		i *system.InvalidInputError
+	)
+	switch {
+	case errors.As(err, &u):
+		return "UnavailableError"
+	case errors.As(err, &b):
+		return "BudgetError"
+	case errors.As(err, &i):
+		return "InvalidInputError"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "DeadlineExceeded"
+	}
+	return fmt.Sprintf("%T", err)
 }
 
 // Ready is the first line a node prints once it is a member.
