@@ -316,6 +316,10 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 	}
 	say("What each node holds, from the compact summaries the nodes gossip (node-c's view):\n%s", strings.Join(lines, "\n"))
 
+	if code := demoPlace(ctx, procs, say, fail); code != 0 {
+		return code
+	}
+
 	crash := time.Now()
 	procs["node-a"].Kill()
 	killed["node-a"] = true
@@ -391,4 +395,97 @@ func demoSleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// demoPlace is the placement step: node-c places a request that needs
+// the demo value in any node's cuda:0, held; the chosen node's copy is
+// leased until node-c releases it.
+func demoPlace(ctx context.Context, procs map[string]*nodeproc.Proc, say func(string, ...any), fail func(string, error) int) int {
+	const request = "serve-" + demoValue
+	r, err := demoDo(ctx, procs["node-c"], nodeproc.Command{Op: "place", Name: request, Value: demoValue,
+		Tiers: [][]string{{"cuda:0@*"}}, Hold: true, TimeoutMS: 10000})
+	if err != nil {
+		if r.Placement != nil {
+			for _, a := range r.Placement.Attempts {
+				err = fmt.Errorf("%w\n   asked %s: %s", err, a.Node, a.Error)
+			}
+		}
+		return fail("node-c placing "+request, err)
+	}
+	p := r.Placement
+	var table []string
+	hasIt := fmt.Sprintf("has %q in cuda:0 already", demoValue)
+	for _, c := range p.Candidates {
+		has := "does not have it"
+		if len(c.Resident) > 0 {
+			has = hasIt
+		}
+		table = append(table, fmt.Sprintf("     %d. %-7s %-*s %5.1f MiB of cuda:0 free", len(table)+1, c.Node, len(hasIt), has, float64(c.FreeBytes)/(1<<20)))
+	}
+	chosen := p.Candidates[0]
+	var why string
+	if len(chosen.Resident) > 0 {
+		why = fmt.Sprintf("%q is already in its cuda:0, so nothing has to be copied", demoValue)
+		var roomier, tied []string
+		for _, c := range p.Candidates[1:] {
+			switch {
+			case len(c.Resident) == 0 && c.FreeBytes > chosen.FreeBytes:
+				roomier = append(roomier, c.Node)
+			case len(c.Resident) > 0 && c.FreeBytes == chosen.FreeBytes:
+				tied = append(tied, c.Node)
+			}
+		}
+		if len(roomier) > 0 {
+			why += fmt.Sprintf(", although %s has more free memory", strings.Join(roomier, " and "))
+		}
+		if len(tied) > 0 {
+			why += fmt.Sprintf(". %s has it too, with as much room: the first name wins the tie", strings.Join(tied, " and "))
+		}
+	} else {
+		why = "no node holds it, and this one has the most free memory"
+	}
+	asked := "admitted it on the first try"
+	if n := len(p.Attempts); n > 1 {
+		var refused []string
+		for _, a := range p.Attempts[:n-1] {
+			refused = append(refused, a.Node+" ("+a.ErrorType+")")
+		}
+		asked = fmt.Sprintf("admitted it after %s refused", strings.Join(refused, ", "))
+	}
+	evicted := ", nothing evicted"
+	if len(p.Decision.Evictions) > 0 {
+		var ev []string
+		for _, e := range p.Decision.Evictions {
+			ev = append(ev, e.Value+" from "+e.Location)
+		}
+		evicted = ", evicting " + strings.Join(ev, ", ")
+	}
+	leased := -1
+	if ir, err := demoDo(ctx, procs[p.Node], nodeproc.Command{Op: "inspect", Name: demoValue}); err == nil {
+		for _, m := range ir.Materializations {
+			if m.Location == "cuda:0" {
+				leased = m.UseCount
+			}
+		}
+	}
+	if _, err := demoDo(ctx, procs["node-c"], nodeproc.Command{Op: "release", Name: request}); err != nil {
+		return fail("node-c releasing "+request, err)
+	}
+	released := -1
+	if ir, err := demoDo(ctx, procs[p.Node], nodeproc.Command{Op: "inspect", Name: demoValue}); err == nil {
+		for _, m := range ir.Materializations {
+			if m.Location == "cuda:0" {
+				released = m.UseCount
+			}
+		}
+	}
+	say("node-c asks the cluster to run a request, %q, that needs %q in the cuda:0 of any node (cuda:0@*). "+
+		"The cluster ranks the nodes from the directory (step 5) and the summaries (step 6), without asking any node for its full state:\n%s\n"+
+		"   Chosen: %s, because %s.\n"+
+		"   %s's own controller checked the request against its budgets and %s; the request uses %s%s. "+
+		"While node-c holds the request, %s keeps a lease on that copy (leases: %d), so it cannot be evicted; then node-c releases it (leases: %d).\n"+
+		"   The evidence as the API returns it (Placement.Why): %s",
+		request, demoValue, strings.Join(table, "\n"), p.Node, why,
+		p.Node, asked, strings.Join(p.Decision.Enter, ", "), evicted, p.Node, leased, released, p.Why)
+	return 0
 }

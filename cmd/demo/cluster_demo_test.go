@@ -66,8 +66,9 @@ func requireGone(t *testing.T, pids []int, dir string) {
 }
 
 // The cluster demo runs its numbered steps with each provider (etcd when
-// installed), the copies read back identical, the dead node's request is
-// an UnavailableError, and nothing is left behind: no process, no folder.
+// installed), the copies read back identical, the placement lands on a
+// node that holds the value and says why, the dead node's request is an
+// UnavailableError, and nothing is left behind: no process, no folder.
 func TestClusterDemo(t *testing.T) {
 	exe := buildDemo(t)
 	for _, provider := range []string{"automanaged", "etcd"} {
@@ -82,8 +83,28 @@ func TestClusterDemo(t *testing.T) {
 				started: func(p []int, d string) { pids, dir = p, d }}, out, errOut)
 			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			s := out.String()
-			for _, want := range []string{"\n1. ", "\n2. Started node-a, node-b and node-c", "\n4. node-b copies", "\n10. Stopping", "Done."} {
+			for _, want := range []string{"\n1. ", "\n2. Started node-a, node-b and node-c", "\n4. node-b copies", "\n11. Stopping", "Done."} {
 				require.Contains(t, s, want)
+			}
+			// The placement step: node-c's request lands on a node that
+			// holds the value (node-a: node-b holds it too, with as much
+			// room, and loses the tie by name), not on node-c, which has
+			// more room; the chosen copy is leased while the request is
+			// held, and no longer after its release.
+			i7, i8 := strings.Index(s, "\n7. "), strings.Index(s, "\n8. ")
+			require.True(t, i7 >= 0 && i8 > i7, s)
+			step7 := s[i7:i8]
+			for _, want := range []string{
+				`node-c asks the cluster to run a request, "serve-weights", that needs "weights" in the cuda:0 of any node (cuda:0@*)`,
+				`1. node-a  has "weights" in cuda:0 already`,
+				`3. node-c  does not have it`,
+				`Chosen: node-a, because "weights" is already in its cuda:0, so nothing has to be copied, although node-c has more free memory`,
+				"admitted it on the first try",
+				"keeps a lease on that copy (leases: 1)",
+				"releases it (leases: 0)",
+				"(Placement.Why): node node-a ranked 1; already resident there: weights at cuda:0@node-a",
+			} {
+				require.Contains(t, step7, want)
 			}
 			require.Equal(t, 2, strings.Count(s, "— identical"), s)
 			require.Contains(t, s, "refused after")
