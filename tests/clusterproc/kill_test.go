@@ -23,6 +23,7 @@ const (
 	sizeA = 3<<20 + 11
 	sizeB = 2<<20 + 5
 	sizeC = 3<<20 + 17
+	sizeP = 1<<20 + 7 // wp, wn, wq: the placement values
 )
 
 // reqDeadline is the context deadline of every request in the load.
@@ -106,6 +107,9 @@ func runKillScenario(t *testing.T, provider string) {
 	require.Equal(t, sum(want["wc"]), r.SHA256)
 	waitWhereIs(ctx, t, d, "wc", "cuda:0@node-b", "cuda:0@node-c")
 	waitWhereIs(ctx, t, d, "wa", "cuda:0@node-a", "cuda:0@node-b")
+
+	// Cluster requests placed by Node.Place, before the load.
+	placeBeforeKill(ctx, t, c)
 
 	// The load: the driver and node-a copy from node-b and from node-c in
 	// loops, each request with a deadline of reqDeadline.
@@ -219,6 +223,11 @@ func runKillScenario(t *testing.T, provider string) {
 	killAt := time.Now()
 	c.procs["node-c"].Kill()
 	c.killed["node-c"] = true
+	// At once, before the member lists drop node-c: a placement whose
+	// only holder is dead (wq lives on node-c alone) fails within its
+	// deadline.
+	deadPlaced := make(chan placeOutcome, 1)
+	go func() { deadPlaced <- placeDead(ctx, d, "wq-at-kill", "cuda:0@*") }()
 
 	// Every member list drops node-c.
 	survivors := []string{"driver", "node-a", "node-b"}
@@ -314,6 +323,44 @@ func runKillScenario(t *testing.T, provider string) {
 	}
 	t.Logf("%s: %d copies from node-b (all succeeded), %d requests to dead node-c (all UnavailableError), slowest %s", provider, toB, toCAfter, slow)
 
+	// Placements whose only holder is dead: the one made at the kill, and
+	// after the member lists dropped node-c, with "@*", naming node-c, and
+	// from node-a through its place command.
+	var at placeOutcome
+	select {
+	case at = <-deadPlaced:
+	case <-time.After(converge):
+		t.Fatal("the placement made at the kill did not return: it hangs")
+	}
+	if at.pe != nil && len(at.pe.Attempts) == 0 && len(at.pe.Candidates) == 0 && errors.Is(at.err, context.DeadlineExceeded) && at.elapsed < reqDeadline+2*time.Second {
+		// The known gap (docs/cluster.md, Placement): when wq's directory
+		// grain lived on node-c, Place's directory lookup waited for the
+		// dead member until the caller's deadline, and the placement ended
+		// with the context's error before asking any node. It did not hang.
+		t.Logf("%s: KNOWN GAP: the placement made at the kill spent its %s deadline in the directory lookup (wq's grain was on dead node-c): %v", provider, reqDeadline, at.err)
+	} else {
+		requireDeadPlacement(t, at)
+	}
+	after := placeDead(ctx, d, "wq-after", "cuda:0@*")
+	requireDeadPlacement(t, after)
+	named := placeDead(ctx, d, "wq-named", "cuda:0@node-c")
+	requireDeadPlacement(t, named)
+	require.Equal(t, []string{"node-c"}, attemptNodes(named.pe.Attempts), "only node-c is named")
+	actx, acancel := context.WithTimeout(ctx, reqDeadline+2*time.Second)
+	r = c.do(actx, t, "node-a", nodeproc.Command{Op: "place", Name: "wq-from-a", Value: "wq", Tiers: [][]string{{"cuda:0@*"}},
+		TimeoutMS: reqDeadline.Milliseconds()})
+	acancel()
+	require.False(t, r.OK, "node-a placing wq after node-c died: %+v", r.Placement)
+	require.Equal(t, "UnavailableError", r.ErrorType, r.Error)
+	require.NotNil(t, r.Placement)
+	require.NotEmpty(t, r.Placement.Attempts)
+	for _, a := range r.Placement.Attempts {
+		require.Equal(t, "UnavailableError", a.ErrorType, "%s: %s", a.Node, a.Error)
+	}
+	require.Less(t, r.ElapsedMS, float64((reqDeadline + 2*time.Second).Milliseconds()))
+	t.Logf("%s: placements of wq (only on dead node-c) failed: at the kill in %s (%v); after the member lists dropped node-c in %s (%v); naming node-c in %s; from node-a in %.0f ms",
+		provider, at.elapsed, at.err, after.elapsed, after.err, named.elapsed, r.ElapsedMS)
+
 	// The value that had a copy on a survivor stays available.
 	waitWhereIs(ctx, t, d, "wc", "cuda:0@node-b")
 	got, err = copyToDriver(ctx, d, "wc-after", "node-b", "wc", sizeC)
@@ -364,6 +411,189 @@ func waitWhereIs(ctx context.Context, t *testing.T, d *system.Node, value string
 		select {
 		case <-ctx.Done():
 			t.Fatalf("where is %s: %v (err %v), want %v", value, last, lastErr, want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// placeBeforeKill places cluster requests with Node.Place while every
+// node is up:
+//   - wp is resident on node-c's cuda:0 only, and registered resident
+//     nowhere (loadable) on the driver, node-a and node-b; the driver and
+//     node-a have more free cuda:0 than node-c: a request for wp on any node's cuda:0, held, is
+//     placed on node-c, ranked first because wp is already there, on the
+//     first attempt; node-c's copy carries the placement's lease until
+//     Release;
+//   - wn is resident nowhere and loadable on every node: node-a places it
+//     (its place command) on the node with the most free cuda:0, where it
+//     is then resident;
+//   - wq is registered on node-c only (for the placements after the kill).
+func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
+	t.Helper()
+	d := c.driver
+	c.must(ctx, t, "node-c", nodeproc.Command{Op: "register", Name: "wp", Bytes: sizeP, At: "cuda:0", Seed: 4})
+	c.must(ctx, t, "node-c", nodeproc.Command{Op: "register", Name: "wq", Bytes: sizeP, At: "cuda:0", Seed: 6})
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		if n != "node-c" {
+			c.must(ctx, t, n, nodeproc.Command{Op: "register", Name: "wp", Bytes: sizeP, Source: "pageable-host", Seed: 4})
+		}
+		c.must(ctx, t, n, nodeproc.Command{Op: "register", Name: "wn", Bytes: sizeP, Source: "pageable-host", Seed: 5})
+	}
+	for _, v := range []struct {
+		name string
+		seed int64
+	}{{"wp", 4}, {"wn", 5}} {
+		data := nodeproc.Pattern(v.seed, sizeP)
+		_, err := d.System().Register(ctx, system.Value{Name: v.name, Bytes: sizeP, Source: "pageable-host",
+			Loader: func(_ context.Context, dst []byte) error { copy(dst, data); return nil }})
+		require.NoError(t, err)
+	}
+	waitWhereIs(ctx, t, d, "wp", "cuda:0@node-c")
+	waitWhereIs(ctx, t, d, "wq", "cuda:0@node-c")
+	// The summaries the ranking reads show what each node holds now.
+	waitUsed(ctx, t, d, map[string]int64{"driver": 0, "node-a": sizeA, "node-b": sizeA + sizeC, "node-c": sizeC + 2*sizeP})
+
+	// Already resident on node-c: placed there although other nodes,
+	// which could load wp, have more room.
+	pctx, pcancel := context.WithTimeout(ctx, reqDeadline)
+	p, err := d.Place(pctx, system.PlacementRequest{Name: "serve-wp", Hold: true,
+		Requirements: []system.PlacementRequirement{{Value: "wp", Tiers: [][]string{{"cuda:0@*"}}}}})
+	pcancel()
+	require.NoError(t, err)
+	t.Logf("wp placed on %s: %s; candidates %+v", p.Node, p.Why, p.Candidates)
+	require.Equal(t, "node-c", p.Node)
+	require.Equal(t, []string{"node-c"}, attemptNodes(p.Attempts), "node-c admitted at the first attempt")
+	require.NoError(t, p.Attempts[0].Err)
+	require.Len(t, p.Candidates, 4, "every member has a cuda:0")
+	top := p.Candidates[0]
+	require.Equal(t, "node-c", top.Node)
+	require.Equal(t, []string{"wp at cuda:0@node-c"}, top.Resident)
+	var roomier []string
+	for _, o := range p.Candidates[1:] {
+		require.Empty(t, o.Resident, "%s", o.Node)
+		if o.Fits && o.FreeBytes > top.FreeBytes {
+			roomier = append(roomier, o.Node)
+		}
+	}
+	slices.Sort(roomier)
+	require.Equal(t, []string{"driver", "node-a"}, roomier, "the driver (empty cuda:0) and node-a (wa) have more free cuda:0 than node-c (wc, wp, wq): %+v", p.Candidates)
+	require.Contains(t, p.Why, "already resident there: wp at cuda:0@node-c")
+	require.Equal(t, "node-c", p.Decision.Node)
+	require.Equal(t, []string{"wp at cuda:0"}, p.Decision.Enter)
+	require.Empty(t, p.Decision.Evictions)
+	// Held: node-c's copy is leased until Release.
+	require.Equal(t, 1, useCount(ctx, t, c, "node-c", "wp", "cuda:0"), "the held placement's lease on node-c")
+	require.NoError(t, p.Release(ctx))
+	require.Equal(t, 0, useCount(ctx, t, c, "node-c", "wp", "cuda:0"), "released")
+	require.NoError(t, p.Release(ctx), "releasing twice is a no-op")
+
+	// Resident nowhere, placed by a node process: the node with the most
+	// free cuda:0 per the summaries, where the loader then ran.
+	r := c.must(ctx, t, "node-a", nodeproc.Command{Op: "place", Name: "serve-wn", Value: "wn", Tiers: [][]string{{"cuda:0@*"}},
+		TimeoutMS: reqDeadline.Milliseconds()})
+	pl := r.Placement
+	require.NotNil(t, pl)
+	t.Logf("wn placed on %s by node-a: %s", pl.Node, pl.Why)
+	require.Len(t, pl.Candidates, 4)
+	require.Equal(t, pl.Node, pl.Candidates[0].Node)
+	require.Equal(t, []nodeproc.Attempt{{Node: pl.Node}}, pl.Attempts)
+	for _, o := range pl.Candidates {
+		require.Empty(t, o.Resident, "%s", o.Node)
+		require.True(t, o.Fits, "%s", o.Node)
+		require.LessOrEqual(t, o.FreeBytes, pl.Candidates[0].FreeBytes, "%s has more room than the chosen %s", o.Node, pl.Node)
+	}
+	require.Equal(t, "driver", pl.Node, "the driver's cuda:0 is empty: the most room")
+	b, err := d.System().Read(ctx, mustLookup(ctx, t, d, "wn"), "cuda:0")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(nodeproc.Pattern(5, sizeP), b), "wn's bytes on the driver, loaded by its admission")
+}
+
+// placeOutcome is one placement of a value whose only holder is dead.
+type placeOutcome struct {
+	err     error
+	pe      *system.PlacementError
+	elapsed time.Duration
+}
+
+// placeDead places wq (resident on node-c alone) at loc from the driver,
+// with a deadline of reqDeadline.
+func placeDead(ctx context.Context, d *system.Node, name, loc string) placeOutcome {
+	pctx, cancel := context.WithTimeout(ctx, reqDeadline)
+	defer cancel()
+	start := time.Now()
+	p, err := d.Place(pctx, system.PlacementRequest{Name: name,
+		Requirements: []system.PlacementRequirement{{Value: "wq", Tiers: [][]string{{loc}}}}})
+	o := placeOutcome{err: err, elapsed: time.Since(start)}
+	if err == nil {
+		o.err = fmt.Errorf("placed on %s: %s", p.Node, p.Why)
+	}
+	errors.As(err, &o.pe)
+	return o
+}
+
+// requireDeadPlacement: the placement failed with a PlacementError that
+// errors.As finds an UnavailableError in, before its deadline (plus 2 s
+// for scheduling).
+func requireDeadPlacement(t *testing.T, o placeOutcome) {
+	t.Helper()
+	require.NotNil(t, o.pe, "want a PlacementError, got %T: %v", o.err, o.err)
+	var u *system.UnavailableError
+	require.True(t, errors.As(o.err, &u), "want an UnavailableError in %v", o.err)
+	require.NotEmpty(t, o.pe.Attempts, "%v", o.err)
+	require.Less(t, o.elapsed, reqDeadline+2*time.Second, "%v", o.err)
+}
+
+func attemptNodes(as []system.PlacementAttempt) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.Node
+	}
+	return out
+}
+
+func mustLookup(ctx context.Context, t *testing.T, d *system.Node, name string) system.Handle {
+	t.Helper()
+	h, err := d.System().Lookup(ctx, name)
+	require.NoError(t, err)
+	return h
+}
+
+// useCount is the use count (leases) of value's copy at loc on a node
+// process.
+func useCount(ctx context.Context, t *testing.T, c *procCluster, node, value, loc string) int {
+	t.Helper()
+	r := c.must(ctx, t, node, nodeproc.Command{Op: "inspect", Name: value})
+	for _, m := range r.Materializations {
+		if m.Location == loc {
+			return m.UseCount
+		}
+	}
+	t.Fatalf("%s has no copy of %s at %s: %+v", node, value, loc, r.Materializations)
+	return 0
+}
+
+// waitUsed waits until d's view of the summaries shows, for every node,
+// used bytes at cuda:0 equal to want (the ranking reads these).
+func waitUsed(ctx context.Context, t *testing.T, d *system.Node, want map[string]int64) {
+	t.Helper()
+	got := map[string]int64{}
+	for {
+		sums, err := d.Summaries(ctx)
+		require.NoError(t, err)
+		clear(got)
+		for _, s := range sums {
+			for _, l := range s.Locations {
+				if l.Location == "cuda:0@"+s.Node {
+					got[s.Node] = l.UsedBytes
+				}
+			}
+		}
+		if len(got) == len(want) && fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("cuda:0 used per the summaries: %v, want %v", got, want)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
