@@ -479,12 +479,12 @@ func demoPlace(ctx context.Context, procs map[string]*nodeproc.Proc, say func(st
 			}
 		}
 	}
-	say("node-c asks the cluster to run a request, %q, that needs %q in the cuda:0 of any node (cuda:0@*). "+
+	say("node-c asks the cluster to run a request, %q (work that needs values resident while it runs), that needs %q in the cuda:0 of any node (cuda:0@*). "+
 		"The cluster ranks the nodes from the directory (step 5) and the summaries (step 6), without asking any node for its full state:\n%s\n"+
 		"   Chosen: %s, because %s.\n"+
 		"   %s's own controller checked the request against its budgets and %s; the request uses %s%s. "+
 		"While node-c holds the request, %s keeps a lease on that copy (leases: %d), so it cannot be evicted; then node-c releases it (leases: %d).\n"+
-		"   The evidence as the API returns it (Placement.Why): %s",
+		"   The evidence as the API returns it (Placement.Why; \"tiers [0]\": the request's first choice of locations):\n   %s",
 		request, demoValue, strings.Join(table, "\n"), p.Node, why,
 		p.Node, asked, strings.Join(p.Decision.Enter, ", "), evicted, p.Node, leased, released, p.Why)
 	return 0

@@ -95,14 +95,15 @@ func TestClusterDemo(t *testing.T) {
 			require.True(t, i7 >= 0 && i8 > i7, s)
 			step7 := s[i7:i8]
 			for _, want := range []string{
-				`node-c asks the cluster to run a request, "serve-weights", that needs "weights" in the cuda:0 of any node (cuda:0@*)`,
+				`node-c asks the cluster to run a request, "serve-weights" (work that needs values resident while it runs), that needs "weights" in the cuda:0 of any node (cuda:0@*)`,
 				`1. node-a  has "weights" in cuda:0 already`,
 				`3. node-c  does not have it`,
 				`Chosen: node-a, because "weights" is already in its cuda:0, so nothing has to be copied, although node-c has more free memory`,
 				"admitted it on the first try",
 				"keeps a lease on that copy (leases: 1)",
 				"releases it (leases: 0)",
-				"(Placement.Why): node node-a ranked 1; already resident there: weights at cuda:0@node-a",
+				"(Placement.Why;",
+				"\n   node node-a ranked 1; already resident there: weights at cuda:0@node-a",
 			} {
 				require.Contains(t, step7, want)
 			}
