@@ -13,7 +13,7 @@
 //	go run ./cmd/demo diagnose --error E.json --snapshot S.json --trace T.json
 //	go run ./cmd/demo serve                    # a live page of a runtime at work
 //	go run ./cmd/demo offload                  # a real LLM serving trace through the KV offload pipeline
-//	go run ./cmd/demo cluster-demo             # etcd and three node processes, a crash, in numbered steps
+//	go run ./cmd/demo cluster-demo             # etcd and three node processes: copies, a placement, a crash, in numbered steps
 //	go run ./cmd/demo node --name N ...        # one cluster node as a process (docs/cluster.md)
 //	go run ./cmd/demo help
 //
