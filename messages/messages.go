@@ -325,13 +325,6 @@ type TransferDone struct {
 	Err       error
 }
 
-// WatchEvent asks a value actor to watch a recorded consumer event and
-// report EventDone when it completes.
-type WatchEvent struct {
-	Event    budget.EventID
-	EventKey uint64
-}
-
 // Allocate asks a location actor for a buffer of Bytes for Key. The reply
 // is an Allocated.
 type Allocate struct {
