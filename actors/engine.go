@@ -147,9 +147,11 @@ func Start(cfg Config) (*Engine, error) {
 	// behind it) on its own goroutine, instead of protoactor starting a new
 	// goroutine per burst. The mailbox still serializes every message, so
 	// the ledger stays single-threaded; the hot path (lease acquire and
-	// release) saves a goroutine hand-off each way.
+	// release) saves a goroutine hand-off each way. Its mailbox takes
+	// messages a burst at a time (see callerRunsMailbox).
 	props := actor.PropsFromProducer(func() actor.Actor { return sup },
-		actor.WithDispatcher(actor.NewSynchronizedDispatcher(64)))
+		actor.WithMailbox(callerRunsMailboxProducer),
+		actor.WithDispatcher(actor.NewSynchronizedDispatcher(throughput)))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		eng.abort()

@@ -37,9 +37,10 @@ func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, e
 		return nil, err
 	}
 	sl := s.slots.get()
-	s.root.Send(s.sup, &messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid})
+	sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid}
+	s.root.Send(s.sup, &sl.acquire)
 	s.inflight.Add(-1)
-	r, err := s.await(ctx, sl, s.releaseLate)
+	r, err := s.await(ctx, sl, s.releaseLateFn)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +131,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	sl := s.slots.get()
-	s.root.Send(s.sup, &messages.Release{Lease: l.id, ReplyTo: sl.pid})
+	sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid}
+	s.root.Send(s.sup, &sl.release)
 	s.inflight.Add(-1)
 	r, err := s.await(ctx, sl, nil)
 	if err != nil {
@@ -163,7 +165,7 @@ type Hold struct {
 // Hold takes a hold on h's resident materialization at loc.
 func (s *System) Hold(ctx context.Context, h Handle, loc string) (_ *Hold, err error) {
 	defer func() { s.stats.admission(ctx, opHold, err) }()
-	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLate)
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLateFn)
 	if err != nil {
 		return nil, err
 	}

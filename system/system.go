@@ -199,14 +199,16 @@ type Options struct {
 // still completes or fails inside the runtime (a snapshot shows which), and
 // a lease or hold granted to a caller who stopped waiting is released.
 type System struct {
-	eng       *actors.Engine
-	root      *actor.RootContext
-	sup       *actor.PID
-	slots     slotPool
-	backend   cuda.Backend
-	ownsBack  bool
-	log       zerolog.Logger
-	managerID string
+	eng   *actors.Engine
+	root  *actor.RootContext
+	sup   *actor.PID
+	slots slotPool
+	// releaseLateFn is s.releaseLate, made once: a method value allocates.
+	releaseLateFn func(any)
+	backend       cuda.Backend
+	ownsBack      bool
+	log           zerolog.Logger
+	managerID     string
 
 	closed   atomic.Bool
 	fatal    atomic.Pointer[FatalError]
@@ -283,6 +285,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	}
 	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, ownsBack: owns, log: log, managerID: id}
 	s.slots.reg = eng.System.ProcessRegistry
+	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Int("locations", len(opts.Locations)).Msg("residency started")
 	return s, nil
 }
