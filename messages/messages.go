@@ -77,12 +77,21 @@ type Acquire struct {
 	Handle   budget.Handle
 	Location string
 	ReplyTo  *actor.PID
+	// Reply, if set, is where the supervisor writes its LeaseReply, which
+	// it then sends (this pointer) to ReplyTo: a requester that reuses its
+	// reply storage makes the supervisor allocate nothing for it. The
+	// requester owns it and reads it once the reply has arrived. Nil: a
+	// new LeaseReply.
+	Reply *LeaseReply
 }
 
 // Release releases a lease.
 type Release struct {
 	Lease   budget.LeaseID
 	ReplyTo *actor.PID
+	// Reply, if set, is where the supervisor writes its Reply (see
+	// Acquire.Reply).
+	Reply *Reply
 }
 
 // RecordEvent records a consumer event on a lease. EventKey names the

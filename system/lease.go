@@ -37,14 +37,15 @@ func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, e
 		return nil, err
 	}
 	sl := s.slots.get()
-	sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid}
+	sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply}
 	s.root.Send(s.sup, &sl.acquire)
 	s.inflight.Add(-1)
-	r, err := s.await(ctx, sl, s.releaseLateFn)
+	r, err := s.await(ctx, sl, s.releaseLateFn, true)
 	if err != nil {
 		return nil, err
 	}
-	rep := r.(*messages.LeaseReply)
+	rep := *r.(*messages.LeaseReply) // the slot's own storage: read it before the slot goes back
+	s.slots.put(sl)
 	if rep.Err != nil {
 		return nil, rep.Err
 	}
@@ -131,14 +132,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	sl := s.slots.get()
-	sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid}
+	sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply}
 	s.root.Send(s.sup, &sl.release)
 	s.inflight.Add(-1)
-	r, err := s.await(ctx, sl, nil)
+	r, err := s.await(ctx, sl, nil, true)
 	if err != nil {
 		return err
 	}
-	if e := r.(*messages.Reply).Err; e != nil {
+	e := r.(*messages.Reply).Err // the slot's own storage: read it before the slot goes back
+	s.slots.put(sl)
+	if e != nil {
 		return e
 	}
 	l.released.Store(true)

@@ -33,12 +33,14 @@ type replySlot struct {
 	msg    any          // the reply, published by state slotReplied
 	onLate func(any)    // set before state slotAbandoned
 
-	// The lease hot path's requests, reused with the slot: the supervisor
-	// reads a request before it replies and keeps nothing of it, and a
-	// slot is reused only once its reply has arrived (an abandoned slot
-	// never is).
-	acquire messages.Acquire
-	release messages.Release
+	// The lease hot path's requests and their reply storage, reused with
+	// the slot: the supervisor reads a request and writes its reply before
+	// it sends it and keeps nothing of either; a slot is reused only once
+	// its reply has arrived and been read (an abandoned slot never is).
+	acquire    messages.Acquire
+	release    messages.Release
+	leaseReply messages.LeaseReply
+	reply      messages.Reply
 }
 
 // States of a replySlot.
@@ -136,7 +138,11 @@ func (p *slotPool) drain() {
 // gets ctx.Err() and the reply is handed back as a late one. (A sender
 // that served other callers on its goroutine has already yielded to them
 // in the supervisor's mailbox: see actors.callerRunsMailbox.)
-func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any)) (any, error) {
+//
+// With keep, a reply that arrived leaves the slot with the caller, who
+// puts it back once it has read the reply (a reply in the slot's own
+// storage must not be overwritten by the slot's next user first).
+func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any), keep bool) (any, error) {
 	done := ctx.Done() // nil, never ready, for a context that never ends
 	if done != nil {
 		select {
@@ -153,7 +159,9 @@ func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any)) (a
 		}
 	}
 	m := s.take()
-	p.put(s)
+	if !keep {
+		p.put(s)
+	}
 	return m, nil
 }
 
@@ -169,9 +177,9 @@ func (p *slotPool) giveUp(ctx context.Context, s *replySlot, onLate func(any), f
 		<-s.wake
 	}
 	m := s.take()
-	p.put(s)
 	if onLate != nil {
-		onLate(m)
+		onLate(m) // before the slot (and the reply storage) is reused
 	}
+	p.put(s)
 	return ctx.Err()
 }

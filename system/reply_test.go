@@ -30,7 +30,7 @@ func TestReplySlotDeliversOnceAndIsReused(t *testing.T) {
 	ctx := context.Background()
 	s := p.get()
 	s.SendUserMessage(s.pid, "early")
-	m, err := p.await(ctx, s, nil)
+	m, err := p.await(ctx, s, nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, "early", m)
 	assert.Same(t, s, p.get(), "the slot went back to the pool")
@@ -39,7 +39,7 @@ func TestReplySlotDeliversOnceAndIsReused(t *testing.T) {
 	defer cancel()
 	got := make(chan any, 1)
 	go func() {
-		m, err := p.await(cctx, s, nil)
+		m, err := p.await(cctx, s, nil, false)
 		assert.NoError(t, err)
 		got <- m
 	}()
@@ -65,7 +65,7 @@ func TestReplySlotAbandonedHandsTheReplyToOnLate(t *testing.T) {
 	// Given up before the reply: the slot leaves the registry when the
 	// late reply arrives.
 	s := p.get()
-	_, err := p.await(done, s, onLate)
+	_, err := p.await(done, s, onLate, false)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Empty(t, late)
 	assert.True(t, registered(p, s))
@@ -78,7 +78,7 @@ func TestReplySlotAbandonedHandsTheReplyToOnLate(t *testing.T) {
 	s2 := p.get()
 	require.NotSame(t, s, s2)
 	s2.SendUserMessage(s2.pid, "before")
-	_, err = p.await(done, s2, onLate)
+	_, err = p.await(done, s2, onLate, false)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, []any{"after", "before"}, late)
 
@@ -88,7 +88,7 @@ func TestReplySlotAbandonedHandsTheReplyToOnLate(t *testing.T) {
 		cctx, cancel := context.WithCancel(context.Background())
 		s := p.get()
 		res := make(chan error, 1)
-		go func() { _, err := p.await(cctx, s, onLate); res <- err }()
+		go func() { _, err := p.await(cctx, s, onLate, false); res <- err }()
 		go cancel()
 		s.SendUserMessage(s.pid, "raced")
 		if err := <-res; err == nil {

@@ -323,7 +323,7 @@ func (s *System) callOwned(ctx context.Context, build func(*actor.PID) any, onLa
 	sl := s.slots.get()
 	s.root.Send(s.sup, build(sl.pid))
 	s.inflight.Add(-1)
-	return s.await(ctx, sl, onLate)
+	return s.await(ctx, sl, onLate, false)
 }
 
 // refusal says why a call must not be sent: the runtime stopped on a fatal
@@ -339,13 +339,17 @@ func (s *System) refusal(ctx context.Context) error {
 }
 
 // await waits for the reply in sl. A FatalReply becomes its error (and
-// every later call's).
-func (s *System) await(ctx context.Context, sl *replySlot, onLate func(any)) (any, error) {
-	m, err := s.slots.await(ctx, sl, onLate)
+// every later call's). keep: see slotPool.await (on an error the slot is
+// never left with the caller).
+func (s *System) await(ctx context.Context, sl *replySlot, onLate func(any), keep bool) (any, error) {
+	m, err := s.slots.await(ctx, sl, onLate, keep)
 	if err != nil {
 		return nil, err
 	}
 	if f, ok := m.(*messages.FatalReply); ok {
+		if keep {
+			s.slots.put(sl)
+		}
 		var fe *FatalError
 		if errors.As(f.Err, &fe) {
 			s.fatal.CompareAndSwap(nil, fe)
@@ -613,7 +617,7 @@ func (s *System) Close(ctx context.Context) error {
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
-	r, err := s.await(ctx, sl, nil)
+	r, err := s.await(ctx, sl, nil, false)
 	var fe *FatalError
 	if errors.As(err, &fe) {
 		// The ledger cannot be trusted: nothing to report from it. Stop
