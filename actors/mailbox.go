@@ -52,19 +52,16 @@ func callerRunsMailboxProducer() actor.Mailbox { return &callerRunsMailbox{} }
 // in a long burst (protoactor's dispatcher throughput).
 const throughput = 64
 
-func (m *callerRunsMailbox) PostUserMessage(msg any) {
-	m.mu.Lock()
-	m.user = append(m.user, msg)
-	m.mu.Unlock()
-	m.userN.Add(1)
-	m.schedule()
-}
+func (m *callerRunsMailbox) PostUserMessage(msg any) { m.post(&m.user, &m.userN, msg) }
 
-func (m *callerRunsMailbox) PostSystemMessage(msg any) {
+func (m *callerRunsMailbox) PostSystemMessage(msg any) { m.post(&m.system, &m.systemN, msg) }
+
+// post queues msg (counted in n) and runs the mailbox if it is idle.
+func (m *callerRunsMailbox) post(queue *[]any, n *atomic.Int32, msg any) {
 	m.mu.Lock()
-	m.system = append(m.system, msg)
+	*queue = append(*queue, msg)
 	m.mu.Unlock()
-	m.systemN.Add(1)
+	n.Add(1)
 	m.schedule()
 }
 

@@ -88,19 +88,7 @@ func BenchmarkLeaseUnderSnapshots(b *testing.B) {
 				}()
 			}
 			gc0 := readGC()
-			runPairs(b, 8, func(i int) time.Duration {
-				t0 := time.Now()
-				l, err := s.Acquire(ctx, hs[i%benchValues], "cuda:0")
-				d := time.Since(t0)
-				if err != nil {
-					b.Error(err)
-					return d
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Error(err)
-				}
-				return d
-			})
+			runPairs(b, 8, leasePair(b, s, hs))
 			gc := readGC().since(gc0)
 			close(stop)
 			wg.Wait()
