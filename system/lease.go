@@ -31,15 +31,13 @@ type Lease struct {
 // places: an absent endpoint is an [*UnavailableError].
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
+		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply}
+		return &sl.acquire
+	})
+	if err != nil {
 		return nil, err
 	}
-	sl := s.slots.get()
-	sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply}
-	s.root.Send(s.sup, &sl.acquire)
-	s.inflight.Add(-1)
 	r, err := s.await(ctx, sl, s.releaseLateFn, true)
 	if err != nil {
 		return nil, err
@@ -126,15 +124,13 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 // Release releases the lease. Releasing twice is an [*InvalidInputError].
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
+		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply}
+		return &sl.release
+	})
+	if err != nil {
 		return err
 	}
-	sl := s.slots.get()
-	sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply}
-	s.root.Send(s.sup, &sl.release)
-	s.inflight.Add(-1)
 	r, err := s.await(ctx, sl, nil, true)
 	if err != nil {
 		return err

@@ -210,8 +210,10 @@ type System struct {
 	log           zerolog.Logger
 	managerID     string
 
-	closed   atomic.Bool
-	fatal    atomic.Pointer[FatalError]
+	closed atomic.Bool
+	fatal  atomic.Pointer[FatalError]
+	// inflight counts the callers between their closed check and their
+	// send: Close waits for it to reach zero.
 	inflight atomic.Int64
 	closeMu  sync.Mutex
 	closeErr error
@@ -312,18 +314,31 @@ func (s *System) call(ctx context.Context, build func(*actor.PID) any, onLate fu
 // never sent (closed, stopped, ctx already done), so the caller takes it
 // back. Once sent, the supervisor owns it whether or not we still wait.
 func (s *System) callOwned(ctx context.Context, build func(*actor.PID) any, onLate func(any), onUnsent func()) (any, error) {
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any { return build(sl.pid) })
+	if err != nil {
 		if onUnsent != nil {
 			onUnsent()
 		}
 		return nil, err
 	}
-	sl := s.slots.get()
-	s.root.Send(s.sup, build(sl.pid))
-	s.inflight.Add(-1)
 	return s.await(ctx, sl, onLate, false)
+}
+
+// sendVia sends the request msg builds for a fresh reply slot to the
+// supervisor and returns the slot, unless the call is refused (see
+// refusal): nothing is sent then. Close waits for every caller between
+// its check and its send (the in-flight count) before it sends the
+// shutdown, so a request that passed the check is answered.
+func (s *System) sendVia(ctx context.Context, msg func(*replySlot) any) (*replySlot, error) {
+	s.inflight.Add(1)
+	if err := s.refusal(ctx); err != nil {
+		s.inflight.Add(-1)
+		return nil, err
+	}
+	sl := s.slots.get()
+	s.root.Send(s.sup, msg(sl))
+	s.inflight.Add(-1)
+	return sl, nil
 }
 
 // refusal says why a call must not be sent: the runtime stopped on a fatal
