@@ -6,10 +6,14 @@
 //     out, and commits completion or failure when the outcome comes back.
 //   - One location actor per location allocates and frees buffers through
 //     the device backend, in the order the supervisor committed them.
-//   - One value actor per registered value carries out copies,
-//     reconstruction (running the value's loader into a temporary buffer
-//     at its source location) and initialization, and watches the consumer
-//     events recorded on its leases.
+//   - A value actor per value with transfers in flight carries them out,
+//     one at a time in admission order: copies, reconstruction (running
+//     the value's loader into a temporary buffer at its source location)
+//     and initialization. The supervisor spawns it with the value's first
+//     transfer and stops it when the last one has settled: an idle value
+//     has no actor.
+//   - The supervisor watches each recorded consumer event on a goroutine
+//     of its own until it completes, and then reaps it.
 //
 // Public callers (package system) talk to the supervisor with plain-data
 // messages from package messages and receive exactly one reply per request.
@@ -136,15 +140,18 @@ func Start(cfg Config) (*Engine, error) {
 		}
 		eng.locations[loc] = pid
 	}
-	sup := &supervisor{eng: eng, ledger: led, values: map[uint64]*actor.PID{}, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
+	sup := &supervisor{eng: eng, ledger: led, workers: map[uint64]*valueWorker{}, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
+	sup.valueProps = actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng} })
 	// The supervisor runs on a synchronized dispatcher: a sender whose
 	// message finds the mailbox idle processes it (and whatever queued
 	// behind it) on its own goroutine, instead of protoactor starting a new
 	// goroutine per burst. The mailbox still serializes every message, so
 	// the ledger stays single-threaded; the hot path (lease acquire and
-	// release) saves a goroutine hand-off each way.
+	// release) saves a goroutine hand-off each way. Its mailbox takes
+	// messages a burst at a time (see callerRunsMailbox).
 	props := actor.PropsFromProducer(func() actor.Actor { return sup },
-		actor.WithDispatcher(actor.NewSynchronizedDispatcher(64)))
+		actor.WithMailbox(callerRunsMailboxProducer),
+		actor.WithDispatcher(actor.NewSynchronizedDispatcher(throughput)))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		eng.abort()
@@ -179,8 +186,8 @@ func (e *Engine) StoreLoader(key uint64, ld cuda.Loader) { e.newLoaders.put(key,
 func (e *Engine) DropLoader(key uint64) { e.newLoaders.take(key) }
 
 // StoreEvent parks a device event under key for a RecordEvent message.
-// Once the message is sent the supervisor owns the entry (a value actor
-// watches it, or the supervisor drops it when recording is refused).
+// Once the message is sent the supervisor owns the entry (it watches the
+// event, or drops it when recording is refused).
 func (e *Engine) StoreEvent(key uint64, ev cuda.Event) { e.events.put(key, ev) }
 
 // DropEvent removes a parked event whose RecordEvent was never sent.
@@ -188,10 +195,10 @@ func (e *Engine) DropEvent(key uint64) { e.events.take(key) }
 
 // Parked reports the entries waiting in the hand-over tables: loaders of
 // registrations not yet bound and events not yet watched. A loader leaves
-// the table when the supervisor handles its Register; an event when its
-// value actor handles the WatchEvent that follows a recorded RecordEvent
-// (shortly after the reply), or when recording is refused. Tests check
-// that both return to zero once the runtime is quiet.
+// the table when the supervisor handles its Register; an event when the
+// supervisor handles its RecordEvent (it starts watching it, or drops it
+// when recording is refused). Tests check that both return to zero once
+// the runtime is quiet.
 func (e *Engine) Parked() (loaders, events int) {
 	return e.newLoaders.len(), e.events.len()
 }
@@ -213,9 +220,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 			}
 		}
 		e.cancel()
+		// Value actors stopped lazily may still be terminating; wait for
+		// them so that stopping the supervisor does not send them a second
+		// Stop (a dead letter).
+		_, _ = e.root.RequestFuture(e.Supervisor, &awaitQuiet{}, e.allocTimeout+30*time.Second).Result()
 		// Stop the supervisor and its children (the value actors) before
-		// waiting for the event watchers: a value actor starts a watcher
-		// (watchers.Add) when it handles a WatchEvent, which must not run
+		// waiting for the event watchers: the supervisor starts a watcher
+		// (watchers.Add) when it records an event, which must not run
 		// concurrently with watchers.Wait.
 		_ = e.root.StopFuture(e.Supervisor).Wait()
 		e.watchers.Wait()

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -118,10 +120,25 @@ func startEngine(t *testing.T, opts ...option) *harness {
 	}
 	eng, err := Start(cfg)
 	require.NoError(t, err)
+	// No message may be lost on the way: a dead letter is a message sent
+	// to an actor that is gone (for instance a second Stop to a value
+	// actor already stopped).
+	var deadMu sync.Mutex
+	var dead []string
+	eng.System.EventStream.Subscribe(func(e any) {
+		if d, ok := e.(*actor.DeadLetterEvent); ok {
+			deadMu.Lock()
+			dead = append(dead, fmt.Sprintf("%T to %s", d.Message, d.PID))
+			deadMu.Unlock()
+		}
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
 		_ = eng.Stop(ctx)
+		deadMu.Lock()
+		defer deadMu.Unlock()
+		assert.Empty(t, dead, "dead letters")
 	})
 	return &harness{t: t, eng: eng, be: be}
 }

@@ -22,7 +22,7 @@ const (
 
 type pendingOp struct {
 	kind    pendingKind
-	request string // kind of the request whose caller waits (see handling)
+	request any // the request whose caller waits (see handling)
 	replyTo *actor.PID
 	handle  budget.Handle
 	run     *runState
@@ -41,22 +41,38 @@ type runState struct {
 // is one atomic copy. It never blocks: effects go to location and value
 // actors, whose outcomes come back as messages.
 //
+// A value has a value actor only while it has transfers in flight: the
+// supervisor spawns it with the value's first transfer and stops it once
+// the last one has settled, so an idle value costs no actor (a million
+// resident values are a million ledger records, not a million actors).
+// A value's transfers all go to its one actor, which carries them out one
+// at a time, in the order they were admitted.
+//
 // It is also the supervision strategy of its children (the value actors):
 // a value actor that panics while carrying out a transfer has that
-// transfer failed in the ledger, its buffers freed, and is restarted.
+// transfer failed in the ledger, its buffers freed, and is restarted if
+// it has more transfers queued (stopped otherwise).
 type supervisor struct {
-	eng     *Engine
-	ledger  *budget.Ledger
-	values  map[uint64]*actor.PID // the value actors of live values, by handle id
-	pending map[budget.AdmissionID]*pendingOp
-	reapers map[budget.EventID][]*actor.PID
-	closing *actor.PID // Shutdown requester, waiting for transfers to settle
-	closed  bool
-	// handling is the kind of the request being answered: the message in
-	// hand, or, while a transfer settles, the request that admitted it (so
+	eng        *Engine
+	ledger     *budget.Ledger
+	self       actor.Context           // the supervisor's own context (spawns value actors)
+	valueProps *actor.Props            // every value actor's props
+	workers    map[uint64]*valueWorker // value actors of values with transfers in flight, by handle id
+	// stopping counts the value actors told to stop whose Terminated has
+	// not come back yet; quiet waits for it to reach zero (see
+	// awaitQuiet).
+	stopping int
+	quiet    []*actor.PID
+	pending  map[budget.AdmissionID]*pendingOp
+	reapers  map[budget.EventID][]*actor.PID
+	closing  *actor.PID // Shutdown requester, waiting for transfers to settle
+	closed   bool
+	// handling is the request being answered: the message in hand, or,
+	// while a transfer settles, the request that admitted it (so
 	// Hooks.AfterLedger and a FatalError name the caller's request, never
-	// "TransferDone"). hooked: AfterLedger already ran for it.
-	handling string
+	// "TransferDone"). Its kind is named only when needed (requestKind
+	// formats: never on the hot path). hooked: AfterLedger already ran.
+	handling any
 	hooked   bool
 	fatal    *FatalError // set once the supervisor stopped the runtime
 }
@@ -66,7 +82,18 @@ type supervisor struct {
 // runtime that carries on, nor a caller without a reply: the supervisor
 // recovers it and stops the runtime (see stopFatal).
 func (s *supervisor) Receive(ctx actor.Context) {
+	s.self = ctx
 	msg := ctx.Message()
+	switch msg.(type) { // the actors' own bookkeeping, even after a fatal stop
+	case *actor.Terminated:
+		s.stopping--
+		s.answerQuiet()
+		return
+	case *awaitQuiet:
+		s.quiet = append(s.quiet, ctx.Sender())
+		s.answerQuiet()
+		return
+	}
 	if s.fatal != nil {
 		s.refuse(msg)
 		return
@@ -76,18 +103,33 @@ func (s *supervisor) Receive(ctx actor.Context) {
 			s.stopFatal(msg, r, debug.Stack())
 		}
 	}()
-	s.handling, s.hooked = requestKind(msg), false
+	s.handling, s.hooked = msg, false
 	s.receive(ctx, msg)
+	s.handling = nil // keep no message (nor its data) alive past its handling
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *messages.Acquire:
+		// The lease hot path allocates nothing here when the requester
+		// brings its reply storage: an allocation in the serialized
+		// section can be drafted into a garbage-collection assist, which
+		// would hold up every caller queued behind it.
 		id, err := s.ledger.Acquire(m.Handle, m.Location)
-		s.reply(m.ReplyTo, &messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()})
+		rep := m.Reply
+		if rep == nil {
+			rep = &messages.LeaseReply{}
+		}
+		*rep = messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()}
+		s.reply(m.ReplyTo, rep)
 	case *messages.Release:
 		err := s.ledger.Release(m.Lease)
-		s.reply(m.ReplyTo, &messages.Reply{Err: err, Version: s.ledger.Version()})
+		rep := m.Reply
+		if rep == nil {
+			rep = &messages.Reply{}
+		}
+		*rep = messages.Reply{Err: err, Version: s.ledger.Version()}
+		s.reply(m.ReplyTo, rep)
 	case *messages.Register:
 		s.register(ctx, m)
 	case *messages.Transition:
@@ -157,9 +199,9 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 }
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
-	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != "" {
+	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != nil {
 		s.hooked = true // once per request
-		h(s.handling)
+		h(requestKind(s.handling))
 	}
 	if to != nil {
 		s.eng.root.Send(to, msg)
@@ -190,10 +232,11 @@ func (s *supervisor) replyRun(rs *runState, rep *messages.RunReply) {
 // reap or the shutdown, and every later caller receive the same
 // [*FatalError]. Close still frees every physical buffer (Engine.Stop).
 func (s *supervisor) stopFatal(msg, reason any, stack []byte) {
-	kind := s.handling
-	if kind == "" {
-		kind = requestKind(actor.UnwrapEnvelopeMessage(msg))
+	req := s.handling
+	if req == nil {
+		req = actor.UnwrapEnvelopeMessage(msg)
 	}
+	kind := requestKind(req)
 	s.fatal = &FatalError{Reason: fmt.Sprint(reason), Message: kind, Version: s.ledger.Version(), Stack: string(stack)}
 	s.eng.log.Error().Str("reason", s.fatal.Reason).Str("message", s.fatal.Message).Uint64("state_version", s.fatal.Version).Str("stack", s.fatal.Stack).Msg("supervisor panicked; runtime stopped (every caller receives the fatal error)")
 	s.refuse(msg)
@@ -246,8 +289,62 @@ func (s *supervisor) dispatch(effects []budget.Effect, adm budget.AdmissionID, d
 			s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
 			continue
 		}
-		s.eng.root.Send(s.values[e.Handle.ID], &messages.DoTransfer{Admission: adm, Effect: e, Data: data})
+		s.sendTransfer(&messages.DoTransfer{Admission: adm, Effect: e, Data: data})
 	}
+}
+
+// valueWorker is the value actor of a value with transfers in flight.
+type valueWorker struct {
+	pid      *actor.PID
+	inflight int // transfers sent to it and not yet settled
+}
+
+// sendTransfer sends a transfer to its value's actor, spawning the actor
+// if the value has none (no transfer in flight).
+func (s *supervisor) sendTransfer(t *messages.DoTransfer) {
+	id := t.Effect.Handle.ID
+	w := s.workers[id]
+	if w == nil {
+		w = &valueWorker{pid: s.self.Spawn(s.valueProps)}
+		s.workers[id] = w
+	}
+	w.inflight++
+	s.eng.root.Send(w.pid, t)
+}
+
+// transferSettled counts one of value id's transfers settled (completed
+// or failed in the ledger) and stops its actor once none is left: the
+// actor has sent its outcome, its last act for that transfer, and nothing
+// else is queued to it.
+func (s *supervisor) transferSettled(id uint64) {
+	w := s.workers[id]
+	if w == nil {
+		return
+	}
+	if w.inflight--; w.inflight > 0 {
+		return
+	}
+	delete(s.workers, id)
+	s.stopping++
+	s.eng.root.Stop(w.pid)
+}
+
+// awaitQuiet asks the supervisor to answer once every value actor it
+// stopped is gone (Engine.Stop: stopping the supervisor then sends no
+// Stop to a child that is already terminating, which protoactor would
+// report as a dead letter).
+type awaitQuiet struct{}
+
+type quietReply struct{}
+
+func (s *supervisor) answerQuiet() {
+	if s.stopping > 0 {
+		return
+	}
+	for _, to := range s.quiet {
+		s.send(to, &quietReply{})
+	}
+	s.quiet = nil
 }
 
 func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
@@ -277,9 +374,6 @@ func (s *supervisor) register(ctx actor.Context, m *messages.Register) {
 	if ld != nil {
 		s.eng.loaders.put(h.ID, ld)
 	}
-	eng, hd := s.eng, h
-	pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng, handle: hd} }))
-	s.values[h.ID] = pid
 	if !adm.Pending {
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Version: s.ledger.Version()})
 		return
@@ -366,6 +460,9 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 		s.replyRun(op.run, &messages.RunReply{Err: err})
 	}
 	delete(s.pending, id)
+	// Settled after the reply and any next step of a run: a next transfer
+	// of the same value goes to the same actor instead of a new one.
+	s.transferSettled(op.effect.Handle.ID)
 	s.maybeFinishShutdown()
 }
 
@@ -445,12 +542,31 @@ func (s *supervisor) exitScope(m *messages.ExitScope) {
 func (s *supervisor) recordEvent(m *messages.RecordEvent) {
 	id, err := s.ledger.RecordEvent(m.Lease)
 	if err == nil {
-		h, _, _ := s.ledger.LeaseEndpoint(m.Lease)
-		s.eng.root.Send(s.values[h.ID], &messages.WatchEvent{Event: id, EventKey: m.EventKey})
+		s.watch(id, m.EventKey)
 	} else {
 		s.eng.events.take(m.EventKey)
 	}
 	s.reply(m.ReplyTo, &messages.EventReply{Event: id, Err: err, Version: s.ledger.Version()})
+}
+
+// watch waits, on a goroutine of its own, for the device event parked
+// under key (recorded as event id) and reports its completion to the
+// supervisor, which reaps it. Engine.Stop cancels the wait.
+func (s *supervisor) watch(id budget.EventID, key uint64) {
+	ev, ok := s.eng.events.take(key)
+	if !ok {
+		return
+	}
+	eng := s.eng
+	eng.watchers.Add(1)
+	go func() {
+		defer eng.watchers.Done()
+		select {
+		case <-ev.Done():
+			eng.root.Send(eng.Supervisor, &messages.EventDone{Event: id})
+		case <-eng.ctx.Done():
+		}
+	}()
 }
 
 func (s *supervisor) eventDone(m *messages.EventDone) {
@@ -491,7 +607,8 @@ func (s *supervisor) maybeFinishShutdown() {
 // children. It runs on the supervisor's own mailbox goroutine (as a system
 // message), so it may touch the ledger. A value actor that crashed in the
 // middle of a transfer has that transfer failed (never completed), the
-// buffers it may have allocated freed, and is restarted.
+// buffers it may have allocated freed, and is restarted for the value's
+// next transfers queued to it, or stopped when there are none.
 func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
 	msg := actor.UnwrapEnvelopeMessage(message)
 	s.eng.log.Error().Str("actor", child.String()).Interface("reason", reason).Msg("actor crashed; restarting it")
@@ -507,25 +624,22 @@ func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 			s.eng.root.Send(s.eng.locations[e.TempAt], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: t.Admission}})
 		}
 		s.transferDone(t.Admission, &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)})
-		if s.values[e.Handle.ID] == nil {
-			return // the value was retired (a failed registration): its actor is stopping
+		if w := s.workers[e.Handle.ID]; w == nil || !w.pid.Equal(child) {
+			return // no transfer of the value left: its actor is stopping
 		}
 	}
 	sup.RestartChildren(child)
 }
 
 // retire forgets a retired value (discarded, or whose registration
-// failed): its loader is dropped and its value actor stopped, so nothing
-// of it stays in the runtime; its handle keeps answering Unavailable
-// (discarded) from the ledger alone. Nothing can still be addressed to
-// the actor: the ledger retires a value only once it has no transfer in
-// flight and no pending event (so no watcher) left.
+// failed): its loader is dropped, so nothing of it stays in the runtime;
+// its handle keeps answering Unavailable (discarded) from the ledger
+// alone. It has no value actor left once its last transfer settles (the
+// ledger retires a value only once it has no transfer in flight and no
+// pending event, so no watcher, left; a failed registration's actor stops
+// as that failure settles).
 func (s *supervisor) retire(id uint64) {
 	s.eng.loaders.take(id)
-	if pid := s.values[id]; pid != nil {
-		delete(s.values, id)
-		s.eng.root.Stop(pid)
-	}
 }
 
 // FatalError: the supervisor panicked while handling a message (a ledger

@@ -379,7 +379,7 @@ func TestSupervisorRecordedEventIsWatchedAndReaped(t *testing.T) {
 
 	loaders, events := h.eng.Parked()
 	assert.Zero(t, loaders)
-	assert.Zero(t, events, "the value actor took the event to watch it")
+	assert.Zero(t, events, "the supervisor took the event to watch it")
 	snap = h.snapshot()
 	vr, _ = snap.Value("w")
 	assert.Zero(t, vr.Materializations[0].PendingEventCount, "the event is reaped")
@@ -553,10 +553,11 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 	h.eng.StoreEvent(ke2, newTestEvent())
 	rep, _ = h.ask(func(to *actor.PID) any { return &messages.RecordEvent{Lease: lease, EventKey: ke2, ReplyTo: to} })
 	require.IsType(t, &messages.FatalReply{}, rep)
-	loaders, _ := h.eng.Parked()
+	loaders, events := h.eng.Parked()
 	assert.Zero(t, loaders)
-	// (The event recorded before the stop is taken by its value actor
-	// asynchronously; the refused one is gone when the refusal arrives.)
+	// The event recorded before the stop was taken by the supervisor when
+	// it recorded it; the refused one is gone when the refusal arrives.
+	assert.Zero(t, events)
 	_, parked := h.eng.events.get(ke2)
 	assert.False(t, parked, "the refused RecordEvent's event is dropped")
 

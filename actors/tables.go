@@ -2,7 +2,9 @@ package actors
 
 import (
 	"sync"
+	"sync/atomic"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/messages"
 )
@@ -10,55 +12,137 @@ import (
 // BufferTable maps buffer keys to the physical buffers that location
 // actors allocated. Location actors are its only writers; value actors and
 // the public API read it. Safe for concurrent use.
+//
+// It holds one entry per materialization, so its size per entry counts at
+// a million values: the table keeps one shard per location (a location
+// appears in no entry), whose materializations are keyed by value id
+// alone and whose temporaries (a few, while reconstructions run) by value
+// id and admission. Each shard has its own lock.
 type BufferTable struct {
-	mu   sync.RWMutex
-	bufs map[messages.BufferKey]cuda.Buffer
+	// shards is copy-on-write: a location's shard is added once, on its
+	// first buffer, by copying the map under mu; readers load it without
+	// locking.
+	shards atomic.Pointer[map[string]*bufferShard]
+	mu     sync.Mutex
+}
+
+type bufferShard struct {
+	mu    sync.RWMutex
+	bufs  map[uint64]cuda.Buffer  // materializations, by value id
+	temps map[tempKey]cuda.Buffer // temporaries
+}
+
+type tempKey struct {
+	value     uint64
+	admission budget.AdmissionID
 }
 
 func newBufferTable() *BufferTable {
-	return &BufferTable{bufs: map[messages.BufferKey]cuda.Buffer{}}
+	t := &BufferTable{}
+	m := map[string]*bufferShard{}
+	t.shards.Store(&m)
+	return t
+}
+
+// shard returns key's location shard; create adds it when missing.
+func (t *BufferTable) shard(loc string, create bool) *bufferShard {
+	if sh := (*t.shards.Load())[loc]; sh != nil || !create {
+		return sh
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.shards.Load()
+	if sh := old[loc]; sh != nil {
+		return sh
+	}
+	m := make(map[string]*bufferShard, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	sh := &bufferShard{bufs: map[uint64]cuda.Buffer{}, temps: map[tempKey]cuda.Buffer{}}
+	m[loc] = sh
+	t.shards.Store(&m)
+	return sh
 }
 
 // Get returns the buffer of key.
 func (t *BufferTable) Get(key messages.BufferKey) (cuda.Buffer, bool) {
-	t.mu.RLock()
-	b, ok := t.bufs[key]
-	t.mu.RUnlock()
+	sh := t.shard(key.Location, false)
+	if sh == nil {
+		return nil, false
+	}
+	sh.mu.RLock()
+	var b cuda.Buffer
+	var ok bool
+	if key.Temporary == 0 {
+		b, ok = sh.bufs[key.Value]
+	} else {
+		b, ok = sh.temps[tempKey{key.Value, key.Temporary}]
+	}
+	sh.mu.RUnlock()
 	return b, ok
 }
 
 func (t *BufferTable) put(key messages.BufferKey, b cuda.Buffer) {
-	t.mu.Lock()
-	t.bufs[key] = b
-	t.mu.Unlock()
+	sh := t.shard(key.Location, true)
+	sh.mu.Lock()
+	if key.Temporary == 0 {
+		sh.bufs[key.Value] = b
+	} else {
+		sh.temps[tempKey{key.Value, key.Temporary}] = b
+	}
+	sh.mu.Unlock()
 }
 
 func (t *BufferTable) take(key messages.BufferKey) (cuda.Buffer, bool) {
-	t.mu.Lock()
-	b, ok := t.bufs[key]
-	delete(t.bufs, key)
-	t.mu.Unlock()
+	sh := t.shard(key.Location, false)
+	if sh == nil {
+		return nil, false
+	}
+	sh.mu.Lock()
+	var b cuda.Buffer
+	var ok bool
+	if key.Temporary == 0 {
+		b, ok = sh.bufs[key.Value]
+		delete(sh.bufs, key.Value)
+	} else {
+		k := tempKey{key.Value, key.Temporary}
+		b, ok = sh.temps[k]
+		delete(sh.temps, k)
+	}
+	sh.mu.Unlock()
 	return b, ok
 }
 
 // Len returns the number of live buffers.
 func (t *BufferTable) Len() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.bufs)
+	n := 0
+	for _, sh := range *t.shards.Load() {
+		sh.mu.RLock()
+		n += len(sh.bufs) + len(sh.temps)
+		sh.mu.RUnlock()
+	}
+	return n
 }
 
 // freeAll frees every buffer still in the table through backend and
 // returns how many there were.
 func (t *BufferTable) freeAll(backend cuda.Backend) int {
-	t.mu.Lock()
-	bufs := t.bufs
-	t.bufs = map[messages.BufferKey]cuda.Buffer{}
-	t.mu.Unlock()
-	for _, b := range bufs {
-		_ = backend.Free(b)
+	n := 0
+	for _, sh := range *t.shards.Load() {
+		sh.mu.Lock()
+		bufs, temps := sh.bufs, sh.temps
+		sh.bufs, sh.temps = map[uint64]cuda.Buffer{}, map[tempKey]cuda.Buffer{}
+		sh.mu.Unlock()
+		for _, b := range bufs {
+			_ = backend.Free(b)
+		}
+		for _, b := range temps {
+			_ = backend.Free(b)
+		}
+		n += len(bufs) + len(temps)
 	}
-	return len(bufs)
+	return n
 }
 
 // registry is a concurrency-safe map from keys to objects that cannot

@@ -12,12 +12,13 @@ import (
 )
 
 // valueActor carries out the transfers of one value (initialization,
-// copies, reconstruction through the value's loader) and watches the
-// consumer events recorded on its leases. It holds no accounting: it only
-// does what the supervisor admitted and reports the outcome.
+// copies, reconstruction through the value's loader), one at a time in
+// the order the supervisor admitted them. The supervisor spawns it with
+// the value's first transfer in flight and stops it when the last one has
+// settled. It holds no accounting: it only does what the supervisor
+// admitted and reports the outcome.
 type valueActor struct {
-	eng    *Engine
-	handle budget.Handle
+	eng *Engine
 }
 
 func (a *valueActor) Receive(ctx actor.Context) {
@@ -28,8 +29,6 @@ func (a *valueActor) Receive(ctx actor.Context) {
 		}
 		err := a.transfer(ctx, m)
 		ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
-	case *messages.WatchEvent:
-		a.watch(m)
 	}
 }
 
@@ -112,23 +111,4 @@ func (a *valueActor) copy(ctx context.Context, dst, src cuda.Buffer) error {
 		return err
 	}
 	return ev.Err()
-}
-
-// watch waits (on its own goroutine, so the actor stays responsive) for a
-// recorded consumer event and reports its completion to the supervisor,
-// which reaps it.
-func (a *valueActor) watch(m *messages.WatchEvent) {
-	ev, ok := a.eng.events.take(m.EventKey)
-	if !ok {
-		return
-	}
-	a.eng.watchers.Add(1)
-	go func() {
-		defer a.eng.watchers.Done()
-		select {
-		case <-ev.Done():
-			a.eng.root.Send(a.eng.Supervisor, &messages.EventDone{Event: m.Event})
-		case <-a.eng.ctx.Done():
-		}
-	}()
 }

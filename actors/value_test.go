@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,7 +213,7 @@ func TestValueWithASourceButNoLoaderIsRefused(t *testing.T) {
 	assert.Zero(t, h.locRecord(locGPU0).UsedBytes)
 }
 
-func TestValueActorCrashFailsTheTransferAndRestarts(t *testing.T) {
+func TestValueActorCrashFailsTheTransfer(t *testing.T) {
 	var armed atomic.Bool
 	h := startEngine(t, withHooks(Hooks{PanicOnTransfer: func(e budget.Effect) bool {
 		return e.Location == locGPU0 && armed.CompareAndSwap(true, false)
@@ -239,8 +240,10 @@ func TestValueActorCrashFailsTheTransferAndRestarts(t *testing.T) {
 	_, ok := h.eng.Buffers.Get(messages.BufferKey{Value: hd.ID, Location: locGPU0})
 	assert.False(t, ok)
 	assert.Zero(t, h.used(locGPU0))
+	h.quiet()
+	assert.Zero(t, valueActors(h), "nothing else queued: the crashed actor is stopped, not restarted")
 
-	// The restarted actor carries out the next transfer.
+	// A new actor carries out the next transfer.
 	require.NoError(t, h.transition(messages.Place, hd, "", locGPU0).Err)
 	assert.Equal(t, data, h.read(hd, locGPU0))
 }
@@ -286,4 +289,74 @@ func TestValueActorCrashDuringAPlanReleasesTheTemporaryCharge(t *testing.T) {
 	r, _ = h.ask(func(to *actor.PID) any { return &messages.Execute{Plan: plan, ReplyTo: to} })
 	require.NoError(t, r.(*messages.RunReply).Err)
 	assert.Equal(t, testPattern(3, 100), h.read(rep.Handle, locGPU0))
+}
+
+// valueActors counts the value actors alive: the supervisor's children in
+// the process registry.
+func valueActors(h *harness) int {
+	n := 0
+	for _, m := range h.eng.System.ProcessRegistry.LocalPIDs.LocalPIDs {
+		for _, id := range m.Keys() {
+			if strings.HasPrefix(id, "supervisor/") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// quiet waits until every value actor the supervisor stopped is gone.
+func (h *harness) quiet() {
+	h.t.Helper()
+	_, err := h.eng.root.RequestFuture(h.eng.Supervisor, &awaitQuiet{}, waitFor).Result()
+	require.NoError(h.t, err)
+}
+
+// A value has a value actor only while it has transfers in flight, and
+// all its transfers go to that one actor, one at a time: a transfer
+// queued behind a running one starts only after it; a crash restarts the
+// actor for the transfer still queued; once the last settles the actor is
+// gone.
+func TestValueActorLivesWhileItsValueHasTransfersInFlight(t *testing.T) {
+	var log effectLog
+	h := startEngine(t, withHooks(Hooks{PanicOnTransfer: func(e budget.Effect) bool {
+		log.hook(e)
+		return e.Location == locGPU1 // the second transfer below crashes its actor
+	}}))
+	a := h.mustRegister(budget.ValueSpec{Name: "a", Bytes: 64, At: locHost}, testPattern(1, 64))
+	started, release := make(chan struct{}, 3), make(chan struct{})
+	k := nextTestKey()
+	h.eng.StoreLoader(k, gatedLoader(2, started, release))
+	rep := h.register(budget.ValueSpec{Name: "s", Bytes: 64, Mode: budget.Replicable, Source: locHost}, nil, k)
+	require.NoError(t, rep.Err)
+	s := rep.Handle
+	h.quiet()
+	assert.Zero(t, valueActors(h), "idle values (one initialized, one with a source) have no actor")
+	assert.Equal(t, testPattern(1, 64), h.read(a, locHost))
+
+	// Three transfers of s: to cuda:0 (its loader waits), to cuda:1 (its
+	// actor panics as it starts), to the host.
+	toGPU0, toGPU1, toHost := h.box(), h.box(), h.box()
+	h.send(&messages.Transition{Kind: messages.Place, Handle: s, To: locGPU0, ReplyTo: toGPU0.pid})
+	<-started
+	h.send(&messages.Transition{Kind: messages.Place, Handle: s, To: locGPU1, ReplyTo: toGPU1.pid})
+	h.send(&messages.Transition{Kind: messages.Place, Handle: s, To: locHost, ReplyTo: toHost.pid})
+	h.version() // the supervisor has admitted all three
+	assert.Equal(t, 1, valueActors(h), "one actor for the value's three transfers")
+	assert.Len(t, log.all(), 2, "the transfers queued behind the running one have not started") // a's and the first
+
+	close(release)
+	require.NoError(t, toGPU0.next(t).(*messages.RunReply).Err)
+	var crash *ActorCrashError
+	require.ErrorAs(t, toGPU1.next(t).(*messages.RunReply).Err, &crash)
+	require.NoError(t, toHost.next(t).(*messages.RunReply).Err, "the restarted actor carried out the transfer queued behind the crash")
+	effects := log.all()
+	require.Len(t, effects, 4)
+	for i, loc := range []string{locHost, locGPU0, locGPU1, locHost} {
+		assert.Equal(t, loc, effects[i].Location, "transfer %d, in admission order", i)
+	}
+	assert.Equal(t, testPattern(2, 64), h.read(s, locGPU0))
+	assert.Equal(t, testPattern(2, 64), h.read(s, locHost))
+	h.quiet()
+	assert.Zero(t, valueActors(h), "no transfer in flight: no value actor")
 }

@@ -77,12 +77,21 @@ type Acquire struct {
 	Handle   budget.Handle
 	Location string
 	ReplyTo  *actor.PID
+	// Reply, if set, is where the supervisor writes its LeaseReply, which
+	// it then sends (this pointer) to ReplyTo: a requester that reuses its
+	// reply storage makes the supervisor allocate nothing for it. The
+	// requester owns it and reads it once the reply has arrived. Nil: a
+	// new LeaseReply.
+	Reply *LeaseReply
 }
 
 // Release releases a lease.
 type Release struct {
 	Lease   budget.LeaseID
 	ReplyTo *actor.PID
+	// Reply, if set, is where the supervisor writes its Reply (see
+	// Acquire.Reply).
+	Reply *Reply
 }
 
 // RecordEvent records a consumer event on a lease. EventKey names the
@@ -323,13 +332,6 @@ type DoTransfer struct {
 type TransferDone struct {
 	Admission budget.AdmissionID
 	Err       error
-}
-
-// WatchEvent asks a value actor to watch a recorded consumer event and
-// report EventDone when it completes.
-type WatchEvent struct {
-	Event    budget.EventID
-	EventKey uint64
 }
 
 // Allocate asks a location actor for a buffer of Bytes for Key. The reply

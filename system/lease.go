@@ -31,19 +31,19 @@ type Lease struct {
 // places: an absent endpoint is an [*UnavailableError].
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
-		return nil, err
-	}
-	sl := s.slots.get()
-	s.root.Send(s.sup, &messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid})
-	s.inflight.Add(-1)
-	r, err := s.await(ctx, sl, s.releaseLate)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
+		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply}
+		return &sl.acquire
+	})
 	if err != nil {
 		return nil, err
 	}
-	rep := r.(*messages.LeaseReply)
+	r, err := s.await(ctx, sl, s.releaseLateFn, true)
+	if err != nil {
+		return nil, err
+	}
+	rep := *r.(*messages.LeaseReply) // the slot's own storage: read it before the slot goes back
+	s.slots.put(sl)
 	if rep.Err != nil {
 		return nil, rep.Err
 	}
@@ -124,19 +124,20 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 // Release releases the lease. Releasing twice is an [*InvalidInputError].
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
-		return err
-	}
-	sl := s.slots.get()
-	s.root.Send(s.sup, &messages.Release{Lease: l.id, ReplyTo: sl.pid})
-	s.inflight.Add(-1)
-	r, err := s.await(ctx, sl, nil)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
+		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply}
+		return &sl.release
+	})
 	if err != nil {
 		return err
 	}
-	if e := r.(*messages.Reply).Err; e != nil {
+	r, err := s.await(ctx, sl, nil, true)
+	if err != nil {
+		return err
+	}
+	e := r.(*messages.Reply).Err // the slot's own storage: read it before the slot goes back
+	s.slots.put(sl)
+	if e != nil {
 		return e
 	}
 	l.released.Store(true)
@@ -163,7 +164,7 @@ type Hold struct {
 // Hold takes a hold on h's resident materialization at loc.
 func (s *System) Hold(ctx context.Context, h Handle, loc string) (_ *Hold, err error) {
 	defer func() { s.stats.admission(ctx, opHold, err) }()
-	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLate)
+	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Hold{Handle: h, Location: loc, ReplyTo: p} }, s.releaseLateFn)
 	if err != nil {
 		return nil, err
 	}

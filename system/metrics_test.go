@@ -136,7 +136,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	hold, err := sys.Hold(ctx, b, "cuda:0")         //
 	must(err)                                       //
 	ev := system.NewManualEvent()                   //
-	_, err = lease.RecordEvent(ctx, ev)             // a stays protected by the event
+	evID, err := lease.RecordEvent(ctx, ev)         // a stays protected by the event
 	must(err)                                       //
 	must(lease.Release(ctx))                        //
 	must(sys.Reserve(ctx, "pinned-host", "kv", 100<<10))
@@ -295,6 +295,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	// same counters, and the shutdown's transitions counted too.
 	must(hold.Release(ctx))
 	ev.Complete()
+	must(sys.WaitReaped(ctx, evID)) // reaped (asynchronously) before Close
 	must(cache.Close(ctx))
 	closed = true
 	must(sys.Close(ctx))

@@ -2,69 +2,91 @@ package system
 
 import (
 	"context"
-	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/messages"
 )
 
 // replySlot is a reusable reply address: a protoactor Process registered
-// once in the process registry whose messages land in a one-element
-// channel. A request carries the slot's PID as ReplyTo; the caller waits
-// on the channel with its context. This costs one channel hand-off instead
-// of a future (timer, allocations) per call.
+// once in the process registry. A request carries the slot's PID as
+// ReplyTo; the reply is stored in the slot and published by its state, so
+// a caller whose reply is already there when its send returns (the
+// supervisor runs on its senders' goroutines: often its own) takes it
+// without any channel operation or lock. A caller that must wait parks on
+// the slot's wake channel, which the reply then signals. This costs no
+// future (timer, allocations) per call.
 //
 // A caller that gives up (context done) abandons the slot: the late reply
 // is then passed to onLate (to release a lease or hold nobody will use)
-// and the slot is removed from the registry instead of being reused.
+// and the slot is removed from the registry instead of being reused. The
+// slot's state decides, by compare-and-swap, whether the reply or the
+// abandonment came first, so the reply is handed over exactly once.
 type replySlot struct {
-	pid *actor.PID
-	ch  chan any
-	reg *actor.ProcessRegistryValue
+	pid  *actor.PID
+	reg  *actor.ProcessRegistryValue
+	wake chan struct{} // one element: wakes a parked caller
 
-	mu        sync.Mutex
-	abandoned bool
-	onLate    func(any)
+	state  atomic.Int32 // slotWaiting, slotReplied, slotParked, slotAbandoned
+	msg    any          // the reply, published by state slotReplied
+	onLate func(any)    // set before state slotAbandoned
+
+	// The lease hot path's requests and their reply storage, reused with
+	// the slot: the supervisor reads a request and writes its reply before
+	// it sends it and keeps nothing of either; a slot is reused only once
+	// its reply has arrived and been read (an abandoned slot never is).
+	acquire    messages.Acquire
+	release    messages.Release
+	leaseReply messages.LeaseReply
+	reply      messages.Reply
 }
+
+// States of a replySlot.
+const (
+	slotWaiting   int32 = iota // no reply yet, the caller not parked
+	slotReplied                // the reply is in msg
+	slotParked                 // no reply yet, the caller parked on wake
+	slotAbandoned              // the caller left: the reply goes to onLate
+)
 
 func (s *replySlot) SendUserMessage(_ *actor.PID, m any) {
 	m = actor.UnwrapEnvelopeMessage(m)
-	s.mu.Lock()
-	if s.abandoned {
-		f := s.onLate
-		s.mu.Unlock()
-		s.reg.Remove(s.pid)
-		if f != nil {
-			f(m)
+	for {
+		switch st := s.state.Load(); st {
+		case slotWaiting, slotParked:
+			s.msg = m
+			if s.state.CompareAndSwap(st, slotReplied) {
+				if st == slotParked {
+					s.wake <- struct{}{}
+				}
+				return
+			}
+		case slotAbandoned:
+			s.reg.Remove(s.pid)
+			if s.onLate != nil {
+				s.onLate(m)
+			}
+			return
+		default:
+			// Exactly one reply per request: a second one would be a
+			// runtime bug. Never block (or crash) the supervisor on it;
+			// drop it.
+			return
 		}
-		return
 	}
-	select {
-	case s.ch <- m:
-	default:
-		// Exactly one reply per request: a second one would be a runtime
-		// bug. Never block (or crash) the supervisor on it; drop it.
-	}
-	s.mu.Unlock()
 }
 
 func (s *replySlot) SendSystemMessage(*actor.PID, any) {}
 func (s *replySlot) Stop(*actor.PID)                   {}
 
-func (s *replySlot) abandon(onLate func(any)) {
-	s.mu.Lock()
-	s.abandoned = true
-	s.onLate = onLate
-	select {
-	case m := <-s.ch:
-		s.mu.Unlock()
-		s.reg.Remove(s.pid)
-		if onLate != nil {
-			onLate(m)
-		}
-	default:
-		s.mu.Unlock()
-	}
+// take returns the reply and readies the slot for its next request.
+func (s *replySlot) take() any {
+	m := s.msg
+	s.msg, s.onLate = nil, nil
+	s.state.Store(slotWaiting)
+	return m
 }
 
 // slotPool keeps idle reply slots. It is a plain stack (not a sync.Pool)
@@ -86,7 +108,7 @@ func (p *slotPool) get() *replySlot {
 		return s
 	}
 	p.mu.Unlock()
-	s := &replySlot{ch: make(chan any, 1), reg: p.reg}
+	s := &replySlot{wake: make(chan struct{}, 1), reg: p.reg}
 	s.pid, _ = p.reg.Add(s, "reply$"+p.reg.NextId())
 	return s
 }
@@ -112,19 +134,52 @@ func (p *slotPool) drain() {
 }
 
 // await waits for the reply to a request already sent with s as ReplyTo.
-func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any)) (any, error) {
-	select {
-	case m := <-s.ch:
-		p.put(s)
-		// The supervisor runs on its senders' goroutines (caller-runs
-		// dispatch), so this goroutine may just have served other callers
-		// whose replies made them runnable behind it. Yield once so they
-		// run now rather than when the scheduler preempts us: it bounds
-		// the tail latency of every caller (see BENCHMARKS.md).
-		runtime.Gosched()
-		return m, nil
-	case <-ctx.Done():
-		s.abandon(onLate)
-		return nil, ctx.Err()
+// A context already done wins over a reply already there: the caller
+// gets ctx.Err() and the reply is handed back as a late one. (A sender
+// that served other callers on its goroutine has already yielded to them
+// in the supervisor's mailbox: see actors.callerRunsMailbox.)
+//
+// With keep, a reply that arrived leaves the slot with the caller, who
+// puts it back once it has read the reply (a reply in the slot's own
+// storage must not be overwritten by the slot's next user first).
+func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any), keep bool) (any, error) {
+	done := ctx.Done() // nil, never ready, for a context that never ends
+	if done != nil {
+		select {
+		case <-done:
+			return nil, p.giveUp(ctx, s, onLate, slotWaiting)
+		default:
+		}
 	}
+	if s.state.CompareAndSwap(slotWaiting, slotParked) {
+		select {
+		case <-s.wake:
+		case <-done:
+			return nil, p.giveUp(ctx, s, onLate, slotParked)
+		}
+	}
+	m := s.take()
+	if !keep {
+		p.put(s)
+	}
+	return m, nil
+}
+
+// giveUp abandons s, which is in state from unless its reply came: the
+// reply, now or later, goes to onLate.
+func (p *slotPool) giveUp(ctx context.Context, s *replySlot, onLate func(any), from int32) error {
+	s.onLate = onLate // read by the late reply once the slot is abandoned
+	if s.state.CompareAndSwap(from, slotAbandoned) {
+		return ctx.Err()
+	}
+	// The reply is there (a parked caller's wake signal is on the way).
+	if from == slotParked {
+		<-s.wake
+	}
+	m := s.take()
+	if onLate != nil {
+		onLate(m) // before the slot (and the reply storage) is reused
+	}
+	p.put(s)
+	return ctx.Err()
 }

@@ -199,17 +199,21 @@ type Options struct {
 // still completes or fails inside the runtime (a snapshot shows which), and
 // a lease or hold granted to a caller who stopped waiting is released.
 type System struct {
-	eng       *actors.Engine
-	root      *actor.RootContext
-	sup       *actor.PID
-	slots     slotPool
-	backend   cuda.Backend
-	ownsBack  bool
-	log       zerolog.Logger
-	managerID string
+	eng   *actors.Engine
+	root  *actor.RootContext
+	sup   *actor.PID
+	slots slotPool
+	// releaseLateFn is s.releaseLate, made once: a method value allocates.
+	releaseLateFn func(any)
+	backend       cuda.Backend
+	ownsBack      bool
+	log           zerolog.Logger
+	managerID     string
 
-	closed   atomic.Bool
-	fatal    atomic.Pointer[FatalError]
+	closed atomic.Bool
+	fatal  atomic.Pointer[FatalError]
+	// inflight counts the callers between their closed check and their
+	// send: Close waits for it to reach zero.
 	inflight atomic.Int64
 	closeMu  sync.Mutex
 	closeErr error
@@ -283,6 +287,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	}
 	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, ownsBack: owns, log: log, managerID: id}
 	s.slots.reg = eng.System.ProcessRegistry
+	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Int("locations", len(opts.Locations)).Msg("residency started")
 	return s, nil
 }
@@ -309,18 +314,31 @@ func (s *System) call(ctx context.Context, build func(*actor.PID) any, onLate fu
 // never sent (closed, stopped, ctx already done), so the caller takes it
 // back. Once sent, the supervisor owns it whether or not we still wait.
 func (s *System) callOwned(ctx context.Context, build func(*actor.PID) any, onLate func(any), onUnsent func()) (any, error) {
-	s.inflight.Add(1)
-	if err := s.refusal(ctx); err != nil {
-		s.inflight.Add(-1)
+	sl, err := s.sendVia(ctx, func(sl *replySlot) any { return build(sl.pid) })
+	if err != nil {
 		if onUnsent != nil {
 			onUnsent()
 		}
 		return nil, err
 	}
+	return s.await(ctx, sl, onLate, false)
+}
+
+// sendVia sends the request msg builds for a fresh reply slot to the
+// supervisor and returns the slot, unless the call is refused (see
+// refusal): nothing is sent then. Close waits for every caller between
+// its check and its send (the in-flight count) before it sends the
+// shutdown, so a request that passed the check is answered.
+func (s *System) sendVia(ctx context.Context, msg func(*replySlot) any) (*replySlot, error) {
+	s.inflight.Add(1)
+	if err := s.refusal(ctx); err != nil {
+		s.inflight.Add(-1)
+		return nil, err
+	}
 	sl := s.slots.get()
-	s.root.Send(s.sup, build(sl.pid))
+	s.root.Send(s.sup, msg(sl))
 	s.inflight.Add(-1)
-	return s.await(ctx, sl, onLate)
+	return sl, nil
 }
 
 // refusal says why a call must not be sent: the runtime stopped on a fatal
@@ -336,13 +354,17 @@ func (s *System) refusal(ctx context.Context) error {
 }
 
 // await waits for the reply in sl. A FatalReply becomes its error (and
-// every later call's).
-func (s *System) await(ctx context.Context, sl *replySlot, onLate func(any)) (any, error) {
-	m, err := s.slots.await(ctx, sl, onLate)
+// every later call's). keep: see slotPool.await (on an error the slot is
+// never left with the caller).
+func (s *System) await(ctx context.Context, sl *replySlot, onLate func(any), keep bool) (any, error) {
+	m, err := s.slots.await(ctx, sl, onLate, keep)
 	if err != nil {
 		return nil, err
 	}
 	if f, ok := m.(*messages.FatalReply); ok {
+		if keep {
+			s.slots.put(sl)
+		}
 		var fe *FatalError
 		if errors.As(f.Err, &fe) {
 			s.fatal.CompareAndSwap(nil, fe)
@@ -610,7 +632,7 @@ func (s *System) Close(ctx context.Context) error {
 	}
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
-	r, err := s.await(ctx, sl, nil)
+	r, err := s.await(ctx, sl, nil, false)
 	var fe *FatalError
 	if errors.As(err, &fe) {
 		// The ledger cannot be trusted: nothing to report from it. Stop

@@ -23,8 +23,8 @@ import (
 
 // endsAfterSend is a context that is still live when a call checks it
 // before sending, and already done while the call waits for the reply: the
-// caller gives up right after its request was sent (or, when the reply is
-// already there, takes it; the select between the two is random).
+// caller gives up right after its request was sent (a done context wins
+// over a reply already there, which is then handed back as a late one).
 type endsAfterSend struct {
 	context.Context
 	checks atomic.Int32

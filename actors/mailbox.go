@@ -1,0 +1,189 @@
+package actors
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// callerRunsMailbox is the supervisor's mailbox. Like protoactor's default
+// mailbox on a synchronized dispatcher, the sender whose message finds the
+// mailbox idle processes it, and whatever queues behind it, on its own
+// goroutine, one message at a time (the ledger stays single-threaded);
+// system messages go first; a suspended mailbox processes only system
+// messages. What it changes is the cost per message on the lease hot
+// path:
+//
+//   - The queue is a slice under a mutex, taken by the consumer a burst at
+//     a time: one lock per message posted and one per burst, and no
+//     allocation once the slices have grown (protoactor's unbounded queue
+//     locks twice per message; its lock-free one allocates a node per
+//     message).
+//   - A sender that served other senders' messages yields once when the
+//     burst is over, so that the callers it answered (made runnable on its
+//     processor) run now instead of after its time slice. A sender that
+//     served only itself does not yield: a lone caller pays no scheduler
+//     round trip.
+type callerRunsMailbox struct {
+	mu        sync.Mutex
+	user      []any // queued user messages, oldest first
+	system    []any // queued system messages
+	userN     atomic.Int32
+	systemN   atomic.Int32
+	running   atomic.Bool
+	suspended atomic.Bool
+
+	invoker    actor.MessageInvoker
+	dispatcher actor.Dispatcher
+	processFn  func() // m.process, made once (a method value allocates)
+
+	// Owned by the goroutine running the mailbox.
+	batch []any // the user burst being processed; batch[next:] still to do
+	next  int
+}
+
+// callerRunsMailboxProducer makes the supervisor's mailbox (a protoactor
+// MailboxProducer).
+func callerRunsMailboxProducer() actor.Mailbox { return &callerRunsMailbox{} }
+
+// throughput is how many messages a sender processes before it yields once
+// in a long burst (protoactor's dispatcher throughput).
+const throughput = 64
+
+func (m *callerRunsMailbox) PostUserMessage(msg any) { m.post(&m.user, &m.userN, msg) }
+
+func (m *callerRunsMailbox) PostSystemMessage(msg any) { m.post(&m.system, &m.systemN, msg) }
+
+// post queues msg (counted in n) and runs the mailbox if it is idle.
+func (m *callerRunsMailbox) post(queue *[]any, n *atomic.Int32, msg any) {
+	m.mu.Lock()
+	*queue = append(*queue, msg)
+	m.mu.Unlock()
+	n.Add(1)
+	m.schedule()
+}
+
+func (m *callerRunsMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	m.invoker, m.dispatcher = invoker, dispatcher
+	m.processFn = m.process
+}
+
+func (m *callerRunsMailbox) Start() {}
+
+func (m *callerRunsMailbox) UserMessageCount() int { return int(m.userN.Load()) }
+
+func (m *callerRunsMailbox) schedule() {
+	if m.running.CompareAndSwap(false, true) {
+		m.dispatcher.Schedule(m.processFn)
+	}
+}
+
+// process runs the mailbox until it is empty (or suspended with only user
+// messages left), then yields once if it served more than one message.
+func (m *callerRunsMailbox) process() {
+	served := 0
+	for {
+		served += m.run()
+		m.running.Store(false)
+		// A message posted after run found the queues empty, but before
+		// running was cleared, scheduled nothing: look again.
+		if m.systemN.Load() > 0 || (!m.suspended.Load() && m.userN.Load() > 0) {
+			if m.running.CompareAndSwap(false, true) {
+				continue
+			}
+		}
+		break
+	}
+	if served > 1 {
+		runtime.Gosched()
+	}
+}
+
+// run processes messages until none is left to process and returns how
+// many user messages it invoked. A panic escalates like protoactor's
+// mailbox does; the rest of the burst stays queued, in order.
+func (m *callerRunsMailbox) run() (served int) {
+	var msg any
+	defer func() {
+		if r := recover(); r != nil {
+			m.requeue()
+			m.invoker.EscalateFailure(r, msg)
+		}
+	}()
+	for {
+		if served > 0 && served%throughput == 0 {
+			runtime.Gosched()
+		}
+		if m.systemN.Load() > 0 {
+			msg = m.popSystem()
+			m.systemN.Add(-1)
+			switch msg.(type) {
+			case *actor.SuspendMailbox:
+				m.suspended.Store(true)
+			case *actor.ResumeMailbox:
+				m.suspended.Store(false)
+			default:
+				m.invoker.InvokeSystemMessage(msg)
+			}
+			continue
+		}
+		if m.suspended.Load() {
+			m.requeue()
+			return served
+		}
+		if m.next == len(m.batch) && !m.takeBurst() {
+			return served
+		}
+		msg = m.batch[m.next]
+		m.batch[m.next] = nil
+		m.next++
+		m.userN.Add(-1)
+		served++
+		m.invoker.InvokeUserMessage(msg)
+	}
+}
+
+// popSystem takes the oldest system message (systemN > 0).
+func (m *callerRunsMailbox) popSystem() any {
+	m.mu.Lock()
+	msg := m.system[0]
+	m.system[0] = nil
+	m.system = m.system[1:]
+	if len(m.system) == 0 {
+		m.system = m.system[:0:0]
+	}
+	m.mu.Unlock()
+	return msg
+}
+
+// takeBurst moves every queued user message into the batch (whose backing
+// array, emptied, becomes the queue's): one lock for the whole burst.
+func (m *callerRunsMailbox) takeBurst() bool {
+	m.mu.Lock()
+	if len(m.user) == 0 {
+		m.mu.Unlock()
+		return false
+	}
+	m.batch, m.user = m.user, m.batch[:0]
+	m.mu.Unlock()
+	m.next = 0
+	return true
+}
+
+// requeue puts the unprocessed rest of the batch back at the head of the
+// queue (suspended, or a panic), keeping the order.
+func (m *callerRunsMailbox) requeue() {
+	rest := m.batch[m.next:]
+	if len(rest) == 0 {
+		return
+	}
+	m.mu.Lock()
+	m.user = append(append(make([]any, 0, len(rest)+len(m.user)), rest...), m.user...)
+	m.mu.Unlock()
+	clear(rest)
+	m.batch, m.next = m.batch[:0], 0
+}
+
+var _ actor.Mailbox = (*callerRunsMailbox)(nil)
