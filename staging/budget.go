@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -41,10 +42,25 @@ type gpuBudget struct {
 
 	mu      sync.Mutex
 	book    *budget.CapBook
-	changed chan struct{} // closed and replaced on every release and on poke
-	failure error         // set by fail: reserve returns it
+	waiters list.List // of *budgetWaiter: waiting reserves, first in first out
+	failure error     // set by fail: reserve returns it
 	drops   map[string]int64
 	flushes int64
+}
+
+// budgetWaiter is one waiting reserve: n bytes, woken through wake (one
+// buffered token: a wake that comes while it is looking is not lost).
+type budgetWaiter struct {
+	n    int64
+	wake chan struct{}
+	at   *list.Element // its place in gpuBudget.waiters
+}
+
+func (w *budgetWaiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
 }
 
 func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, error) {
@@ -52,20 +68,41 @@ func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: CloneBudgetBytes: %v", ErrConfig, err)
 	}
-	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, changed: make(chan struct{}), drops: map[string]int64{}}, nil
+	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}, nil
 }
 
-// signalLocked wakes every waiting reserve. b.mu must be held.
-func (b *gpuBudget) signalLocked() {
-	close(b.changed)
-	b.changed = make(chan struct{})
+// signalLocked wakes the waiting reserves that the cap's free bytes can
+// satisfy, in their order of arrival, stopping at the first that does not
+// fit; if none fits and front is set (bytes were released, or a deferred
+// task appeared), the first waiter is woken all the same, to look again
+// and flush once more. Waking only those, not every waiter, keeps the cost
+// of a release independent of how many reserves wait. b.mu must be held.
+func (b *gpuBudget) signalLocked(front bool) {
+	first := b.waiters.Front()
+	if first == nil {
+		return
+	}
+	free := b.book.Cap() - b.book.Used()
+	woken := 0
+	for e := first; e != nil; e = e.Next() {
+		w := e.Value.(*budgetWaiter)
+		if w.n > free {
+			break
+		}
+		free -= w.n
+		w.signal()
+		woken++
+	}
+	if woken == 0 && front {
+		first.Value.(*budgetWaiter).signal()
+	}
 }
 
-// poke wakes waiting reserves so they look again (a deferred task appeared
-// that a flush could take).
+// poke wakes the first waiting reserves so they look again (a deferred task
+// appeared that a flush could take).
 func (b *gpuBudget) poke() {
 	b.mu.Lock()
-	b.signalLocked()
+	b.signalLocked(true)
 	b.mu.Unlock()
 }
 
@@ -75,7 +112,9 @@ func (b *gpuBudget) fail(err error) {
 	if b.failure == nil {
 		b.failure = err
 	}
-	b.signalLocked()
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		e.Value.(*budgetWaiter).signal()
+	}
 	b.mu.Unlock()
 }
 
@@ -84,13 +123,26 @@ func (b *gpuBudget) fail(err error) {
 // deferred task with the oldest enqueue time and waits for a release,
 // again and again, until the bytes fit, ctx ends, or nothing of the
 // pipeline's is left to free (then the location's *budget.BudgetError).
-// Without wait (try-reserve) a full budget fails at once with a
-// *DropError, counted by reason.
+// Waiting reserves queue first in first out: a new one takes no bytes while
+// others wait, and a release wakes only the waiters its bytes can satisfy
+// (or the first, to flush again), so each look that finds no room is one
+// flush. Without wait (try-reserve) a full budget fails at once with a
+// *DropError, counted by reason; a try-reserve does not queue, and takes
+// free bytes even while reserves wait.
 //
 // The cap admits the bytes before the runtime is asked (so two reserves in
 // flight cannot both take the cap's last bytes) and holds them once the
 // runtime admitted them too; a runtime refusal gives them back.
 func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, error) {
+	var w *budgetWaiter // our place in the queue, once we waited
+	defer func() {
+		if w != nil {
+			b.mu.Lock()
+			b.waiters.Remove(w.at)
+			b.signalLocked(false) // bytes we were woken for and did not take
+			b.mu.Unlock()
+		}
+	}()
 	for {
 		b.mu.Lock()
 		if !b.book.Fits(n) {
@@ -104,7 +156,10 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			return nil, err
 		}
 		var refused error
-		if b.book.Admits(n) {
+		// A new waiting reserve goes behind those already queued; a queued
+		// one looks when woken.
+		turn := !wait || w != nil || b.waiters.Len() == 0
+		if turn && b.book.Admits(n) {
 			t := &ticket{gpu: true}
 			if err := b.book.Admit(&t.claim, n); err != nil { // a bug: Admits said yes, the claim is unused
 				b.mu.Unlock()
@@ -123,7 +178,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 				return t, nil
 			}
 			_ = b.book.Release(&t.claim) // admitted, released once: cannot fail
-			b.signalLocked()
+			b.signalLocked(false)
 			var be *budget.BudgetError
 			if !errors.As(err, &be) {
 				b.mu.Unlock()
@@ -140,7 +195,11 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			b.mu.Unlock()
 			return nil, &DropError{Reason: DropBudget, Requested: n}
 		}
-		ch, used := b.changed, b.book.Used()
+		if w == nil {
+			w = &budgetWaiter{n: n, wake: make(chan struct{}, 1)}
+			w.at = b.waiters.PushBack(w)
+		}
+		used := b.book.Used()
 		b.mu.Unlock()
 
 		flushed := b.flush()
@@ -148,13 +207,13 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			b.mu.Lock()
 			b.flushes++
 			b.mu.Unlock()
-		} else if used == 0 {
+		} else if refused != nil && used == 0 {
 			// Nothing of ours holds bytes or could be flushed: the location
 			// is full of others' bytes.
 			return nil, refused
 		}
 		select {
-		case <-ch:
+		case <-w.wake:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -172,7 +231,7 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 	if t.gpu {
 		b.mu.Lock()
 		cerr := b.book.Release(&t.claim)
-		b.signalLocked()
+		b.signalLocked(true)
 		b.mu.Unlock()
 		err = errors.Join(err, cerr)
 	}

@@ -34,7 +34,9 @@
 //     (Config.CloneBudgetBytes, kept by a budget.CapBook: the cap admits a
 //     clone's bytes before the runtime admits its reservation, and gets them
 //     back if the runtime refuses). A reserve that does not fit flushes the
-//     deferred task with the oldest enqueue time and waits for a release; a
+//     deferred task with the oldest enqueue time and waits for a release
+//     (waiting reserves are served first in first out; a release wakes only
+//     those its bytes satisfy, or the first in line); a
 //     try-reserve (Chunk.NoWait) fails at once with a [*DropError], counted by
 //     reason in [Stats].
 //   - A copy queue and a single committer, both actors on protoactor

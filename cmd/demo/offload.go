@@ -123,6 +123,17 @@ type offloadReport struct {
 	BudgetViolations int                 `json:"budget_violations"`
 	MaxQueue         map[string]int      `json:"max_queue"`
 	Queue            []queueSample       `json:"queue"`
+
+	// BehindSeconds: how much longer than the trace's span on the run's
+	// clock (TraceSeconds / Speed) the run took: the backlog drained after
+	// the last arrival. LiveAtLastArrival: the tasks not yet written when
+	// the last request arrived. CPUSeconds: the process's CPU time (user +
+	// system) over the run, -1 if unknown; far below WallSeconds on a run
+	// that is behind, the run waited (for a CPU on a busy machine, or for
+	// the copy path's round trips), it did not compute.
+	BehindSeconds     float64 `json:"behind_seconds"`
+	LiveAtLastArrival int     `json:"live_tasks_at_last_arrival"`
+	CPUSeconds        float64 `json:"cpu_seconds"`
 }
 
 type offloadBudgetJSON struct {
@@ -240,6 +251,7 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	}
 	t0 := rows[0].at
 	rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
+	cpu0, cpuKnown := processCPU()
 	start := time.Now()
 	traceNow := func() time.Duration { return time.Duration(float64(time.Since(start)) * cfg.speed) }
 	sleepUntil := func(at time.Duration) bool {
@@ -405,6 +417,10 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 			}
 		}()
 	}
+	liveAtLast := 0
+	for _, n := range p.Stats().Tasks {
+		liveAtLast += n
+	}
 	wg.Wait()
 	close(stopSampler)
 	<-samplerDone
@@ -420,6 +436,12 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 		return nil, firstErr
 	}
 	rep.WallSeconds = time.Since(start).Seconds()
+	rep.BehindSeconds = max(rep.WallSeconds-rep.TraceSeconds/cfg.speed, 0)
+	rep.LiveAtLastArrival = liveAtLast
+	rep.CPUSeconds = -1
+	if cpu1, ok := processCPU(); ok && cpuKnown {
+		rep.CPUSeconds = (cpu1 - cpu0).Seconds()
+	}
 	st := p.Stats()
 	rep.Tokens, rep.KVBytes, rep.DroppedBytes, rep.AppendsRefused = tokens, kvBytes, dropped, refused
 	rep.OffloadedBytes = st.CommittedBytes
@@ -440,6 +462,12 @@ func printOffload(w io.Writer, r *offloadReport) {
 	big := func(n int64) string { return bytesText(n) + ", standing for " + formatBytes(n*r.Scale) }
 	fmt.Fprintf(w, "KV-cache offload of %d requests of %s (%.0f s of trace at %gx: %.1f s here)\n", r.Requests, r.Trace, r.TraceSeconds, r.Speed, r.WallSeconds)
 	fmt.Fprintf(w, "simulation: %s\n", r.Simulation)
+	cpu := "unknown"
+	if r.CPUSeconds >= 0 {
+		cpu = fmt.Sprintf("%.1f s", r.CPUSeconds)
+	}
+	fmt.Fprintf(w, "behind the trace clock at the end: %.1f s (%d tasks not yet written at the last arrival); process CPU time %s in %.1f s of wall time\n",
+		r.BehindSeconds, r.LiveAtLastArrival, cpu, r.WallSeconds)
 	fmt.Fprintf(w, "KV bytes: (ContextTokens + GeneratedTokens) × %s per token here, standing for %s per token of a 7B fp16 model (1:%d; budgets scaled alike); blocks of %d tokens\n",
 		formatBytes(r.BytesPerToken), formatBytes(r.StandsForPerTok), r.Scale, blockTokens)
 	fmt.Fprintf(w, "tokens %d, KV %s\n", r.Tokens, big(r.KVBytes))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -45,6 +46,14 @@ func TestOffloadTracePrefix(t *testing.T) {
 	for _, b := range rep.Budgets {
 		assert.LessOrEqual(t, b.PeakBytes, b.Budget, b.Location)
 	}
+	// How far behind the trace clock, and the CPU used: figures, not timed.
+	assert.GreaterOrEqual(t, rep.BehindSeconds, 0.0)
+	assert.LessOrEqual(t, rep.BehindSeconds, rep.WallSeconds)
+	assert.GreaterOrEqual(t, rep.LiveAtLastArrival, 0)
+	assert.LessOrEqual(t, int64(rep.LiveAtLastArrival), rep.TasksOpened)
+	if runtime.GOOS != "windows" && runtime.GOOS != "plan9" && runtime.GOOS != "js" && runtime.GOOS != "wasip1" {
+		assert.Positive(t, rep.CPUSeconds, "getrusage is known on unix")
+	}
 	last := rep.Queue[len(rep.Queue)-1]
 	assert.Zero(t, last.Pending+last.Queued+last.Copying+last.HostReady, "the last sample is after Close")
 	assert.Zero(t, last.CloneBytes)
@@ -56,7 +65,7 @@ func TestOffloadText(t *testing.T) {
 	code := run(context.Background(), []string{"offload", "--trace", repoTrace, "--limit", "50", "--speed", "5000"}, strings.NewReader(""), &out, &errb)
 	require.Equal(t, 0, code, errb.String())
 	for _, want := range []string{"KV-cache offload of 50 requests", "simulation: soft backend", "standing for 512 KiB per token of a 7B fp16 model",
-		"budget flushes", "queue depth", "budget violations (used + reserved > budget, any location, any sample): 0"} {
+		"budget flushes", "queue depth", "behind the trace clock at the end: ", "process CPU time ", "budget violations (used + reserved > budget, any location, any sample): 0"} {
 		assert.Contains(t, out.String(), want)
 	}
 }
