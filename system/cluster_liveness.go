@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,6 +29,13 @@ type abandoned struct{}
 // connections but does not answer still costs the whole timeout. When ctx
 // ends first, fut is completed and ctx's error returned.
 func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Future) (any, error) {
+	return n.awaitLive(ctx, func() error { return n.reachable(node, addr) }, fut)
+}
+
+// awaitLive waits for fut's answer, running check every livenessInterval:
+// its error gives up on the answer (fut is completed) and is returned.
+// When ctx ends first, fut is completed and ctx's error returned.
+func (n *Node) awaitLive(ctx context.Context, check func() error, fut *actor.Future) (any, error) {
 	type result struct {
 		res any
 		err error
@@ -54,7 +62,7 @@ func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Fut
 		case <-ctx.Done():
 			return giveUp(ctx.Err())
 		case <-tick.C:
-			if err := n.reachable(node, addr); err != nil {
+			if err := check(); err != nil {
 				return giveUp(err)
 			}
 		}
@@ -79,4 +87,47 @@ func (n *Node) reachable(node, addr string) error {
 	}
 	_ = conn.Close()
 	return nil
+}
+
+// grainMemberReachable reports an [*UnavailableError] when no member
+// hosting kind is listed at addr any more, or addr refuses connections:
+// the member that hosts a grain (see [Node.grainOwner]) crashed or left.
+func (n *Node) grainMemberReachable(kind, identity, addr, name string) error {
+	if !n.memberAt(addr, kind) {
+		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, left the member list while a request waited for its answer", name, addr, kind, identity)}
+	}
+	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, stopped accepting connections while a request waited for its answer: %v", name, addr, kind, identity, err)}
+	}
+	_ = conn.Close()
+	return nil
+}
+
+// memberAt: a member hosting kind is listed at addr.
+func (n *Node) memberAt(addr, kind string) bool {
+	for _, m := range n.cl.MemberList.Members().Members() {
+		if m.Address() == addr && m.HasKind(kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// memberName is the node name of the member listed at addr, or addr
+// itself when no listed member there runs a node.
+func (n *Node) memberName(addr string) string {
+	for _, m := range n.cl.MemberList.Members().Members() {
+		if m.Address() != addr {
+			continue
+		}
+		for _, k := range m.Kinds {
+			if strings.HasPrefix(k, nodeKindPrefix) {
+				return strings.TrimPrefix(k, nodeKindPrefix)
+			}
+		}
+	}
+	return addr
 }
