@@ -275,20 +275,25 @@ func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
 	return r.GetByClusterIdentity(ci)
 }
 
-// grainAsk probes the member at addr (name: its node, for errors), asks
+// grainAsk probes the member at addr (name: its node, for errors; not
+// itself, nor a member probed within livenessInterval), asks
 // its activator for the grain's PID (unless cached) and sends msg there,
 // watching the member while it waits.
 func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
-	if err := n.probe(addr, min(left, dialTimeout)); err != nil {
-		return nil, &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
-			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, is listed but cannot be reached: %v", name, addr, ci.Kind, ci.Identity, err)}
+	if addr != n.csys.Address() && !n.probed.fresh(addr) {
+		if err := n.probe(addr, min(left, dialTimeout)); err != nil {
+			n.probed.set(addr, false)
+			return nil, &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+				Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, is listed but cannot be reached: %v", name, addr, ci.Kind, ci.Identity, err)}
+		}
+		n.probed.set(addr, true)
 	}
 	check := func() error { return n.grainMemberReachable(ci.Kind, ci.Identity, addr, name) }
 	rctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	pid, _ := n.cl.PidCache.Get(ci.Identity, ci.Kind)
 	if pid == nil || pid.Address != addr {
-		r, err := n.awaitLive(rctx, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
+		r, err := n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
 			&cluster.ActivationRequest{ClusterIdentity: ci}, left))
 		if err != nil {
 			return nil, err
@@ -300,7 +305,7 @@ func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, 
 		pid = rep.Pid
 		n.cl.PidCache.Set(ci.Identity, ci.Kind, pid)
 	}
-	return n.awaitLive(rctx, check, n.csys.Root.RequestFuture(pid, msg, left))
+	return n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(pid, msg, left))
 }
 
 // directoryGrain is the directory entry of one value name: per node, the

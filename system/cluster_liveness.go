@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,13 +30,21 @@ type abandoned struct{}
 // connections but does not answer still costs the whole timeout. When ctx
 // ends first, fut is completed and ctx's error returned.
 func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Future) (any, error) {
-	return n.awaitLive(ctx, func() error { return n.reachable(node, addr) }, fut)
+	return n.awaitLive(ctx, livenessInterval, func() error { return n.reachable(node, addr) }, fut)
 }
 
-// awaitLive waits for fut's answer, running check every livenessInterval:
-// its error gives up on the answer (fut is completed) and is returned.
-// When ctx ends first, fut is completed and ctx's error returned.
-func (n *Node) awaitLive(ctx context.Context, check func() error, fut *actor.Future) (any, error) {
+// grainFirstCheck is when a grain request first checks its member: a
+// directory grain answers in well under a millisecond, so a request still
+// waiting then is worth one connection attempt (a member that crashed
+// just after its last probe is found here instead of a full interval
+// later).
+const grainFirstCheck = 20 * time.Millisecond
+
+// awaitLive waits for fut's answer, running check after first and then
+// every livenessInterval: its error gives up on the answer (fut is
+// completed) and is returned. When ctx ends first, fut is completed and
+// ctx's error returned.
+func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() error, fut *actor.Future) (any, error) {
 	type result struct {
 		res any
 		err error
@@ -45,7 +54,7 @@ func (n *Node) awaitLive(ctx context.Context, check func() error, fut *actor.Fut
 		r, err := fut.Result()
 		done <- result{r, err}
 	}()
-	tick := time.NewTicker(livenessInterval)
+	tick := time.NewTimer(first)
 	defer tick.Stop()
 	giveUp := func(err error) (any, error) {
 		n.csys.Root.Send(fut.PID(), abandoned{})
@@ -65,6 +74,7 @@ func (n *Node) awaitLive(ctx context.Context, check func() error, fut *actor.Fut
 			if err := check(); err != nil {
 				return giveUp(err)
 			}
+			tick.Reset(livenessInterval)
 		}
 	}
 }
@@ -94,11 +104,13 @@ func (n *Node) reachable(node, addr string) error {
 // the member that hosts a grain (see [Node.grainOwner]) crashed or left.
 func (n *Node) grainMemberReachable(kind, identity, addr, name string) error {
 	if !n.memberAt(addr, kind) {
+		n.probed.set(addr, false)
 		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
 			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, left the member list while a request waited for its answer", name, addr, kind, identity)}
 	}
 	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
+		n.probed.set(addr, false)
 		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
 			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, stopped accepting connections while a request waited for its answer: %v", name, addr, kind, identity, err)}
 	}
@@ -130,4 +142,39 @@ func (n *Node) memberName(addr string) string {
 		}
 	}
 	return addr
+}
+
+// probeCache remembers, per member address, when a probe last succeeded:
+// a grain request skips its probe within livenessInterval of the last
+// one (a member that crashed since is caught by the check while the
+// request waits, grainFirstCheck into it).
+type probeCache struct {
+	mu sync.Mutex
+	ok map[string]time.Time
+}
+
+func (c *probeCache) fresh(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.ok[addr]
+	return ok && time.Since(at) < livenessInterval
+}
+
+func (c *probeCache) set(addr string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		delete(c.ok, addr)
+		return
+	}
+	if c.ok == nil {
+		c.ok = map[string]time.Time{}
+	}
+	now := time.Now()
+	for a, at := range c.ok {
+		if now.Sub(at) >= livenessInterval {
+			delete(c.ok, a)
+		}
+	}
+	c.ok[addr] = now
 }

@@ -581,18 +581,25 @@ func (n *Node) lookUp(ctx context.Context, req PlacementRequest) (map[string][]R
 	res := make([][]Residency, len(values))
 	errs := make([]error, len(values))
 	late := make([]bool, len(values)) // failed at the lookup bound
-	sem := make(chan struct{}, maxLookups)
-	var wg sync.WaitGroup
-	for i, v := range values {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			res[i], errs[i] = n.WhereIs(lctx, v)
-			late[i] = !time.Now().Before(lookupDL)
-		}()
+	look := func(i int) {
+		res[i], errs[i] = n.WhereIs(lctx, values[i])
+		late[i] = !time.Now().Before(lookupDL)
 	}
-	wg.Wait()
+	if len(values) == 1 {
+		look(0)
+	} else {
+		sem := make(chan struct{}, maxLookups)
+		var wg sync.WaitGroup
+		for i := range values {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				look(i)
+			}()
+		}
+		wg.Wait()
+	}
 	where := map[string][]Residency{}
 	var notes []string
 	for i, v := range values {

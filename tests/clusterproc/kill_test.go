@@ -500,7 +500,7 @@ func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
 	require.Equal(t, []nodeproc.Attempt{{Node: pl.Node}}, pl.Attempts)
 	for _, o := range pl.Candidates {
 		require.Empty(t, o.Resident, "%s", o.Node)
-		require.True(t, o.Fits, "%s", o.Node)
+		require.True(t, o.Fits, "%s: %+v (node-a's candidates: %+v)", o.Node, o, pl.Candidates)
 		require.LessOrEqual(t, o.FreeBytes, pl.Candidates[0].FreeBytes, "%s has more room than the chosen %s", o.Node, pl.Node)
 	}
 	require.Equal(t, "driver", pl.Node, "the driver's cuda:0 is empty: the most room")
