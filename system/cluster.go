@@ -116,6 +116,7 @@ type Node struct {
 	held     heldTable // placements and leases held for other nodes
 	placeSeq atomic.Uint64
 	sums     summaryCache // decoded gossip summaries
+	probed   probeCache   // grain members' ports last seen accepting
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
@@ -150,8 +151,13 @@ func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
 // WhereIs asks the directory where the value named value is resident on
 // the nodes that are members now: one request, to the value's directory
 // grain. It reflects what each node last published (see [Node.Refresh]);
-// nil when no node reported the value. Errors: [*UnavailableError] when
-// the grain cannot be reached before ctx's deadline or RequestTimeout.
+// nil when no node reported the value. Errors: [*UnavailableError] at
+// once when the member hosting the grain is gone (its port refuses
+// connections, or it left the member list while the request waited) and
+// the member list names no other member for it yet, or when the grain
+// does not answer before ctx's deadline or RequestTimeout (a member that
+// accepts connections but does not answer); ctx's error when it is
+// cancelled.
 func (n *Node) WhereIs(ctx context.Context, value string) ([]Residency, error) {
 	r, err := n.grainRequest(ctx, value, directoryKind, &messages.WhereIs{Value: value})
 	if err != nil {
@@ -198,15 +204,26 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 }
 
 // grainRequest sends msg to the grain (identity, kind) and waits for the
-// reply. It resolves the grain's PID itself and retries while the
-// membership settles, until ctx's deadline or RequestTimeout
-// ([*UnavailableError]). (protoactor's cluster.Request keeps its call
-// options in a process-wide default bound to the first cluster of the
-// process, wrong with several nodes in one process.)
+// reply, at most until ctx's deadline or RequestTimeout. It finds the
+// member that hosts the grain itself (protoactor's partition rule,
+// [Node.grainOwner]), asks that member's activator for the grain's PID and
+// sends msg there, watching the member as requests to a node do: a member
+// whose port refuses connections (crashed: kill -9) or that left the
+// member list makes the request an [*UnavailableError] at once, or within
+// about livenessInterval while it waits, instead of at the deadline —
+// protoactor's own lookup waits 5 s for a dead member's activator and
+// sends to it until the member list drops it. When the member list then
+// names another member for the grain, the request is tried once more
+// there. No member hosting kind yet (the membership settles): retried
+// until the deadline. (protoactor's cluster.Request keeps its call options
+// in a process-wide default bound to the first cluster of the process,
+// wrong with several nodes in one process.)
 func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any) (any, error) {
 	t := n.timeout(ctx)
 	deadline := time.Now().Add(t)
+	ci := cluster.NewClusterIdentity(identity, kind)
 	var last error
+	tried := map[string]bool{} // owners found gone
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -216,22 +233,29 @@ func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any)
 			return nil, &budget.UnavailableError{Reason: budget.UnavailableLocation,
 				Detail: fmt.Sprintf("grain %s/%s did not answer within %s: %v", kind, identity, t, last)}
 		}
-		pid, _ := n.cl.PidCache.Get(identity, kind)
-		if pid == nil {
-			pid = n.cl.Get(identity, kind)
-			if pid != nil {
-				n.cl.PidCache.Set(identity, kind, pid)
-			}
-		}
-		if pid == nil {
-			last = errors.New("no activation")
+		addr := n.grainOwner(ci)
+		if addr == "" {
+			last = fmt.Errorf("no member hosts kind %s", kind)
 		} else {
-			res, err := n.csys.Root.RequestFuture(pid, msg, left).Result()
+			name := n.memberName(addr)
+			res, err := n.grainAsk(ctx, ci, addr, name, msg, left)
 			if err == nil {
 				return res, nil
 			}
 			last = err
 			n.cl.PidCache.Remove(identity, kind)
+			if gone := (*budget.UnavailableError)(nil); errors.As(err, &gone) {
+				// The grain's member is gone: once more if the member
+				// list already names another one, else fail now.
+				tried[addr] = true
+				if next := n.grainOwner(ci); next == "" || tried[next] || len(tried) > 1 {
+					return nil, err
+				}
+				continue
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, cerr
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -239,6 +263,49 @@ func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any)
 		case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond):
 		}
 	}
+}
+
+// grainOwner is the address of the member that hosts the grain ci, per
+// this node's member list: protoactor's partition rule (disthash, the
+// identity lookup the node joins with: rendezvous hashing of the members
+// that host the kind). "" when no member hosts the kind.
+func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
+	r := cluster.NewRendezvous()
+	r.UpdateMembers(n.cl.MemberList.Members().Members())
+	return r.GetByClusterIdentity(ci)
+}
+
+// grainAsk probes the member at addr (name: its node, for errors; not
+// itself, nor a member probed within livenessInterval), asks
+// its activator for the grain's PID (unless cached) and sends msg there,
+// watching the member while it waits.
+func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
+	if addr != n.csys.Address() && !n.probed.fresh(addr) {
+		if err := n.probe(addr, min(left, dialTimeout)); err != nil {
+			n.probed.set(addr, false)
+			return nil, &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+				Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, is listed but cannot be reached: %v", name, addr, ci.Kind, ci.Identity, err)}
+		}
+		n.probed.set(addr, true)
+	}
+	check := func() error { return n.grainMemberReachable(ci.Kind, ci.Identity, addr, name) }
+	rctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	pid, _ := n.cl.PidCache.Get(ci.Identity, ci.Kind)
+	if pid == nil || pid.Address != addr {
+		r, err := n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
+			&cluster.ActivationRequest{ClusterIdentity: ci}, left))
+		if err != nil {
+			return nil, err
+		}
+		rep, ok := r.(*cluster.ActivationResponse)
+		if !ok || rep.Pid == nil {
+			return nil, fmt.Errorf("member %s (%s) did not activate grain %s/%s (answer %T)", name, addr, ci.Kind, ci.Identity, r)
+		}
+		pid = rep.Pid
+		n.cl.PidCache.Set(ci.Identity, ci.Kind, pid)
+	}
+	return n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(pid, msg, left))
 }
 
 // directoryGrain is the directory entry of one value name: per node, the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,6 +30,21 @@ type abandoned struct{}
 // connections but does not answer still costs the whole timeout. When ctx
 // ends first, fut is completed and ctx's error returned.
 func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Future) (any, error) {
+	return n.awaitLive(ctx, livenessInterval, func() error { return n.reachable(node, addr) }, fut)
+}
+
+// grainFirstCheck is when a grain request first checks its member: a
+// directory grain answers in well under a millisecond, so a request still
+// waiting then is worth one connection attempt (a member that crashed
+// just after its last probe is found here instead of a full interval
+// later).
+const grainFirstCheck = 20 * time.Millisecond
+
+// awaitLive waits for fut's answer, running check after first and then
+// every livenessInterval: its error gives up on the answer (fut is
+// completed) and is returned. When ctx ends first, fut is completed and
+// ctx's error returned.
+func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() error, fut *actor.Future) (any, error) {
 	type result struct {
 		res any
 		err error
@@ -37,7 +54,7 @@ func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Fut
 		r, err := fut.Result()
 		done <- result{r, err}
 	}()
-	tick := time.NewTicker(livenessInterval)
+	tick := time.NewTimer(first)
 	defer tick.Stop()
 	giveUp := func(err error) (any, error) {
 		n.csys.Root.Send(fut.PID(), abandoned{})
@@ -54,9 +71,10 @@ func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Fut
 		case <-ctx.Done():
 			return giveUp(ctx.Err())
 		case <-tick.C:
-			if err := n.reachable(node, addr); err != nil {
+			if err := check(); err != nil {
 				return giveUp(err)
 			}
+			tick.Reset(livenessInterval)
 		}
 	}
 }
@@ -79,4 +97,84 @@ func (n *Node) reachable(node, addr string) error {
 	}
 	_ = conn.Close()
 	return nil
+}
+
+// grainMemberReachable reports an [*UnavailableError] when no member
+// hosting kind is listed at addr any more, or addr refuses connections:
+// the member that hosts a grain (see [Node.grainOwner]) crashed or left.
+func (n *Node) grainMemberReachable(kind, identity, addr, name string) error {
+	if !n.memberAt(addr, kind) {
+		n.probed.set(addr, false)
+		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, left the member list while a request waited for its answer", name, addr, kind, identity)}
+	}
+	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		n.probed.set(addr, false)
+		return &budget.UnavailableError{Location: "@" + name, Reason: budget.UnavailableLocation,
+			Detail: fmt.Sprintf("member %s (%s), which hosts grain %s/%s, stopped accepting connections while a request waited for its answer: %v", name, addr, kind, identity, err)}
+	}
+	_ = conn.Close()
+	return nil
+}
+
+// memberAt: a member hosting kind is listed at addr.
+func (n *Node) memberAt(addr, kind string) bool {
+	for _, m := range n.cl.MemberList.Members().Members() {
+		if m.Address() == addr && m.HasKind(kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// memberName is the node name of the member listed at addr, or addr
+// itself when no listed member there runs a node.
+func (n *Node) memberName(addr string) string {
+	for _, m := range n.cl.MemberList.Members().Members() {
+		if m.Address() != addr {
+			continue
+		}
+		for _, k := range m.Kinds {
+			if strings.HasPrefix(k, nodeKindPrefix) {
+				return strings.TrimPrefix(k, nodeKindPrefix)
+			}
+		}
+	}
+	return addr
+}
+
+// probeCache remembers, per member address, when a probe last succeeded:
+// a grain request skips its probe within livenessInterval of the last
+// one (a member that crashed since is caught by the check while the
+// request waits, grainFirstCheck into it).
+type probeCache struct {
+	mu sync.Mutex
+	ok map[string]time.Time
+}
+
+func (c *probeCache) fresh(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.ok[addr]
+	return ok && time.Since(at) < livenessInterval
+}
+
+func (c *probeCache) set(addr string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		delete(c.ok, addr)
+		return
+	}
+	if c.ok == nil {
+		c.ok = map[string]time.Time{}
+	}
+	now := time.Now()
+	for a, at := range c.ok {
+		if now.Sub(at) >= livenessInterval {
+			delete(c.ok, a)
+		}
+	}
+	c.ok[addr] = now
 }

@@ -127,6 +127,11 @@ type Placement struct {
 	Candidates []PlacementCandidate
 	Attempts   []PlacementAttempt
 	Decision   NodeDecision
+	// Directory says, per value whose directory lookup failed, what
+	// happened and that the ranking went on without it ("directory did
+	// not answer for w within 2s: ranked by room only"); also at the end
+	// of Why. Empty when every lookup answered.
+	Directory []string
 
 	from     *Node
 	id       string
@@ -164,18 +169,32 @@ type PlacementError struct {
 	Candidates []PlacementCandidate
 	Attempts   []PlacementAttempt
 	NotTried   []string
+	// Directory: per value whose directory lookup failed, what happened
+	// (as [Placement.Directory]).
+	Directory []string
+	// Stage is what the placement was doing when the caller's context
+	// ended it before any node was ranked ("asking the directory where w
+	// is resident"); empty otherwise.
+	Stage string
 	// Ctx is the caller's context error when it ended the placement.
 	Ctx error
 }
 
 func (e *PlacementError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "residency placement %q: no node admitted it", e.Request)
-	if len(e.Attempts) == 0 {
-		b.WriteString(" (no candidate node)")
+	switch {
+	case e.Stage != "":
+		fmt.Fprintf(&b, "residency placement %q: stopped while %s, before any node was asked", e.Request, e.Stage)
+	case len(e.Attempts) == 0:
+		fmt.Fprintf(&b, "residency placement %q: no node admitted it (no candidate node)", e.Request)
+	default:
+		fmt.Fprintf(&b, "residency placement %q: no node admitted it", e.Request)
 	}
 	for _, a := range e.Attempts {
 		fmt.Fprintf(&b, "; %s: %v", a.Node, a.Err)
+	}
+	for _, d := range e.Directory {
+		fmt.Fprintf(&b, "; %s", d)
 	}
 	if len(e.NotTried) > 0 {
 		fmt.Fprintf(&b, "; not asked: %s", strings.Join(e.NotTried, ", "))
@@ -235,10 +254,14 @@ func (r locRef) on(self, node string) bool {
 // nodes with a location in every requirement and reservation (named for
 // them, and in their summary when they published one). Place ranks them
 // (see [PlacementCandidate]) from the directory (one [Node.WhereIs]
-// per distinct value) and the gossiped summaries — never a node's
-// snapshot — then asks the best node's controller to decide and enter the
-// request in one step, with the requirements restricted to that node's
-// locations. When a node refuses (its room went since its summary, the
+// per distinct value, up to 8 at once, each bounded by RequestTimeout and
+// half the caller's time left) and the gossiped summaries — never a
+// node's snapshot. A lookup that fails (the member hosting the value's
+// directory entry crashed, or it did not answer within its bound) does
+// not stop the placement: the ranking goes on without it, and
+// [Placement.Directory] says so. Place then asks the best node's
+// controller to decide and enter the request in one step, with the
+// requirements restricted to that node's locations. When a node refuses (its room went since its summary, the
 // value is not registered there, …) or cannot be reached, Place asks the
 // next one, up to MaxAttempts, each attempt bounded by RequestTimeout and
 // the caller's deadline (at most half the time left while other
@@ -294,20 +317,9 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 	}
 
 	// What the directory and the summaries say.
-	where := map[string][]Residency{}
-	for _, r := range req.Requirements {
-		if _, done := where[r.Value]; done {
-			continue
-		}
-		res, err := n.WhereIs(ctx, r.Value)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, &PlacementError{Request: req.Name, Ctx: ctx.Err()}
-			}
-			// The directory is a preference, not a must: rank without it.
-			n.log.Debug().Err(err).Str("value", r.Value).Msg("residency placement: directory lookup failed")
-		}
-		where[r.Value] = res
+	where, notes, err := n.lookUp(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 	sums, err := n.Summaries(ctx)
 	if err != nil {
@@ -462,7 +474,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 	for i, c := range cands {
 		evidence[i] = c.PlacementCandidate
 	}
-	perr := &PlacementError{Request: req.Name, Candidates: evidence}
+	perr := &PlacementError{Request: req.Name, Candidates: evidence, Directory: notes}
 	for i, c := range cands {
 		if len(perr.Attempts) == maxAttempts || ctx.Err() != nil {
 			for _, rest := range cands[i:] {
@@ -521,7 +533,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			perr.Attempts = append(perr.Attempts, PlacementAttempt{Node: c.Node, Err: e})
 			continue
 		}
-		p := &Placement{Request: req.Name, Node: c.Node, Candidates: evidence, from: n, id: id, hold: req.Hold,
+		p := &Placement{Request: req.Name, Node: c.Node, Candidates: evidence, Directory: notes, from: n, id: id, hold: req.Hold,
 			Attempts: append(perr.Attempts, PlacementAttempt{Node: c.Node}),
 			Decision: NodeDecision{Node: c.Node, ExpectedStateVersion: rep.ExpectedStateVersion, ExploredStates: int(rep.ExploredStates),
 				Exhaustive: rep.Exhaustive, Reclaim: rep.Reclaim, Reservations: rep.Reservations, Enter: rep.Enter}}
@@ -529,12 +541,87 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			p.Decision.Evictions = append(p.Decision.Evictions, PlacementEviction{Value: e.Value, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
 		}
 		p.Why = placementWhy(c.PlacementCandidate, len(p.Attempts))
+		if len(notes) > 0 {
+			p.Why += "; " + strings.Join(notes, "; ")
+		}
 		return p, nil
 	}
 	if err := ctx.Err(); err != nil {
 		perr.Ctx = err
 	}
 	return nil, perr
+}
+
+// maxLookups bounds the directory lookups one placement runs at once.
+const maxLookups = 8
+
+// lookUp asks the directory where each distinct requirement value is
+// resident, up to maxLookups at once, each lookup bounded by
+// RequestTimeout and half the caller's time left (the rest is for the
+// nodes). A lookup that fails (its grain's member is gone, or it did not
+// answer within its bound) is a note, and the ranking goes on without
+// it. The caller's context ending during the lookups is a
+// [*PlacementError] saying so.
+func (n *Node) lookUp(ctx context.Context, req PlacementRequest) (map[string][]Residency, []string, error) {
+	var values []string
+	seen := map[string]bool{}
+	for _, r := range req.Requirements {
+		if !seen[r.Value] {
+			seen[r.Value] = true
+			values = append(values, r.Value)
+		}
+	}
+	t := n.timeout(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		t = min(t, max(time.Until(dl)/2, time.Millisecond))
+	}
+	lookupDL := time.Now().Add(t)
+	lctx, cancel := context.WithDeadline(ctx, lookupDL)
+	defer cancel()
+	res := make([][]Residency, len(values))
+	errs := make([]error, len(values))
+	late := make([]bool, len(values)) // failed at the lookup bound
+	look := func(i int) {
+		res[i], errs[i] = n.WhereIs(lctx, values[i])
+		late[i] = !time.Now().Before(lookupDL)
+	}
+	if len(values) == 1 {
+		look(0)
+	} else {
+		sem := make(chan struct{}, maxLookups)
+		var wg sync.WaitGroup
+		for i := range values {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				look(i)
+			}()
+		}
+		wg.Wait()
+	}
+	where := map[string][]Residency{}
+	var notes []string
+	for i, v := range values {
+		where[v] = res[i]
+		err := errs[i]
+		if err == nil {
+			continue
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, nil, &PlacementError{Request: req.Name, Stage: fmt.Sprintf("asking the directory where %s is resident", v), Ctx: cerr}
+		}
+		// The directory is a preference, not a must: rank without it.
+		var un *budget.UnavailableError
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &un) && late[i]):
+			notes = append(notes, fmt.Sprintf("directory did not answer for %s within %s: ranked by room only", v, t.Round(time.Millisecond)))
+		default:
+			notes = append(notes, fmt.Sprintf("directory lookup for %s failed (%v): ranked by room only", v, err))
+		}
+		n.log.Debug().Err(err).Str("value", v).Msg("residency placement: directory lookup failed")
+	}
+	return where, notes, nil
 }
 
 func placementWhy(c PlacementCandidate, attempt int) string {
