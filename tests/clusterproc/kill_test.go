@@ -490,6 +490,9 @@ func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
 
 	// Resident nowhere, placed by a node process: the node with the most
 	// free cuda:0 per the summaries, where the loader then ran.
+	waitUsedIn(ctx, t, "node-a", func(ctx context.Context) ([]system.NodeSummary, error) {
+		return c.must(ctx, t, "node-a", nodeproc.Command{Op: "summaries"}).Summaries, nil
+	}, map[string]int64{"driver": 0, "node-a": sizeA, "node-b": sizeA + sizeC, "node-c": sizeC + 2*sizeP})
 	r := c.must(ctx, t, "node-a", nodeproc.Command{Op: "place", Name: "serve-wn", Value: "wn", Tiers: [][]string{{"cuda:0@*"}},
 		TimeoutMS: reqDeadline.Milliseconds()})
 	pl := r.Placement
@@ -577,9 +580,17 @@ func useCount(ctx context.Context, t *testing.T, c *procCluster, node, value, lo
 // used bytes at cuda:0 equal to want (the ranking reads these).
 func waitUsed(ctx context.Context, t *testing.T, d *system.Node, want map[string]int64) {
 	t.Helper()
+	waitUsedIn(ctx, t, d.Name(), d.Summaries, want)
+}
+
+// waitUsedIn is waitUsed on the view of the member named viewer, read by
+// summaries: each member's view follows gossip on its own, so a placement
+// made by a node process waits for that process's view.
+func waitUsedIn(ctx context.Context, t *testing.T, viewer string, summaries func(context.Context) ([]system.NodeSummary, error), want map[string]int64) {
+	t.Helper()
 	got := map[string]int64{}
 	for {
-		sums, err := d.Summaries(ctx)
+		sums, err := summaries(ctx)
 		require.NoError(t, err)
 		clear(got)
 		for _, s := range sums {
@@ -594,7 +605,7 @@ func waitUsed(ctx context.Context, t *testing.T, d *system.Node, want map[string
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("cuda:0 used per the summaries: %v, want %v", got, want)
+			t.Fatalf("cuda:0 used per %s's summaries: %v, want %v", viewer, got, want)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
