@@ -391,12 +391,12 @@ func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodep
 	if err != nil {
 		var pe *system.PlacementError
 		if errors.As(err, &pe) {
-			r.Placement = &nodeproc.Placement{Request: pe.Request, Candidates: pe.Candidates, Attempts: attempts(pe.Attempts), NotTried: pe.NotTried}
+			r.Placement = &nodeproc.Placement{Request: pe.Request, Candidates: pe.Candidates, Attempts: attempts(pe.Attempts), NotTried: pe.NotTried, Directory: pe.Directory, Stage: pe.Stage}
 		}
 		return err
 	}
 	r.Placement = &nodeproc.Placement{Request: p.Request, Node: p.Node, Why: p.Why, Candidates: p.Candidates,
-		Attempts: attempts(p.Attempts), Decision: &p.Decision}
+		Attempts: attempts(p.Attempts), Decision: &p.Decision, Directory: p.Directory}
 	if cmd.Hold {
 		c.mu.Lock()
 		if c.held == nil {

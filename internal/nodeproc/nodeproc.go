@@ -108,6 +108,12 @@ type Placement struct {
 	Attempts   []Attempt                   `json:"attempts,omitempty"`
 	NotTried   []string                    `json:"not_tried,omitempty"`
 	Decision   *system.NodeDecision        `json:"decision,omitempty"`
+	// Directory: per value whose directory lookup failed, what happened
+	// (the placement then ranked by room only).
+	Directory []string `json:"directory,omitempty"`
+	// Stage: what a failed placement was doing when its deadline ended
+	// before any node was asked (empty otherwise).
+	Stage string `json:"stage,omitempty"`
 }
 
 // Attempt is one node a placement asked; Error is empty for the node that
