@@ -150,7 +150,11 @@ func Start(cfg Config) (*Engine, error) {
 	// release) saves a goroutine hand-off each way. Its mailbox takes
 	// messages a burst at a time (see callerRunsMailbox).
 	props := actor.PropsFromProducer(func() actor.Actor { return sup },
-		actor.WithMailbox(callerRunsMailboxProducer),
+		actor.WithMailbox(func() actor.Mailbox {
+			mb := &callerRunsMailbox{}
+			sup.mailbox = mb
+			return mb
+		}),
 		actor.WithDispatcher(actor.NewSynchronizedDispatcher(throughput)))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {

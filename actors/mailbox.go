@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/messages"
 )
 
 // callerRunsMailbox is the supervisor's mailbox. Like protoactor's default
@@ -21,6 +23,11 @@ import (
 //     allocation once the slices have grown (protoactor's unbounded queue
 //     locks twice per message; its lock-free one allocates a node per
 //     message).
+//   - A lease caller answered while it was parked (its request carried a
+//     messages.Replier) is woken after the burst, once the mailbox is free
+//     again, not from inside the serialized section: waking a goroutine
+//     costs about as much as the ledger's work, and another sender can
+//     run the mailbox on the other core meanwhile.
 //   - A sender that served other senders' messages yields once when the
 //     burst is over, so that the callers it answered (made runnable on its
 //     processor) run now instead of after its time slice. A sender that
@@ -42,6 +49,10 @@ type callerRunsMailbox struct {
 	// Owned by the goroutine running the mailbox.
 	batch []any // the user burst being processed; batch[next:] still to do
 	next  int
+	wakes []messages.Replier // callers answered in this burst, still parked
+
+	spareMu sync.Mutex
+	spare   []messages.Replier // an emptied wake list, for the next runner
 }
 
 // callerRunsMailboxProducer makes the supervisor's mailbox (a protoactor
@@ -86,7 +97,11 @@ func (m *callerRunsMailbox) process() {
 	served := 0
 	for {
 		served += m.run()
+		wakes := m.takeWakes()
 		m.running.Store(false)
+		// Wake the callers answered in this burst now that the mailbox is
+		// free: another sender can run it meanwhile.
+		m.wake(wakes)
 		// A message posted after run found the queues empty, but before
 		// running was cleared, scheduled nothing: look again.
 		if m.systemN.Load() > 0 || (!m.suspended.Load() && m.userN.Load() > 0) {
@@ -99,6 +114,42 @@ func (m *callerRunsMailbox) process() {
 	if served > 1 {
 		runtime.Gosched()
 	}
+}
+
+// deferWake records a caller answered while it was parked: it is woken
+// once the burst is over (process), outside the serialized section.
+// Called by the supervisor, on the running goroutine.
+func (m *callerRunsMailbox) deferWake(r messages.Replier) {
+	m.wakes = append(m.wakes, r)
+}
+
+// takeWakes hands the burst's wake list to its runner (still running) and
+// gives the mailbox an empty one.
+func (m *callerRunsMailbox) takeWakes() []messages.Replier {
+	w := m.wakes
+	if len(w) == 0 {
+		return nil
+	}
+	m.spareMu.Lock()
+	m.wakes, m.spare = m.spare, nil
+	m.spareMu.Unlock()
+	return w
+}
+
+// wake wakes the callers in w and keeps w's array for a later burst.
+func (m *callerRunsMailbox) wake(w []messages.Replier) {
+	if len(w) == 0 {
+		return
+	}
+	for i, r := range w {
+		r.Wake()
+		w[i] = nil
+	}
+	m.spareMu.Lock()
+	if m.spare == nil {
+		m.spare = w[:0]
+	}
+	m.spareMu.Unlock()
 }
 
 // run processes messages until none is left to process and returns how

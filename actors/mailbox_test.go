@@ -168,3 +168,61 @@ func TestCallerRunsMailboxConcurrentPosters(t *testing.T) {
 	assert.Len(t, inv.system, posters*each/100)
 	assert.Zero(t, m.UserMessageCount())
 }
+
+// wakeRecorder is a messages.Replier whose Wake records whether the
+// mailbox was still running.
+type wakeRecorder struct {
+	m              *callerRunsMailbox
+	woken          int
+	wokenInRunning bool
+}
+
+func (w *wakeRecorder) Deliver(any) bool { return true }
+
+func (w *wakeRecorder) Wake() {
+	w.woken++
+	if w.m.running.Load() {
+		w.wokenInRunning = true
+	}
+}
+
+// A caller answered while parked is woken once, after the burst that
+// answered it, with the mailbox already free for the next sender; the
+// wake list is reused.
+func TestCallerRunsMailboxWakesAfterTheBurst(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	ws := []*wakeRecorder{{m: m}, {m: m}, {m: m}}
+	inv.onUser = func(msg any) {
+		w := msg.(*wakeRecorder)
+		if w.Deliver(nil) {
+			m.deferWake(w)
+		}
+		for _, o := range ws {
+			assert.Zero(t, o.woken, "no caller is woken inside the burst")
+		}
+		if w == ws[0] {
+			// Queued behind the first: the same burst answers them.
+			m.PostUserMessage(ws[1])
+			m.PostUserMessage(ws[2])
+		}
+	}
+	m.PostUserMessage(ws[0])
+	for i, w := range ws {
+		assert.Equal(t, 1, w.woken, "caller %d", i)
+		assert.False(t, w.wokenInRunning, "caller %d woken while the mailbox was still running", i)
+	}
+	assert.Len(t, inv.user, 3)
+	assert.Empty(t, m.wakes)
+	assert.NotNil(t, m.spare, "the emptied wake list is kept for the next burst")
+	w := &wakeRecorder{m: m}
+	inv.onUser = func(any) { m.deferWake(w) }
+	inv.user = inv.user[:0:0]
+	m.PostUserMessage(w) // warm-up: the runner's list and the spare both exist now
+	allocs := testing.AllocsPerRun(100, func() {
+		inv.user = inv.user[:0]
+		m.PostUserMessage(w)
+	})
+	assert.Zero(t, allocs, "the two wake lists are reused, burst after burst")
+	assert.Equal(t, 102, w.woken)
+}

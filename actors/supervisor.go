@@ -54,6 +54,7 @@ type runState struct {
 // it has more transfers queued (stopped otherwise).
 type supervisor struct {
 	eng        *Engine
+	mailbox    *callerRunsMailbox // its mailbox: wakes parked lease callers after a burst
 	ledger     *budget.Ledger
 	self       actor.Context           // the supervisor's own context (spawns value actors)
 	valueProps *actor.Props            // every value actor's props
@@ -121,7 +122,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 			rep = &messages.LeaseReply{}
 		}
 		*rep = messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()}
-		s.reply(m.ReplyTo, rep)
+		s.replyDirect(m.Direct, m.ReplyTo, rep)
 	case *messages.Release:
 		err := s.ledger.Release(m.Lease)
 		rep := m.Reply
@@ -129,7 +130,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 			rep = &messages.Reply{}
 		}
 		*rep = messages.Reply{Err: err, Version: s.ledger.Version()}
-		s.reply(m.ReplyTo, rep)
+		s.replyDirect(m.Direct, m.ReplyTo, rep)
 	case *messages.Register:
 		s.register(ctx, m)
 	case *messages.Transition:
@@ -199,12 +200,31 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 }
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
-	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != nil {
-		s.hooked = true // once per request
-		h(requestKind(s.handling))
-	}
+	s.afterLedger()
 	if to != nil {
 		s.eng.root.Send(to, msg)
+	}
+}
+
+// replyDirect answers through direct when the requester gave one (the
+// lease hot path: no send through the actor system, and a parked
+// requester is woken by the mailbox after the burst), else to to.
+func (s *supervisor) replyDirect(direct messages.Replier, to *actor.PID, msg any) {
+	if direct == nil || s.mailbox == nil {
+		s.reply(to, msg)
+		return
+	}
+	s.afterLedger()
+	if direct.Deliver(msg) {
+		s.mailbox.deferWake(direct)
+	}
+}
+
+// afterLedger runs the AfterLedger hook, once per request.
+func (s *supervisor) afterLedger() {
+	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != nil {
+		s.hooked = true
+		h(requestKind(s.handling))
 	}
 }
 

@@ -83,6 +83,21 @@ type Acquire struct {
 	// requester owns it and reads it once the reply has arrived. Nil: a
 	// new LeaseReply.
 	Reply *LeaseReply
+	// Direct, if set, takes the reply in place of a send to ReplyTo
+	// (which stays set: a failure of the runtime answers there).
+	Direct Replier
+}
+
+// Replier takes a reply directly from the supervisor (the lease hot
+// path), on the goroutine running the supervisor.
+type Replier interface {
+	// Deliver stores the reply. True: the requester is parked and Wake
+	// must be called; the supervisor's mailbox calls it once the burst of
+	// messages it is processing is over, outside the serialized section,
+	// so that waking a goroutine does not hold up the callers queued
+	// behind it.
+	Deliver(reply any) (wake bool)
+	Wake()
 }
 
 // Release releases a lease.
@@ -92,6 +107,8 @@ type Release struct {
 	// Reply, if set, is where the supervisor writes its Reply (see
 	// Acquire.Reply).
 	Reply *Reply
+	// Direct: see Acquire.Direct.
+	Direct Replier
 }
 
 // RecordEvent records a consumer event on a lease. EventKey names the

@@ -32,7 +32,7 @@ type Lease struct {
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
-		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply}
+		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply, Direct: sl}
 		return &sl.acquire
 	})
 	if err != nil {
@@ -125,7 +125,7 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
-		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply}
+		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply, Direct: sl}
 		return &sl.release
 	})
 	if err != nil {

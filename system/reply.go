@@ -52,31 +52,39 @@ const (
 )
 
 func (s *replySlot) SendUserMessage(_ *actor.PID, m any) {
-	m = actor.UnwrapEnvelopeMessage(m)
+	if s.Deliver(actor.UnwrapEnvelopeMessage(m)) {
+		s.Wake()
+	}
+}
+
+// Deliver stores the reply to the slot's request (messages.Replier); true
+// when the caller is parked and Wake must follow. A slot whose caller left
+// hands the reply to onLate.
+func (s *replySlot) Deliver(m any) bool {
 	for {
 		switch st := s.state.Load(); st {
 		case slotWaiting, slotParked:
 			s.msg = m
 			if s.state.CompareAndSwap(st, slotReplied) {
-				if st == slotParked {
-					s.wake <- struct{}{}
-				}
-				return
+				return st == slotParked
 			}
 		case slotAbandoned:
 			s.reg.Remove(s.pid)
 			if s.onLate != nil {
 				s.onLate(m)
 			}
-			return
+			return false
 		default:
 			// Exactly one reply per request: a second one would be a
 			// runtime bug. Never block (or crash) the supervisor on it;
 			// drop it.
-			return
+			return false
 		}
 	}
 }
+
+// Wake wakes the caller parked on the slot (after a Deliver that said so).
+func (s *replySlot) Wake() { s.wake <- struct{}{} }
 
 func (s *replySlot) SendSystemMessage(*actor.PID, any) {}
 func (s *replySlot) Stop(*actor.PID)                   {}
