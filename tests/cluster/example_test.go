@@ -52,11 +52,15 @@ func Example_place() {
 	_ = a.Refresh(ctx)
 	_ = b.Refresh(ctx)
 	for {
-		sums, _ := a.Summaries(ctx)
-		if len(sums) == 2 && sums[1].Locations[0].UsedBytes == 512<<10 {
+		sums, err := a.Summaries(ctx)
+		if err == nil && len(sums) == 2 && len(sums[1].Locations) > 0 && sums[1].Locations[0].UsedBytes == 512<<10 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			panic(fmt.Sprintf("summaries did not spread: %v %v", sums, err))
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 
 	p, err := a.Place(ctx, system.PlacementRequest{Name: "serve", Hold: true,
