@@ -72,6 +72,7 @@ type Engine struct {
 	Buffers    *BufferTable
 
 	root         *actor.RootContext
+	sup          *supervisor // for direct calls (AcquireDirect)
 	backend      cuda.Backend
 	log          zerolog.Logger
 	hooks        Hooks
@@ -162,6 +163,7 @@ func Start(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	eng.Supervisor = pid
+	eng.sup = sup
 	return eng, nil
 }
 

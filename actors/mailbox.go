@@ -33,6 +33,14 @@ import (
 //     processor) run now instead of after its time slice. A sender that
 //     served only itself does not yield: a lone caller pays no scheduler
 //     round trip.
+//
+// The right to run the mailbox (running) is also taken by direct calls:
+// lease steps that their callers run on their own goroutines, without a
+// message, and that wait for the run right on their contexts when it is
+// taken (see direct.go and mailbox_lock.go). Whoever gives the run right
+// back (release) first runs whatever was queued meanwhile, then wakes
+// one waiting direct caller, or hands the run right straight to it while
+// one starves.
 type callerRunsMailbox struct {
 	mu        sync.Mutex
 	user      []any // queued user messages, oldest first
@@ -53,6 +61,14 @@ type callerRunsMailbox struct {
 
 	spareMu sync.Mutex
 	spare   []messages.Replier // an emptied wake list, for the next runner
+
+	// Direct callers parked until the run right is given back (see
+	// lock), oldest first; nwait counts them.
+	waitMu   sync.Mutex
+	waiters  []chan bool
+	nwait    atomic.Int32
+	woken    atomic.Bool // a woken caller has yet to try: wake no other
+	starving atomic.Bool // a caller waited too long: hand the run right over
 }
 
 // callerRunsMailboxProducer makes the supervisor's mailbox (a protoactor
@@ -93,27 +109,48 @@ func (m *callerRunsMailbox) schedule() {
 
 // process runs the mailbox until it is empty (or suspended with only user
 // messages left), then yields once if it served more than one message.
-func (m *callerRunsMailbox) process() {
-	served := 0
+func (m *callerRunsMailbox) process() { m.release(m.run()) }
+
+// release ends a turn that has served served user messages: it wakes the
+// callers answered meanwhile, gives the run right back (or hands it to a
+// starving direct caller), takes it again for whatever was posted while
+// it was being given back, wakes a waiting direct caller, and yields once
+// if the turn served more than its own message (or, on one processor,
+// woke a direct caller).
+func (m *callerRunsMailbox) release(served int) {
 	for {
-		served += m.run()
 		wakes := m.takeWakes()
+		if m.handOff() {
+			m.wake(wakes)
+			break
+		}
 		m.running.Store(false)
 		// Wake the callers answered in this burst now that the mailbox is
 		// free: another sender can run it meanwhile.
 		m.wake(wakes)
 		// A message posted after run found the queues empty, but before
 		// running was cleared, scheduled nothing: look again.
-		if m.systemN.Load() > 0 || (!m.suspended.Load() && m.userN.Load() > 0) {
-			if m.running.CompareAndSwap(false, true) {
-				continue
-			}
+		if !m.idle() && m.running.CompareAndSwap(false, true) {
+			served += m.run()
+			continue
+		}
+		if m.wakeWaiter() && !multiProcessor() {
+			// On one processor the woken caller would otherwise wait for
+			// this goroutine's time slice to end, while it takes the run
+			// right again and again.
+			served = 2
 		}
 		break
 	}
 	if served > 1 {
 		runtime.Gosched()
 	}
+}
+
+// idle reports whether no message is queued for the run right's holder (a
+// suspended mailbox holds its user messages).
+func (m *callerRunsMailbox) idle() bool {
+	return m.systemN.Load() == 0 && (m.suspended.Load() || m.userN.Load() == 0)
 }
 
 // deferWake records a caller answered while it was parked: it is woken
@@ -212,6 +249,9 @@ func (m *callerRunsMailbox) popSystem() any {
 // takeBurst moves every queued user message into the batch (whose backing
 // array, emptied, becomes the queue's): one lock for the whole burst.
 func (m *callerRunsMailbox) takeBurst() bool {
+	if m.userN.Load() == 0 {
+		return false
+	}
 	m.mu.Lock()
 	if len(m.user) == 0 {
 		m.mu.Unlock()

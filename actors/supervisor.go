@@ -76,6 +76,9 @@ type supervisor struct {
 	handling any
 	hooked   bool
 	fatal    *FatalError // set once the supervisor stopped the runtime
+	// shutting (Shutdown received) or stopped (the actor is stopping or
+	// stopped): direct calls (AcquireDirect) no longer run.
+	shutting, stopped bool
 }
 
 // Receive handles one message. A panic while handling it (a ledger
@@ -86,6 +89,9 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	s.self = ctx
 	msg := ctx.Message()
 	switch msg.(type) { // the actors' own bookkeeping, even after a fatal stop
+	case *actor.Stopping, *actor.Stopped:
+		s.stopped = true
+		return
 	case *actor.Terminated:
 		s.stopping--
 		s.answerQuiet()
@@ -194,6 +200,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 	case messages.CacheRequest:
 		s.cacheRequest(m)
 	case *messages.Shutdown:
+		s.shutting = true
 		s.closing = m.ReplyTo
 		s.maybeFinishShutdown()
 	}

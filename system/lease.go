@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -31,6 +32,16 @@ type Lease struct {
 // places: an absent endpoint is an [*UnavailableError].
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
+	// First as a direct call on this goroutine; as a message when the
+	// supervisor is busy (see actors.Engine.AcquireDirect).
+	if rep, ok, err := s.acquireDirect(ctx, h, loc); err != nil {
+		return nil, err
+	} else if ok {
+		if rep.Err != nil {
+			return nil, s.noteFatal(rep.Err)
+		}
+		return &Lease{sys: s, id: rep.Lease, handle: h, location: loc}, nil
+	}
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
 		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply, Direct: sl}
 		return &sl.acquire
@@ -48,6 +59,38 @@ func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, e
 		return nil, rep.Err
 	}
 	return &Lease{sys: s, id: rep.Lease, handle: h, location: loc}, nil
+}
+
+// acquireDirect runs an acquire as a direct call (see
+// actors.Engine.AcquireDirect). ran false: it did not run, and the
+// request must be sent as a message. err: the call was refused (closed,
+// fatal stop, ctx done) or ctx ended while it waited. Unlike a send it
+// needs no inflight count: a direct call that passed the closed check
+// but comes after Close's Shutdown request does not run (the supervisor
+// refuses direct calls from then on), and its send is refused as closed.
+func (s *System) acquireDirect(ctx context.Context, h Handle, loc string) (rep messages.LeaseReply, ran bool, err error) {
+	if err := s.refusal(ctx); err != nil {
+		return rep, false, err
+	}
+	return s.eng.AcquireDirect(ctx, h, loc)
+}
+
+// releaseDirect runs a release as a direct call (see acquireDirect).
+func (s *System) releaseDirect(ctx context.Context, id LeaseID) (rep messages.Reply, ran bool, err error) {
+	if err := s.refusal(ctx); err != nil {
+		return rep, false, err
+	}
+	return s.eng.ReleaseDirect(ctx, id)
+}
+
+// noteFatal returns err, and makes a *FatalError in it every later
+// call's error too.
+func (s *System) noteFatal(err error) error {
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		s.fatal.CompareAndSwap(nil, fe)
+	}
+	return err
 }
 
 // releaseLate releases a lease or hold granted to a caller who stopped
@@ -124,6 +167,15 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 // Release releases the lease. Releasing twice is an [*InvalidInputError].
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
+	if rep, ok, err := s.releaseDirect(ctx, l.id); err != nil {
+		return err
+	} else if ok {
+		if rep.Err != nil {
+			return s.noteFatal(rep.Err)
+		}
+		l.released.Store(true)
+		return nil
+	}
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
 		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply, Direct: sl}
 		return &sl.release

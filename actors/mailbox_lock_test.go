@@ -1,0 +1,186 @@
+package actors
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// directStep runs body as a direct call would: holding the run right
+// (taken by lock), after the messages queued before it.
+func directStep(m *callerRunsMailbox, inv *recordingInvoker, body func()) {
+	served := m.run()
+	inv.enter()
+	if body != nil {
+		body()
+	}
+	inv.leave()
+	m.release(served + 1)
+}
+
+// assertRunRightAtRest checks that nobody holds or waits for the run right.
+func assertRunRightAtRest(t *testing.T, m *callerRunsMailbox) {
+	t.Helper()
+	assert.False(t, m.running.Load(), "run right still held")
+	assert.Zero(t, m.nwait.Load(), "waiters still counted")
+	assert.Empty(t, m.waiters, "waiters still listed")
+	assert.False(t, m.woken.Load(), "a woken waiter still pending")
+	assert.False(t, m.starving.Load(), "starvation mode left on")
+	assert.Zero(t, m.UserMessageCount())
+}
+
+// Direct callers and message senders, many at once, some giving up on a
+// short deadline: no two steps overlap, every message is processed, each
+// sender's messages in order, and nobody is left waiting (a lost wake-up
+// would hang this test). Run once as configured and once with every
+// woken waiter counting as starving, so that releases hand the run right
+// over.
+func TestRunRightDirectCallersAndMessages(t *testing.T) {
+	for _, starve := range []time.Duration{time.Millisecond, 0} {
+		t.Run("starveAfter="+starve.String(), func(t *testing.T) {
+			defer func(d time.Duration) { starveAfter = d }(starveAfter)
+			starveAfter = starve
+			inv := &recordingInvoker{}
+			m := newTestMailbox(inv)
+			type msg struct{ poster, seq int }
+			const callers, calls, posters, posts = 8, 3000, 2, 3000
+			var steps, gaveUp int
+			var gaveUpMu sync.Mutex
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(c), 1))
+					for range calls {
+						ctx, cancel := context.Background(), context.CancelFunc(func() {})
+						if rng.IntN(4) == 0 {
+							ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(20))*time.Microsecond)
+						}
+						if err := m.lock(ctx); err != nil {
+							require.ErrorIs(t, err, context.DeadlineExceeded)
+							gaveUpMu.Lock()
+							gaveUp++
+							gaveUpMu.Unlock()
+						} else {
+							directStep(m, inv, func() { steps++ }) // unsynchronized: the race detector checks exclusion
+						}
+						cancel()
+					}
+				}()
+			}
+			for p := range posters {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range posts {
+						m.PostUserMessage(msg{p, i})
+					}
+				}()
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(waitFor):
+				t.Fatalf("callers still waiting after %s: a lost wake-up (nwait %d, running %v, woken %v, starving %v)",
+					waitFor, m.nwait.Load(), m.running.Load(), m.woken.Load(), m.starving.Load())
+			}
+			require.False(t, inv.overlap, "two steps overlapped")
+			assert.Equal(t, callers*calls, steps+gaveUp, "every call either ran once or gave up")
+			require.Len(t, inv.user, posters*posts)
+			next := make([]int, posters)
+			for _, x := range inv.user {
+				mm := x.(msg)
+				require.Equal(t, next[mm.poster], mm.seq, "poster %d out of order", mm.poster)
+				next[mm.poster]++
+			}
+			assertRunRightAtRest(t, m)
+			t.Logf("%d steps, %d calls gave up waiting", steps, gaveUp)
+		})
+	}
+}
+
+// A direct caller that finds the run right taken waits for it on its
+// context: it gives up at its deadline having run nothing, and the run
+// right is taken at once by the next caller once given back.
+func TestRunRightWaiterGivesUpOnItsContext(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	require.NoError(t, m.lock(context.Background()))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := m.lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), waitFor, "the wait ends at the deadline")
+	assert.Zero(t, m.nwait.Load(), "the caller that gave up is no longer listed")
+
+	got := make(chan error, 1)
+	go func() { got <- m.lock(context.Background()) }()
+	m.release(1)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("the run right was given back but the waiting caller never got it")
+	}
+	m.release(1)
+	assertRunRightAtRest(t, m)
+}
+
+// A starving waiter is handed the run right: it never goes back to being
+// free in between, so no newly arrived caller can take it first; once
+// nobody waits, starvation is over.
+func TestRunRightIsHandedToAStarvingWaiter(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	require.NoError(t, m.lock(context.Background()))
+	got, goOn := make(chan struct{}), make(chan struct{})
+	go func() {
+		if err := m.lock(context.Background()); err != nil {
+			t.Error(err)
+			return
+		}
+		close(got)
+		<-goOn
+		m.release(1)
+	}()
+	require.Eventually(t, func() bool { return m.nwait.Load() == 1 }, waitFor, time.Millisecond, "the second caller parks")
+	m.starving.Store(true) // as a waiter that waited starveAfter would
+	m.release(1)
+	select {
+	case <-got:
+	case <-time.After(waitFor):
+		t.Fatal("the starving waiter was not handed the run right")
+	}
+	assert.True(t, m.running.Load(), "handed over, never given back in between")
+	assert.False(t, m.spinForRun(), "a newly arrived caller cannot take it while a waiter starves")
+	close(goOn)
+	require.Eventually(t, func() bool { return !m.running.Load() }, waitFor, time.Millisecond)
+	assertRunRightAtRest(t, m)
+}
+
+// Messages posted while a direct caller holds the run right are run by
+// that caller before it gives the run right back, in order, and a
+// message queued before a direct call runs before the call's step.
+func TestRunRightDirectCallRunsQueuedMessages(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	require.NoError(t, m.lock(context.Background()))
+	m.PostUserMessage("queued before the step") // the run right is held: it queues
+	var seenInStep []any
+	directStep(m, inv, func() {
+		seenInStep = append(seenInStep, inv.user...)
+		m.PostUserMessage("posted during the step")
+	})
+	assert.Equal(t, []any{"queued before the step"}, seenInStep)
+	assert.Equal(t, []any{"queued before the step", "posted during the step"}, inv.user)
+	assertRunRightAtRest(t, m)
+}
