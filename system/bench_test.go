@@ -159,6 +159,81 @@ func BenchmarkLeasePairs(b *testing.B) {
 	}
 }
 
+// BenchmarkLeaseRatio measures the runtime's lease path against the
+// mutex-guarded ledger in one run, interleaved: each round runs a chunk of
+// pairs through the runtime, then the same number through the baseline,
+// both with the same callers, so that a change in the machine's load
+// affects both alike. Neither side times single calls (see
+// BenchmarkLeasePairs for latencies). It reports both throughputs and
+// their ratio (runtime ÷ baseline); b.N is the number of pairs each side
+// runs.
+func BenchmarkLeaseRatio(b *testing.B) {
+	const callers, chunk = 8, 20_000
+	s, hs := startBench(b)
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	runtimePair := func(i int) time.Duration {
+		ls, err := s.Acquire(ctx, hs[i%benchValues], "cuda:0")
+		if err != nil {
+			b.Error(err)
+			return 0
+		}
+		if err := ls.Release(ctx); err != nil {
+			b.Error(err)
+		}
+		return 0
+	}
+	l, lhs := mutexLedger(b)
+	var mu sync.Mutex
+	mutexPair := func(i int) time.Duration {
+		mu.Lock()
+		id, err := l.Acquire(lhs[i%benchValues], "cuda:0")
+		mu.Unlock()
+		if err != nil {
+			b.Error(err)
+			return 0
+		}
+		mu.Lock()
+		err = l.Release(id)
+		mu.Unlock()
+		if err != nil {
+			b.Error(err)
+		}
+		return 0
+	}
+	var tRuntime, tMutex time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		tRuntime += timePairs(callers, n, runtimePair)
+		tMutex += timePairs(callers, n, mutexPair)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/tRuntime.Seconds(), "runtime-pairs/s")
+	b.ReportMetric(float64(b.N)/tMutex.Seconds(), "mutex-pairs/s")
+	b.ReportMetric(tMutex.Seconds()/tRuntime.Seconds(), "ratio")
+}
+
+// timePairs runs n pairs split among callers goroutines and returns the
+// wall time they took.
+func timePairs(callers, n int, pair func(i int) time.Duration) time.Duration {
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range callers {
+		lo, hi := c*n/callers, (c+1)*n/callers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				pair(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // BenchmarkValueMemory measures the heap cost of one registered value (its
 // ledger record and its actor) at 100k registered values.
 func BenchmarkValueMemory(b *testing.B) {

@@ -198,6 +198,11 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // ReleaseByID releases a lease by id (for tools that keep ids, not *Lease).
 func (s *System) ReleaseByID(ctx context.Context, id LeaseID) error {
+	if rep, ok, err := s.releaseDirect(ctx, id); err != nil {
+		return err
+	} else if ok {
+		return s.noteFatal(rep.Err)
+	}
 	return s.callErr(ctx, func(p *actor.PID) any { return &messages.Release{Lease: id, ReplyTo: p} })
 }
 
