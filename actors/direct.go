@@ -87,7 +87,10 @@ func (s *supervisor) call(ctx context.Context, st *leaseStep) error {
 	if err := m.lock(ctx); err != nil {
 		return err
 	}
-	served := m.run() // what was queued before st
+	served := 0
+	if !m.idle() {
+		served = m.run() // what was queued before st
+	}
 	s.runStep(st)
 	m.release(served + 1)
 	return nil
