@@ -97,5 +97,8 @@
 // with the caller's context. When the context ends the call returns
 // ctx.Err(); a transition already admitted still completes or fails
 // inside the runtime, and a lease, hold or scope granted to a caller who
-// stopped waiting is handed back.
+// stopped waiting is handed back. The lease hot path (Acquire,
+// Lease.Release, ReleaseByID) sends no message: the caller runs its step
+// itself when its turn comes, and a call whose context ends while it
+// waits for its turn has done nothing.
 package system

@@ -30,6 +30,11 @@ type Lease struct {
 
 // Acquire takes a lease on h's resident materialization at loc. It never
 // places: an absent endpoint is an [*UnavailableError].
+//
+// Acquire runs on the caller's goroutine: it takes its turn in the
+// runtime's single order of operations without sending a message. While
+// the runtime is busy with another operation it waits for its turn until
+// ctx ends; it then returns ctx's error and has taken nothing.
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
 	// First as a direct call on this goroutine; as a message when the
@@ -165,6 +170,8 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 }
 
 // Release releases the lease. Releasing twice is an [*InvalidInputError].
+// Like Acquire it waits for its turn until ctx ends; it then returns
+// ctx's error and the lease is still held (release it again).
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
 	if rep, ok, err := s.releaseDirect(ctx, l.id); err != nil {
@@ -196,7 +203,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// ReleaseByID releases a lease by id (for tools that keep ids, not *Lease).
+// ReleaseByID releases a lease by id (for tools that keep ids, not *Lease),
+// as [Lease.Release] does.
 func (s *System) ReleaseByID(ctx context.Context, id LeaseID) error {
 	if rep, ok, err := s.releaseDirect(ctx, id); err != nil {
 		return err
