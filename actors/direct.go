@@ -88,11 +88,9 @@ func (s *supervisor) call(ctx context.Context, st *leaseStep) error {
 		return err
 	}
 	served := 0
-	if !m.idle() {
-		served = m.run() // what was queued before st
-	}
+	defer func() { m.release(served + 1) }()
+	served = m.runBefore()
 	s.runStep(st)
-	m.release(served + 1)
 	return nil
 }
 

@@ -108,15 +108,18 @@ func (m *callerRunsMailbox) schedule() {
 }
 
 // process runs the mailbox until it is empty (or suspended with only user
-// messages left), then yields once if it served more than one message.
-func (m *callerRunsMailbox) process() { m.release(m.run()) }
+// messages left, or a direct caller waits), then yields once if it served
+// more than one message.
+func (m *callerRunsMailbox) process() { m.release(m.run(runYielding)) }
 
 // release ends a turn that has served served user messages: it wakes the
-// callers answered meanwhile, gives the run right back (or hands it to a
-// starving direct caller), takes it again for whatever was posted while
-// it was being given back, wakes a waiting direct caller, and yields once
-// if the turn served more than its own message (or, on one processor,
-// woke a direct caller).
+// callers answered meanwhile and gives the run right back, or hands it
+// straight to a starving direct caller. Then, if a direct caller waits,
+// it wakes one (that caller runs whatever is queued before its step);
+// otherwise it takes the run right again for whatever was posted while
+// it was being given back. It yields once if the turn served more than
+// its own message (or, on one processor, left the run right to a woken
+// direct caller).
 func (m *callerRunsMailbox) release(served int) {
 	for {
 		wakes := m.takeWakes()
@@ -128,17 +131,20 @@ func (m *callerRunsMailbox) release(served int) {
 		// Wake the callers answered in this burst now that the mailbox is
 		// free: another sender can run it meanwhile.
 		m.wake(wakes)
+		if m.nwait.Load() > 0 && (m.woken.Load() || m.wakeWaiter()) {
+			if !multiProcessor() {
+				// The woken caller would otherwise wait for this
+				// goroutine's time slice to end, while it takes the run
+				// right again and again.
+				served = 2
+			}
+			break
+		}
 		// A message posted after run found the queues empty, but before
 		// running was cleared, scheduled nothing: look again.
 		if !m.idle() && m.running.CompareAndSwap(false, true) {
-			served += m.run()
+			served += m.run(runYielding)
 			continue
-		}
-		if m.wakeWaiter() && !multiProcessor() {
-			// On one processor the woken caller would otherwise wait for
-			// this goroutine's time slice to end, while it takes the run
-			// right again and again.
-			served = 2
 		}
 		break
 	}
@@ -189,11 +195,26 @@ func (m *callerRunsMailbox) wake(w []messages.Replier) {
 	m.spareMu.Unlock()
 }
 
-// run processes messages until none is left to process and returns how
-// many user messages it invoked. A panic escalates like protoactor's
+// How far run goes (system messages always run first).
+type runMode uint8
+
+const (
+	// runYielding: until the queue is empty, but it stops between bursts
+	// while a direct caller waits for the run right: that caller goes next
+	// (it runs what is queued before its step), so a stream of later
+	// messages cannot keep it waiting.
+	runYielding runMode = iota
+	// runOneBurst: the user messages queued now, and none posted later (a
+	// direct call's messages queued before its step).
+	runOneBurst
+)
+
+// run processes messages as far as mode says (or until the mailbox is
+// suspended) and returns how many user messages it invoked. A panic escalates like protoactor's
 // mailbox does; the rest of the burst stays queued, in order.
-func (m *callerRunsMailbox) run() (served int) {
+func (m *callerRunsMailbox) run(mode runMode) (served int) {
 	var msg any
+	bursts := 0
 	defer func() {
 		if r := recover(); r != nil {
 			m.requeue()
@@ -221,8 +242,14 @@ func (m *callerRunsMailbox) run() (served int) {
 			m.requeue()
 			return served
 		}
-		if m.next == len(m.batch) && !m.takeBurst() {
-			return served
+		if m.next == len(m.batch) {
+			switch {
+			case mode == runOneBurst && bursts > 0,
+				mode == runYielding && m.nwait.Load() > 0,
+				!m.takeBurst():
+				return served
+			}
+			bursts++
 		}
 		msg = m.batch[m.next]
 		m.batch[m.next] = nil

@@ -30,6 +30,10 @@ import (
 //   - A caller whose context ends while it waits leaves without running
 //     anything; a wake (or a handed-over run right) that reached it
 //     meanwhile is passed on.
+//   - While a direct caller waits, whoever runs queued messages stops at
+//     the end of a burst and lets it go next (see run): a stream of later
+//     messages cannot keep it waiting. It runs what is still queued before
+//     its own step, so the order of the queue is kept.
 //
 // Senders of messages never wait for the run right: they queue their
 // message, and whoever holds the run right runs it before giving it back.
@@ -56,7 +60,7 @@ var waiterPool = sync.Pool{New: func() any { return make(chan bool, 1) }}
 // (having taken nothing).
 func (m *callerRunsMailbox) lock(ctx context.Context) error {
 	var since time.Time // when this caller first parked
-	front := false
+	starving := false
 	for {
 		if m.spinForRun() {
 			return nil
@@ -65,7 +69,7 @@ func (m *callerRunsMailbox) lock(ctx context.Context) error {
 			since = time.Now()
 		}
 		w := waiterPool.Get().(chan bool)
-		m.list(w, front)
+		m.list(w, starving)
 		// Given back after this caller looked, but before it was listed?
 		if m.running.CompareAndSwap(false, true) {
 			if !m.unlist(w) {
@@ -82,16 +86,7 @@ func (m *callerRunsMailbox) lock(ctx context.Context) error {
 			select {
 			case handed = <-w:
 			case <-done:
-				if !m.unlist(w) {
-					// Woken or handed the run right meanwhile: pass it on.
-					if <-w {
-						m.release(0)
-					} else {
-						m.woken.Store(false)
-						m.wakeWaiter()
-					}
-				}
-				waiterPool.Put(w)
+				m.leave(w)
 				return ctx.Err()
 			}
 		}
@@ -104,11 +99,46 @@ func (m *callerRunsMailbox) lock(ctx context.Context) error {
 			return nil
 		}
 		m.woken.Store(false)
-		if waited >= starveAfter {
-			m.starving.Store(true)
-			front = true
-		}
+		starving = waited >= starveAfter
 	}
+}
+
+// leave takes a waiter whose context ended off the list. A wake or a
+// handed-over run right that reached it meanwhile is passed on, so that
+// the next waiter, or the queued messages, are not left behind.
+func (m *callerRunsMailbox) leave(w chan bool) {
+	if m.unlist(w) {
+		waiterPool.Put(w)
+		return
+	}
+	handed := <-w
+	waiterPool.Put(w)
+	if handed {
+		m.release(0)
+		return
+	}
+	m.woken.Store(false)
+	if !m.wakeWaiter() && !m.idle() && m.running.CompareAndSwap(false, true) {
+		m.process()
+	}
+}
+
+// runBefore runs what was queued before a direct call's step (the run
+// right just taken): the system messages and the burst of user messages
+// queued now, not those posted later. A message of that burst that
+// panicked past the invoker leaves the rest queued behind a suspension
+// (protoactor's escalation posts one): that suspension is processed too,
+// so that the step sees the mailbox suspended rather than overtaking
+// them.
+func (m *callerRunsMailbox) runBefore() int {
+	if m.idle() {
+		return 0
+	}
+	served := m.run(runOneBurst)
+	for m.systemN.Load() > 0 {
+		served += m.run(runOneBurst)
+	}
+	return served
 }
 
 // spinForRun tries for the run right, spinning for a moment with several
@@ -136,10 +166,12 @@ func (m *callerRunsMailbox) tryRun() bool {
 	return !m.starving.Load() && !m.running.Load() && m.running.CompareAndSwap(false, true)
 }
 
-// list adds w to the waiters, at the front for a starving caller.
-func (m *callerRunsMailbox) list(w chan bool, front bool) {
+// list adds w to the waiters; a starving caller goes to the front and
+// turns starvation on.
+func (m *callerRunsMailbox) list(w chan bool, starving bool) {
 	m.waitMu.Lock()
-	if front {
+	if starving {
+		m.starving.Store(true)
 		m.waiters = append(m.waiters, nil)
 		copy(m.waiters[1:], m.waiters)
 		m.waiters[0] = w
@@ -151,7 +183,7 @@ func (m *callerRunsMailbox) list(w chan bool, front bool) {
 }
 
 // unlist removes w from the waiters; false: a release took it off (and
-// signalled it) already.
+// signalled it) already. With nobody left waiting, starvation is over.
 func (m *callerRunsMailbox) unlist(w chan bool) bool {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
@@ -159,6 +191,9 @@ func (m *callerRunsMailbox) unlist(w chan bool) bool {
 		if x == w {
 			m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 			m.nwait.Add(-1)
+			if len(m.waiters) == 0 {
+				m.starving.Store(false)
+			}
 			return true
 		}
 	}
@@ -189,13 +224,17 @@ func (m *callerRunsMailbox) wakeWaiter() bool {
 		return false
 	}
 	m.waitMu.Lock()
-	w := m.pop()
-	if w != nil {
-		m.woken.Store(true)
-		w <- false
+	defer m.waitMu.Unlock()
+	if m.woken.Load() {
+		return false
 	}
-	m.waitMu.Unlock()
-	return w != nil
+	w := m.pop()
+	if w == nil {
+		return false
+	}
+	m.woken.Store(true)
+	w <- false
+	return true
 }
 
 // handOff hands the run right straight to the first waiter while one

@@ -4,9 +4,11 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,7 +16,7 @@ import (
 // directStep runs body as a direct call would: holding the run right
 // (taken by lock), after the messages queued before it.
 func directStep(m *callerRunsMailbox, inv *recordingInvoker, body func()) {
-	served := m.run()
+	served := m.runBefore()
 	inv.enter()
 	if body != nil {
 		body()
@@ -183,4 +185,128 @@ func TestRunRightDirectCallRunsQueuedMessages(t *testing.T) {
 	assert.Equal(t, []any{"queued before the step"}, seenInStep)
 	assert.Equal(t, []any{"queued before the step", "posted during the step"}, inv.user)
 	assertRunRightAtRest(t, m)
+}
+
+// A message of the burst queued before a direct call panics past the
+// invoker (the rest of the burst goes back in the queue and protoactor's
+// escalation posts a SuspendMailbox): the step then finds the mailbox
+// suspended, with the rest still queued, rather than overtaking them (its
+// caller would send its request as a message, behind them).
+func TestRunRightStepWaitsBehindAnEscalation(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	inv.onFail = func() { m.PostSystemMessage(&actor.SuspendMailbox{}) } // as protoactor's EscalateFailure does
+	inv.onUser = func(msg any) {
+		if msg == 2 {
+			panic("injected")
+		}
+	}
+	require.NoError(t, m.lock(context.Background()))
+	for i := 1; i <= 3; i++ {
+		m.PostUserMessage(i) // queued: the run right is held
+	}
+	var suspended bool
+	var pendingSystem int32
+	directStep(m, inv, func() { suspended, pendingSystem = m.suspended.Load(), m.systemN.Load() })
+	assert.True(t, suspended, "the step sees the suspension")
+	assert.Zero(t, pendingSystem, "no suspension left pending behind the step")
+	assert.Equal(t, []any{1, 2}, inv.user, "3 is still queued")
+	m.PostSystemMessage(&actor.ResumeMailbox{})
+	assert.Equal(t, []any{1, 2, 3}, inv.user, "resumed in order")
+	assertRunRightAtRest(t, m)
+}
+
+// A direct caller parked for the run right goes next once the holder is
+// done with its burst: later messages, here a chain in which each message
+// posts the next, wait behind its step instead of keeping it waiting.
+func TestRunRightParkedCallerGoesBeforeLaterMessages(t *testing.T) {
+	inv := &recordingInvoker{}
+	m := newTestMailbox(inv)
+	const chain = 200
+	inv.onUser = func(msg any) {
+		if n := msg.(int); n+1 < chain {
+			m.PostUserMessage(n + 1)
+		}
+	}
+	require.NoError(t, m.lock(context.Background()))
+	seen := make(chan []any, 1)
+	go func() {
+		if err := m.lock(context.Background()); err != nil {
+			t.Error(err)
+			return
+		}
+		directStep(m, inv, func() { seen <- inv.userSnapshot() })
+	}()
+	require.Eventually(t, func() bool { return m.nwait.Load() == 1 }, waitFor, time.Millisecond, "the caller parks")
+	m.PostUserMessage(0) // queued before the caller's turn
+	m.release(1)
+	select {
+	case got := <-seen:
+		assert.Equal(t, []any{0}, got, "only the message queued before the caller's turn runs ahead of its step")
+	case <-time.After(waitFor):
+		t.Fatal("the parked caller never got the run right")
+	}
+	require.Eventually(t, func() bool { return len(inv.userSnapshot()) == chain }, waitFor, time.Millisecond, "the chain runs after the step")
+	assertRunRightAtRest(t, m)
+}
+
+// Stress with more callers than the other test, very short deadlines (so
+// that waiters are cancelled while they are being woken or handed the run
+// right), and suspensions and resumptions among the messages.
+func TestRunRightStressWithSuspensions(t *testing.T) {
+	for _, starve := range []time.Duration{time.Millisecond, 0, 20 * time.Microsecond} {
+		t.Run("starveAfter="+starve.String(), func(t *testing.T) {
+			defer func(d time.Duration) { starveAfter = d }(starveAfter)
+			starveAfter = starve
+			inv := &recordingInvoker{}
+			m := newTestMailbox(inv)
+			const callers, calls, posters, posts = 24, 600, 3, 1000
+			var steps int
+			var gaveUp atomic.Int32
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range calls {
+						ctx, cancel := context.Background(), context.CancelFunc(func() {})
+						if (i+c)%3 != 0 {
+							ctx, cancel = context.WithTimeout(context.Background(), time.Duration((i*7+c)%15)*time.Microsecond)
+						}
+						if err := m.lock(ctx); err != nil {
+							gaveUp.Add(1)
+						} else {
+							directStep(m, inv, func() { steps++ })
+						}
+						cancel()
+					}
+				}()
+			}
+			for p := range posters {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range posts {
+						m.PostUserMessage(i)
+						if p == 0 && i%50 == 0 {
+							m.PostSystemMessage(&actor.SuspendMailbox{})
+							m.PostSystemMessage(&actor.ResumeMailbox{})
+						}
+					}
+				}()
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(waitFor):
+				t.Fatalf("callers still waiting after %s: nwait %d, running %v, woken %v, starving %v",
+					waitFor, m.nwait.Load(), m.running.Load(), m.woken.Load(), m.starving.Load())
+			}
+			require.False(t, inv.overlap, "two steps overlapped")
+			assert.Equal(t, callers*calls, steps+int(gaveUp.Load()))
+			assert.Len(t, inv.user, posters*posts)
+			assertRunRightAtRest(t, m)
+		})
+	}
 }

@@ -47,10 +47,20 @@ func (r *recordingInvoker) InvokeSystemMessage(msg any) {
 func (r *recordingInvoker) InvokeUserMessage(msg any) {
 	r.enter()
 	defer r.leave()
+	r.mu.Lock()
 	r.user = append(r.user, msg)
+	r.mu.Unlock()
 	if r.onUser != nil {
 		r.onUser(msg)
 	}
+}
+
+// userSnapshot copies the user messages invoked so far (safe while the
+// mailbox runs on other goroutines).
+func (r *recordingInvoker) userSnapshot() []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]any(nil), r.user...)
 }
 
 func (r *recordingInvoker) EscalateFailure(reason any, msg any) {

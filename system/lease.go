@@ -37,8 +37,9 @@ type Lease struct {
 // ctx ends; it then returns ctx's error and has taken nothing.
 func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, err error) {
 	defer func() { s.stats.admission(ctx, opAcquire, err) }()
-	// First as a direct call on this goroutine; as a message when the
-	// supervisor is busy (see actors.Engine.AcquireDirect).
+	// A direct call on this goroutine; as a message only when the
+	// supervisor refused to run it (shutting down, stopped or suspended:
+	// see actors.Engine.AcquireDirect), which answers as for any request.
 	if rep, ok, err := s.acquireDirect(ctx, h, loc); err != nil {
 		return nil, err
 	} else if ok {
@@ -171,7 +172,9 @@ func (l *Lease) RecordEvent(ctx context.Context, ev cuda.Event) (EventID, error)
 
 // Release releases the lease. Releasing twice is an [*InvalidInputError].
 // Like Acquire it waits for its turn until ctx ends; it then returns
-// ctx's error and the lease is still held (release it again).
+// ctx's error and the lease is still held (release it again). (While the
+// runtime is closing, a release is sent as a message instead and is
+// answered with [ErrClosed]; Close releases what is left.)
 func (l *Lease) Release(ctx context.Context) error {
 	s := l.sys
 	if rep, ok, err := s.releaseDirect(ctx, l.id); err != nil {

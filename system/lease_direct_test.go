@@ -2,7 +2,10 @@ package system
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,4 +87,127 @@ func TestLeaseCallsWaitForABusySupervisorOnTheirContexts(t *testing.T) {
 	kindsMu.Lock()
 	defer kindsMu.Unlock()
 	assert.Equal(t, []string{"Register", "Acquire", "Hold", "Unhold", "Snapshot", "Release", "Acquire", "Release", "Shutdown"}, kinds)
+}
+
+// A fatal stop in the middle of concurrent lease calls (the AfterLedger
+// hook panics on the 3000th lease step, as a broken ledger invariant
+// would), with messages alongside: every caller returns, each ends on the
+// FatalError, and Close returns it.
+func TestFatalStopDuringConcurrentLeaseCalls(t *testing.T) {
+	ctx := context.Background()
+	var n atomic.Int64
+	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, Hooks: Hooks{
+		AfterLedger: func(kind string) {
+			if (kind == "Acquire" || kind == "Release") && n.Add(1) == 3000 {
+				panic("invariant broken")
+			}
+		},
+	}})
+	require.NoError(t, err)
+	h, err := s.Register(ctx, Value{Name: "v", Bytes: 64, At: "cuda:0"})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var fatals atomic.Int64
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				c, cancel := context.WithTimeout(ctx, time.Duration(g%4)*50*time.Microsecond+time.Second)
+				l, err := s.Acquire(c, h, "cuda:0")
+				if err == nil {
+					err = l.Release(c)
+				}
+				cancel()
+				var fe *FatalError
+				if errors.As(err, &fe) {
+					fatals.Add(1)
+					return
+				}
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("unexpected: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // message traffic
+		defer wg.Done()
+		for i := 0; i < 300; i++ {
+			if _, err := s.Snapshot(ctx); err != nil {
+				return
+			}
+			if _, err := s.Register(ctx, Value{Name: fmt.Sprint("w", i), Bytes: 64, At: "pageable-host"}); err != nil {
+				return
+			}
+		}
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("callers hang after the fatal stop")
+	}
+	assert.Equal(t, int64(16), fatals.Load(), "every caller saw the fatal error")
+	err = s.Close(ctx)
+	var fe *FatalError
+	assert.True(t, errors.As(err, &fe), "Close: %v", err)
+}
+
+// Close while many goroutines take and release leases: every call ends,
+// with ErrClosed once Close has begun, and Close returns (reporting a
+// lease whose release came too late as outstanding); nothing hangs.
+func TestCloseDuringConcurrentLeaseCalls(t *testing.T) {
+	for round := range 10 {
+		ctx := context.Background()
+		s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+		require.NoError(t, err)
+		h, err := s.Register(ctx, Value{Name: "v", Bytes: 64, At: "cuda:0"})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var leaked atomic.Int64
+		for range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					l, err := s.Acquire(ctx, h, "cuda:0")
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("acquire: %v", err)
+						}
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("release: %v", err)
+						}
+						leaked.Add(1)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		cerr := make(chan error, 1)
+		go func() { cerr <- s.Close(ctx) }()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("callers hang across Close")
+		}
+		select {
+		case err := <-cerr:
+			var oe *OutstandingError
+			if err != nil && !errors.As(err, &oe) {
+				t.Errorf("close: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close hangs")
+		}
+	}
 }
