@@ -131,14 +131,19 @@ func (m *callerRunsMailbox) release(served int) {
 		// Wake the callers answered in this burst now that the mailbox is
 		// free: another sender can run it meanwhile.
 		m.wake(wakes)
-		if m.nwait.Load() > 0 && (m.woken.Load() || m.wakeWaiter()) {
-			if !multiProcessor() {
-				// The woken caller would otherwise wait for this
-				// goroutine's time slice to end, while it takes the run
-				// right again and again.
-				served = 2
+		if m.nwait.Load() > 0 {
+			if m.wakeWaiter() {
+				if !multiProcessor() {
+					// The woken caller would otherwise wait for this
+					// goroutine's time slice to end, while it takes the
+					// run right again and again.
+					served = 2
+				}
+				break
 			}
-			break
+			if m.woken.Load() {
+				break // a woken caller is about to try: it goes next
+			}
 		}
 		// A message posted after run found the queues empty, but before
 		// running was cleared, scheduled nothing: look again.
