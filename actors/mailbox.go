@@ -215,8 +215,9 @@ const (
 )
 
 // run processes messages as far as mode says (or until the mailbox is
-// suspended) and returns how many user messages it invoked. A panic escalates like protoactor's
-// mailbox does; the rest of the burst stays queued, in order.
+// suspended) and returns how many user messages it invoked. A panic
+// escalates like protoactor's mailbox does; the rest of the burst stays
+// queued, in order.
 func (m *callerRunsMailbox) run(mode runMode) (served int) {
 	var msg any
 	bursts := 0
