@@ -36,23 +36,26 @@ func assertRunRightAtRest(t *testing.T, m *callerRunsMailbox) {
 	assert.Zero(t, m.UserMessageCount())
 }
 
-// Direct callers and message senders, many at once, some giving up on a
-// short deadline: no two steps overlap, every message is processed, each
-// sender's messages in order, and nobody is left waiting (a lost wake-up
-// would hang this test). Run once as configured and once with every
-// woken waiter counting as starving, so that releases hand the run right
-// over.
-func TestRunRightDirectCallersAndMessages(t *testing.T) {
-	for _, starve := range []time.Duration{time.Millisecond, 0} {
+// runRightStress drives one mailbox with callers direct callers making
+// calls calls each (one in four with a deadline of 0–20 µs) and posters
+// posting posts messages each (the first also posting a suspension and a
+// resumption every 50 when suspend is set), once per starveAfter given
+// (0: every woken waiter counts as starving, so releases hand the run
+// right over). No two steps may overlap (the step's counter is not
+// synchronized: the race detector checks exclusion too), every call
+// either runs once or gives up, every message is processed, each
+// poster's in order, and nobody is left waiting: a lost wake-up hangs
+// the callers and fails the test.
+func runRightStress(t *testing.T, callers, calls, posters, posts int, suspend bool, starves ...time.Duration) {
+	for _, starve := range starves {
 		t.Run("starveAfter="+starve.String(), func(t *testing.T) {
 			defer func(d time.Duration) { starveAfter = d }(starveAfter)
 			starveAfter = starve
 			inv := &recordingInvoker{}
 			m := newTestMailbox(inv)
 			type msg struct{ poster, seq int }
-			const callers, calls, posters, posts = 8, 3000, 2, 3000
-			var steps, gaveUp int
-			var gaveUpMu sync.Mutex
+			var steps int
+			var gaveUp atomic.Int32
 			var wg sync.WaitGroup
 			for c := range callers {
 				wg.Add(1)
@@ -65,12 +68,10 @@ func TestRunRightDirectCallersAndMessages(t *testing.T) {
 							ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(20))*time.Microsecond)
 						}
 						if err := m.lock(ctx); err != nil {
-							require.ErrorIs(t, err, context.DeadlineExceeded)
-							gaveUpMu.Lock()
-							gaveUp++
-							gaveUpMu.Unlock()
+							assert.ErrorIs(t, err, context.DeadlineExceeded)
+							gaveUp.Add(1)
 						} else {
-							directStep(m, inv, func() { steps++ }) // unsynchronized: the race detector checks exclusion
+							directStep(m, inv, func() { steps++ })
 						}
 						cancel()
 					}
@@ -82,6 +83,10 @@ func TestRunRightDirectCallersAndMessages(t *testing.T) {
 					defer wg.Done()
 					for i := range posts {
 						m.PostUserMessage(msg{p, i})
+						if suspend && p == 0 && i%50 == 0 {
+							m.PostSystemMessage(&actor.SuspendMailbox{})
+							m.PostSystemMessage(&actor.ResumeMailbox{})
+						}
 					}
 				}()
 			}
@@ -94,7 +99,7 @@ func TestRunRightDirectCallersAndMessages(t *testing.T) {
 					waitFor, m.nwait.Load(), m.running.Load(), m.woken.Load(), m.starving.Load())
 			}
 			require.False(t, inv.overlap, "two steps overlapped")
-			assert.Equal(t, callers*calls, steps+gaveUp, "every call either ran once or gave up")
+			assert.Equal(t, callers*calls, steps+int(gaveUp.Load()), "every call either ran once or gave up")
 			require.Len(t, inv.user, posters*posts)
 			next := make([]int, posters)
 			for _, x := range inv.user {
@@ -103,9 +108,21 @@ func TestRunRightDirectCallersAndMessages(t *testing.T) {
 				next[mm.poster]++
 			}
 			assertRunRightAtRest(t, m)
-			t.Logf("%d steps, %d calls gave up waiting", steps, gaveUp)
+			t.Logf("%d steps, %d calls gave up waiting", steps, gaveUp.Load())
 		})
 	}
+}
+
+// Direct callers and message senders, many at once, some giving up on a
+// short deadline (see runRightStress).
+func TestRunRightDirectCallersAndMessages(t *testing.T) {
+	runRightStress(t, 8, 3000, 2, 3000, false, time.Millisecond, 0)
+}
+
+// More callers than processors by far, with suspensions and resumptions
+// among the messages (see runRightStress).
+func TestRunRightStressWithSuspensions(t *testing.T) {
+	runRightStress(t, 24, 600, 3, 1000, true, time.Millisecond, 0, 20*time.Microsecond)
 }
 
 // A direct caller that finds the run right taken waits for it on its
@@ -248,65 +265,4 @@ func TestRunRightParkedCallerGoesBeforeLaterMessages(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(inv.userSnapshot()) == chain }, waitFor, time.Millisecond, "the chain runs after the step")
 	assertRunRightAtRest(t, m)
-}
-
-// Stress with more callers than the other test, very short deadlines (so
-// that waiters are cancelled while they are being woken or handed the run
-// right), and suspensions and resumptions among the messages.
-func TestRunRightStressWithSuspensions(t *testing.T) {
-	for _, starve := range []time.Duration{time.Millisecond, 0, 20 * time.Microsecond} {
-		t.Run("starveAfter="+starve.String(), func(t *testing.T) {
-			defer func(d time.Duration) { starveAfter = d }(starveAfter)
-			starveAfter = starve
-			inv := &recordingInvoker{}
-			m := newTestMailbox(inv)
-			const callers, calls, posters, posts = 24, 600, 3, 1000
-			var steps int
-			var gaveUp atomic.Int32
-			var wg sync.WaitGroup
-			for c := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range calls {
-						ctx, cancel := context.Background(), context.CancelFunc(func() {})
-						if (i+c)%3 != 0 {
-							ctx, cancel = context.WithTimeout(context.Background(), time.Duration((i*7+c)%15)*time.Microsecond)
-						}
-						if err := m.lock(ctx); err != nil {
-							gaveUp.Add(1)
-						} else {
-							directStep(m, inv, func() { steps++ })
-						}
-						cancel()
-					}
-				}()
-			}
-			for p := range posters {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range posts {
-						m.PostUserMessage(i)
-						if p == 0 && i%50 == 0 {
-							m.PostSystemMessage(&actor.SuspendMailbox{})
-							m.PostSystemMessage(&actor.ResumeMailbox{})
-						}
-					}
-				}()
-			}
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(waitFor):
-				t.Fatalf("callers still waiting after %s: nwait %d, running %v, woken %v, starving %v",
-					waitFor, m.nwait.Load(), m.running.Load(), m.woken.Load(), m.starving.Load())
-			}
-			require.False(t, inv.overlap, "two steps overlapped")
-			assert.Equal(t, callers*calls, steps+int(gaveUp.Load()))
-			assert.Len(t, inv.user, posters*posts)
-			assertRunRightAtRest(t, m)
-		})
-	}
 }
