@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 )
 
 func main() {
@@ -22,36 +25,150 @@ func main() {
 }
 
 // run is the whole command; it returns the exit status (130 when ctx
-// ended: Ctrl-C).
+// ended: Ctrl-C). Every command but replay (which reports its own) writes
+// standard output through an outputWriter: output that could not be
+// written (a full disk, a closed pipe) is exit status 1 with a message,
+// never a silent 0.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return scenarioExit(ctx, scenarioMain(ctx, stdout, stderr), stderr)
+		out := &outputWriter{w: stdout}
+		return out.check("demo", scenarioExit(ctx, scenarioMain(ctx, out, stderr), stderr), stderr)
 	}
+	out := &outputWriter{w: stdout}
 	switch args[0] {
 	case "replay":
+		if helpAsked(args[1:]) {
+			replayMain(ctx, []string{"-h"}, stdin, stdout, stdout) // prints the usage
+			return 0
+		}
 		return replayMain(ctx, args[1:], stdin, stdout, stderr)
 	case "serve":
-		return serveMain(ctx, args[1:], stdin, stdout, stderr)
+		return out.check("demo serve", serveMain(ctx, args[1:], stdin, out, stderr), stderr)
 	case "diagnose":
-		return diagnoseMain(ctx, args[1:], stdin, stdout, stderr)
+		return out.check("demo diagnose", diagnoseMain(ctx, args[1:], stdin, out, stderr), stderr)
 	case "offload":
-		return offloadMain(ctx, args[1:], stdout, stderr)
+		return out.check("demo offload", offloadMain(ctx, args[1:], out, stderr), stderr)
 	case "node":
-		return nodeMain(ctx, args[1:], stdin, stdout, stderr)
+		return nodeMain(ctx, args[1:], stdin, stdout, stderr) // its replies report their own write errors
 	case "cluster-demo":
-		return clusterDemoMain(ctx, args[1:], stdout, stderr)
+		return out.check("demo cluster-demo", clusterDemoMain(ctx, args[1:], out, stderr), stderr)
 	case "scenario":
 		if len(args) > 1 {
+			if helpAsked(args[1:]) {
+				fmt.Fprint(out, "usage: demo scenario   (the same as demo with no arguments)\n\nRuns the embedded scenario: an inference server on simulated GPUs.\n")
+				return out.check("demo scenario", 0, stderr)
+			}
 			fmt.Fprintln(stderr, "demo scenario takes no arguments")
 			return 2
 		}
-		return scenarioExit(ctx, scenarioMain(ctx, stdout, stderr), stderr)
+		return out.check("demo", scenarioExit(ctx, scenarioMain(ctx, out, stderr), stderr), stderr)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		fmt.Fprint(out, usage)
+		return out.check("demo", 0, stderr)
 	}
 	fmt.Fprintf(stderr, "demo: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// outputWriter is a command's standard output. It keeps the first write
+// error and drops every write after it; check turns that error into exit
+// status 1 and a message.
+type outputWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	o.err = err
+	return n, err
+}
+
+// check returns code, or 1 with a message on stderr when some output was
+// not written (a code that already says the command failed is kept).
+func (o *outputWriter) check(cmd string, code int, stderr io.Writer) int {
+	o.mu.Lock()
+	err := o.err
+	o.mu.Unlock()
+	if err == nil {
+		return code
+	}
+	fmt.Fprintf(stderr, "%s: writing standard output: %v\n", cmd, err)
+	if code == 0 {
+		return 1
+	}
+	return code
+}
+
+// parseFlags parses a command's flags. ok false: the command stops with
+// code, 0 after -h, -help or --help (its usage printed on stdout), 2 after
+// a bad flag (the error and the usage on stderr). A FlagSet's Usage prints
+// to fs.Output().
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	return flagError(fs, err, stdout, stderr)
+}
+
+// parseFlagsInterleaved is parseFlags for flags that may come before or
+// after the positional arguments, which it returns. A "--" after a
+// positional argument ends the flags.
+func parseFlagsInterleaved(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
+	for {
+		fs.SetOutput(io.Discard)
+		err := fs.Parse(args)
+		fs.SetOutput(stderr)
+		if code, ok := flagError(fs, err, stdout, stderr); !ok {
+			return nil, code, false
+		}
+		if fs.NArg() == 0 {
+			return positional, 0, true
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+		if fs.Arg(0) != "-" && len(args) > 0 && args[0] == "--" {
+			return append(positional, args[1:]...), 0, true
+		}
+	}
+}
+
+func flagError(fs *flag.FlagSet, err error, stdout, stderr io.Writer) (int, bool) {
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(stderr)
+		return 0, false
+	}
+	fmt.Fprintln(stderr, err)
+	fs.Usage()
+	return 2, false
+}
+
+// helpAsked reports whether args (of a command whose flags take no
+// values) ask for help: -h, -help or --help before any "--".
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // scenarioExit maps an interrupted scenario to exit status 130.

@@ -164,17 +164,38 @@ type Ready struct {
 }
 
 // Pattern is the deterministic content of a value registered with a seed:
-// every process computes the same bytes from (seed, size).
+// every process computes the same bytes from (seed, size). A size ≤ 0 is
+// no bytes (nil); the caller bounds size (a node makes a value's pattern
+// only once its budget admitted it).
 func Pattern(seed, size int64) []byte {
+	if size <= 0 {
+		return nil
+	}
 	b := make([]byte, size)
-	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	NewPatternStream(seed).Fill(b)
+	return b
+}
+
+// PatternStream produces the bytes of [Pattern] for a seed in order, piece
+// by piece, in constant memory: the first Fill writes the pattern's first
+// bytes, the next one continues where it stopped.
+type PatternStream struct{ x uint64 }
+
+// NewPatternStream starts the pattern of seed at its first byte.
+func NewPatternStream(seed int64) *PatternStream {
+	return &PatternStream{x: uint64(seed)*0x9e3779b97f4a7c15 + 1}
+}
+
+// Fill writes the next len(b) bytes of the pattern into b.
+func (p *PatternStream) Fill(b []byte) {
+	x := p.x
 	for i := range b {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
 		b[i] = byte(x)
 	}
-	return b
+	p.x = x
 }
 
 // ErrExited is returned for a command to a node process that has exited.
