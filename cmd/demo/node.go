@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -326,14 +325,14 @@ func (c *nodeCommands) stop() {
 // serve reads commands until stdin ends or ctx does; each runs in its own
 // goroutine (a driver may keep several in flight, up to
 // maxCommandsInFlight), replies carry its id. A line that is not a
-// command (malformed, unknown field, longer than maxLineBytes) is
+// command (malformed, unknown field, longer than maxCommandLine) is
 // answered with an InvalidInputError reply; the node keeps serving.
 func (c *nodeCommands) serve(ctx context.Context, stdin io.Reader) {
 	br := bufio.NewReaderSize(stdin, 64<<10)
 	sem := make(chan struct{}, maxCommandsInFlight)
 	var buf []byte
 	for {
-		line, tooLong, err := readCommandLine(br, buf, maxLineBytes)
+		line, tooLong, err := readCommandLine(br, buf, maxCommandLine)
 		buf = line[:0:cap(line)]
 		if err != nil {
 			if err != io.EOF {
@@ -341,16 +340,11 @@ func (c *nodeCommands) serve(ctx context.Context, stdin io.Reader) {
 			}
 			return
 		}
-		if tooLong {
-			_ = c.out.write(nodeproc.Reply{Op: "?", Error: fmt.Sprintf("malformed command: the line is longer than %s, the most one command may hold", formatBytes(maxLineBytes)), ErrorType: "InvalidInputError"})
-			continue
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		cmd, err := parseNodeCommand(line)
-		if err != nil {
-			_ = c.out.write(err.(*nodeCommandError).reply())
+		cmd, reply, ok := commandOfLine(line, tooLong)
+		if !ok {
+			if reply != nil {
+				_ = c.out.write(*reply)
+			}
 			continue
 		}
 		select {

@@ -21,11 +21,16 @@ import (
 // The command lines of `demo node` are read by the replay's JSON reader
 // (jsonline.go) and typed field readers (script.go): one parser for both,
 // so a node refuses what a replay script refuses — a duplicate key, an
-// unknown or mistyped field, a line nested deeper than maxDepth or longer
-// than maxLineBytes — and names the field.
+// unknown or mistyped field, a line nested deeper than maxDepth — and
+// names the field. A command line is at most maxCommandLine bytes.
 
 // Bounds of one command.
 const (
+	// maxCommandLine bounds one command line. A command is a few hundred
+	// bytes; a place with a thousand tiers still fits. Parsing a line
+	// allocates at most about 256 bytes per byte of it (a long array of
+	// numbers is the worst case), so at most 16 MiB for the longest.
+	maxCommandLine = 64 << 10
 	// maxCommandTimeoutMS bounds timeout_ms (one day).
 	maxCommandTimeoutMS = 24 * 60 * 60 * 1000
 	// maxUnbudgetedPattern bounds the bytes of a value registered at (or
@@ -65,8 +70,9 @@ func nodeOpNames() string {
 }
 
 // nodeCommandError is a command line the node refuses without running
-// it. ID and Op are the line's when it has them (else 0 and "?"), so a
-// driver waiting on that id gets its reply.
+// it. id is the line's when it has one (else 0), so a driver waiting on
+// that id gets its reply; op is the line's when it is a known op (else
+// "?").
 type nodeCommandError struct {
 	id  int64
 	op  string
@@ -123,7 +129,7 @@ func parseNodeCommand(line []byte) (nodeproc.Command, error) {
 	}
 	spec, ok := nodeOpFields[cmd.Op]
 	if !ok {
-		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: cmd.Op, msg: fmt.Sprintf("malformed command: unknown op %q (known: %s)", cmd.Op, nodeOpNames())}
+		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: "?", msg: fmt.Sprintf("malformed command: unknown op %q (known: %s)", cmd.Op, nodeOpNames())}
 	}
 	for _, k := range spec.required {
 		if !v.has(k) {
@@ -181,6 +187,25 @@ func parseNodeCommand(line []byte) (nodeproc.Command, error) {
 		return fail(f.err)
 	}
 	return cmd, nil
+}
+
+// commandOfLine is what the node does with one line of its standard input
+// (the line without its ending; tooLong: it was longer than
+// maxCommandLine and dropped): ok with the command to run, or not ok with
+// the error reply to send; a blank line is neither (skip).
+func commandOfLine(line []byte, tooLong bool) (cmd nodeproc.Command, reply *nodeproc.Reply, ok bool) {
+	if tooLong {
+		return cmd, &nodeproc.Reply{Op: "?", Error: fmt.Sprintf("malformed command: the line is longer than %s, the most one command may hold", formatBytes(maxCommandLine)), ErrorType: "InvalidInputError"}, false
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return cmd, nil, false
+	}
+	cmd, err := parseNodeCommand(line)
+	if err != nil {
+		r := err.(*nodeCommandError).reply()
+		return cmd, &r, false
+	}
+	return cmd, nil, true
 }
 
 // readCommandLine returns the next line of br without its line ending. A

@@ -74,7 +74,7 @@ func TestParseNodeCommand(t *testing.T) {
 		{`{"id":11,"op":"place","name":"r","value":"w","tiers":[["cuda:0@*"]],"hold":1}`, 11, "place", `field "hold": want true or false, got a number`},
 		{`{"id":12,"op":"place","name":"r","value":"w","tiers":[["cuda:0@*"]],"max_attempts":-1}`, 12, "place", `"max_attempts": -1 is outside`},
 		{`{"id":13,"op":"place","name":"r","value":"w","tiers":[[1]]}`, 13, "place", `want a location (a string), got a number`},
-		{`{"id":14,"op":"explode"}`, 14, "explode", `unknown op "explode"`},
+		{`{"id":14,"op":"explode"}`, 14, "?", `unknown op "explode"`},
 		{`{"id":15,"op":"read","name":7,"at":"cuda:0"}`, 15, "read", `field "name": want a string, got a number`},
 		{`{"id":"x","op":"members"}`, 0, "?", `field "id": want an integer, got a string`},
 		{`{"id":1.5,"op":"members"}`, 0, "?", `not a whole number`},
@@ -127,21 +127,21 @@ func TestNodeCommandsOfTheDrivers(t *testing.T) {
 // TestReadCommandLine: a line longer than the bound is skipped whole (its
 // bytes never held), and the next line is read as usual.
 func TestReadCommandLine(t *testing.T) {
-	long := strings.Repeat("x", 3*maxLineBytes)
+	long := strings.Repeat("x", 3*maxCommandLine)
 	br := bufio.NewReaderSize(strings.NewReader(`{"op":"members"}`+"\r\n"+long+"\n"+"last"), 64<<10)
-	line, tooLong, err := readCommandLine(br, nil, maxLineBytes)
+	line, tooLong, err := readCommandLine(br, nil, maxCommandLine)
 	require.NoError(t, err)
 	assert.False(t, tooLong)
 	assert.Equal(t, `{"op":"members"}`, string(line))
-	line, tooLong, err = readCommandLine(br, nil, maxLineBytes)
+	line, tooLong, err = readCommandLine(br, nil, maxCommandLine)
 	require.NoError(t, err)
 	assert.True(t, tooLong)
 	assert.Nil(t, line)
-	line, tooLong, err = readCommandLine(br, nil, maxLineBytes)
+	line, tooLong, err = readCommandLine(br, nil, maxCommandLine)
 	require.NoError(t, err)
 	assert.False(t, tooLong)
 	assert.Equal(t, "last", string(line))
-	_, _, err = readCommandLine(br, nil, maxLineBytes)
+	_, _, err = readCommandLine(br, nil, maxCommandLine)
 	assert.ErrorIs(t, err, io.EOF)
 }
 
@@ -316,7 +316,7 @@ func TestNodeProcessHostileInput(t *testing.T) {
 	send(`{"id":6,"op":"register","name":"a","bytes":5,"at":"cuda:0","color":"red"}`)
 	send(`{"id":7,"op":"members","timeout_ms":99999999999999999}`)
 	send(`not json`)
-	send(strings.Repeat(" ", 2*maxLineBytes))
+	send(strings.Repeat(" ", 2*maxCommandLine))
 	want := map[int64]string{1: "InvalidInputError", 2: "BudgetError", 3: "BudgetError", 4: "InvalidInputError",
 		5: "InvalidInputError", 6: "InvalidInputError", 7: "InvalidInputError"}
 	got := map[int64]nodeproc.Reply{}
