@@ -361,7 +361,7 @@ func printDiagnosis(d system.Diagnosis, line *int, opName string, asJSON bool, s
 	}
 	if _, err := stdout.Write(b.Bytes()); err != nil {
 		fmt.Fprintf(stderr, "demo diagnose: writing output: %v\n", err)
-		return 2
+		return 1
 	}
 	return 0
 }

@@ -94,19 +94,17 @@ func (o *outputWriter) Write(b []byte) (int, error) {
 }
 
 // check returns code, or 1 with a message on stderr when some output was
-// not written (a code that already says the command failed is kept).
+// not written and code says nothing failed (a command that failed has
+// said why, and keeps its status).
 func (o *outputWriter) check(cmd string, code int, stderr io.Writer) int {
 	o.mu.Lock()
 	err := o.err
 	o.mu.Unlock()
-	if err == nil {
+	if err == nil || code != 0 {
 		return code
 	}
 	fmt.Fprintf(stderr, "%s: writing standard output: %v\n", cmd, err)
-	if code == 0 {
-		return 1
-	}
-	return code
+	return 1
 }
 
 // parseFlags parses a command's flags. ok false: the command stops with

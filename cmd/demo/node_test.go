@@ -259,7 +259,7 @@ func TestNodeAddrNeedsTLS(t *testing.T) {
 // on the digest), and SIGINT stops it with status 0 and no error logged
 // (protoactor's health server stopping is not one).
 func TestNodeProcessHostileInput(t *testing.T) {
-	exe := buildDemo(t)
+	exe := demoBinary(t)
 	dir := t.TempDir()
 	cert, key, ca := writeTestCerts(t, dir)
 	port, err := nodeproc.FreePort()
