@@ -25,8 +25,9 @@ import (
 // N), captures the evidence there and prints its diagnosis; the second
 // diagnoses evidence saved earlier. Exit status: 0 when a diagnosis was
 // printed, 1 when the script ran without the failure to diagnose (no op
-// failed, or the op at line N succeeded), 2 for bad arguments, a
-// malformed script or unreadable evidence, 130 when interrupted.
+// failed, or the op at line N succeeded) or the diagnosis could not be
+// written, 2 for bad arguments (--line < 1), a malformed script or
+// unreadable evidence, 130 when interrupted.
 func diagnoseMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the diagnosis as one JSON object instead of text")

@@ -27,8 +27,8 @@ func main() {
 // run is the whole command; it returns the exit status (130 when ctx
 // ended: Ctrl-C). Every command but replay (which reports its own) writes
 // standard output through an outputWriter: output that could not be
-// written (a full disk, a closed pipe) is exit status 1 with a message,
-// never a silent 0.
+// written (a full disk) is exit status 1 with a message, never a silent 0.
+// (A pipe closed by its reader ends the process with SIGPIPE, as usual.)
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		out := &outputWriter{w: stdout}
@@ -200,7 +200,8 @@ Usage:
                               run the embedded scenario (or a replay script)
                               slowly against a runtime and serve a live page,
                               /metrics, /snapshot, /trace and /healthz on
-                              127.0.0.1:8080 until Ctrl-C (exit status 0)
+                              127.0.0.1:8080 until Ctrl-C or SIGTERM (exit
+                              status 0, or 1 when an expectation failed)
   demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]
                               replay a real LLM serving trace (default
                               data/AzureLLMInferenceTrace_conv.csv) through the
@@ -209,19 +210,24 @@ Usage:
                               reports offloaded bytes, queue depths, flushes,
                               drops and budget checks
   demo node --name N [--provider etcd|automanaged] [--location cuda:0=8GiB]...
+          [--addr HOST:PORT --tls-cert F --tls-key F --tls-ca F]
                               run one cluster node until SIGINT/SIGTERM: JSON
                               logs on standard error, a ready line and command
-                              replies on standard output (docs/cluster.md)
+                              replies on standard output (docs/cluster.md);
+                              an --addr other than loopback needs the TLS flags
   demo cluster-demo [--provider etcd|automanaged]
                               start etcd (when installed) and three nodes
                               locally, run a short scenario across them in
                               numbered steps, and stop everything
-  demo help                   this text
+  demo help                   this text; COMMAND --help prints a command's
+                              usage and flags (exit status 0)
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an
 expectation failed, 2 when the script is malformed (the message names the
 line), 130 when interrupted (Ctrl-C). The script format is described in
 docs/replay.md and "go doc ./cmd/demo"; cmd/demo/testdata/capacity-whatif.jsonl
 is a sample to adapt. On a terminal, a long replay or diagnose shows a
-progress bar on standard error (never with --json).
+progress bar on standard error (never with --json). A bad flag is exit
+status 2 for every command; output that cannot be written (a full disk)
+is exit status 1 with a message, never a silent 0.
 `

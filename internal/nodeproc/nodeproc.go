@@ -54,7 +54,17 @@ import (
 //	inspect   Name: the value's materializations on this node, with their
 //	          use counts (leases)
 //
-// TimeoutMS bounds the command (default 30 s).
+// TimeoutMS bounds the command (0: the default, 30 s; at most one day).
+//
+// A node reads each line as strictly as `demo replay` reads a script line
+// (the same JSON reader): a duplicate key, a field the op does not take, a
+// field of the wrong type, bytes ≤ 0, register with both or neither of At
+// and Source, or a line longer than 64 KiB is refused with an
+// InvalidInputError reply, which carries the line's id when one can be
+// read from it; the node keeps serving. Bytes may also be written as a
+// string such as "16MiB". Register makes the pattern's bytes only once
+// the runtime admitted them (a reservation at At first); a location
+// without a budget takes at most 1 GiB per register.
 type Command struct {
 	ID       int64  `json:"id"`
 	Op       string `json:"op"`
@@ -76,7 +86,9 @@ type Command struct {
 
 // Reply is a node's answer to one [Command] (same ID). ErrorType names the
 // runtime's error type in the error's chain: "UnavailableError",
-// "BudgetError", "InvalidInputError", "DeadlineExceeded", or Go's %T.
+// "BudgetError", "InvalidInputError", "DeadlineExceeded", "InternalError"
+// (a bug of the node, logged; it keeps serving), or Go's %T. A refused
+// line's reply has Op "?" when the line names no known op.
 type Reply struct {
 	ID        int64                `json:"id"`
 	Op        string               `json:"op"`
