@@ -86,8 +86,10 @@ type Command struct {
 
 // Reply is a node's answer to one [Command] (same ID). ErrorType names the
 // runtime's error type in the error's chain: "UnavailableError",
-// "BudgetError", "InvalidInputError", "DeadlineExceeded", "InternalError"
-// (a bug of the node, logged; it keeps serving), or Go's %T. A refused
+// "BudgetError", "InvalidInputError", "DeadlineExceeded", then
+// "PlanExecutionError", "PlanError", "InUseError", "StaleStateError",
+// "SearchLimitError", "PlacementError"; "InternalError" for a bug of the
+// node (logged; it keeps serving); Go's %T for anything else. A refused
 // line's reply has Op "?" when the line names no known op.
 type Reply struct {
 	ID        int64                `json:"id"`
@@ -161,6 +163,28 @@ func ErrorType(err error) string {
 		return "InvalidInputError"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "DeadlineExceeded"
+	}
+	var (
+		pe  *system.PlanExecutionError
+		pl  *system.PlanError
+		iu  *system.InUseError
+		st  *system.StaleStateError
+		sl  *system.SearchLimitError
+		pla *system.PlacementError
+	)
+	switch {
+	case errors.As(err, &pe):
+		return "PlanExecutionError"
+	case errors.As(err, &pl):
+		return "PlanError"
+	case errors.As(err, &iu):
+		return "InUseError"
+	case errors.As(err, &st):
+		return "StaleStateError"
+	case errors.As(err, &sl):
+		return "SearchLimitError"
+	case errors.As(err, &pla):
+		return "PlacementError"
 	}
 	return fmt.Sprintf("%T", err)
 }
