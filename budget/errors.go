@@ -3,6 +3,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 )
 
@@ -41,9 +42,13 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
-	return fmt.Sprintf("residency budget exceeded at %s: used %d + reserved %d + requested %d > budget %d (short by %d bytes)",
-		e.Location, e.UsedBytes, e.ReservedBytes, e.RequestedBytes, e.BudgetBytes,
-		e.RequestedBytes-(e.BudgetBytes-e.UsedBytes-e.ReservedBytes))
+	// Worked out exactly: figures decoded from saved evidence may hold any
+	// int64, and a wrapped sum would say "short by" a negative number.
+	short := new(big.Int).Add(big.NewInt(e.UsedBytes), big.NewInt(e.ReservedBytes))
+	short.Add(short, big.NewInt(e.RequestedBytes))
+	short.Sub(short, big.NewInt(e.BudgetBytes))
+	return fmt.Sprintf("residency budget exceeded at %s: used %d + reserved %d + requested %d > budget %d (short by %s bytes)",
+		e.Location, e.UsedBytes, e.ReservedBytes, e.RequestedBytes, e.BudgetBytes, short)
 }
 
 // PlanError: a plan or request is invalid or infeasible before any of its

@@ -239,7 +239,7 @@ func (n *Node) join(host string, port int) (err error) {
 		if n.sys.log.GetLevel() == zerolog.Disabled {
 			return slog.New(slog.NewTextHandler(io.Discard, nil))
 		}
-		return slog.New(zerolog.NewSlogHandler(logger))
+		return slog.New(cleanStopHandler{zerolog.NewSlogHandler(logger)})
 	}))
 	endpoint := actor.PropsFromFunc(n.receiveEndpoint)
 	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*messages.DirectoryUpdate{}} })

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/residency-go/residency/cuda"
+	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -207,7 +209,10 @@ type BudgetArithmetic struct {
 	Location                                              string
 	BudgetBytes, UsedBytes, ReservedBytes, RequestedBytes int64
 	// CurrentCharged is UsedBytes+ReservedBytes; NewPeak adds
-	// RequestedBytes; MissingBytes is NewPeak−BudgetBytes.
+	// RequestedBytes; MissingBytes is NewPeak−BudgetBytes. Each is
+	// worked out exactly and saturated to the int64 range (only figures
+	// no runtime reports, from edited evidence, reach it; the diagnosis
+	// text shows the exact sums).
 	CurrentCharged, NewPeak, MissingBytes int64
 	Charge                                ChargeKind
 	// ChargeReason says how Charge was worked out.
@@ -759,9 +764,33 @@ func locFigures(lr LocationRecord) []Figure {
 	}
 	fs = append(fs, bytesFig("peak_bytes", lr.PeakBytes))
 	if lr.HasBudget {
-		fs = append(fs, bytesFig("headroom", lr.BudgetBytes-lr.UsedBytes-lr.ReservedBytes))
+		fs = append(fs, Figure{Name: "headroom", Value: bigDiff(lr.BudgetBytes, lr.UsedBytes, lr.ReservedBytes).String() + " B"})
 	}
 	return fs
+}
+
+// Byte figures of evidence read from a file may hold any int64: their
+// sums and differences are worked out exactly, never wrapped around.
+
+// bigDiff is a − b₁ − b₂ − …, exactly.
+func bigDiff(a int64, bs ...int64) *big.Int {
+	r := big.NewInt(a)
+	for _, b := range bs {
+		r.Sub(r, big.NewInt(b))
+	}
+	return r
+}
+
+// sat64 is n saturated to the int64 range; ok is false when it did not fit.
+func sat64(n *big.Int) (v int64, ok bool) {
+	switch {
+	case n.IsInt64():
+		return n.Int64(), true
+	case n.Sign() > 0:
+		return math.MaxInt64, false
+	default:
+		return math.MinInt64, false
+	}
 }
 
 func (g *diag) unavailable(x *UnavailableError) {
@@ -793,9 +822,17 @@ func (g *diag) unavailable(x *UnavailableError) {
 
 func (g *diag) budget(x *BudgetError) {
 	b := &BudgetArithmetic{Location: x.Location, BudgetBytes: x.BudgetBytes, UsedBytes: x.UsedBytes, ReservedBytes: x.ReservedBytes, RequestedBytes: x.RequestedBytes}
-	b.CurrentCharged = x.UsedBytes + x.ReservedBytes
-	b.NewPeak = b.CurrentCharged + x.RequestedBytes
-	b.MissingBytes = b.NewPeak - x.BudgetBytes
+	cur := new(big.Int).Add(big.NewInt(x.UsedBytes), big.NewInt(x.ReservedBytes))
+	peak := new(big.Int).Add(cur, big.NewInt(x.RequestedBytes))
+	miss := new(big.Int).Sub(peak, big.NewInt(x.BudgetBytes))
+	var ok1, ok2, ok3 bool
+	b.CurrentCharged, ok1 = sat64(cur)
+	b.NewPeak, ok2 = sat64(peak)
+	b.MissingBytes, ok3 = sat64(miss)
+	verdict := fmt.Sprintf("refused: %s is %s bytes short", x.Location, miss)
+	if !ok1 || !ok2 || !ok3 {
+		verdict += " (these sums are beyond the int64 range: no runtime reports such figures; the evidence was edited or is corrupt)"
+	}
 	b.Charge, b.ChargeReason = g.chargeKind(x)
 	if lr, ok := g.ev.Snapshot.Location(x.Location); ok {
 		b.Now = &lr
@@ -806,23 +843,23 @@ func (g *diag) budget(x *BudgetError) {
 			fig("location", x.Location), bytesFig("budget_bytes", x.BudgetBytes), bytesFig("used_bytes", x.UsedBytes),
 			bytesFig("reserved_bytes", x.ReservedBytes), bytesFig("requested_bytes", x.RequestedBytes)}},
 		Finding{What: "admission at " + x.Location, Figures: []Figure{
-			{Name: "current charged", Value: fmt.Sprintf("used + reserved = %d + %d = %d B", x.UsedBytes, x.ReservedBytes, b.CurrentCharged)},
-			{Name: "new peak", Value: fmt.Sprintf("current charged + requested = %d + %d = %d B", b.CurrentCharged, x.RequestedBytes, b.NewPeak)},
-			{Name: "admissible", Value: fmt.Sprintf("new peak %d <= budget %d: %t", b.NewPeak, x.BudgetBytes, b.NewPeak <= x.BudgetBytes)},
-			{Name: "missing headroom", Value: fmt.Sprintf("new peak − budget = %d − %d = %d B", b.NewPeak, x.BudgetBytes, b.MissingBytes)},
-		}, Verdict: fmt.Sprintf("refused: %s is %d bytes short", x.Location, b.MissingBytes)},
+			{Name: "current charged", Value: fmt.Sprintf("used + reserved = %d + %d = %s B", x.UsedBytes, x.ReservedBytes, cur)},
+			{Name: "new peak", Value: fmt.Sprintf("current charged + requested = %s + %d = %s B", cur, x.RequestedBytes, peak)},
+			{Name: "admissible", Value: fmt.Sprintf("new peak %s <= budget %d: %t", peak, x.BudgetBytes, peak.Cmp(big.NewInt(x.BudgetBytes)) <= 0)},
+			{Name: "missing headroom", Value: fmt.Sprintf("new peak − budget = %s − %d = %s B", peak, x.BudgetBytes, miss)},
+		}, Verdict: verdict},
 		Finding{What: "what the requested charge is", Figures: []Figure{fig("kind", b.Charge)}, Verdict: b.ChargeReason},
 	)
 	if b.Now != nil {
 		f := Finding{What: x.Location + " in the snapshot", Figures: locFigures(*b.Now)}
-		head := b.Now.BudgetBytes - b.Now.UsedBytes - b.Now.ReservedBytes
-		if head >= x.RequestedBytes {
-			f.Verdict = fmt.Sprintf("now %d bytes free, enough for the %d requested: the state changed after the refusal", head, x.RequestedBytes)
+		head := bigDiff(b.Now.BudgetBytes, b.Now.UsedBytes, b.Now.ReservedBytes)
+		if req := big.NewInt(x.RequestedBytes); head.Cmp(req) >= 0 {
+			f.Verdict = fmt.Sprintf("now %s bytes free, enough for the %d requested: the state changed after the refusal", head, x.RequestedBytes)
 			if g.nested {
 				f.Verdict += " (the failed run's cleanup, or calls after it)"
 			}
 		} else {
-			f.Verdict = fmt.Sprintf("now %d bytes free: still %d short of the %d requested", head, x.RequestedBytes-head, x.RequestedBytes)
+			f.Verdict = fmt.Sprintf("now %s bytes free: still %s short of the %d requested", head, new(big.Int).Sub(req, head), x.RequestedBytes)
 		}
 		g.add(3, stepBudget, f)
 	}

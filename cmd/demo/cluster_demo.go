@@ -27,16 +27,15 @@ type clusterDemoOptions struct {
 
 func clusterDemoMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo cluster-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var o clusterDemoOptions
 	fs.StringVar(&o.provider, "provider", "", "membership `provider`: etcd or automanaged (default: etcd when /usr/bin/etcd is installed)")
 	fs.StringVar(&o.exe, "exe", "", "the demo `binary` that runs each node (default: this one)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: demo cluster-demo [--provider etcd|automanaged]")
+		fmt.Fprintln(fs.Output(), "usage: demo cluster-demo [--provider etcd|automanaged]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo cluster-demo: unexpected argument %q\n", fs.Arg(0))
@@ -249,7 +248,7 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 	say("Started node-a, node-b and node-c (processes %d, %d, %d), each with pageable-host 256 MiB and cuda:0 64 MiB. Every node lists all three as members.",
 		procs["node-a"].PID(), procs["node-b"].PID(), procs["node-c"].PID())
 
-	wantSum := digest(nodeproc.Pattern(demoSeed, demoBytes))
+	wantSum := digestOf(nodeproc.Pattern(demoSeed, demoBytes))
 	r, err := demoDo(ctx, procs["node-a"], nodeproc.Command{Op: "register", Name: demoValue, Bytes: demoBytes, At: "cuda:0", Seed: demoSeed})
 	if err != nil {
 		return fail("node-a registering "+demoValue, err)

@@ -25,13 +25,13 @@ import (
 // N), captures the evidence there and prints its diagnosis; the second
 // diagnoses evidence saved earlier. Exit status: 0 when a diagnosis was
 // printed, 1 when the script ran without the failure to diagnose (no op
-// failed, or the op at line N succeeded), 2 for bad arguments, a
-// malformed script or unreadable evidence, 130 when interrupted.
+// failed, or the op at line N succeeded) or the diagnosis could not be
+// written, 2 for bad arguments (--line < 1), a malformed script or
+// unreadable evidence, 130 when interrupted.
 func diagnoseMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the diagnosis as one JSON object instead of text")
-	line := fs.Int("line", 0, "diagnose the op at this line of FILE (default: the first op that failed)")
+	line := fs.Int("line", 0, "diagnose the op at this line of FILE, ≥ 1 (default: the first op that failed)")
 	var files evidenceFiles
 	fs.StringVar(&files.err, "error", "", "evidence: the error, as the replay output's error object or a whole result line")
 	fs.StringVar(&files.snapshot, "snapshot", "", "evidence: the snapshot at the failure (replay output's, or a system.Snapshot as encoding/json writes it)")
@@ -39,15 +39,17 @@ func diagnoseMain(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	fs.StringVar(&files.decision, "decision", "", "evidence: the decision whose scope failed (replay output's decision object or a decide result line); optional")
 	fs.StringVar(&files.explanation, "explanation", "", "evidence: the explanation of the failed plan (replay output's explanation object or an explain result line); optional")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, diagnoseUsage)
+		fmt.Fprint(fs.Output(), diagnoseUsage)
 		fs.PrintDefaults()
 	}
-	positional, ok := parseInterleaved(fs, args)
+	positional, code, ok := parseFlagsInterleaved(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
+	lineSet := false
+	fs.Visit(func(f *flag.Flag) { lineSet = lineSet || f.Name == "line" })
 	if files.any() {
-		if len(positional) > 0 || *line != 0 {
+		if len(positional) > 0 || lineSet {
 			fmt.Fprintln(stderr, "demo diagnose: give either a script FILE or evidence files (--error, --snapshot, …), not both")
 			fs.Usage()
 			return 2
@@ -61,8 +63,8 @@ func diagnoseMain(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fs.Usage()
 		return 2
 	}
-	if *line < 0 {
-		fmt.Fprintf(stderr, "demo diagnose: --line %d: a line number is ≥ 1\n", *line)
+	if lineSet && *line < 1 {
+		fmt.Fprintf(stderr, "demo diagnose: --line %d: a line number is ≥ 1 (leave --line out to diagnose the first op that failed)\n", *line)
 		return 2
 	}
 	return diagnoseScript(ctx, positional[0], *line, *asJSON, stdin, stdout, stderr)
@@ -360,7 +362,7 @@ func printDiagnosis(d system.Diagnosis, line *int, opName string, asJSON bool, s
 	}
 	if _, err := stdout.Write(b.Bytes()); err != nil {
 		fmt.Fprintf(stderr, "demo diagnose: writing output: %v\n", err)
-		return 2
+		return 1
 	}
 	return 0
 }

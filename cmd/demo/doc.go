@@ -49,8 +49,13 @@
 // clock compressed X times (600). It reports the bytes offloaded and
 // dropped, tasks, budget flushes, drops by reason, queue depths sampled
 // every 10 s of trace time, and budget violations (used + reserved > budget
-// at any location in any sample). Exit status 1 for a violation or a failed
-// task, 2 for bad flags or an unreadable trace. docs/staging.md has more.
+// at any location in any sample). A request with more KV than one request
+// may hold (the clone budget) is refused and counted, as a server would,
+// not started. The trace is read one line at a time: a line longer than
+// 4 KiB, a token count beyond 2^31−1, --speed that is not a finite number
+// > 0 and --limit < 0 are refused. Exit status 1 for a violation or a
+// failed task, 2 for bad flags or an unreadable trace. docs/staging.md has
+// more.
 //
 // # The live view
 //
@@ -72,10 +77,11 @@
 // The script is the embedded scenario (cmd/demo/web/scenario.jsonl: the
 // story of the scenario above, as replay ops) or --script FILE (the replay
 // format; - for standard input). When it ends, serve keeps serving the
-// final state until Ctrl-C, then closes the runtime. Exit status: 0 after
-// Ctrl-C (serve only ends that way), 1 when an expectation of the script
-// failed or the server stopped on its own, 2 for bad flags, a malformed
-// script or an address it cannot listen on.
+// final state until Ctrl-C or SIGTERM (both stop it alike, "demo serve:
+// stopped"), then closes the runtime. Exit status: 0 once stopped when
+// every expectation of the script held, 1 when one failed (or the server
+// stopped on its own), 2 for bad flags, a malformed script or an address
+// it cannot listen on.
 //
 // # Replay scripts
 //
@@ -307,8 +313,9 @@
 // name, so the diagnosis cannot show it.
 //
 // Exit status of diagnose: 0 when a diagnosis was printed; 1 when there
-// was nothing to diagnose (no op failed, the op at line N succeeded) or
-// the capture failed; 2 for bad arguments, a malformed script, a line N
-// that is not an op, or evidence that cannot be read; 130 when
+// was nothing to diagnose (no op failed, the op at line N succeeded), the
+// capture failed or the output could not be written; 2 for bad arguments
+// (--line 0 among them: a line number is ≥ 1), a malformed script, a line
+// N that is not an op, or evidence that cannot be read; 130 when
 // interrupted.
 package main

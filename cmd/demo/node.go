@@ -3,15 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +35,7 @@ type nodeConfig struct {
 	locations                         locationFlags
 	requestTimeout, refresh           time.Duration
 	logLevel                          string
+	tlsCert, tlsKey, tlsCA            string
 }
 
 // locationFlags collects repeated --location NAME=SIZE (or NAME=unlimited).
@@ -79,15 +82,17 @@ object per line; docs/cluster.md lists them). Flags:
 
 func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var c nodeConfig
 	fs.StringVar(&c.name, "name", "", "the node's `name` (required; unique in the cluster)")
 	fs.StringVar(&c.clusterName, "cluster-name", "residency", "the cluster's `name`")
 	fs.StringVar(&c.provider, "provider", "etcd", "membership provider: `etcd` or automanaged")
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "`host:port` other members reach this node at (loopback unless told otherwise)")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "`host:port` this node listens on and other members reach it at: a loopback address, or with --tls-cert, --tls-key and --tls-ca an address of this machine that the other members can reach (not 0.0.0.0 or ::)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of this node's certificate (mutual TLS between members; with --tls-key and --tls-ca)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the private key of --tls-cert")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM `file` of the authority (or authorities) that signed the members' certificates")
 	fs.StringVar(&c.etcd, "etcd", "127.0.0.1:2379", "etcd `endpoints`, comma-separated (provider etcd)")
 	fs.DurationVar(&c.etcdDialTimeout, "etcd-dial-timeout", 5*time.Second, "give up when etcd does not answer within this `duration`")
-	fs.StringVar(&c.autoAddr, "automanaged-addr", "127.0.0.1:6330", "`host:port` of this node's health check (provider automanaged)")
+	fs.StringVar(&c.autoAddr, "automanaged-addr", "127.0.0.1:6330", "`host:port` of this node's health check (provider automanaged; plain HTTP)")
 	fs.StringVar(&c.peers, "peers", "", "health-check `addresses` of the other nodes, comma-separated (provider automanaged)")
 	fs.DurationVar(&c.autoRefresh, "automanaged-refresh", time.Second, "pause between two rounds of health checks (provider automanaged)")
 	fs.Var(&c.locations, "location", "a location of this node and its budget, `NAME=SIZE` (cuda:0=8GiB) or NAME=unlimited; repeat it (default pageable-host=4GiB and cuda:0=8GiB)")
@@ -95,11 +100,11 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.DurationVar(&c.refresh, "refresh", 250*time.Millisecond, "at most one directory and summary publication per `interval`")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log `level`: debug, info, warn, error or disabled")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, nodeUsage)
+		fmt.Fprint(fs.Output(), nodeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo node: unexpected argument %q\n", fs.Arg(0))
@@ -118,19 +123,95 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "demo node: --log-level: %v\n", err)
 		return 2
 	}
+	tlsConf, err := nodeTLS(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo node: %v\n", err)
+		return 2
+	}
+	if err := checkNodeAddr(c.addr, tlsConf != nil); err != nil {
+		fmt.Fprintf(stderr, "demo node: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The runtime's logger: the node's own lines carry "node" already.
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Logger()
-	return runNode(ctx, c, log, stdin, stdout)
+	if c.provider == "automanaged" && !isLoopbackHost(c.autoAddr) {
+		log.Warn().Str("automanaged_addr", c.autoAddr).Msg("the automanaged health check is plain HTTP on a non-loopback address: anyone who reaches it sees this node's membership record (TLS covers the transport between members, not the provider)")
+	}
+	return runNode(ctx, c, tlsConf, log, stdin, stdout)
+}
+
+// nodeTLS loads --tls-cert, --tls-key and --tls-ca: all three or none
+// (nil: plaintext).
+func nodeTLS(c nodeConfig) (*tls.Config, error) {
+	given := 0
+	for _, f := range []string{c.tlsCert, c.tlsKey, c.tlsCA} {
+		if f != "" {
+			given++
+		}
+	}
+	switch given {
+	case 0:
+		return nil, nil
+	case 3:
+	default:
+		return nil, errors.New("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+	}
+	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %v", c.tlsCert, c.tlsKey, err)
+	}
+	pem, err := os.ReadFile(c.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", c.tlsCA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// checkNodeAddr refuses an --addr the node must not listen on: a wildcard
+// (0.0.0.0, ::, an empty host) is never the address other members reach
+// it at, which is what it advertises; an address other than loopback
+// needs TLS (the transport between members is otherwise plaintext and
+// unauthenticated).
+func checkNodeAddr(addr string, withTLS bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: want host:port (%v)", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("--addr %q: the node advertises the address it listens on, and a wildcard is no address another member can reach: give an address of this machine (127.0.0.1, or with TLS its LAN address)", addr)
+	}
+	if !withTLS && !isLoopbackHost(addr) {
+		return fmt.Errorf("--addr %q is not a loopback address: members would talk in plaintext, unauthenticated, over the network; give --tls-cert, --tls-key and --tls-ca (docs/cluster.md, Security), or listen on 127.0.0.1", addr)
+	}
+	return nil
+}
+
+// isLoopbackHost reports whether the host of host:port is a loopback IP or
+// "localhost".
+func isLoopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // runNode starts the node, prints the ready line, serves commands and
 // leaves the cluster when ctx ends.
-func runNode(ctx context.Context, c nodeConfig, rtLog zerolog.Logger, stdin io.Reader, stdout io.Writer) int {
+func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerolog.Logger, stdin io.Reader, stdout io.Writer) int {
 	log := rtLog.With().Str("node", c.name).Logger()
 	opts := system.NodeOptions{
-		Name: c.name, ClusterName: c.clusterName, Addr: c.addr,
+		Name: c.name, ClusterName: c.clusterName, Addr: c.addr, TLS: tlsConf,
 		Options:        system.Options{Locations: c.locations, Logger: &rtLog},
 		RequestTimeout: c.requestTimeout, RefreshInterval: c.refresh,
 	}
@@ -164,9 +245,23 @@ func runNode(ctx context.Context, c nodeConfig, rtLog zerolog.Logger, stdin io.R
 		log.Error().Err(err).Msg("cannot start the node")
 		return 1
 	}
-	out := &replyWriter{w: stdout}
-	out.write(map[string]any{"event": "ready", "node": n.Name(), "address": n.Address(),
-		"cluster": c.clusterName, "provider": c.provider, "pid": os.Getpid()})
+	closeNode := func() int {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.Close(cctx); err != nil {
+			log.Error().Err(err).Msg("closing the node")
+			return 1
+		}
+		log.Info().Msg("node stopped")
+		return 0
+	}
+	out := &replyWriter{w: stdout, log: &log}
+	if err := out.write(map[string]any{"event": "ready", "node": n.Name(), "address": n.Address(),
+		"cluster": c.clusterName, "provider": c.provider, "pid": os.Getpid()}); err != nil {
+		log.Error().Msg("cannot print the ready line: leaving the cluster")
+		closeNode()
+		return 1
+	}
 	log.Info().Str("address", n.Address()).Msg("node ready")
 
 	cmds := &nodeCommands{n: n, out: out, log: log}
@@ -174,27 +269,37 @@ func runNode(ctx context.Context, c nodeConfig, rtLog zerolog.Logger, stdin io.R
 	<-ctx.Done()
 	log.Info().Msg("signal received: leaving the cluster")
 	cmds.stop()
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := n.Close(cctx); err != nil {
-		log.Error().Err(err).Msg("closing the node")
-		return 1
-	}
-	log.Info().Msg("node stopped")
-	return 0
+	return closeNode()
 }
 
-// replyWriter writes one JSON object per line, whole lines only.
+// replyWriter writes one JSON object per line, whole lines only. The
+// first write error is kept (and logged once): a node whose standard
+// output is gone cannot answer, but it keeps serving the cluster.
 type replyWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+	log *zerolog.Logger
 }
 
-func (r *replyWriter) write(v any) {
-	b, _ := json.Marshal(v)
+func (r *replyWriter) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(nodeproc.Reply{Op: "?", Error: "cannot encode the reply: " + err.Error(), ErrorType: "Error"})
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, _ = r.w.Write(append(b, '\n'))
+	if r.err != nil {
+		return r.err
+	}
+	if _, err := r.w.Write(append(b, '\n')); err != nil {
+		r.err = err
+		if r.log != nil {
+			r.log.Error().Err(err).Msg("writing to standard output: no further replies can be sent")
+		}
+		return err
+	}
+	return nil
 }
 
 type nodeCommands struct {
@@ -218,19 +323,34 @@ func (c *nodeCommands) stop() {
 }
 
 // serve reads commands until stdin ends or ctx does; each runs in its own
-// goroutine (a driver may keep several in flight), replies carry its id.
+// goroutine (a driver may keep several in flight, up to
+// maxCommandsInFlight), replies carry its id. A line that is not a
+// command (malformed, unknown field, longer than maxCommandLine) is
+// answered with an InvalidInputError reply; the node keeps serving.
 func (c *nodeCommands) serve(ctx context.Context, stdin io.Reader) {
-	sc := bufio.NewScanner(stdin)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+	br := bufio.NewReaderSize(stdin, 64<<10)
+	sem := make(chan struct{}, maxCommandsInFlight)
+	var buf []byte
+	for {
+		line, tooLong, err := readCommandLine(br, buf, maxCommandLine)
+		buf = line[:0:cap(line)]
+		if err != nil {
+			if err != io.EOF {
+				c.log.Error().Err(err).Msg("reading commands from standard input")
+			}
+			return
+		}
+		cmd, reply, ok := commandOfLine(line, tooLong)
+		if !ok {
+			if reply != nil {
+				_ = c.out.write(*reply)
+			}
 			continue
 		}
-		var cmd nodeproc.Command
-		if err := json.Unmarshal([]byte(line), &cmd); err != nil {
-			c.out.write(nodeproc.Reply{Op: "?", Error: "malformed command: " + err.Error(), ErrorType: "InvalidInputError"})
-			continue
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
 		c.mu.Lock()
 		if c.stopped {
@@ -240,22 +360,27 @@ func (c *nodeCommands) serve(ctx context.Context, stdin io.Reader) {
 		c.wg.Add(1)
 		c.mu.Unlock()
 		go func() {
+			defer func() { <-sem }()
 			defer c.wg.Done()
-			c.out.write(c.run(ctx, cmd))
+			_ = c.out.write(c.run(ctx, cmd))
 		}()
 	}
 }
 
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
 // run carries out one command with its own deadline (timeout_ms, default
-// 30 s; a signal ends it too) and reports the outcome.
+// 30 s; a signal ends it too) and reports the outcome. A command that hits
+// a bug (a panic) is answered with an InternalError reply and logged; the
+// node keeps serving.
 func (c *nodeCommands) run(ctx context.Context, cmd nodeproc.Command) (r nodeproc.Reply) {
 	start := time.Now()
 	r = nodeproc.Reply{ID: cmd.ID, Op: cmd.Op}
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error().Int64("id", cmd.ID).Str("op", cmd.Op).Str("panic", fmt.Sprint(p)).Msg("a command failed on a bug (please report it); the node keeps serving")
+			c.log.Debug().Str("stack", string(debug.Stack())).Msg("where the command failed")
+			r = nodeproc.Reply{ID: cmd.ID, Op: cmd.Op, Error: fmt.Sprintf("internal error: %v", p), ErrorType: "InternalError"}
+		}
+	}()
 	t := 30 * time.Second
 	if cmd.TimeoutMS > 0 {
 		t = time.Duration(cmd.TimeoutMS) * time.Millisecond
@@ -276,20 +401,11 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 	sys := c.n.System()
 	switch cmd.Op {
 	case "register":
-		data := nodeproc.Pattern(cmd.Seed, cmd.Bytes)
-		v := system.Value{Name: cmd.Name, Bytes: cmd.Bytes, At: cmd.At, Data: data}
-		if cmd.At == "" && cmd.Source != "" {
-			// Resident nowhere: the loader produces the same bytes when
-			// the value is placed.
-			v = system.Value{Name: cmd.Name, Bytes: cmd.Bytes, Source: cmd.Source, Loader: func(_ context.Context, dst []byte) error {
-				copy(dst, data)
-				return nil
-			}}
-		}
-		if _, err := sys.Register(ctx, v); err != nil {
+		sum, err := registerPattern(ctx, sys, cmd)
+		if err != nil {
 			return err
 		}
-		r.SHA256, r.Bytes = digest(data), cmd.Bytes
+		r.SHA256, r.Bytes = sum, cmd.Bytes
 	case "copy":
 		src := cmd.Source
 		if src == "" {
@@ -312,7 +428,7 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 		if err != nil {
 			return err
 		}
-		r.SHA256, r.Bytes = digest(b), int64(len(b))
+		r.SHA256, r.Bytes = digestOf(b), int64(len(b))
 	case "read":
 		h, err := sys.Lookup(ctx, cmd.Name)
 		if err != nil {
@@ -322,7 +438,7 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 		if err != nil {
 			return err
 		}
-		r.SHA256, r.Bytes = digest(b), int64(len(b))
+		r.SHA256, r.Bytes = digestOf(b), int64(len(b))
 	case "discard":
 		h, err := sys.Lookup(ctx, cmd.Name)
 		if err != nil {

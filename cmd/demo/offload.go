@@ -2,16 +2,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,40 +52,97 @@ type traceRow struct {
 	context, gen int64
 }
 
-// readServingTrace reads a trace of the Azure LLM inference format: a header,
-// then TIMESTAMP, ContextTokens, GeneratedTokens (limit > 0: the first
-// limit rows).
+// Bounds of a trace's input.
+const (
+	// maxTraceLine bounds one line of a trace; a row is about 40 bytes.
+	maxTraceLine = 4 << 10
+	// maxRowTokens bounds ContextTokens and GeneratedTokens of one row
+	// (far above any model's context; it keeps every sum of a row and
+	// its bytes in range).
+	maxRowTokens = 1<<31 - 1
+)
+
+// readServingTrace reads a trace of the Azure LLM inference format: a
+// header, then TIMESTAMP, ContextTokens, GeneratedTokens per line, comma
+// separated (a field may be in double quotes; none holds a comma, a quote
+// or a line break). limit > 0: the first limit rows. A line longer than
+// maxTraceLine, a row of another shape, a bad timestamp, a token count
+// that is not an integer 0 to maxRowTokens, or a timestamp that goes back
+// in time is an error naming the line. Memory: one line at a time plus
+// the rows kept (40 bytes each, and the slice's spare room).
 func readServingTrace(r io.Reader, limit int) ([]traceRow, error) {
-	cr := csv.NewReader(bufio.NewReader(r))
-	cr.FieldsPerRecord = 3
-	head, err := cr.Read()
+	br := bufio.NewReaderSize(r, maxTraceLine+2)
+	var fields [3][]byte
+	lineNo := 0
+	// next returns the fields of the next line; ok false at the end.
+	next := func() (ok bool, err error) {
+		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			return false, fmt.Errorf("line %d: longer than %d bytes: not a trace of TIMESTAMP,ContextTokens,GeneratedTokens", lineNo+1, maxTraceLine)
+		}
+		if err != nil && err != io.EOF {
+			return false, err
+		}
+		if err == io.EOF && len(line) == 0 {
+			return false, nil
+		}
+		lineNo++
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if lineNo == 1 {
+			line = bytes.TrimPrefix(line, []byte(utf8BOM))
+		}
+		n := 0
+		for rest := line; ; {
+			f, tail, more := bytes.Cut(rest, []byte(","))
+			if n < len(fields) {
+				if len(f) >= 2 && f[0] == '"' && f[len(f)-1] == '"' {
+					f = f[1 : len(f)-1]
+				}
+				fields[n] = f
+			}
+			n++
+			if !more {
+				break
+			}
+			rest = tail
+		}
+		if n != len(fields) {
+			return false, fmt.Errorf("line %d: %d fields, want 3 (TIMESTAMP,ContextTokens,GeneratedTokens)", lineNo, n)
+		}
+		return true, nil
+	}
+	ok, err := next()
 	if err != nil {
 		return nil, fmt.Errorf("reading the header: %w", err)
 	}
-	if strings.TrimPrefix(head[0], utf8BOM) != "TIMESTAMP" || head[1] != "ContextTokens" || head[2] != "GeneratedTokens" {
-		return nil, fmt.Errorf("the header is %q, want TIMESTAMP,ContextTokens,GeneratedTokens", strings.Join(head, ","))
+	if !ok {
+		return nil, errors.New("reading the header: the trace is empty")
+	}
+	if string(fields[0]) != "TIMESTAMP" || string(fields[1]) != "ContextTokens" || string(fields[2]) != "GeneratedTokens" {
+		return nil, fmt.Errorf("the header is %q, want TIMESTAMP,ContextTokens,GeneratedTokens", bytes.Join(fields[:], []byte(",")))
 	}
 	var rows []traceRow
 	for limit <= 0 || len(rows) < limit {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
+		ok, err := next()
 		if err != nil {
 			return nil, err
 		}
-		line, _ := cr.FieldPos(0)
-		at, err := time.Parse("2006-01-02 15:04:05.9999999", rec[0])
-		if err != nil {
-			return nil, fmt.Errorf("line %d: timestamp %q: %w", line, rec[0], err)
+		if !ok {
+			break
 		}
-		c, err1 := strconv.ParseInt(rec[1], 10, 64)
-		g, err2 := strconv.ParseInt(rec[2], 10, 64)
-		if err1 != nil || err2 != nil || c < 0 || g < 0 {
-			return nil, fmt.Errorf("line %d: token counts %q, %q must be integers ≥ 0", line, rec[1], rec[2])
+		at, err := time.Parse("2006-01-02 15:04:05.9999999", string(fields[0]))
+		if err != nil {
+			return nil, fmt.Errorf("line %d: timestamp %q: want YYYY-MM-DD hh:mm:ss.fffffff", lineNo, fields[0])
+		}
+		c, err1 := strconv.ParseInt(string(fields[1]), 10, 64)
+		g, err2 := strconv.ParseInt(string(fields[2]), 10, 64)
+		if err1 != nil || err2 != nil || c < 0 || g < 0 || c > maxRowTokens || g > maxRowTokens {
+			return nil, fmt.Errorf("line %d: token counts %q, %q must be integers 0 to %d", lineNo,
+				fields[1], fields[2], int64(maxRowTokens))
 		}
 		if len(rows) > 0 && at.Before(rows[len(rows)-1].at) {
-			return nil, fmt.Errorf("line %d: timestamps go back in time", line)
+			return nil, fmt.Errorf("line %d: timestamps go back in time", lineNo)
 		}
 		rows = append(rows, traceRow{at: at, context: c, gen: g})
 	}
@@ -134,6 +191,15 @@ type offloadReport struct {
 	BehindSeconds     float64 `json:"behind_seconds"`
 	LiveAtLastArrival int     `json:"live_tasks_at_last_arrival"`
 	CPUSeconds        float64 `json:"cpu_seconds"`
+
+	// RequestsRefused: requests whose KV is larger than MaxRequestBytes
+	// (the clone budget: the most KV of one request the pipeline can hold
+	// on the GPU); a server refuses them, so the run does not start them
+	// and counts them here, with their KV in RefusedBytes. Tokens and
+	// KVBytes are those of the requests served.
+	RequestsRefused int   `json:"requests_refused"`
+	RefusedBytes    int64 `json:"refused_kv_bytes"`
+	MaxRequestBytes int64 `json:"max_request_kv_bytes"`
 }
 
 type offloadBudgetJSON struct {
@@ -154,19 +220,18 @@ type queueSample struct {
 
 func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("offload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg := offloadConfig{}
 	fs.StringVar(&cfg.trace, "trace", defaultTrace, "the trace: a CSV of TIMESTAMP, ContextTokens, GeneratedTokens")
 	fs.Int64Var(&cfg.bytesPerToken, "bytes-per-token", 64, "KV bytes per token here (each stands for 512 KiB of a 7B fp16 model)")
-	fs.Float64Var(&cfg.speed, "speed", 600, "time compression: trace seconds per second of the run")
+	fs.Float64Var(&cfg.speed, "speed", 600, "time compression: trace seconds per second of the run (finite, > 0)")
 	fs.IntVar(&cfg.limit, "limit", 0, "replay only the first N requests (0: all)")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the report as one JSON object")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo offload: unexpected argument %q\n", fs.Arg(0))
@@ -177,8 +242,11 @@ func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	case cfg.bytesPerToken < 1 || cfg.bytesPerToken > realBytesPerToken:
 		fmt.Fprintf(stderr, "demo offload: --bytes-per-token must be 1 to %d\n", realBytesPerToken)
 		return 2
-	case cfg.speed <= 0:
-		fmt.Fprintln(stderr, "demo offload: --speed must be > 0")
+	case !(cfg.speed > 0) || math.IsInf(cfg.speed, 0):
+		fmt.Fprintf(stderr, "demo offload: --speed %v: want a finite number > 0\n", cfg.speed)
+		return 2
+	case cfg.limit < 0:
+		fmt.Fprintf(stderr, "demo offload: --limit %d: want a number of requests ≥ 0 (0: all)\n", cfg.limit)
 		return 2
 	}
 	f, err := os.Open(cfg.trace)
@@ -247,15 +315,15 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 		Simulation: "soft backend: cuda:0 and pinned-host are simulated in Go memory (real bytes, goroutine streams); no GPU is used and the times say nothing about real hardware",
 		Trace:      cfg.trace, Requests: len(rows), Speed: cfg.speed,
 		BytesPerToken: cfg.bytesPerToken, StandsForPerTok: realBytesPerToken, Scale: scale,
-		CloneBudgetBytes: gib(16), MaxQueue: map[string]int{},
+		CloneBudgetBytes: gib(16), MaxRequestBytes: gib(16), MaxQueue: map[string]int{},
 	}
 	t0 := rows[0].at
 	rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
 	cpu0, cpuKnown := processCPU()
 	start := time.Now()
-	traceNow := func() time.Duration { return time.Duration(float64(time.Since(start)) * cfg.speed) }
+	traceNow := func() time.Duration { return scaleDuration(time.Since(start), cfg.speed) }
 	sleepUntil := func(at time.Duration) bool {
-		d := time.Duration(float64(at-traceNow()) / cfg.speed)
+		d := scaleDuration(at-traceNow(), 1/cfg.speed)
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
@@ -296,7 +364,7 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	samplerDone := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		tick := time.NewTicker(max(time.Duration(float64(sampleEvery)/cfg.speed), time.Millisecond))
+		tick := time.NewTicker(max(scaleDuration(sampleEvery, 1/cfg.speed), time.Millisecond))
 		defer tick.Stop()
 		for {
 			select {
@@ -358,6 +426,13 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 		}
 		ctxBlocks := int((r.context + blockTokens - 1) / blockTokens)
 		allBlocks := int((r.context + r.gen + blockTokens - 1) / blockTokens)
+		if kv := int64(allBlocks) * rowBytes; kv > rep.MaxRequestBytes {
+			// More KV than the GPU can hold for one request: a server
+			// refuses it. Nothing of it is allocated.
+			rep.RequestsRefused++
+			rep.RefusedBytes += kv
+			continue
+		}
 		slot0 := nextSlot
 		nextSlot = (nextSlot + allBlocks) % poolSlots
 		tokens += r.context + r.gen
@@ -458,6 +533,21 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	return rep, nil
 }
 
+// scaleDuration is d×f, saturated to the range of a Duration (a speed
+// far from 1 cannot wrap a time around).
+func scaleDuration(d time.Duration, f float64) time.Duration {
+	x := float64(d) * f
+	switch {
+	case x != x: // NaN
+		return 0
+	case x >= math.MaxInt64:
+		return math.MaxInt64
+	case x <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(x)
+}
+
 func printOffload(w io.Writer, r *offloadReport) {
 	big := func(n int64) string { return bytesText(n) + ", standing for " + formatBytes(n*r.Scale) }
 	fmt.Fprintf(w, "KV-cache offload of %d requests of %s (%.0f s of trace at %gx: %.1f s here)\n", r.Requests, r.Trace, r.TraceSeconds, r.Speed, r.WallSeconds)
@@ -470,6 +560,8 @@ func printOffload(w io.Writer, r *offloadReport) {
 		r.BehindSeconds, r.LiveAtLastArrival, cpu, r.WallSeconds)
 	fmt.Fprintf(w, "KV bytes: (ContextTokens + GeneratedTokens) × %s per token here, standing for %s per token of a 7B fp16 model (1:%d; budgets scaled alike); blocks of %d tokens\n",
 		formatBytes(r.BytesPerToken), formatBytes(r.StandsForPerTok), r.Scale, blockTokens)
+	fmt.Fprintf(w, "refused %d requests with more KV than one request may hold (the clone budget, %s), as a server would: not started; their KV, %s, is not counted below\n",
+		r.RequestsRefused, big(r.MaxRequestBytes), big(r.RefusedBytes))
 	fmt.Fprintf(w, "tokens %d, KV %s\n", r.Tokens, big(r.KVBytes))
 	fmt.Fprintf(w, "offloaded %s to the CPU block pool; dropped %s; the rest (%s) were pool rows a later request took before they were written (the pool is a ring)\n",
 		big(r.OffloadedBytes), big(r.DroppedBytes), bytesText(r.KVBytes-r.OffloadedBytes-r.DroppedBytes))

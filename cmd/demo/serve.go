@@ -11,7 +11,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,19 +46,29 @@ type serveOptions struct {
 	ready func(url string, s *server)
 }
 
+// serveExitText is the exit status of serve, in its usage and README.
+const serveExitText = `
+Serves until Ctrl-C (SIGINT) or SIGTERM, which stop it alike. Exit status:
+0 once stopped when every expectation of the script that ran held; 1 when
+one failed (each is reported on standard error as it fails, the count when
+serve stops) or the server failed; 2 for bad flags, a malformed script or
+an address it cannot listen on.
+
+`
+
 func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	o := serveOptions{}
 	fs.StringVar(&o.addr, "addr", defaultServeAddr, "`host:port` to listen on (loopback unless told otherwise; port 0 picks a free one)")
 	fs.StringVar(&o.script, "script", "", "replay script `FILE` to run instead of the embedded scenario (- for standard input)")
 	fs.DurationVar(&o.delay, "delay", defaultServeDelay, "pause between two ops, so a person can watch")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: demo serve [--addr HOST:PORT] [--script FILE] [--delay DURATION]")
+		fmt.Fprintln(fs.Output(), "usage: demo serve [--addr HOST:PORT] [--script FILE] [--delay DURATION]")
+		fmt.Fprint(fs.Output(), serveExitText)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo serve: unexpected argument %q\n", fs.Arg(0))
@@ -68,6 +80,14 @@ func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fs.Usage()
 		return 2
 	}
+	// SIGTERM stops serve as Ctrl-C does (main handles SIGINT); a second
+	// one kills it.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	return serve(ctx, o, stdin, stdout, stderr)
 }
 
@@ -120,9 +140,10 @@ type activityView struct {
 }
 
 // serve runs the script against a runtime while serving the view, then
-// keeps serving until ctx ends (Ctrl-C). Exit status: 0 after Ctrl-C,
-// 1 when every expectation did not hold or the server failed, 2 for a
-// malformed script or an address it cannot listen on.
+// keeps serving until ctx ends (Ctrl-C or SIGTERM). Exit status
+// (serveExitText): 0 once stopped when every expectation that ran held, 1
+// when one did not or the server failed, 2 for a malformed script or an
+// address it cannot listen on.
 func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr io.Writer) int {
 	path, in := o.script, stdin
 	name := o.script

@@ -54,7 +54,17 @@ import (
 //	inspect   Name: the value's materializations on this node, with their
 //	          use counts (leases)
 //
-// TimeoutMS bounds the command (default 30 s).
+// TimeoutMS bounds the command (0: the default, 30 s; at most one day).
+//
+// A node reads each line as strictly as `demo replay` reads a script line
+// (the same JSON reader): a duplicate key, a field the op does not take, a
+// field of the wrong type, bytes ≤ 0, register with both or neither of At
+// and Source, or a line longer than 64 KiB is refused with an
+// InvalidInputError reply, which carries the line's id when one can be
+// read from it; the node keeps serving. Bytes may also be written as a
+// string such as "16MiB". Register makes the pattern's bytes only once
+// the runtime admitted them (a reservation at At first); a location
+// without a budget takes at most 1 GiB per register.
 type Command struct {
 	ID       int64  `json:"id"`
 	Op       string `json:"op"`
@@ -76,7 +86,11 @@ type Command struct {
 
 // Reply is a node's answer to one [Command] (same ID). ErrorType names the
 // runtime's error type in the error's chain: "UnavailableError",
-// "BudgetError", "InvalidInputError", "DeadlineExceeded", or Go's %T.
+// "BudgetError", "InvalidInputError", "DeadlineExceeded", then
+// "PlanExecutionError", "PlanError", "InUseError", "StaleStateError",
+// "SearchLimitError", "PlacementError"; "InternalError" for a bug of the
+// node (logged; it keeps serving); Go's %T for anything else. A refused
+// line's reply has Op "?" when the line names no known op.
 type Reply struct {
 	ID        int64                `json:"id"`
 	Op        string               `json:"op"`
@@ -150,6 +164,28 @@ func ErrorType(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "DeadlineExceeded"
 	}
+	var (
+		pe  *system.PlanExecutionError
+		pl  *system.PlanError
+		iu  *system.InUseError
+		st  *system.StaleStateError
+		sl  *system.SearchLimitError
+		pla *system.PlacementError
+	)
+	switch {
+	case errors.As(err, &pe):
+		return "PlanExecutionError"
+	case errors.As(err, &pl):
+		return "PlanError"
+	case errors.As(err, &iu):
+		return "InUseError"
+	case errors.As(err, &st):
+		return "StaleStateError"
+	case errors.As(err, &sl):
+		return "SearchLimitError"
+	case errors.As(err, &pla):
+		return "PlacementError"
+	}
 	return fmt.Sprintf("%T", err)
 }
 
@@ -164,17 +200,38 @@ type Ready struct {
 }
 
 // Pattern is the deterministic content of a value registered with a seed:
-// every process computes the same bytes from (seed, size).
+// every process computes the same bytes from (seed, size). A size ≤ 0 is
+// no bytes (nil); the caller bounds size (a node makes a value's pattern
+// only once its budget admitted it).
 func Pattern(seed, size int64) []byte {
+	if size <= 0 {
+		return nil
+	}
 	b := make([]byte, size)
-	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	NewPatternStream(seed).Fill(b)
+	return b
+}
+
+// PatternStream produces the bytes of [Pattern] for a seed in order, piece
+// by piece, in constant memory: the first Fill writes the pattern's first
+// bytes, the next one continues where it stopped.
+type PatternStream struct{ x uint64 }
+
+// NewPatternStream starts the pattern of seed at its first byte.
+func NewPatternStream(seed int64) *PatternStream {
+	return &PatternStream{x: uint64(seed)*0x9e3779b97f4a7c15 + 1}
+}
+
+// Fill writes the next len(b) bytes of the pattern into b.
+func (p *PatternStream) Fill(b []byte) {
+	x := p.x
 	for i := range b {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
 		b[i] = byte(x)
 	}
-	return b
+	p.x = x
 }
 
 // ErrExited is returned for a command to a node process that has exited.

@@ -1,0 +1,51 @@
+package nodeproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/residency-go/residency/system"
+)
+
+// TestPattern: the pattern made piece by piece is the pattern made whole,
+// and a size ≤ 0 is no bytes (it used to panic: makeslice).
+func TestPattern(t *testing.T) {
+	whole := Pattern(42, 10_000)
+	ps := NewPatternStream(42)
+	var pieces []byte
+	for _, n := range []int{1, 0, 999, 4096, 4904} {
+		b := make([]byte, n)
+		ps.Fill(b)
+		pieces = append(pieces, b...)
+	}
+	assert.Equal(t, whole, pieces)
+	assert.NotEqual(t, whole, Pattern(43, 10_000))
+	assert.Nil(t, Pattern(1, 0))
+	assert.Nil(t, Pattern(1, -5))
+}
+
+// TestErrorType names the runtime's error types without Go's package
+// prefix, wrapped or not.
+func TestErrorType(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&system.BudgetError{}, "BudgetError"},
+		{fmt.Errorf("x: %w", &system.InvalidInputError{}), "InvalidInputError"},
+		{&system.UnavailableError{}, "UnavailableError"},
+		{context.DeadlineExceeded, "DeadlineExceeded"},
+		{&system.PlanExecutionError{}, "PlanExecutionError"},
+		{&system.PlanError{}, "PlanError"},
+		{&system.InUseError{}, "InUseError"},
+		{&system.StaleStateError{}, "StaleStateError"},
+		{&system.SearchLimitError{}, "SearchLimitError"},
+		{errors.New("x"), "*errors.errorString"},
+	} {
+		assert.Equal(t, c.want, ErrorType(c.err), "%v", c.err)
+	}
+}
