@@ -309,17 +309,20 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 		e.charge = name
 	}
 	v, n, err := callLoader(ctx, e.key, loader)
-	if err == nil && peak > 0 && (n <= 0 || n > peak) {
+	switch {
+	case err != nil:
+		// A value returned together with an error is not kept.
+	case peak > 0 && (n <= 0 || n > peak):
 		err = &CacheLoadError{Key: e.key, Cause: &budget.InvalidInputError{Message: fmt.Sprintf("loader reported %d resident bytes; want > 0 and ≤ the peak %d", n, peak)}}
-		closeValue(c, e.key, any(v))
-	}
-	if err == nil && peak > 0 && n < peak {
-		if rerr := c.resize(e.charge, n); rerr != nil {
-			err = rerr
-			closeValue(c, e.key, any(v))
-		}
+	case peak > 0 && n < peak:
+		err = c.resize(e.charge, n)
 	}
 	if err != nil {
+		// Whatever the loader returned is closed before its charge is
+		// released (a panic returned nothing; nor does a nil value).
+		if !isZero(v) {
+			closeValue(c, e.key, any(v))
+		}
 		if e.charge != "" {
 			c.unreserve(e.charge)
 		}
@@ -329,6 +332,10 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	e.box, e.bytes = &v, n
 	c.settle(e, f, nil)
 }
+
+// isZero says whether v is its type's zero value (a nil pointer, a nil
+// interface): nothing to close.
+func isZero[T any](v T) bool { return reflect.ValueOf(&v).Elem().IsZero() }
 
 // callLoader runs the loader, turning an error or a panic into a
 // *CacheLoadError.

@@ -378,3 +378,36 @@ func TestCacheEvictHonoursItsContext(t *testing.T) {
 	assert.True(t, evicted)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// Defect 10 (issue 18): a loader that returns a value together with an
+// error fails the load, and the value it returned is closed before its
+// charge is released (for LoadBudgeted too); a nil value is not closed.
+func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	v := &closer{}
+	_, err := system.Load(ctx, c, "k", 10, nil, func(context.Context) (*closer, int64, error) {
+		return v, 10, errors.New("half loaded")
+	})
+	var le *system.CacheLoadError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, int32(1), v.n.Load(), "the returned value was closed")
+	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
+	assert.Equal(t, 0, stats(t, c).Resources)
+
+	bv := &closer{}
+	_, err = system.LoadBudgeted(ctx, c, "b", nil, func(context.Context, *system.MemoryBudget) (*closer, error) {
+		return bv, errors.New("half loaded")
+	})
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, int32(1), bv.n.Load(), "the returned budgeted value was closed")
+
+	_, err = system.Load(ctx, c, "nil", 10, nil, func(context.Context) (*closer, int64, error) {
+		return nil, 0, errors.New("nothing")
+	})
+	require.ErrorAs(t, err, &le, "a nil value is not closed (its Close would dereference nil)")
+
+	l, err := system.Load(ctx, c, "k", 10, nil, value(&closer{}, 10))
+	require.NoError(t, err, "the next load retries")
+	require.NoError(t, l.Release())
+}
