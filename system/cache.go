@@ -83,6 +83,7 @@ type cacheFlight struct {
 	waiters   int
 	finished  bool
 	abandoned bool
+	closing   bool // Close canceled it: a failure is ErrCacheClosed
 	// Set before done is closed.
 	err error
 }
@@ -356,6 +357,11 @@ func callLoader[T any](ctx context.Context, key string, loader func(context.Cont
 // reference) or leaves the book.
 func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 	c.mu.Lock()
+	if err != nil && f.closing {
+		// Its context was canceled by Close, not by any caller: its
+		// callers, whose contexts are live, are told the cache closed.
+		err = ErrCacheClosed
+	}
 	delete(c.flights, f)
 	f.finished, f.err = true, err
 	e.flight = nil
@@ -568,6 +574,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	for f := range c.flights {
+		f.closing = true
 		f.cancel()
 	}
 	c.mu.Unlock()
@@ -696,8 +703,16 @@ func (c *Cache) unreserve(name string) {
 }
 
 // ErrCacheClosed is returned by calls on a closed cache (the runtime may
-// still be running). It also matches [ErrClosed].
-var ErrCacheClosed = fmt.Errorf("residency: cache is closed (%w)", ErrClosed)
+// still be running): loads and evictions after [Cache.Close], and a load
+// that Close interrupted. errors.Is(err, [ErrClosed]) also holds.
+var ErrCacheClosed error = cacheClosedError{}
+
+type cacheClosedError struct{}
+
+func (cacheClosedError) Error() string { return "residency: cache is closed" }
+
+// Is matches [ErrClosed].
+func (cacheClosedError) Is(target error) bool { return target == ErrClosed }
 
 func (c *Cache) closedErr() error { return ErrCacheClosed }
 

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -410,4 +411,57 @@ func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
 	l, err := system.Load(ctx, c, "k", 10, nil, value(&closer{}, 10))
 	require.NoError(t, err, "the next load retries")
 	require.NoError(t, l.Release())
+}
+
+// Defect 11 (issue 18): a closed cache's refusal says that the cache is
+// closed, not the runtime; a Load that Close interrupts returns
+// ErrCacheClosed to a caller whose own context is live, never "context
+// canceled" — whether its loader was running or it waited for an
+// eviction.
+func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
+	ctx := context.Background()
+	assert.ErrorIs(t, system.ErrCacheClosed, system.ErrClosed)
+	assert.NotContains(t, system.ErrCacheClosed.Error(), "system")
+
+	sys, c := seedCache(t, 100)
+	// A loader that runs until its context is canceled.
+	entered := make(chan struct{})
+	running := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
+			close(entered)
+			<-lctx.Done()
+			return 0, 0, lctx.Err()
+		})
+		running <- err
+	}()
+	<-entered
+	// A load waiting for the release of the value it evicts.
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	l, err := system.Load(ctx, c, "slow", 90, nil, value(slow, 90))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	evicting := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "big", 80, nil, value(1, 80))
+		evicting <- err
+	}()
+	<-slow.started
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(ctx) }()
+	for c.Budget().Cache() != nil { // Close has begun
+		runtime.Gosched()
+	}
+	close(slow.gate)
+	for _, ch := range []chan error{running, evicting} {
+		err := <-ch
+		assert.ErrorIs(t, err, system.ErrCacheClosed)
+		assert.NotErrorIs(t, err, context.Canceled)
+	}
+	require.NoError(t, <-closed)
+	_, err = system.Load(ctx, c, "k", 10, nil, value(1, 10))
+	assert.ErrorIs(t, err, system.ErrCacheClosed)
+	assert.Equal(t, "residency: cache is closed", err.Error())
+	l2 := loc(t, snapshot(t, sys), "cuda:0")
+	assert.Zero(t, l2.UsedBytes+l2.ReservedBytes)
 }
