@@ -37,11 +37,15 @@ type CacheOptions struct {
 //
 // All methods and functions on a Cache are safe for concurrent use.
 type Cache struct {
-	sys    *System
-	loc    string
-	owner  string         // ledger owner of every charge of this cache
-	seq    *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
-	budget *MemoryBudget
+	sys   *System
+	loc   string
+	owner string // ledger owner of every charge of this cache
+	// The location's budget (fixed for the runtime's life), for refusing
+	// a peak that can never fit before looking the key up.
+	hasBudget   bool
+	budgetBytes int64
+	seq         *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
+	budget      *MemoryBudget
 
 	mu        sync.Mutex // guards the fields below
 	book      *budget.CacheBook[*cacheEntry]
@@ -111,9 +115,11 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 		flights: map[*cacheFlight]struct{}{},
 	}
 	c.budget = &MemoryBudget{sys: s, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
-	if _, err := c.charges(ctx); err != nil {
+	ch, err := c.charges(ctx)
+	if err != nil {
 		return nil, err
 	}
+	c.hasBudget, c.budgetBytes = ch.HasBudget, ch.BudgetBytes
 	return c, nil
 }
 
@@ -152,7 +158,8 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 //
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
 // value of another type ([*InvalidInputError]); a peak larger than the
-// whole budget ([*BudgetError], nothing evicted); a budget short with
+// whole budget ([*BudgetError], nothing evicted; checked before the
+// lookup, so also for a resident key); a budget short with
 // nothing idle to evict ([*CacheBusyError], errors.Is [ErrBusy]); a loader
 // that failed, panicked or reported resident bytes ≤ 0 or above peak
 // ([*CacheLoadError]: the reservation was released, a later Load retries);
@@ -207,6 +214,14 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 	for {
 		if err := c.sys.refusal(ctx); err != nil {
 			return nil, err
+		}
+		if c.hasBudget && peak > c.budgetBytes {
+			// As in the seed, the peak is checked before the lookup: a
+			// peak that can never fit is refused, resident or not.
+			if c.isClosed() {
+				return nil, c.closedErr()
+			}
+			return nil, c.tooLarge(ctx, peak)
 		}
 		c.mu.Lock()
 		if c.closed {
@@ -715,6 +730,22 @@ func (cacheClosedError) Error() string { return "residency: cache is closed" }
 func (cacheClosedError) Is(target error) bool { return target == ErrClosed }
 
 func (c *Cache) closedErr() error { return ErrCacheClosed }
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// tooLarge is the refusal of a request larger than the whole budget, with
+// the location's figures now.
+func (c *Cache) tooLarge(ctx context.Context, bytes int64) error {
+	ch, err := c.charges(ctx)
+	if err != nil {
+		return err
+	}
+	return &BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+}
 
 // unreserveOwned releases an owned reservation. After the runtime closed
 // there is nothing to release (Close released every reservation).

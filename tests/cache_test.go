@@ -465,3 +465,35 @@ func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
 	l2 := loc(t, snapshot(t, sys), "cuda:0")
 	assert.Zero(t, l2.UsedBytes+l2.ReservedBytes)
 }
+
+// Defect 8 (issue 18): as in the seed, a peak above the whole budget is
+// refused before the key is looked up, so also when the key is resident:
+// a BudgetError with the caller's peak, no loader, no eviction, and the
+// entry's recency untouched.
+func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	for _, k := range []string{"a", "b"} {
+		l, err := system.Load(ctx, c, k, 40, nil, value(k, 40))
+		require.NoError(t, err)
+		require.NoError(t, l.Release())
+	}
+	_, err := system.Load(ctx, c, "a", 101, nil, unreachable[string](t))
+	var be *system.BudgetError
+	require.ErrorAs(t, err, &be, "a resident key with a peak above the budget")
+	assert.Equal(t, int64(101), be.RequestedBytes)
+	assert.Equal(t, int64(100), be.BudgetBytes)
+	assert.Equal(t, int64(80), be.ReservedBytes)
+	assert.Equal(t, uint64(0), stats(t, c).Evictions)
+	// "a" is still the least recently used entry: a load that needs room
+	// evicts it, not "b".
+	l, err := system.Load(ctx, c, "c", 30, nil, value("c", 30))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	hit, err := system.Load(ctx, c, "b", 40, nil, unreachable[string](t))
+	require.NoError(t, err, "b stayed")
+	require.NoError(t, hit.Release())
+	evicted, err := c.Evict(ctx, "a")
+	require.NoError(t, err)
+	assert.False(t, evicted, "a was the victim")
+}
