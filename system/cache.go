@@ -50,8 +50,9 @@ type Cache struct {
 	mu        sync.Mutex // guards the fields below
 	book      *budget.CacheBook[*cacheEntry]
 	flights   map[*cacheFlight]struct{} // loads in flight
+	reserving map[string]chan struct{}  // keys whose peak a caller is reserving; closed on its answer
 	closed    bool
-	busy      int             // load and release goroutines running
+	busy      int             // reservations of loads, load and release goroutines running
 	quiet     []chan struct{} // closed when busy drops to 0
 	closeDone bool
 
@@ -107,12 +108,13 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 		name = "cache"
 	}
 	c := &Cache{
-		sys:     s,
-		loc:     opts.Location,
-		owner:   fmt.Sprintf("cache:%s#%d", name, cacheSeq.Add(1)),
-		seq:     new(atomic.Uint64),
-		book:    budget.NewCacheBook[*cacheEntry](),
-		flights: map[*cacheFlight]struct{}{},
+		sys:       s,
+		loc:       opts.Location,
+		owner:     fmt.Sprintf("cache:%s#%d", name, cacheSeq.Add(1)),
+		seq:       new(atomic.Uint64),
+		book:      budget.NewCacheBook[*cacheEntry](),
+		flights:   map[*cacheFlight]struct{}{},
+		reserving: map[string]chan struct{}{},
 	}
 	c.budget = &MemoryBudget{sys: s, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
 	ch, err := c.charges(ctx)
@@ -170,7 +172,11 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // A refusal can come after evictions: making room evicts idle entries one
 // at a time, least recently used first, retrying the reservation after
 // each, so a [*CacheBusyError] may follow evictions that did happen (they
-// are in the trace and in the statistics).
+// are in the trace and in the statistics). A refusal is always the
+// caller's own: a load can be joined only once its peak is reserved, and
+// while a caller waits for the release of the entry it evicted, the key
+// is not loading — another caller whose peak fits loads it, and the first
+// joins that load when it looks again.
 //
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
@@ -207,6 +213,16 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 }
 
 // load is Load and LoadBudgeted (peak 0).
+//
+// As in the seed, a load's peak is reserved before its flight exists: a
+// caller that finds the key loading joins a load whose reservation is
+// already made, so it never inherits another caller's refusal. The
+// reservation is one ledger call made while the key is marked as being
+// reserved (later callers of the key wait for its answer, then look
+// again); a refusal leaves the key absent while the caller waits for the
+// release of the idle entry it evicts, so that meanwhile another caller
+// whose peak fits loads the key, and this one joins that load when it
+// looks again.
 func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error)) (*CacheLease[T], error) {
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
@@ -256,7 +272,46 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			c.mu.Unlock()
 			return await[T](ctx, c, e, f)
 		}
-		e = &cacheEntry{c: c, key: key, released: make(chan struct{})}
+		if w, ok := c.reserving[key]; ok {
+			// Another caller is asking the ledger for this key's peak:
+			// wait for its answer (one round trip), then look again.
+			c.mu.Unlock()
+			select {
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		c.busy++ // the reservation, then the load goroutine
+		var charge string
+		if peak > 0 {
+			w := make(chan struct{})
+			c.reserving[key] = w
+			c.mu.Unlock()
+			charge = c.chargeName(key)
+			err := c.reserve(ctx, charge, peak)
+			c.mu.Lock()
+			delete(c.reserving, key)
+			close(w)
+			if err != nil || c.closed {
+				closed := c.closed
+				c.mu.Unlock()
+				if err == nil {
+					c.unreserve(charge) // admitted as the cache closed
+				}
+				c.workDone()
+				if closed {
+					return nil, c.closedErr()
+				}
+				if err := c.makeRoom(ctx, key, peak, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		// Still absent: the mark kept every other caller of the key out.
+		e = &cacheEntry{c: c, key: key, charge: charge, released: make(chan struct{})}
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
@@ -269,10 +324,33 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			panic(err) // the key was absent a moment ago, under the same lock
 		}
 		c.flights[f] = struct{}{}
-		c.busy++
 		c.mu.Unlock()
 		go runLoad(lctx, c, e, f, peak, loader)
 		return await[T](ctx, c, e, f)
+	}
+}
+
+// makeRoom answers a load's refused reservation: it evicts the least
+// recently used idle entry and waits for its release (nil: look again),
+// or returns the refusal (a [*CacheBusyError] when nothing is left to
+// evict, ErrCacheClosed once the cache closed, ctx.Err()).
+func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal error) error {
+	var be *BudgetError
+	if !errors.As(refusal, &be) || peak > be.BudgetBytes {
+		return refusal
+	}
+	v := c.victim()
+	if v == nil {
+		if c.isClosed() {
+			return c.closedErr()
+		}
+		return &CacheBusyError{Key: key, Location: be.Location, Refusal: be}
+	}
+	select {
+	case <-v.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -311,19 +389,11 @@ func typeError[T any](key string, box any) error {
 	return &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q holds a %s, not a %s", key, have, reflect.TypeFor[T]())}
 }
 
-// runLoad reserves, runs the loader, shrinks and settles the flight.
+// runLoad runs the loader of a load whose peak is reserved (e.charge),
+// shrinks the charge and settles the flight.
 func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight, peak int64, loader func(context.Context) (T, int64, error)) {
 	defer c.workDone()
 	defer f.cancel()
-	if peak > 0 {
-		name := c.chargeName(e.key)
-		err := c.admit(ctx, e.key, peak, func(ctx context.Context) error { return c.reserve(ctx, name, peak) })
-		if err != nil {
-			c.settle(e, f, err)
-			return
-		}
-		e.charge = name
-	}
 	v, n, err := callLoader(ctx, e.key, loader)
 	switch {
 	case err != nil:

@@ -497,3 +497,59 @@ func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, evicted, "a was the victim")
 }
+
+// Defect 7 (issue 18): a caller never inherits a refusal that its own
+// request would not cause. A loads k with a peak that needs room and
+// waits for the release of the entry it evicts; B asks for k with a peak
+// that fits now: B reserves and loads k itself (in the seed the
+// reservation comes before the flight), and A, once its victim is gone,
+// joins B's load instead of being refused for its own larger peak.
+func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	y, err := system.Load(ctx, c, "y", 50, nil, value("y", 50))
+	require.NoError(t, err) // leased: never a victim
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	x, err := system.Load(ctx, c, "x", 20, nil, value(slow, 20))
+	require.NoError(t, err)
+	require.NoError(t, x.Release())
+
+	type res struct {
+		l   *system.CacheLease[string]
+		err error
+	}
+	aDone, bDone := make(chan res, 1), make(chan res, 1)
+	go func() {
+		l, err := system.Load(ctx, c, "k", 90, nil, func(context.Context) (string, int64, error) {
+			t.Error("A's loader ran: it should have joined B's load")
+			return "A", 90, nil
+		})
+		aDone <- res{l, err}
+	}()
+	<-slow.started // A evicts x and waits for its release
+	go func() {
+		l, err := system.Load(ctx, c, "k", 30, nil, value("B", 30))
+		bDone <- res{l, err}
+	}()
+	var b res
+	got := false
+	select {
+	case b = <-bDone:
+		got = true
+	case <-time.After(5 * time.Second): // B waits behind A's eviction
+	}
+	close(slow.gate)
+	if !got {
+		b = <-bDone
+	}
+	require.NoError(t, b.err, "B's 30 bytes fit: its own request causes no refusal")
+	assert.True(t, got, "B's load finished while A still waited for its victim's release")
+	assert.Equal(t, "B", b.l.Value())
+	a := <-aDone
+	require.NoError(t, a.err, "A found k loaded by B once its victim was gone")
+	assert.Equal(t, "B", a.l.Value())
+	assert.Equal(t, int64(80), stats(t, c).ReservedBytes)
+	require.NoError(t, a.l.Release())
+	require.NoError(t, b.l.Release())
+	require.NoError(t, y.Release())
+}
