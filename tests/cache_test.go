@@ -553,3 +553,38 @@ func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 	require.NoError(t, b.l.Release())
 	require.NoError(t, y.Release())
 }
+
+// Defect 9 (issue 18): growing a budgeted value's reservation while the
+// value is idle may evict that very value, whose Close releases the
+// reservation being resized. No call may wait on itself: Resize (with a
+// context that never ends) returns, saying the reservation was released.
+func TestCacheResizeThatEvictsItsOwnValueDoesNotWaitOnItself(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	model, err := system.LoadBudgeted(ctx, c, "model", nil, func(ctx context.Context, b *system.MemoryBudget) (*budgetedModel, error) {
+		r, err := b.Reserve(ctx, 40)
+		if err != nil {
+			return nil, err
+		}
+		return &budgetedModel{res: []*system.MemoryReservation{r}}, nil
+	})
+	require.NoError(t, err)
+	r := model.Value().res[0]
+	require.NoError(t, model.Release()) // idle: the only victim there is
+	scratch, err := c.Budget().Reserve(ctx, 30)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, scratch.Release()) }()
+
+	// With context.Background() a Resize that waits on itself never
+	// returns; this context ends it after 10 s so that such a Resize
+	// fails the test (with DeadlineExceeded) instead of hanging it.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = r.Resize(rctx, 80)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "Resize waited on its own value's release")
+	require.ErrorIs(t, err, system.ErrInvalidInput, "40 → 80 bytes with 30 more held: the model is evicted for it")
+	assert.Contains(t, err.Error(), "released while it was being resized")
+	assert.Equal(t, int64(0), r.Bytes())
+	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
+	assert.Equal(t, uint64(1), stats(t, c).Evictions)
+}
