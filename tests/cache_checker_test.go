@@ -32,6 +32,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,10 +107,33 @@ type ckRecorder struct {
 	running  map[string]int
 	nextID   int64
 	loaders  atomic.Int64
+	seen     map[string]int // outcomes by op, for the log
+}
+
+// saw counts an outcome (what the checker covered).
+func (ck *ckRecorder) saw(op, class string) {
+	ck.mu.Lock()
+	ck.seen[op+" "+class]++
+	ck.mu.Unlock()
+}
+
+func (ck *ckRecorder) coverage() string {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	keys := make([]string, 0, len(ck.seen))
+	for k := range ck.seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s %d; ", k, ck.seen[k])
+	}
+	return b.String()
 }
 
 func newRecorder() *ckRecorder {
-	return &ckRecorder{byKey: map[string][]*ckValue{}, running: map[string]int{}}
+	return &ckRecorder{byKey: map[string][]*ckValue{}, running: map[string]int{}, seen: map[string]int{}}
 }
 
 func (ck *ckRecorder) fail(format string, args ...any) {
@@ -249,16 +273,26 @@ func ckReport(t *testing.T, ck *ckRecorder, part string, seed uint64) bool {
 
 func TestCacheChecker(t *testing.T) {
 	t.Run("model", func(t *testing.T) {
-		ckSeeds(t, 1, 4, func(seed uint64) bool {
+		first := true
+		ckSeeds(t, 1, 12, func(seed uint64) bool {
 			ck := newRecorder()
-			runModelChecker(t, ck, seed, 1500)
+			runModelChecker(t, ck, seed, 2000)
+			if first {
+				t.Logf("seed %d: %s", seed, ck.coverage())
+				first = false
+			}
 			return ckReport(t, ck, "model", seed)
 		})
 	})
 	t.Run("concurrent", func(t *testing.T) {
-		ckSeeds(t, 101, 3, func(seed uint64) bool {
+		first := true
+		ckSeeds(t, 101, 8, func(seed uint64) bool {
 			ck := newRecorder()
-			runConcurrentChecker(t, ck, seed, 6, 500)
+			runConcurrentChecker(t, ck, seed, 6, 1500)
+			if first {
+				t.Logf("seed %d: %s", seed, ck.coverage())
+				first = false
+			}
 			return ckReport(t, ck, "concurrent", seed)
 		})
 	})
@@ -399,7 +433,11 @@ func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped boo
 
 // want compares a call's outcome class with the model's.
 func (m *modelChecker) want(class string, err error) bool {
-	if got := ckClass(err); got != class {
+	got := ckClass(err)
+	if f := strings.Fields(m.op); len(f) > 0 {
+		m.ck.saw(f[0], got)
+	}
+	if got != class {
 		m.fail("want %s, got %s: %v", class, got, err)
 		return false
 	}
@@ -459,31 +497,31 @@ func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 
 func (m *modelChecker) randomOp() {
 	switch x := m.r.IntN(100); {
-	case x < 35:
+	case x < 30:
 		m.load()
-	case x < 40:
+	case x < 35:
 		m.loadBudgeted()
 	case x < 50:
 		m.releaseLease()
-	case x < 54:
+	case x < 53:
 		m.pin()
 	case x < 58:
 		m.unpin()
 	case x < 61:
 		m.keepAlive()
-	case x < 64:
+	case x < 65:
 		m.releaseKeep()
-	case x < 69:
+	case x < 70:
 		m.setIdle()
-	case x < 74:
+	case x < 75:
 		m.evict()
-	case x < 79:
+	case x < 81:
 		m.reserve()
-	case x < 83:
+	case x < 85:
 		m.resize()
-	case x < 87:
+	case x < 90:
 		m.releaseReservation()
-	case x < 92:
+	case x < 95:
 		m.growModel()
 	default:
 		m.external()
@@ -510,7 +548,10 @@ func withWatchdog(ck *ckRecorder, what string, f func()) bool {
 
 func (m *modelChecker) load() {
 	key := fmt.Sprintf("k%d", m.r.IntN(6))
-	peak := 1 + m.r.Int64N(ckBudget+10)
+	peak := 1 + m.r.Int64N(ckBudget*6/10)
+	if m.r.IntN(10) == 0 {
+		peak = 1 + m.r.Int64N(ckBudget+10)
+	}
 	mode := "ok"
 	switch x := m.r.IntN(100); {
 	case x < 6:
@@ -526,7 +567,7 @@ func (m *modelChecker) load() {
 	if mode == "bad bytes" {
 		resident = []int64{0, -1, peak + 1}[m.r.IntN(3)]
 	}
-	keep := m.r.IntN(2) == 0
+	keep := m.r.IntN(3) == 0 && len(m.leases) < 4
 	m.op = fmt.Sprintf("load %s peak %d resident %d %s keep %v", key, peak, resident, mode, keep)
 
 	var created *ckValue
@@ -820,9 +861,9 @@ func (m *modelChecker) setIdle() {
 	}
 	v := vs[m.r.IntN(len(vs))]
 	s := int32(0)
-	if x := m.r.IntN(10); x >= 6 {
+	if x := m.r.IntN(20); x >= 16 {
 		s = 1
-		if x == 9 {
+		if x == 19 {
 			s = 2
 		}
 	}
@@ -864,9 +905,13 @@ func (m *modelChecker) evict() {
 }
 
 func (m *modelChecker) reserve() {
-	n := m.r.Int64N(70)
+	n := m.r.Int64N(50)
 	if m.r.IntN(20) == 0 {
 		n = ckBudget + 1
+	}
+	if len(m.mine) >= 3 {
+		m.releaseReservation()
+		return
 	}
 	m.op = fmt.Sprintf("reserve %d", n)
 	var fits bool
@@ -934,17 +979,17 @@ func (m *modelChecker) releaseReservation() {
 // external: a runtime reservation at the location, which the cache
 // cannot evict and which never evicts the cache's entries.
 func (m *modelChecker) external() {
-	if len(m.ext) > 0 && m.r.IntN(2) == 0 {
+	if len(m.ext) > 1 || len(m.ext) > 0 && m.r.IntN(2) == 0 {
 		i := m.r.IntN(len(m.ext))
 		e := m.ext[i]
 		m.ext = append(m.ext[:i:i], m.ext[i+1:]...)
-		m.op = "unreserve " + e.name
+		m.op = "external-unreserve " + e.name
 		m.want("ok", m.sys.Unreserve(m.ctx, e.name))
 		return
 	}
 	m.extSeq++
-	e := ckExt{fmt.Sprintf("ext%d", m.extSeq), 1 + m.r.Int64N(40)}
-	m.op = fmt.Sprintf("reserve %s %d", e.name, e.bytes)
+	e := ckExt{fmt.Sprintf("ext%d", m.extSeq), 1 + m.r.Int64N(30)}
+	m.op = fmt.Sprintf("external-reserve %s %d", e.name, e.bytes)
 	err := m.sys.Reserve(m.ctx, "cuda:0", e.name, e.bytes)
 	if m.total()+e.bytes > ckBudget {
 		m.want("budget", err)
@@ -1110,6 +1155,7 @@ func (w *ckWorker) call(what string, f func(ctx context.Context) error) error {
 		err = f(ctx)
 	}
 	returned := time.Now()
+	w.cc.ck.saw(strings.Fields(what)[2], ckClass(err))
 	if ckClass(err) == "context" && ctx.Err() == nil {
 		w.cc.ck.fail("%s: %v, but the caller's context is live", what, err)
 	}
@@ -1236,9 +1282,9 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 
 func (w *ckWorker) randomOp() {
 	switch x := w.r.IntN(100); {
-	case x < 40:
+	case x < 35:
 		w.load()
-	case x < 45:
+	case x < 40:
 		w.loadBudgeted()
 	case x < 60:
 		w.release()
@@ -1292,7 +1338,7 @@ func (w *ckWorker) load() {
 		resident = 0
 	}
 	loadSlow, closeSlow := w.slowness(), w.slowness()
-	keep := w.r.IntN(2) == 0
+	keep := w.r.IntN(3) == 0 && len(w.leases) < 3
 	what := fmt.Sprintf("worker %d: load %s peak %d %s", w.id, key, peak, mode)
 	ck := w.cc.ck
 	loader := func(ctx context.Context) (*ckValue, int64, error) {
@@ -1357,7 +1403,7 @@ func (w *ckWorker) load() {
 func (w *ckWorker) loadBudgeted() {
 	key := fmt.Sprintf("b%d", w.r.IntN(3))
 	n := 1 + w.r.Int64N(ckBudget/2)
-	keep := w.r.IntN(2) == 0
+	keep := w.r.IntN(2) == 0 && len(w.leases) < 3
 	closeSlow := w.slowness()
 	what := fmt.Sprintf("worker %d: load budgeted %s %d bytes", w.id, key, n)
 	ck := w.cc.ck
@@ -1412,7 +1458,15 @@ func (w *ckWorker) releaseAt(i int) {
 }
 
 func (w *ckWorker) release() {
-	switch x := w.r.IntN(3); {
+	switch x := w.r.IntN(4); {
+	case x == 3 && len(w.mine) > 0:
+		i := w.r.IntN(len(w.mine))
+		r := w.mine[i]
+		w.mine = append(w.mine[:i:i], w.mine[i+1:]...)
+		delete(w.sizes, r)
+		if err := r.Release(); err != nil {
+			w.cc.ck.fail("worker %d: release reservation: %v", w.id, err)
+		}
 	case x == 0 && len(w.pins) > 0:
 		i := w.r.IntN(len(w.pins))
 		p := w.pins[i]
@@ -1446,6 +1500,9 @@ func (w *ckWorker) pinOrKeep() {
 	if len(w.leases) == 0 {
 		return
 	}
+	if len(w.pins)+len(w.keeps) >= 2 {
+		return
+	}
 	l := w.leases[w.r.IntN(len(w.leases))]
 	l.Value().holders.Add(1)
 	if w.r.IntN(2) == 0 {
@@ -1456,15 +1513,22 @@ func (w *ckWorker) pinOrKeep() {
 }
 
 func (w *ckWorker) setIdle() {
-	vs := w.cc.ck.values()
+	// A value not idle stays so until picked again: pick among the live
+	// ones, so that none stays busy for the rest of the run.
+	var vs []*ckValue
+	for _, v := range w.cc.ck.values() {
+		if v.closed.Load() == 0 {
+			vs = append(vs, v)
+		}
+	}
 	if len(vs) == 0 {
 		return
 	}
-	v := vs[len(vs)-1-w.r.IntN(min(len(vs), 16))]
+	v := vs[w.r.IntN(len(vs))]
 	s := int32(0)
-	if x := w.r.IntN(10); x >= 7 {
+	if x := w.r.IntN(20); x >= 16 {
 		s = 1
-		if x == 9 {
+		if x == 19 {
 			s = 2
 		}
 	}
@@ -1494,7 +1558,11 @@ func (w *ckWorker) evict() {
 }
 
 func (w *ckWorker) reserve() {
-	n := w.r.Int64N(ckBudget)
+	if len(w.mine) >= 2 {
+		w.release()
+		return
+	}
+	n := w.r.Int64N(ckBudget / 2)
 	if w.r.IntN(30) == 0 {
 		n = 2*ckBudget + 1
 	}
@@ -1533,7 +1601,7 @@ func (w *ckWorker) resize() {
 	}
 	r := rs[w.r.IntN(len(rs))]
 	cur := w.sizes[r]
-	n := 1 + w.r.Int64N(ckBudget)
+	n := 1 + w.r.Int64N(ckBudget/2)
 	what := fmt.Sprintf("worker %d: resize %d → %d", w.id, cur, n)
 	err := w.call(what, func(ctx context.Context) error { return r.Resize(ctx, n) })
 	switch ckClass(err) {
@@ -1572,6 +1640,10 @@ func (w *ckWorker) growModel() {
 	err := w.call(what, func(ctx context.Context) error { return r.Resize(ctx, n) })
 	switch ckClass(err) {
 	case "ok":
+	case "budget":
+		if n <= 2*ckBudget {
+			w.cc.ck.fail("%s: %v", what, err)
+		}
 	case "busy":
 		w.checkBusy(what, err, "", -1)
 	case "invalid":
