@@ -110,7 +110,7 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 	c := &Cache{
 		sys:       s,
 		loc:       opts.Location,
-		owner:     fmt.Sprintf("cache:%s#%d", name, cacheSeq.Add(1)),
+		owner:     fmt.Sprintf("%s%s#%d", budget.CacheOwnerPrefix, name, cacheSeq.Add(1)),
 		seq:       new(atomic.Uint64),
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
@@ -227,6 +227,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
+	charge := "" // the name of this caller's reservation, made once for all its attempts
 	for {
 		if err := c.sys.refusal(ctx); err != nil {
 			return nil, err
@@ -284,12 +285,13 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 		}
 		c.busy++ // the reservation, then the load goroutine
-		var charge string
 		if peak > 0 {
 			w := make(chan struct{})
 			c.reserving[key] = w
 			c.mu.Unlock()
-			charge = c.chargeName(key)
+			if charge == "" {
+				charge = c.chargeName(key)
+			}
 			err := c.reserve(ctx, charge, peak)
 			c.mu.Lock()
 			delete(c.reserving, key)

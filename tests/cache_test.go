@@ -41,8 +41,10 @@ func TestCacheChargesAreOwnedReservationsWithTheirVersions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"reserve", "resize"}, []string{tr[len(tr)-2].Kind, tr[len(tr)-1].Kind})
 
-	// A user cannot release a cache's charge.
-	assert.ErrorIs(t, sys.Unreserve(ctx, r[0].Name), system.ErrInvalidInput)
+	// A user cannot release a cache's charge, and is told whose it is.
+	err = sys.Unreserve(ctx, r[0].Name)
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	assert.ErrorContains(t, err, "is a charge of "+c.Owner()+"; only the cache releases it")
 
 	lb, err := system.Load(ctx, c, "b", 20, nil, value("B", 20))
 	require.NoError(t, err)
