@@ -158,6 +158,12 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // a load rolled back, the cache closed); its charge is released only after
 // Close returns.
 //
+// A loader may load other keys of the cache with its context; one that
+// would wait for its own load — loading its key again, directly or
+// through the loaders it starts, or closing the cache — is refused with
+// an [*InvalidInputError] (pass the loader's context along for this to
+// be seen).
+//
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
 // value of another type ([*InvalidInputError]); a peak larger than the
 // whole budget ([*BudgetError], nothing evicted; checked before the
@@ -269,6 +275,10 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 					return nil, ctx.Err()
 				}
 			}
+			if inLoader(ctx, c, key) {
+				c.mu.Unlock()
+				return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
+			}
 			f.waiters++
 			c.mu.Unlock()
 			return await[T](ctx, c, e, f)
@@ -317,7 +327,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx)}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
 		if err := c.book.StartLoad(key, e); err != nil {
@@ -354,6 +364,35 @@ func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal er
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// loading marks a loader's context: the key it loads, and the loads
+// whose loaders started it (a loader that loads another key), so that a
+// call that would wait for one of them — its own load — is refused
+// instead of waiting forever.
+type loading struct {
+	c     *Cache
+	key   string
+	outer *loading
+}
+
+type loadingKey struct{}
+
+func loadingOf(ctx context.Context) *loading {
+	l, _ := ctx.Value(loadingKey{}).(*loading)
+	return l
+}
+
+// inLoader says whether ctx is (derived from) the context of a loader of
+// key in c, directly or through loaders it started; key "" matches any
+// key of c.
+func inLoader(ctx context.Context, c *Cache, key string) bool {
+	for l := loadingOf(ctx); l != nil; l = l.outer {
+		if l.c == c && (key == "" || l.key == key) {
+			return true
+		}
+	}
+	return false
 }
 
 // await waits for a shared load. A caller that gives up leaves the load
@@ -650,8 +689,13 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 // last lease, pin or keep-alive is. Reservations of the memory budget stay
 // until their holders release them: the budget's ceiling outlives the
 // cache. Close returns once all of that is done, or ctx.Err() (call it
-// again to keep waiting). Idempotent once it returned nil.
+// again to keep waiting). Idempotent once it returned nil. Called with
+// the context of one of the cache's loaders it would wait for itself:
+// [*InvalidInputError], nothing done.
 func (c *Cache) Close(ctx context.Context) error {
+	if inLoader(ctx, c, "") {
+		return &budget.InvalidInputError{Message: "Close of a cache called from one of its loaders: it would wait for itself"}
+	}
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	c.mu.Lock()

@@ -590,3 +590,41 @@ func TestCacheResizeThatEvictsItsOwnValueDoesNotWaitOnItself(t *testing.T) {
 	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
 	assert.Equal(t, uint64(1), stats(t, c).Evictions)
 }
+
+// No call waits on itself: a loader that loads its own key through its
+// context (directly, or through the loader of another key it loads), or
+// closes its cache, is refused instead of waiting for its own load.
+func TestCacheLoaderThatWouldWaitForItselfIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, c := seedCache(t, 100)
+	var inner error
+	_, err := system.Load(ctx, c, "a", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, inner = system.Load(lctx, c, "a", 10, nil, value(2, 10))
+		return 1, 10, nil
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader loading its own key")
+	assert.ErrorContains(t, inner, "it would wait for itself")
+
+	_, err = system.Load(ctx, c, "x", 10, nil, func(lctx context.Context) (int, int64, error) {
+		l, err := system.Load(lctx, c, "y", 10, nil, func(lctx2 context.Context) (int, int64, error) {
+			_, inner = system.Load(lctx2, c, "x", 10, nil, value(3, 10))
+			return 2, 10, nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return l.Value(), 10, l.Release()
+	})
+	require.NoError(t, err, "a loader may load other keys")
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "x → y → x")
+
+	_, err = system.Load(ctx, c, "z", 10, nil, func(lctx context.Context) (int, int64, error) {
+		inner = c.Close(lctx)
+		return 1, 10, nil
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader closing its cache")
+	require.NoError(t, ctx.Err(), "nothing waited for its deadline")
+}
