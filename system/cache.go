@@ -171,7 +171,8 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // nothing idle to evict ([*CacheBusyError], errors.Is [ErrBusy]); a loader
 // that failed, panicked or reported resident bytes ≤ 0 or above peak
 // ([*CacheLoadError]: the reservation was released, a later Load retries);
-// [ErrCacheClosed] (the cache is closed; it matches [ErrClosed]) or
+// [ErrCacheClosed] (the cache is closed, or Close interrupted the load;
+// it matches [ErrClosed]) or
 // [ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
 // the other callers).
 //
