@@ -1,5 +1,7 @@
 package budget
 
+import "strings"
+
 // Named reservations (the owned ones' resizing and charges: cache.go).
 
 type reservation struct {
@@ -67,6 +69,9 @@ func (l *Ledger) unreserve(name, owner string) error {
 		return invalidf("reservation %q is not active (already released or never made)", name)
 	}
 	if r.owner != owner {
+		if owner == "" && strings.HasPrefix(r.owner, CacheOwnerPrefix) {
+			return invalidf("reservation %q is a charge of %s; only the cache releases it (when its entry leaves the cache)", name, r.owner)
+		}
 		if owner == "" {
 			return invalidf("reservation %q belongs to scope %q; it is released when the scope exits", name, r.owner)
 		}

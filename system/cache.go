@@ -37,17 +37,22 @@ type CacheOptions struct {
 //
 // All methods and functions on a Cache are safe for concurrent use.
 type Cache struct {
-	sys    *System
-	loc    string
-	owner  string         // ledger owner of every charge of this cache
-	seq    *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
-	budget *MemoryBudget
+	sys   *System
+	loc   string
+	owner string // ledger owner of every charge of this cache
+	// The location's budget (fixed for the runtime's life), for refusing
+	// a peak that can never fit before looking the key up.
+	hasBudget   bool
+	budgetBytes int64
+	seq         *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
+	budget      *MemoryBudget
 
 	mu        sync.Mutex // guards the fields below
 	book      *budget.CacheBook[*cacheEntry]
 	flights   map[*cacheFlight]struct{} // loads in flight
+	reserving map[string]chan struct{}  // keys whose peak a caller is reserving; closed on its answer
 	closed    bool
-	busy      int             // load and release goroutines running
+	busy      int             // reservations of loads, load and release goroutines running
 	quiet     []chan struct{} // closed when busy drops to 0
 	closeDone bool
 
@@ -83,6 +88,7 @@ type cacheFlight struct {
 	waiters   int
 	finished  bool
 	abandoned bool
+	closing   bool // Close canceled it: a failure is ErrCacheClosed
 	// Set before done is closed.
 	err error
 }
@@ -102,17 +108,20 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 		name = "cache"
 	}
 	c := &Cache{
-		sys:     s,
-		loc:     opts.Location,
-		owner:   fmt.Sprintf("cache:%s#%d", name, cacheSeq.Add(1)),
-		seq:     new(atomic.Uint64),
-		book:    budget.NewCacheBook[*cacheEntry](),
-		flights: map[*cacheFlight]struct{}{},
+		sys:       s,
+		loc:       opts.Location,
+		owner:     fmt.Sprintf("%s%s#%d", budget.CacheOwnerPrefix, name, cacheSeq.Add(1)),
+		seq:       new(atomic.Uint64),
+		book:      budget.NewCacheBook[*cacheEntry](),
+		flights:   map[*cacheFlight]struct{}{},
+		reserving: map[string]chan struct{}{},
 	}
 	c.budget = &MemoryBudget{sys: s, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
-	if _, err := c.charges(ctx); err != nil {
+	ch, err := c.charges(ctx)
+	if err != nil {
 		return nil, err
 	}
+	c.hasBudget, c.budgetBytes = ch.HasBudget, ch.BudgetBytes
 	return c, nil
 }
 
@@ -149,20 +158,32 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // a load rolled back, the cache closed); its charge is released only after
 // Close returns.
 //
+// A loader may load other keys of the cache with its context; one that
+// would wait for its own load — loading its key again, directly or
+// through the loaders it starts, or closing the cache — is refused with
+// an [*InvalidInputError] (pass the loader's context along for this to
+// be seen).
+//
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
 // value of another type ([*InvalidInputError]); a peak larger than the
-// whole budget ([*BudgetError], nothing evicted); a budget short with
+// whole budget ([*BudgetError], nothing evicted; checked before the
+// lookup, so also for a resident key); a budget short with
 // nothing idle to evict ([*CacheBusyError], errors.Is [ErrBusy]); a loader
 // that failed, panicked or reported resident bytes ≤ 0 or above peak
 // ([*CacheLoadError]: the reservation was released, a later Load retries);
-// [ErrCacheClosed] (the cache is closed; it matches [ErrClosed]) or
+// [ErrCacheClosed] (the cache is closed, or Close interrupted the load;
+// it matches [ErrClosed]) or
 // [ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
 // the other callers).
 //
 // A refusal can come after evictions: making room evicts idle entries one
 // at a time, least recently used first, retrying the reservation after
 // each, so a [*CacheBusyError] may follow evictions that did happen (they
-// are in the trace and in the statistics).
+// are in the trace and in the statistics). A refusal is always the
+// caller's own: a load can be joined only once its peak is reserved, and
+// while a caller waits for the release of the entry it evicted, the key
+// is not loading — another caller whose peak fits loads it, and the first
+// joins that load when it looks again.
 //
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
@@ -199,13 +220,32 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 }
 
 // load is Load and LoadBudgeted (peak 0).
+//
+// As in the seed, a load's peak is reserved before its flight exists: a
+// caller that finds the key loading joins a load whose reservation is
+// already made, so it never inherits another caller's refusal. The
+// reservation is one ledger call made while the key is marked as being
+// reserved (later callers of the key wait for its answer, then look
+// again); a refusal leaves the key absent while the caller waits for the
+// release of the idle entry it evicts, so that meanwhile another caller
+// whose peak fits loads the key, and this one joins that load when it
+// looks again.
 func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error)) (*CacheLease[T], error) {
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
+	charge := "" // the name of this caller's reservation, made once for all its attempts
 	for {
 		if err := c.sys.refusal(ctx); err != nil {
 			return nil, err
+		}
+		if c.hasBudget && peak > c.budgetBytes {
+			// As in the seed, the peak is checked before the lookup: a
+			// peak that can never fit is refused, resident or not.
+			if c.isClosed() {
+				return nil, c.closedErr()
+			}
+			return nil, c.tooLarge(ctx, peak)
 		}
 		c.mu.Lock()
 		if c.closed {
@@ -236,15 +276,59 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 					return nil, ctx.Err()
 				}
 			}
+			if inLoader(ctx, c, key) {
+				c.mu.Unlock()
+				return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
+			}
 			f.waiters++
 			c.mu.Unlock()
 			return await[T](ctx, c, e, f)
 		}
-		e = &cacheEntry{c: c, key: key, released: make(chan struct{})}
+		if w, ok := c.reserving[key]; ok {
+			// Another caller is asking the ledger for this key's peak:
+			// wait for its answer (one round trip), then look again.
+			c.mu.Unlock()
+			select {
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		c.busy++ // the reservation, then the load goroutine
+		if peak > 0 {
+			w := make(chan struct{})
+			c.reserving[key] = w
+			c.mu.Unlock()
+			if charge == "" {
+				charge = c.chargeName(key)
+			}
+			err := c.reserve(ctx, charge, peak)
+			c.mu.Lock()
+			delete(c.reserving, key)
+			close(w)
+			if err != nil || c.closed {
+				closed := c.closed
+				c.mu.Unlock()
+				if err == nil {
+					c.unreserve(charge) // admitted as the cache closed
+				}
+				c.workDone()
+				if closed {
+					return nil, c.closedErr()
+				}
+				if err := c.makeRoom(ctx, key, peak, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		// Still absent: the mark kept every other caller of the key out.
+		e = &cacheEntry{c: c, key: key, charge: charge, released: make(chan struct{})}
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx)}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
 		if err := c.book.StartLoad(key, e); err != nil {
@@ -253,11 +337,63 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			panic(err) // the key was absent a moment ago, under the same lock
 		}
 		c.flights[f] = struct{}{}
-		c.busy++
 		c.mu.Unlock()
 		go runLoad(lctx, c, e, f, peak, loader)
 		return await[T](ctx, c, e, f)
 	}
+}
+
+// makeRoom answers a load's refused reservation: it evicts the least
+// recently used idle entry and waits for its release (nil: look again),
+// or returns the refusal (a [*CacheBusyError] when nothing is left to
+// evict, ErrCacheClosed once the cache closed, ctx.Err()).
+func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal error) error {
+	var be *BudgetError
+	if !errors.As(refusal, &be) || peak > be.BudgetBytes {
+		return refusal
+	}
+	v := c.victim()
+	if v == nil {
+		if c.isClosed() {
+			return c.closedErr()
+		}
+		return &CacheBusyError{Key: key, Location: be.Location, Refusal: be}
+	}
+	select {
+	case <-v.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loading marks a loader's context: the key it loads, and the loads
+// whose loaders started it (a loader that loads another key), so that a
+// call that would wait for one of them — its own load — is refused
+// instead of waiting forever.
+type loading struct {
+	c     *Cache
+	key   string
+	outer *loading
+}
+
+type loadingKey struct{}
+
+func loadingOf(ctx context.Context) *loading {
+	l, _ := ctx.Value(loadingKey{}).(*loading)
+	return l
+}
+
+// inLoader says whether ctx is (derived from) the context of a loader of
+// key in c, directly or through loaders it started; key "" matches any
+// key of c.
+func inLoader(ctx context.Context, c *Cache, key string) bool {
+	for l := loadingOf(ctx); l != nil; l = l.outer {
+		if l.c == c && (key == "" || l.key == key) {
+			return true
+		}
+	}
+	return false
 }
 
 // await waits for a shared load. A caller that gives up leaves the load
@@ -295,31 +431,26 @@ func typeError[T any](key string, box any) error {
 	return &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q holds a %s, not a %s", key, have, reflect.TypeFor[T]())}
 }
 
-// runLoad reserves, runs the loader, shrinks and settles the flight.
+// runLoad runs the loader of a load whose peak is reserved (e.charge),
+// shrinks the charge and settles the flight.
 func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight, peak int64, loader func(context.Context) (T, int64, error)) {
 	defer c.workDone()
 	defer f.cancel()
-	if peak > 0 {
-		name := c.chargeName(e.key)
-		err := c.admit(ctx, e.key, peak, func(ctx context.Context) error { return c.reserve(ctx, name, peak) })
-		if err != nil {
-			c.settle(e, f, err)
-			return
-		}
-		e.charge = name
-	}
 	v, n, err := callLoader(ctx, e.key, loader)
-	if err == nil && peak > 0 && (n <= 0 || n > peak) {
+	switch {
+	case err != nil:
+		// A value returned together with an error is not kept.
+	case peak > 0 && (n <= 0 || n > peak):
 		err = &CacheLoadError{Key: e.key, Cause: &budget.InvalidInputError{Message: fmt.Sprintf("loader reported %d resident bytes; want > 0 and ≤ the peak %d", n, peak)}}
-		closeValue(c, e.key, any(v))
-	}
-	if err == nil && peak > 0 && n < peak {
-		if rerr := c.resize(e.charge, n); rerr != nil {
-			err = rerr
-			closeValue(c, e.key, any(v))
-		}
+	case peak > 0 && n < peak:
+		err = c.resize(e.charge, n)
 	}
 	if err != nil {
+		// Whatever the loader returned is closed before its charge is
+		// released (a panic returned nothing; nor does a nil value).
+		if !isZero(v) {
+			closeValue(c, e.key, any(v))
+		}
 		if e.charge != "" {
 			c.unreserve(e.charge)
 		}
@@ -329,6 +460,10 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	e.box, e.bytes = &v, n
 	c.settle(e, f, nil)
 }
+
+// isZero says whether v is its type's zero value (a nil pointer, a nil
+// interface): nothing to close.
+func isZero[T any](v T) bool { return reflect.ValueOf(&v).Elem().IsZero() }
 
 // callLoader runs the loader, turning an error or a panic into a
 // *CacheLoadError.
@@ -349,6 +484,11 @@ func callLoader[T any](ctx context.Context, key string, loader func(context.Cont
 // reference) or leaves the book.
 func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 	c.mu.Lock()
+	if err != nil && f.closing {
+		// Its context was canceled by Close, not by any caller: its
+		// callers, whose contexts are live, are told the cache closed.
+		err = ErrCacheClosed
+	}
 	delete(c.flights, f)
 	f.finished, f.err = true, err
 	e.flight = nil
@@ -550,8 +690,13 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 // last lease, pin or keep-alive is. Reservations of the memory budget stay
 // until their holders release them: the budget's ceiling outlives the
 // cache. Close returns once all of that is done, or ctx.Err() (call it
-// again to keep waiting). Idempotent once it returned nil.
+// again to keep waiting). Idempotent once it returned nil. Called with
+// the context of one of the cache's loaders it would wait for itself:
+// [*InvalidInputError], nothing done.
 func (c *Cache) Close(ctx context.Context) error {
+	if inLoader(ctx, c, "") {
+		return &budget.InvalidInputError{Message: "Close of a cache called from one of its loaders: it would wait for itself"}
+	}
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	c.mu.Lock()
@@ -561,6 +706,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	for f := range c.flights {
+		f.closing = true
 		f.cancel()
 	}
 	c.mu.Unlock()
@@ -689,10 +835,34 @@ func (c *Cache) unreserve(name string) {
 }
 
 // ErrCacheClosed is returned by calls on a closed cache (the runtime may
-// still be running). It also matches [ErrClosed].
-var ErrCacheClosed = fmt.Errorf("residency: cache is closed (%w)", ErrClosed)
+// still be running): loads and evictions after [Cache.Close], and a load
+// that Close interrupted. errors.Is(err, [ErrClosed]) also holds.
+var ErrCacheClosed error = cacheClosedError{}
+
+type cacheClosedError struct{}
+
+func (cacheClosedError) Error() string { return "residency: cache is closed" }
+
+// Is matches [ErrClosed].
+func (cacheClosedError) Is(target error) bool { return target == ErrClosed }
 
 func (c *Cache) closedErr() error { return ErrCacheClosed }
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// tooLarge is the refusal of a request larger than the whole budget, with
+// the location's figures now.
+func (c *Cache) tooLarge(ctx context.Context, bytes int64) error {
+	ch, err := c.charges(ctx)
+	if err != nil {
+		return err
+	}
+	return &BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+}
 
 // unreserveOwned releases an owned reservation. After the runtime closed
 // there is nothing to release (Close released every reservation).

@@ -103,7 +103,7 @@ func (b *MemoryBudget) admit(ctx context.Context, total int64, try func(context.
 // the cache: closing the cache leaves it in place.
 type MemoryReservation struct {
 	b        *MemoryBudget
-	mu       sync.Mutex // serializes Resize and Release
+	mu       sync.Mutex // serializes the ledger calls of Resize and Release
 	name     string     // "" for a zero-byte reservation
 	bytes    int64
 	released bool
@@ -130,30 +130,49 @@ func (r *MemoryReservation) Name() string {
 // [MemoryBudget.Reserve] does. On error nothing changed. A zero-byte
 // reservation cannot be resized (reserve anew). Versions: 1 (0 when the
 // size does not change), plus 1 per eviction.
+//
+// Resize holds no lock of the reservation while it waits for an evicted
+// entry's release, so that release may itself release this reservation
+// (a budgeted value evicted, with its allocations, to make room for its
+// own growth): Resize then fails with an [*InvalidInputError] saying the
+// reservation was released meanwhile, and never waits on itself.
 func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	switch {
 	case r.released:
+		r.mu.Unlock()
 		return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q was released", r.name)}
 	case r.name == "":
+		r.mu.Unlock()
 		return &budget.InvalidInputError{Message: "a zero-byte memory reservation cannot be resized; reserve anew"}
 	case bytes <= 0:
+		r.mu.Unlock()
 		return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q: bytes must be positive, got %d (release it instead)", r.name, bytes)}
 	case bytes == r.bytes:
+		r.mu.Unlock()
 		return nil
 	}
+	r.mu.Unlock()
 	b := r.b
-	// The ledger call itself is not abandoned midway (its outcome must be
-	// known to keep Bytes right); only the waits for evictions honour ctx.
-	err := b.admit(ctx, bytes, func(context.Context) error {
-		return resizeOwned(context.WithoutCancel(ctx), b.sys, b.owner, r.name, bytes)
+	// Each attempt is one ledger call under the reservation's lock (its
+	// outcome must be known to keep Bytes right, so it is not abandoned
+	// midway); only the waits for evictions between attempts honour ctx,
+	// and they hold no lock.
+	return b.admit(ctx, bytes, func(context.Context) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		switch {
+		case r.released:
+			return &budget.InvalidInputError{Message: fmt.Sprintf("memory reservation %q was released while it was being resized", r.name)}
+		case bytes == r.bytes:
+			return nil
+		}
+		if err := resizeOwned(context.WithoutCancel(ctx), b.sys, b.owner, r.name, bytes); err != nil {
+			return err
+		}
+		r.bytes = bytes
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	r.bytes = bytes
-	return nil
 }
 
 // Release releases the reservation (1 version; 0 for zero bytes). Twice:

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,8 +41,10 @@ func TestCacheChargesAreOwnedReservationsWithTheirVersions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"reserve", "resize"}, []string{tr[len(tr)-2].Kind, tr[len(tr)-1].Kind})
 
-	// A user cannot release a cache's charge.
-	assert.ErrorIs(t, sys.Unreserve(ctx, r[0].Name), system.ErrInvalidInput)
+	// A user cannot release a cache's charge, and is told whose it is.
+	err = sys.Unreserve(ctx, r[0].Name)
+	assert.ErrorIs(t, err, system.ErrInvalidInput)
+	assert.ErrorContains(t, err, "is a charge of "+c.Owner()+"; only the cache releases it")
 
 	lb, err := system.Load(ctx, c, "b", 20, nil, value("B", 20))
 	require.NoError(t, err)
@@ -377,4 +380,251 @@ func TestCacheEvictHonoursItsContext(t *testing.T) {
 	evicted, err := c.Evict(cctx, "slow")
 	assert.True(t, evicted)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// Defect 10 (issue 18): a loader that returns a value together with an
+// error fails the load, and the value it returned is closed before its
+// charge is released (for LoadBudgeted too); a nil value is not closed.
+func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	v := &closer{}
+	_, err := system.Load(ctx, c, "k", 10, nil, func(context.Context) (*closer, int64, error) {
+		return v, 10, errors.New("half loaded")
+	})
+	var le *system.CacheLoadError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, int32(1), v.n.Load(), "the returned value was closed")
+	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
+	assert.Equal(t, 0, stats(t, c).Resources)
+
+	bv := &closer{}
+	_, err = system.LoadBudgeted(ctx, c, "b", nil, func(context.Context, *system.MemoryBudget) (*closer, error) {
+		return bv, errors.New("half loaded")
+	})
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, int32(1), bv.n.Load(), "the returned budgeted value was closed")
+
+	_, err = system.Load(ctx, c, "nil", 10, nil, func(context.Context) (*closer, int64, error) {
+		return nil, 0, errors.New("nothing")
+	})
+	require.ErrorAs(t, err, &le, "a nil value is not closed (its Close would dereference nil)")
+
+	l, err := system.Load(ctx, c, "k", 10, nil, value(&closer{}, 10))
+	require.NoError(t, err, "the next load retries")
+	require.NoError(t, l.Release())
+}
+
+// Defect 11 (issue 18): a closed cache's refusal says that the cache is
+// closed, not the runtime; a Load that Close interrupts returns
+// ErrCacheClosed to a caller whose own context is live, never "context
+// canceled" — whether its loader was running or it waited for an
+// eviction.
+func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
+	ctx := context.Background()
+	assert.ErrorIs(t, system.ErrCacheClosed, system.ErrClosed)
+	assert.NotContains(t, system.ErrCacheClosed.Error(), "system")
+
+	sys, c := seedCache(t, 100)
+	// A loader that runs until its context is canceled.
+	entered := make(chan struct{})
+	running := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
+			close(entered)
+			<-lctx.Done()
+			return 0, 0, lctx.Err()
+		})
+		running <- err
+	}()
+	<-entered
+	// A load waiting for the release of the value it evicts.
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	l, err := system.Load(ctx, c, "slow", 90, nil, value(slow, 90))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	evicting := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "big", 80, nil, value(1, 80))
+		evicting <- err
+	}()
+	<-slow.started
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(ctx) }()
+	for c.Budget().Cache() != nil { // Close has begun
+		runtime.Gosched()
+	}
+	close(slow.gate)
+	for _, ch := range []chan error{running, evicting} {
+		err := <-ch
+		assert.ErrorIs(t, err, system.ErrCacheClosed)
+		assert.NotErrorIs(t, err, context.Canceled)
+	}
+	require.NoError(t, <-closed)
+	_, err = system.Load(ctx, c, "k", 10, nil, value(1, 10))
+	assert.ErrorIs(t, err, system.ErrCacheClosed)
+	assert.Equal(t, "residency: cache is closed", err.Error())
+	l2 := loc(t, snapshot(t, sys), "cuda:0")
+	assert.Zero(t, l2.UsedBytes+l2.ReservedBytes)
+}
+
+// Defect 8 (issue 18): as in the seed, a peak above the whole budget is
+// refused before the key is looked up, so also when the key is resident:
+// a BudgetError with the caller's peak, no loader, no eviction, and the
+// entry's recency untouched.
+func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	for _, k := range []string{"a", "b"} {
+		l, err := system.Load(ctx, c, k, 40, nil, value(k, 40))
+		require.NoError(t, err)
+		require.NoError(t, l.Release())
+	}
+	_, err := system.Load(ctx, c, "a", 101, nil, unreachable[string](t))
+	var be *system.BudgetError
+	require.ErrorAs(t, err, &be, "a resident key with a peak above the budget")
+	assert.Equal(t, int64(101), be.RequestedBytes)
+	assert.Equal(t, int64(100), be.BudgetBytes)
+	assert.Equal(t, int64(80), be.ReservedBytes)
+	assert.Equal(t, uint64(0), stats(t, c).Evictions)
+	// "a" is still the least recently used entry: a load that needs room
+	// evicts it, not "b".
+	l, err := system.Load(ctx, c, "c", 30, nil, value("c", 30))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	hit, err := system.Load(ctx, c, "b", 40, nil, unreachable[string](t))
+	require.NoError(t, err, "b stayed")
+	require.NoError(t, hit.Release())
+	evicted, err := c.Evict(ctx, "a")
+	require.NoError(t, err)
+	assert.False(t, evicted, "a was the victim")
+}
+
+// Defect 7 (issue 18): a caller never inherits a refusal that its own
+// request would not cause. A loads k with a peak that needs room and
+// waits for the release of the entry it evicts; B asks for k with a peak
+// that fits now: B reserves and loads k itself (in the seed the
+// reservation comes before the flight), and A, once its victim is gone,
+// joins B's load instead of being refused for its own larger peak.
+func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	y, err := system.Load(ctx, c, "y", 50, nil, value("y", 50))
+	require.NoError(t, err) // leased: never a victim
+	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
+	x, err := system.Load(ctx, c, "x", 20, nil, value(slow, 20))
+	require.NoError(t, err)
+	require.NoError(t, x.Release())
+
+	type res struct {
+		l   *system.CacheLease[string]
+		err error
+	}
+	aDone, bDone := make(chan res, 1), make(chan res, 1)
+	go func() {
+		l, err := system.Load(ctx, c, "k", 90, nil, func(context.Context) (string, int64, error) {
+			t.Error("A's loader ran: it should have joined B's load")
+			return "A", 90, nil
+		})
+		aDone <- res{l, err}
+	}()
+	<-slow.started // A evicts x and waits for its release
+	go func() {
+		l, err := system.Load(ctx, c, "k", 30, nil, value("B", 30))
+		bDone <- res{l, err}
+	}()
+	var b res
+	got := false
+	select {
+	case b = <-bDone:
+		got = true
+	case <-time.After(5 * time.Second): // B waits behind A's eviction
+	}
+	close(slow.gate)
+	if !got {
+		b = <-bDone
+	}
+	require.NoError(t, b.err, "B's 30 bytes fit: its own request causes no refusal")
+	assert.True(t, got, "B's load finished while A still waited for its victim's release")
+	assert.Equal(t, "B", b.l.Value())
+	a := <-aDone
+	require.NoError(t, a.err, "A found k loaded by B once its victim was gone")
+	assert.Equal(t, "B", a.l.Value())
+	assert.Equal(t, int64(80), stats(t, c).ReservedBytes)
+	require.NoError(t, a.l.Release())
+	require.NoError(t, b.l.Release())
+	require.NoError(t, y.Release())
+}
+
+// Defect 9 (issue 18): growing a budgeted value's reservation while the
+// value is idle may evict that very value, whose Close releases the
+// reservation being resized. No call may wait on itself: Resize (with a
+// context that never ends) returns, saying the reservation was released.
+func TestCacheResizeThatEvictsItsOwnValueDoesNotWaitOnItself(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCache(t, 100)
+	model, err := system.LoadBudgeted(ctx, c, "model", nil, func(ctx context.Context, b *system.MemoryBudget) (*budgetedModel, error) {
+		r, err := b.Reserve(ctx, 40)
+		if err != nil {
+			return nil, err
+		}
+		return &budgetedModel{res: []*system.MemoryReservation{r}}, nil
+	})
+	require.NoError(t, err)
+	r := model.Value().res[0]
+	require.NoError(t, model.Release()) // idle: the only victim there is
+	scratch, err := c.Budget().Reserve(ctx, 30)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, scratch.Release()) }()
+
+	// With context.Background() a Resize that waits on itself never
+	// returns; this context ends it after 10 s so that such a Resize
+	// fails the test (with DeadlineExceeded) instead of hanging it.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = r.Resize(rctx, 80)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "Resize waited on its own value's release")
+	require.ErrorIs(t, err, system.ErrInvalidInput, "40 → 80 bytes with 30 more held: the model is evicted for it")
+	assert.Contains(t, err.Error(), "released while it was being resized")
+	assert.Equal(t, int64(0), r.Bytes())
+	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
+	assert.Equal(t, uint64(1), stats(t, c).Evictions)
+}
+
+// No call waits on itself: a loader that loads its own key through its
+// context (directly, or through the loader of another key it loads), or
+// closes its cache, is refused instead of waiting for its own load.
+func TestCacheLoaderThatWouldWaitForItselfIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, c := seedCache(t, 100)
+	var inner error
+	_, err := system.Load(ctx, c, "a", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, inner = system.Load(lctx, c, "a", 10, nil, value(2, 10))
+		return 1, 10, nil
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader loading its own key")
+	assert.ErrorContains(t, inner, "it would wait for itself")
+
+	_, err = system.Load(ctx, c, "x", 10, nil, func(lctx context.Context) (int, int64, error) {
+		l, err := system.Load(lctx, c, "y", 10, nil, func(lctx2 context.Context) (int, int64, error) {
+			_, inner = system.Load(lctx2, c, "x", 10, nil, value(3, 10))
+			return 2, 10, nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return l.Value(), 10, l.Release()
+	})
+	require.NoError(t, err, "a loader may load other keys")
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "x → y → x")
+
+	_, err = system.Load(ctx, c, "z", 10, nil, func(lctx context.Context) (int, int64, error) {
+		inner = c.Close(lctx)
+		return 1, 10, nil
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader closing its cache")
+	require.NoError(t, ctx.Err(), "nothing waited for its deadline")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,7 @@ func init() {
 // cacheSpec holds the fields of a cache op.
 type cacheSpec struct {
 	cache, key, as, mode string
+	hasAs                bool // load: "as" was given (an empty one is refused)
 	peak, resident       int64
 }
 
@@ -60,7 +62,7 @@ func (o *op) fillCache(f *fields) {
 		o.resName, o.location = f.str("name"), f.str("location")
 	case "load":
 		c.cache, c.key, c.peak, c.resident = f.str("cache"), f.str("key"), f.bytes("peak"), f.bytes("resident")
-		c.as, _ = f.optStr("as")
+		c.as, c.hasAs = f.optStr("as")
 	case "load_fail":
 		c.cache, c.key, c.peak, c.mode = f.str("cache"), f.str("key"), f.bytes("peak"), f.str("mode")
 	case "cache_release":
@@ -90,11 +92,12 @@ type cacheState struct {
 	caches map[string]*replayCache
 	leases map[string]*cacheLeaseEntry
 	pins   map[string]*cachePinEntry
-	owners []cacheOwner // the runtime's owner names → the script's
+	owners map[string]string // the runtime's owner names → the script's words (`cache "NAME"`)
 }
 
 type replayCache struct {
 	c      *system.Cache
+	owner  string // the runtime's owner name of its charges
 	closed bool
 }
 
@@ -108,11 +111,17 @@ type cachePinEntry struct {
 	released bool
 }
 
-type cacheOwner struct{ runtime, script string }
+// replayCacheName is the name a replay gives the runtime for every cache
+// (see cacheWords).
+const replayCacheName = "replay"
+
+// replayOwnerPrefix starts the runtime's owner name of each replay cache;
+// a number follows.
+const replayOwnerPrefix = "cache:" + replayCacheName + "#"
 
 func (r *runner) cacheState() *cacheState {
 	if r.caches == nil {
-		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}}
+		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}, owners: map[string]string{}}
 	}
 	return r.caches
 }
@@ -156,12 +165,16 @@ func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool
 		case dup:
 			return false, invalid("duplicate cache name %q", o.resName)
 		}
-		sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: o.resName})
+		// The runtime knows every cache of a replay by one name, so its
+		// owner names ("cache:replay#3") say nothing of the script's
+		// names: a script name can neither look like another cache's
+		// owner (`x#1` and the first `x`) nor like anything else.
+		sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: replayCacheName})
 		if err != nil {
 			return true, err
 		}
-		cs.caches[o.resName] = &replayCache{c: sc}
-		cs.owners = append(cs.owners, cacheOwner{runtime: sc.Owner(), script: fmt.Sprintf("cache %q", o.resName)})
+		cs.caches[o.resName] = &replayCache{c: sc, owner: sc.Owner()}
+		cs.owners[sc.Owner()] = fmt.Sprintf("cache %q", o.resName)
 		return true, nil
 	case "load", "load_fail":
 		// Fields: cache, key, peak, then resident or mode, then as. The
@@ -180,7 +193,10 @@ func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool
 		if o.name == "load_fail" && c.mode != "error" && c.mode != "panic" {
 			return false, invalid("unknown load_fail mode %q (use error or panic)", c.mode)
 		}
-		if c.as != "" {
+		if c.hasAs {
+			if c.as == "" {
+				return false, invalid(`a cache lease name must not be empty (leave "as" out to release the lease at once)`)
+			}
 			if _, dup := cs.leases[c.as]; dup {
 				return false, invalid("duplicate cache lease name %q", c.as)
 			}
@@ -201,7 +217,7 @@ func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool
 			return true, err
 		}
 		out := &loadJSON{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
-		if c.as != "" {
+		if c.hasAs {
 			cs.leases[c.as] = &cacheLeaseEntry{lease: l}
 			out.Lease = &c.as
 		} else if err := l.Release(); err != nil {
@@ -234,6 +250,9 @@ func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool
 			return false, invalid("unknown cache lease %q", o.lease)
 		case e.released:
 			return false, invalid("cannot pin through cache lease %q: it was released", o.lease)
+		}
+		if c.as == "" {
+			return false, invalid("a cache pin name must not be empty")
 		}
 		if _, dup := cs.pins[c.as]; dup {
 			return false, invalid("duplicate cache pin name %q", c.as)
@@ -358,35 +377,89 @@ func (r *runner) cacheErrorFields(e error) []kv {
 }
 
 // cacheWords replaces the runtime's owner names of the replay's caches
-// ("cache:models#3", unique in the process but not the same from one run
+// ("cache:replay#3", unique in the process but not the same from one run
 // to the next) with the script's (`cache "models"`), so that a replay
-// prints the same thing every time.
+// prints the same thing every time. A quoted name that holds one (a
+// charge's name in a message, "cache:replay#3/k#1") loses its quotes:
+// `cache "models"/k#1` reads as one name.
 func (cs *cacheState) cacheWords(msg string) string {
-	for _, o := range cs.owners {
-		if !strings.Contains(msg, o.runtime) {
+	if !strings.Contains(msg, replayOwnerPrefix) {
+		return msg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, replayOwnerPrefix)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		if i > 0 && msg[i-1] == '"' {
+			if q, err := strconv.QuotedPrefix(msg[i-1:]); err == nil {
+				if inner, err := strconv.Unquote(q); err == nil && strings.HasPrefix(inner, replayOwnerPrefix) {
+					if words := cs.ownerWords(inner); words != inner {
+						b.WriteString(msg[:i-1])
+						b.WriteString(words)
+						msg = msg[i-1+len(q):]
+						continue
+					}
+				}
+			}
+		}
+		b.WriteString(msg[:i])
+		msg = msg[i:]
+		w := cs.ownerWords(msg)
+		if w == msg {
+			// Not an owner of this replay: keep it as it is.
+			b.WriteString(replayOwnerPrefix)
+			msg = msg[len(replayOwnerPrefix):]
 			continue
 		}
-		var b strings.Builder
-		for {
-			i := strings.Index(msg, o.runtime)
-			if i < 0 {
-				b.WriteString(msg)
-				break
-			}
-			j := i + len(o.runtime)
-			if j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-				// Another cache's owner ("cache:m#12" is not "cache:m#1").
-				b.WriteString(msg[:j])
-				msg = msg[j:]
-				continue
-			}
-			b.WriteString(msg[:i])
-			b.WriteString(o.script)
-			msg = msg[j:]
-		}
-		msg = b.String()
+		j := ownerEnd(msg)
+		b.WriteString(cs.owners[msg[:j]])
+		msg = msg[j:]
 	}
-	return msg
+}
+
+// ownerEnd is the length of the owner name msg starts with (the prefix
+// and its number).
+func ownerEnd(msg string) int {
+	j := len(replayOwnerPrefix)
+	for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+		j++
+	}
+	return j
+}
+
+// ownerWords rewrites the owner name s starts with, if it is one of this
+// replay's; s unchanged otherwise.
+func (cs *cacheState) ownerWords(s string) string {
+	j := ownerEnd(s)
+	words, ok := cs.owners[s[:j]]
+	if !ok || j == len(replayOwnerPrefix) {
+		return s
+	}
+	return words + s[j:]
+}
+
+// cacheResName is a reservation name of the script as the runtime knows
+// it: a cache's charge written as snapshots show it (`cache "m"/a#1`)
+// is that charge ("cache:replay#3/a#1"), so that unreserve and the like
+// get the runtime's own answer about it. Any other name is unchanged.
+func (r *runner) cacheResName(name string) string {
+	if r.caches == nil || !strings.HasPrefix(name, `cache "`) {
+		return name
+	}
+	q, err := strconv.QuotedPrefix(name[len("cache "):])
+	if err != nil {
+		return name
+	}
+	script, err := strconv.Unquote(q)
+	rest := name[len("cache ")+len(q):]
+	e, ok := r.caches.caches[script]
+	if err != nil || !ok || !strings.HasPrefix(rest, "/") {
+		return name
+	}
+	return e.owner + rest
 }
 
 // cacheDetail is the table's summary of a cache op's payload.
@@ -421,3 +494,67 @@ func cacheDetail(r *result) (string, bool) {
 	}
 	return "", false
 }
+
+// cacheOutstanding lists the cache leases and pins the script still
+// holds ("" for none), in the script's names.
+func (cs *cacheState) cacheOutstanding() string {
+	if cs == nil {
+		return ""
+	}
+	var leases, pins []string
+	for name, e := range cs.leases {
+		if !e.released {
+			leases = append(leases, name)
+		}
+	}
+	for name, e := range cs.pins {
+		if !e.released {
+			pins = append(pins, name)
+		}
+	}
+	if len(leases)+len(pins) == 0 {
+		return ""
+	}
+	sort.Strings(leases)
+	sort.Strings(pins)
+	return fmt.Sprintf("%d cache leases %s and %d cache pins %s", len(leases), quoteList(leases), len(pins), quoteList(pins))
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "[" + strings.Join(q, " ") + "]"
+}
+
+// closeNote is the outcome of the runtime's Close at the end of a
+// script, with the cache leases and pins the script left held added to
+// the note of what was still outstanding: like the runtime's leases and
+// holds, they are released at close, and it is not a failure. The result
+// is an *system.OutstandingError (errors.As) whenever err is one or
+// only cache leases and pins were left; any other error is unchanged.
+func (r *runner) closeNote(err error) error {
+	held := r.caches.cacheOutstanding()
+	if held == "" {
+		return err
+	}
+	var oe *system.OutstandingError
+	switch {
+	case err == nil:
+		return &outstandingNote{base: &system.OutstandingError{}, text: "residency: closed with " + held + " still held (released at close)"}
+	case errors.As(err, &oe):
+		return &outstandingNote{base: err, text: err.Error() + "; " + held + " still held (released at close)"}
+	}
+	return err
+}
+
+// outstandingNote is a Close outcome with the script's cache leases and
+// pins added to its message.
+type outstandingNote struct {
+	base error // an *system.OutstandingError
+	text string
+}
+
+func (e *outstandingNote) Error() string { return e.text }
+func (e *outstandingNote) Unwrap() error { return e.base }

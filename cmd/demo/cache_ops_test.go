@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/system"
 )
 
 // cacheStart: cuda:0 has 10 bytes; a cache "c" is open there (line 2).
@@ -372,9 +378,137 @@ func TestCacheSnapshotAndTrace(t *testing.T) {
 }
 
 func TestCacheWords(t *testing.T) {
-	cs := &cacheState{owners: []cacheOwner{{"cache:m#1", `cache "m"`}, {"cache:m#12", `cache "n"`}}}
-	assert.Equal(t, `cache "m"/a#1 and cache "n"/b#2, cache "m"`, cs.cacheWords("cache:m#1/a#1 and cache:m#12/b#2, cache:m#1"))
-	assert.Equal(t, "cache:m#123", cs.cacheWords("cache:m#123"))
+	cs := &cacheState{owners: map[string]string{"cache:replay#1": `cache "m"`, "cache:replay#12": `cache "n"`}}
+	assert.Equal(t, `cache "m"/a#1 and cache "n"/b#2, cache "m"`, cs.cacheWords("cache:replay#1/a#1 and cache:replay#12/b#2, cache:replay#1"))
+	assert.Equal(t, "cache:replay#123 cache:replay#", cs.cacheWords("cache:replay#123 cache:replay#"), "not an owner of this replay")
+	assert.Equal(t, `reservation cache "m"/k#1 is a charge of cache "m"`, cs.cacheWords(`reservation "cache:replay#1/k#1" is a charge of cache:replay#1`), "a quoted charge name loses its quotes")
+	assert.Equal(t, `key "cache:replay#9"`, cs.cacheWords(`key "cache:replay#9"`))
+}
+
+// Defect 12 (issue 18): the names a snapshot shows for a cache's charges
+// are accepted as input: unreserve gets the runtime's own answer (only
+// the cache releases them), reserve finds the name taken.
+func TestCacheChargeNamesAsInput(t *testing.T) {
+	script := cacheStart +
+		`{"op":"cache_open","name":"m2","location":"cuda:0"}
+{"op":"load","cache":"m2","key":"a","peak":2,"resident":2,"as":"A"}
+{"op":"snapshot"}
+{"op":"unreserve","name":"cache \"m2\"/a#1"}
+{"op":"reserve","location":"cuda:0","name":"cache \"m2\"/a#1","bytes":1}
+{"op":"enter","as":"S","plan":{"reservations":[{"name":"cache \"m2\"/a#1","location":"cuda:0","bytes":1}]}}
+{"op":"unreserve","name":"cache \"nope\"/a#1"}
+`
+	results := checkResults(t, script, map[int]wantResult{
+		5: {"ok", ""},
+		6: {"InvalidInput", `reservation cache "m2"/a#1 is a charge of cache "m2"; only the cache releases it`},
+		7: {"InvalidInput", `duplicate reservation name cache "m2"/a#1 (already active)`},
+		9: {"InvalidInput", `reservation "cache \"nope\"/a#1" is not active`},
+	})
+	res := payload(t, results[5], "snapshot")["locations"].([]any)[1].(map[string]any)["reservations"].([]any)
+	require.Len(t, res, 1)
+	assert.Equal(t, `cache "m2"/a#1`, res[0].(map[string]any)["name"])
+	assert.Equal(t, version(results[5]), version(results[9]), "nothing changed")
+	assert.NotEqual(t, "ok", errType(results[8]), "a scope's plan cannot take a cache's charge name either")
+}
+
+// Defect 12 (issue 18): a cache's script name never collides with another
+// cache's owner in the output: "x#K" for every K next to "x".
+func TestCacheNamesDoNotCollide(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"op":"start","locations":{"pageable-host":null,"cuda:0":"1GiB"}}` + "\n")
+	b.WriteString(`{"op":"cache_open","name":"x","location":"cuda:0"}` + "\n")
+	b.WriteString(`{"op":"load","cache":"x","key":"k","peak":1,"resident":1}` + "\n")
+	const n = 400 // more caches than the process opened before
+	for k := 1; k <= n; k++ {
+		fmt.Fprintf(&b, `{"op":"cache_open","name":"x#%d","location":"cuda:0"}`+"\n", k)
+		fmt.Fprintf(&b, `{"op":"load","cache":"x#%d","key":"k%d","peak":1,"resident":1}`+"\n", k, k)
+	}
+	b.WriteString(`{"op":"snapshot"}` + "\n")
+	results, code, errs := replayResults(t, b.String())
+	require.Equal(t, 0, code, errs)
+	snap := payload(t, results[4+2*n], "snapshot")["locations"].([]any)[1].(map[string]any)["reservations"].([]any)
+	require.Len(t, snap, n+1)
+	for _, r := range snap {
+		m := r.(map[string]any)
+		owner, name := m["owner"].(string), m["name"].(string)
+		cache, err := strconv.Unquote(strings.TrimPrefix(owner, "cache "))
+		require.NoError(t, err, owner)
+		key := "k"
+		if cache != "x" {
+			key = "k" + strings.TrimPrefix(cache, "x#")
+		}
+		assert.Equal(t, fmt.Sprintf("cache %q/%s#1", cache, key), name)
+	}
+}
+
+// Defect 12 (issue 18): one rule for "as": an empty name is invalid
+// input wherever a name is bound (load, cache_pin, like cache_open's
+// name); leaving "as" out of load releases the lease at once.
+func TestCacheEmptyNamesAreRefused(t *testing.T) {
+	script := cacheStart +
+		`{"op":"load","cache":"c","key":"a","peak":2,"resident":2,"as":""}
+{"op":"load","cache":"c","key":"a","peak":2,"resident":2,"as":"A"}
+{"op":"cache_pin","lease":"A","as":""}
+{"op":"cache_stats","cache":"c"}
+{"op":"load_fail","cache":"c","key":"b","peak":2,"mode":"error"}
+`
+	results := checkResults(t, script, map[int]wantResult{
+		3: {"InvalidInput", `a cache lease name must not be empty (leave "as" out to release the lease at once)`},
+		4: {"ok", ""},
+		5: {"InvalidInput", "a cache pin name must not be empty"},
+		6: {"ok", ""},
+	})
+	assert.Equal(t, 0, version(results[3]), "the refused load did not load")
+	assert.False(t, payload(t, results[4], "load")["hit"].(bool))
+	assert.EqualValues(t, 1, payload(t, results[6], "stats")["resources"])
+}
+
+// Defect 12 (issue 18): the note at close lists the cache leases and pins
+// the script left held, beside the runtime's leases and holds, and is
+// still a note (an OutstandingError), not a failure.
+func TestCacheOutstandingAtClose(t *testing.T) {
+	ctx := context.Background()
+	ops, err := parseScript(strings.NewReader(cacheStart + `{"op":"register","handle":"v","bytes":1,"at":"cuda:0"}
+{"op":"acquire","handle":"v","location":"cuda:0","as":"R"}
+{"op":"load","cache":"c","key":"a","peak":2,"resident":2,"as":"A"}
+{"op":"load","cache":"c","key":"b","peak":2,"resident":2,"as":"B"}
+{"op":"cache_pin","lease":"A","as":"P"}
+{"op":"cache_release","lease":"B"}
+`))
+	require.NoError(t, err)
+	run := func(ops []op) (*runner, *system.System) {
+		backend, err := newReplayBackend([]string{"pageable-host", "cuda:0"})
+		require.NoError(t, err)
+		t.Cleanup(func() { backend.Close() })
+		sys, err := system.Start(ctx, system.Options{ManagerID: replayManagerID, Backend: backend,
+			Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", 10)}})
+		require.NoError(t, err)
+		r := newRunner(sys, ops[0].locations)
+		for _, o := range ops[1:] {
+			res := r.run(ctx, o)
+			require.True(t, res.OK, "line %d: %+v", o.line, res.Error)
+		}
+		return r, sys
+	}
+	r, sys := run(ops)
+	held := r
+	err = r.closeNote(sys.Close(ctx))
+	var oe *system.OutstandingError
+	require.ErrorAs(t, err, &oe, "a note, not a failure")
+	assert.Contains(t, err.Error(), "1 leases [v@cuda:0]")
+	assert.Contains(t, err.Error(), `1 cache leases ["A"] and 1 cache pins ["P"] still held (released at close)`)
+
+	// Only cache leases left: still a note.
+	r, sys = run(append(ops[:2:2], ops[4], ops[6]))
+	err = r.closeNote(sys.Close(ctx))
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, `residency: closed with 1 cache leases ["A"] and 1 cache pins ["P"] still held (released at close)`, err.Error())
+
+	// Nothing left: nothing to say.
+	r, sys = run(ops[:2])
+	assert.NoError(t, r.closeNote(sys.Close(ctx)))
+	other := errors.New("closing failed")
+	assert.Equal(t, other, held.closeNote(other), "a failure stays a failure")
 }
 
 // TestCacheTable: the table's details of the cache ops.

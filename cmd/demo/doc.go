@@ -177,7 +177,9 @@
 // without as releases its lease at once; a hit runs no loader. Cache
 // leases and pins have their own names (release is for acquire's). A
 // cache's charges are reservations at its location, shown by snapshot and
-// trace as cache "NAME"/KEY#N and owned by cache "NAME".
+// trace as cache "NAME"/KEY#N and owned by cache "NAME"; a script may
+// name them so (unreserve of one is refused: only the cache releases it).
+// An empty as is invalid input.
 //
 // A value registered with at is resident there at once; one registered
 // with source is reconstructed by a deterministic loader through that

@@ -368,9 +368,9 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		e.released = true
 		return true, nil
 	case "reserve":
-		return true, r.sys.Reserve(ctx, o.location, o.resName, o.bytes)
+		return true, r.sys.Reserve(ctx, o.location, r.cacheResName(o.resName), o.bytes)
 	case "unreserve":
-		return true, r.sys.Unreserve(ctx, o.resName)
+		return true, r.sys.Unreserve(ctx, r.cacheResName(o.resName))
 	case "explain":
 		// Explain never fails on a plan's content: a plan that fails
 		// validation (an unknown handle included) is infeasible, with the
@@ -534,22 +534,22 @@ func (r *runner) plan(p *planSpec) system.Plan {
 		return as
 	}
 	out.Reclaim = actions(p.reclaim)
-	out.Reservations = reservations(p.reservations)
+	out.Reservations = r.reservations(p.reservations)
 	out.Enter = actions(p.enter)
 	return out
 }
 
-func reservations(in []reservationSpec) []system.ReservationSpec {
+func (r *runner) reservations(in []reservationSpec) []system.ReservationSpec {
 	var out []system.ReservationSpec
 	for _, rs := range in {
-		out = append(out, system.ReservationSpec{Name: rs.name, Location: rs.location, Bytes: rs.bytes})
+		out = append(out, system.ReservationSpec{Name: r.cacheResName(rs.name), Location: rs.location, Bytes: rs.bytes})
 	}
 	return out
 }
 
 // request turns a script request into a runtime request (see fieldHandle).
 func (r *runner) request(q *requestSpec) system.Request {
-	out := system.Request{Name: q.name, Reservations: reservations(q.reservations)}
+	out := system.Request{Name: q.name, Reservations: r.reservations(q.reservations)}
 	for _, req := range q.requirements {
 		out.Requirements = append(out.Requirements, system.Requirement{Handle: r.fieldHandle(req.handle), Tiers: req.tiers})
 	}
