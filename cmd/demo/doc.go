@@ -85,7 +85,9 @@
 // and as a regression test of budgets in CI: give ops an "expect" and the
 // command fails when one does not hold. testdata/capacity-whatif.jsonl is
 // a sample to copy. FILE may be - for standard input. docs/replay.md is
-// the full reference of the format; this is its summary.
+// the full reference of the format; this is its summary. In CI, build the
+// command (go build -o bin/demo ./cmd/demo) and run bin/demo: go run
+// reports every non-zero exit status of the program as 1.
 //
 // One JSON object per line (at most 1 MiB, nested at most 32 levels, each
 // key once per object); blank lines and lines starting with # are
