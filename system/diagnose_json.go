@@ -3,10 +3,13 @@ package system
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
 	"strconv"
+
+	"github.com/residency-go/residency/internal/jsonerr"
 )
 
 // DecodeEvidence reads the JSON-lines output of the replay CLI
@@ -21,11 +24,12 @@ import (
 // The replay output writes the script's words: lease, hold and event ids
 // are the script's names, and handles carry names only. A plan execution
 // error's cause carries its type and message; its fields are read back
-// from the message. Errors: malformed JSON, no such failed result, no
-// snapshot after it.
+// from the message. Errors: malformed JSON or a value of the wrong kind
+// (the message names the output line and the field, in JSON's words), a
+// line longer than 256 MiB, no such failed result, no snapshot after it.
 func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 256<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), maxEvidenceLine)
 	var (
 		ev                      Evidence
 		failed                  *replayResult
@@ -40,7 +44,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 		}
 		var res replayResult
 		if err := json.Unmarshal(b, &res); err != nil {
-			return Evidence{}, fmt.Errorf("replay output line %d: %w", n, err)
+			return Evidence{}, fmt.Errorf("replay output line %d: %w", n, jsonerr.Words(err))
 		}
 		if failed == nil {
 			switch {
@@ -81,6 +85,9 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return Evidence{}, fmt.Errorf("replay output line %d is longer than %d MiB, the most one line may hold", n+1, maxEvidenceLine>>20)
+		}
 		return Evidence{}, err
 	}
 	if failed == nil {
@@ -94,6 +101,10 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 	}
 	return ev, nil
 }
+
+// maxEvidenceLine bounds one line of replay output that DecodeEvidence
+// reads.
+const maxEvidenceLine = 256 << 20
 
 type replayResult struct {
 	Line         int               `json:"line"`

@@ -88,3 +88,31 @@ func TestDecodeEvidenceErrors(t *testing.T) {
 	_, err = DecodeEvidence(strings.NewReader(`{"line":2,"op":"reserve","ok":false,"state_version":0,"error":{"type":"InvalidInput","message":"x"}}`+"\n"), 7)
 	assert.ErrorContains(t, err, "no failed result at line 7")
 }
+
+// TestDecodeEvidenceMessages: a value of the wrong kind is reported with
+// its output line and field, in JSON's words: never a Go type's name
+// (they used to read "cannot unmarshal string into Go struct field
+// replayErrorJSON.error.budget_bytes of type int64").
+func TestDecodeEvidenceMessages(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"line":2,"op":"reserve","ok":false,"error":{"type":"ResidencyBudgetError","budget_bytes":"big"}}`, `replay output line 1: field "error.budget_bytes": want an integer, got a string`},
+		{`{"line":"2"}`, `field "line": want an integer, got a string`},
+		{`{"line":2,"state_version":-1}`, `field "state_version": want an integer ≥ 0, got -1, out of range`},
+		{`{"line":1e99}`, `field "line": want an integer, got 1e99, out of range`},
+		{`{"ok":"yes"}`, `field "ok": want true or false, got a string`},
+		{`[1]`, `want an object, got an array`},
+		{`{"snapshot":{"locations":[{"reservations":5}]}}`, `field "snapshot.locations.reservations": want an array, got a number`},
+		{`{"trace":{}}`, `field "trace": want an array, got an object`},
+		{`{"line":2,`, `malformed JSON at byte`},
+	} {
+		_, err := DecodeEvidence(strings.NewReader(tc.in+"\n"), 0)
+		require.Error(t, err, tc.in)
+		assert.Contains(t, err.Error(), tc.want, tc.in)
+		for _, goWords := range []string{"Go ", "JSON", "struct", "int64", "uint64", "json:"} {
+			if goWords == "JSON" && strings.Contains(tc.want, "malformed JSON") {
+				continue
+			}
+			assert.NotContains(t, err.Error(), goWords, tc.in)
+		}
+	}
+}

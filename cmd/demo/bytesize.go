@@ -52,7 +52,27 @@ func parseByteString(s string) (int64, error) {
 	if !decimalRE.MatchString(num) {
 		return 0, fmt.Errorf("byte size %q: want a decimal number followed by a unit, like \"40GiB\"", s)
 	}
-	r, ok := new(big.Rat).SetString(num)
+	// Decide what the digits' count decides, so that exact arithmetic
+	// runs on a few dozen digits, never on a line's million: a fraction
+	// of more than 40 significant digits is never whole (a unit is at most
+	// 2^40 or 10^12), an integer part of more than 19 is too large.
+	sign, digits := "", num
+	if num[0] == '+' || num[0] == '-' {
+		sign, digits = num[:1], num[1:]
+	}
+	intPart, frac, _ := strings.Cut(digits, ".")
+	intPart = strings.TrimLeft(intPart, "0")
+	frac = strings.TrimRight(frac, "0")
+	if len(frac) > 40 {
+		return 0, fmt.Errorf("byte size %q is not a whole number of bytes", s)
+	}
+	if len(intPart) > 19 {
+		if fr, _ := new(big.Rat).SetString("0." + frac + "0"); !fr.Mul(fr, new(big.Rat).SetInt64(mult)).IsInt() {
+			return 0, fmt.Errorf("byte size %q is not a whole number of bytes", s)
+		}
+		return 0, fmt.Errorf("byte size %q is too large", s)
+	}
+	r, ok := new(big.Rat).SetString(sign + "0" + intPart + "." + frac + "0")
 	if !ok {
 		return 0, fmt.Errorf("byte size %q: %q is not a number", s, num)
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/residency-go/residency/internal/jsonerr"
 	"github.com/residency-go/residency/system"
 )
 
@@ -475,7 +476,7 @@ func readEvidence(path, key, mark string) (json.RawMessage, string, error) {
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil {
-		return nil, "", fmt.Errorf("want a JSON object (the replay output's %s, or a result line with one): %w", key, err)
+		return nil, "", fmt.Errorf("want a JSON object (the replay output's %s, or a result line with one): %w", key, jsonerr.Words(err))
 	}
 	if v, ok := obj[key]; ok && string(v) != "null" {
 		var op string
@@ -501,7 +502,7 @@ func readSnapshot(path string) (json.RawMessage, string, error) {
 		if _, ok := obj["StateVersion"]; ok {
 			var s system.Snapshot
 			if err := json.Unmarshal(b, &s); err != nil {
-				return nil, "", fmt.Errorf("a system.Snapshot: %w", err)
+				return nil, "", fmt.Errorf("a snapshot as package system encodes it (system.Snapshot): %w", jsonerr.Words(err))
 			}
 			out, err := marshal((*runner)(nil).toSnapshot(s))
 			return out, "", err
@@ -520,7 +521,7 @@ func readTrace(path string) (json.RawMessage, error) {
 	if len(b) > 0 && b[0] == '{' {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(b, &obj); err != nil {
-			return nil, err
+			return nil, jsonerr.Words(err)
 		}
 		v, ok := obj["trace"]
 		if !ok {
@@ -530,13 +531,13 @@ func readTrace(path string) (json.RawMessage, error) {
 	}
 	var elems []map[string]json.RawMessage
 	if err := json.Unmarshal(b, &elems); err != nil {
-		return nil, fmt.Errorf("want a JSON array of transitions: %w", err)
+		return nil, fmt.Errorf("want a JSON array of transitions: %w", jsonerr.Words(err))
 	}
 	if len(elems) > 0 {
 		if _, ok := elems[0]["Version"]; ok {
 			var ts []system.Transition
 			if err := json.Unmarshal(b, &ts); err != nil {
-				return nil, fmt.Errorf("a []system.Transition: %w", err)
+				return nil, fmt.Errorf("transitions as package system encodes them (system.Transition): %w", jsonerr.Words(err))
 			}
 			return marshal((*runner)(nil).toTransitions(ts))
 		}

@@ -91,7 +91,9 @@
 // and as a regression test of budgets in CI: give ops an "expect" and the
 // command fails when one does not hold. testdata/capacity-whatif.jsonl is
 // a sample to copy. FILE may be - for standard input. docs/replay.md is
-// the full reference of the format; this is its summary.
+// the full reference of the format; this is its summary. In CI, build the
+// command (go build -o bin/demo ./cmd/demo) and run bin/demo: go run
+// reports every non-zero exit status of the program as 1.
 //
 // One JSON object per line (at most 1 MiB, nested at most 32 levels, each
 // key once per object); blank lines and lines starting with # are
@@ -254,7 +256,11 @@
 //	   script is checked before anything runs, and the message names the
 //	   line.
 //	130  interrupted (Ctrl-C): the replay stops at once, runs nothing more
-//	   and says on standard error how many ops finished.
+//	   and says on standard error how many ops finished (also while the
+//	   script is read, or FILE is a FIFO no writer opened yet).
+//
+// These are the statuses of the built command; go run turns every
+// non-zero one into 1.
 //
 // On a terminal, a replay that runs longer than a second shows a progress
 // bar (ops done of the script's, rate, time left) on standard error,
@@ -271,8 +277,11 @@
 // whatever the sizes. (A value registered with "at" holds its
 // deterministic bytes up to 1 MiB and starts zero-filled beyond.) The
 // script is read twice, once to check it and once to run it (standard
-// input through an unlinked temporary file), so memory does not grow with
-// the number of lines.
+// input, or any script that is not a regular file, through an unlinked
+// temporary file of at most 1 GiB), so memory does not grow with the
+// number of lines; nor does it with the number of names: the replay keeps
+// a name while what it names is alive, and only the latest 4,096 finished
+// ones (docs/replay.md, "Limits").
 //
 // # Diagnose
 //

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/residency-go/residency/cuda"
@@ -90,7 +90,10 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
 func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writer, h *replayHooks, writer func(scriptInfo) resultWriter) int {
 	src, err := openScript(ctx, path, stdin)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo %s: %v\n", h.cmd, err)
+		if ctx.Err() != nil && isContextError(err) {
+			return commandScriptFailure(ctx, stderr, h.cmd, path, err, "while opening the script; nothing ran")
+		}
+		fmt.Fprintf(stderr, "demo %s: %s\n", h.cmd, escapeText(err.Error()))
 		return 2
 	}
 	defer src.close()
@@ -188,17 +191,34 @@ type scriptSource struct {
 	close func()
 }
 
+// maxSpoolBytes bounds the copy kept of a script that cannot be read
+// twice (standard input, a pipe): beyond it the replay stops with a
+// message (exit status 2). A variable for the tests.
+var maxSpoolBytes int64 = 1 << 30
+
+// errSpoolFull is the error of a script longer than maxSpoolBytes.
+func errSpoolFull(path string) error {
+	what := "the script"
+	if path == "-" {
+		what = "standard input"
+	}
+	return &scriptError{msg: fmt.Sprintf("%s is longer than %s, the most kept of a script that is not a regular file "+
+		"(it is copied to a temporary file so that it can be checked before it runs); save the script to a file and pass its path",
+		what, formatBytes(maxSpoolBytes))}
+}
+
 // openScript opens FILE (or standard input for "-"). A regular file is
-// read twice; anything else (a pipe, a terminal) is copied to a temporary
-// file while it is checked, and its reads stop when ctx ends, so Ctrl-C
-// works while a script is being typed or piped in.
+// read twice; anything else (a pipe, a FIFO, a terminal) is copied to a
+// temporary file, up to maxSpoolBytes, while it is checked, and its reads
+// stop when ctx ends, so Ctrl-C works while a script is being typed or
+// piped in, and while a FIFO waits for a writer.
 func openScript(ctx context.Context, path string, stdin io.Reader) (*scriptSource, error) {
 	var in io.Reader
 	closeIn := func() {}
 	if path == "-" {
 		in = stdin
 	} else {
-		f, err := os.Open(path)
+		f, err := openInput(ctx, path)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +244,7 @@ func openScript(ctx context.Context, path string, stdin io.Reader) (*scriptSourc
 	w := bufio.NewWriterSize(spool, 64<<10)
 	return &scriptSource{
 		first: &ctxReader{ctx: ctx, r: in},
-		tee:   w,
+		tee:   &boundedWriter{w: w, left: maxSpoolBytes, full: errSpoolFull(path)},
 		again: func() (io.Reader, error) {
 			if err := w.Flush(); err != nil {
 				return nil, err
@@ -234,6 +254,76 @@ func openScript(ctx context.Context, path string, stdin io.Reader) (*scriptSourc
 		},
 		close: func() { spool.Close(); closeIn() },
 	}, nil
+}
+
+// boundedWriter passes at most left bytes to w, then fails with full.
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+	full error
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, b.full
+	}
+	b.left -= int64(len(p))
+	return b.w.Write(p)
+}
+
+// openInput opens path for reading. Opening a FIFO blocks until a writer
+// opens it too, so the open runs on a helper goroutine and ctx can end
+// the wait (Ctrl-C): the helper is then released by opening the FIFO for
+// writing without blocking (which succeeds once the helper waits in its
+// open), and what it opened is closed.
+func openInput(ctx context.Context, path string) (*os.File, error) {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().IsRegular() {
+		return os.Open(path)
+	}
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		f, err := os.Open(path)
+		ch <- opened{f, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.f, o.err
+	case <-ctx.Done():
+	}
+	fifo := st.Mode()&os.ModeNamedPipe != 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.NewTimer(5 * time.Second)
+	defer giveUp.Stop()
+	var w *os.File
+	for {
+		if fifo && w == nil {
+			w, _ = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		}
+		select {
+		case o := <-ch:
+			if o.f != nil {
+				o.f.Close()
+			}
+			if w != nil {
+				w.Close()
+			}
+			return nil, ctx.Err()
+		case <-tick.C:
+		case <-giveUp.C:
+			// Not released (not a FIFO, or the helper never reached its
+			// open): the helper ends with the process.
+			if w != nil {
+				w.Close()
+			}
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // rewindable reports whether r can be read again from where it is now: a
@@ -348,6 +438,9 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		return 2
 	}
 	r := newRunner(sys, start.locations)
+	if opts.TraceCapacity > 0 {
+		r.setTraceCapacity(opts.TraceCapacity)
+	}
 	closeSys := func() error {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
@@ -443,23 +536,72 @@ func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// fill returns the deterministic content of value name at offset off:
-// FNV-1a of the name and the 8-byte block index, so a replay produces the
-// same bytes every time and every value has different bytes.
+// fill writes the deterministic content of value name at offset off into
+// dst. A value is a sequence of 4 KiB blocks of 8-byte little-endian
+// words: word j of block b is base(j) XOR key(b), both mixes (SplitMix64's
+// finalizer) of j or b with the FNV-1a hash of the name. So a replay
+// produces the same bytes every time, every value and every block of a
+// value has different bytes, and a value is filled at the speed of
+// memory: one base block per call, then a load, a XOR and a store per
+// word, with no allocation.
 func fill(name string, off int64, dst []byte) {
-	var blk [8]byte
-	for i := range dst {
-		pos := off + int64(i)
-		if i == 0 || pos%8 == 0 {
-			h := fnv.New64a()
-			h.Write([]byte(name))
-			var idx [8]byte
-			binary.LittleEndian.PutUint64(idx[:], uint64(pos/8))
-			h.Write(idx[:])
-			binary.LittleEndian.PutUint64(blk[:], h.Sum64())
-		}
-		dst[i] = blk[pos%8]
+	seed := uint64(14695981039346656037) // FNV-1a offset basis
+	for i := 0; i < len(name); i++ {
+		seed ^= uint64(name[i])
+		seed *= 1099511628211
 	}
+	word := func(w uint64) uint64 {
+		return fillMix(seed, w%fillBlockWords) ^ fillMix(^seed, w/fillBlockWords)
+	}
+	i := 0
+	// A head up to the first word boundary, byte by byte.
+	for ; i < len(dst) && (off+int64(i))%8 != 0; i++ {
+		pos := uint64(off + int64(i))
+		dst[i] = byte(word(pos/8) >> (8 * (pos % 8)))
+	}
+	w := uint64(off+int64(i)) / 8
+	if len(dst)-i >= 2*fillBlockWords*8 {
+		// Long: the words up to a block boundary, then whole blocks from
+		// the base block.
+		for ; w%fillBlockWords != 0; w++ {
+			binary.LittleEndian.PutUint64(dst[i:], word(w))
+			i += 8
+		}
+		var base [fillBlockWords]uint64
+		for j := range base {
+			base[j] = fillMix(seed, uint64(j))
+		}
+		for ; len(dst)-i >= fillBlockWords*8; w += fillBlockWords {
+			key := fillMix(^seed, w/fillBlockWords)
+			blk := dst[i : i+fillBlockWords*8]
+			for j := range base {
+				binary.LittleEndian.PutUint64(blk[8*j:], base[j]^key)
+			}
+			i += fillBlockWords * 8
+		}
+	}
+	for ; i+8 <= len(dst); i += 8 {
+		binary.LittleEndian.PutUint64(dst[i:], word(w))
+		w++
+	}
+	// A tail shorter than a word.
+	if i < len(dst) {
+		x := word(w)
+		for j := 0; i < len(dst); i, j = i+1, j+1 {
+			dst[i] = byte(x >> (8 * j))
+		}
+	}
+}
+
+// fillBlockWords is the number of words in a block of fill's content.
+const fillBlockWords = 512
+
+// fillMix is SplitMix64's output for state seed + (i+1)·γ.
+func fillMix(seed, i uint64) uint64 {
+	z := seed + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // deterministicLoader is the loader of a value registered with a source.

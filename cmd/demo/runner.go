@@ -50,6 +50,17 @@ type runner struct {
 	version uint64 // the state version after the last op
 	watch   watchdog
 
+	// Finished names, remembered for a while (names.go): done bounds the
+	// script's names, doneIDs the runtime ids' script names; fresh are the
+	// decisions made at the current state version.
+	done    finishedNames
+	doneIDs finishedIDs
+	fresh   []string
+
+	// afterExec, when set (tests), runs right after an op returned,
+	// before its state version is read.
+	afterExec func()
+
 	// Diagnose mode (diagnose.go). explainFirst says whether an op's
 	// plan (execute, enter of a plan) is explained before it runs, and
 	// explained is that explanation for the op running now. onFail is
@@ -106,6 +117,7 @@ func (w *watchdog) stop(cancel context.CancelCauseFunc) {
 type leaseEntry struct {
 	lease    *system.Lease
 	released bool
+	pending  int // events recorded on it and not completed yet
 }
 
 type holdEntry struct {
@@ -117,6 +129,7 @@ type scriptEvent struct {
 	ev        *system.ManualEvent
 	id        system.EventID
 	completed bool
+	lease     *leaseEntry // the lease it was recorded on
 }
 
 type scopeState int
@@ -140,6 +153,8 @@ func newRunner(sys *system.System, locs []locationSpec) *runner {
 		decisions: map[string]system.Decision{}, scopes: map[string]*scopeEntry{},
 		leaseNames: map[uint64]string{}, holdNames: map[uint64]string{},
 		eventNames: map[uint64]string{}, scopeNames: map[string]string{},
+		done:    finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
+		doneIDs: finishedIDs{window: minIDWindow},
 	}
 	for _, l := range locs {
 		r.locations[l.name] = true
@@ -155,6 +170,9 @@ func (r *runner) run(ctx context.Context, o op) result {
 	r.unresolved, r.badReplica, r.explained = r.unresolved[:0], "", nil
 	octx, cancel := r.watch.start(ctx)
 	reached, err := r.exec(octx, o, &res)
+	if r.afterExec != nil {
+		r.afterExec()
+	}
 	if err != nil && context.Cause(octx) == errOpTimeout {
 		err = fmt.Errorf("%w: %w", errOpTimeout, err)
 	}
@@ -173,12 +191,24 @@ func (r *runner) run(ctx context.Context, o op) result {
 	case res.Snapshot != nil:
 		r.version = res.Snapshot.StateVersion
 	case reached:
-		if v, err := r.sys.StateVersion(ctx); err == nil {
+		// Read even when ctx has just ended (Ctrl-C after the op
+		// returned): the op's result is printed, and its state version
+		// must be the one it left, not the previous op's.
+		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		if v, err := r.sys.StateVersion(vctx); err == nil {
 			r.version = v
 		}
+		cancel()
 	}
 	res.StateVersion = r.version
+	r.sweepDecisions()
 	return res
+}
+
+// setTraceCapacity keeps the script names of finished lease, hold and
+// event ids for as long as a trace of capacity n may show them.
+func (r *runner) setTraceCapacity(n int) {
+	r.doneIDs.window = max(minIDWindow, n)
 }
 
 func invalid(format string, args ...any) error {
@@ -275,7 +305,11 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		case "evict":
 			return true, r.sys.Evict(ctx, h, o.location)
 		case "discard":
-			return true, r.sys.Discard(ctx, h)
+			if err := r.sys.Discard(ctx, h); err != nil {
+				return true, err
+			}
+			r.finishHandle(o.handle, uint64(h.ID))
+			return true, nil
 		case "copy":
 			return true, r.sys.Copy(ctx, h, o.from, o.to)
 		default:
@@ -323,6 +357,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			return true, err
 		}
 		e.released = true
+		r.finishLease(o.lease, e)
 		return true, nil
 	case "record_event":
 		e, ok := r.leases[o.lease]
@@ -340,7 +375,8 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		if err != nil {
 			return true, err
 		}
-		r.events[o.event] = &scriptEvent{ev: ev, id: id}
+		e.pending++
+		r.events[o.event] = &scriptEvent{ev: ev, id: id, lease: e}
 		r.eventNames[uint64(id)] = fmt.Sprintf("event %q", o.event)
 		return true, nil
 	case "complete_event":
@@ -353,6 +389,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		}
 		e.completed = true
 		e.ev.Complete()
+		r.finishEvent(o.event, e)
 		return true, r.sys.WaitReaped(ctx, e.id)
 	case "unhold":
 		e, ok := r.holds[o.hold]
@@ -366,6 +403,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			return true, err
 		}
 		e.released = true
+		r.finishHold(o.hold, e)
 		return true, nil
 	case "reserve":
 		return true, r.sys.Reserve(ctx, o.location, r.cacheResName(o.resName), o.bytes)
@@ -405,6 +443,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			return true, err
 		}
 		r.decisions[o.as] = d
+		r.fresh = append(r.fresh, o.as)
 		res.Decision = r.toDecision(d)
 		return true, nil
 	case "enter":
@@ -416,6 +455,11 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		}
 		entry := &scopeEntry{state: scopeFailed}
 		r.scopes[o.as] = entry
+		defer func() {
+			if entry.state == scopeFailed {
+				r.finishScope(o.as, entry) // a failed scope only answers for its name
+			}
+		}()
 		var sc *system.Scope
 		if o.decision != "" {
 			d, ok := r.decisions[o.decision]
@@ -457,6 +501,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		var pe *system.PlanExecutionError
 		if err == nil || errors.As(err, &pe) {
 			e.state = scopeExited // an exit failure is kept; the scope is done
+			r.finishScope(o.scope, e)
 		}
 		return true, err
 	case "release_scope_lease":

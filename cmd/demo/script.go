@@ -171,6 +171,10 @@ func (s *scriptReader) readLine() (text []byte, ok bool, err error) {
 		chunk, err := s.br.ReadSlice('\n')
 		if s.tee != nil && len(chunk) > 0 {
 			if _, werr := s.tee.Write(chunk); werr != nil {
+				var se *scriptError
+				if errors.As(werr, &se) {
+					return nil, false, werr // too long to keep
+				}
 				return nil, false, fmt.Errorf("keeping a copy of the script: %w", werr)
 			}
 		}

@@ -63,6 +63,7 @@ type Backend struct {
 	streams   map[*stream]struct{} // open streams
 	live      map[*buffer]struct{} // buffers not yet freed
 	nextID    uint64               // last buffer id handed out
+	real      atomic.Int64         // real bytes the buffers hold (see RealBytes)
 }
 
 type location struct {
@@ -166,12 +167,15 @@ func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 }
 
 // Allocate returns a zeroed buffer of bytes bytes at loc, simulated with
-// ordinary Go memory whatever the location kind.
+// ordinary Go memory whatever the location kind. It charges the capacity
+// of loc but makes no real memory: the buffer's bytes are made on its
+// first write (see the package doc).
 //
 // Checks run in this order, and the first failure is returned with nothing
-// allocated: backend closed (cuda.ErrClosed), ctx done, malformed or
-// unconfigured loc, bytes <= 0 (cuda.ErrInvalid), an armed FaultAlloc at loc
-// (consumed; *cuda.InjectedFaultError), capacity (*cuda.OutOfMemoryError).
+// charged or allocated: backend closed (cuda.ErrClosed), ctx done,
+// malformed or unconfigured loc, bytes <= 0 (cuda.ErrInvalid), an armed
+// FaultAlloc at loc (consumed; *cuda.InjectedFaultError), capacity
+// (*cuda.OutOfMemoryError).
 func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
 	if b.closed.Load() {
 		return nil, cuda.ErrClosed
@@ -187,42 +191,28 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 		return nil, fmt.Errorf("%w: soft backend: allocation of %d bytes at %s", cuda.ErrInvalid, bytes, loc)
 	}
 
-	// Reserve the capacity first, so that concurrent allocations can never
-	// overshoot it, then make the bytes without holding the lock.
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed.Load() {
-		b.mu.Unlock()
 		return nil, cuda.ErrClosed
 	}
 	if b.faults.Take(cuda.FaultAlloc, loc) {
-		b.mu.Unlock()
 		return nil, &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: loc}
 	}
 	if l.capacity > 0 && bytes > l.capacity-l.used {
-		free := l.capacity - l.used
-		b.mu.Unlock()
-		return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: free}
+		return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: l.capacity - l.used}
 	}
 	l.used += bytes
 	b.nextID++
-	id := b.nextID
-	b.mu.Unlock()
-
-	data, ok := makeBytes(bytes)
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !ok || b.closed.Load() {
-		l.used -= bytes
-		if !ok {
-			return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: freeOf(l)}
-		}
-		return nil, cuda.ErrClosed
-	}
-	buf := &buffer{backend: b, id: id, loc: loc, size: bytes, data: data}
+	buf := &buffer{backend: b, id: b.nextID, loc: loc, size: bytes}
 	b.live[buf] = struct{}{}
 	return buf, nil
 }
+
+// RealBytes returns the real memory the backend's buffers hold now: the
+// total size of the live buffers that were written (see the package doc).
+// It is at most the total MemInfo.UsedBytes of its locations.
+func (b *Backend) RealBytes() int64 { return b.real.Load() }
 
 // makeBytes returns make([]byte, n), or false if the Go runtime refuses the
 // length. (A length the runtime accepts but the machine cannot back is a
@@ -352,8 +342,11 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.data == nil {
+	if sb.dropped {
 		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	if err := sb.materialize(); err != nil {
+		return err
 	}
 	panicked, err := runLoader(ctx, loader, sb.data)
 	if panicked != nil {
@@ -375,8 +368,10 @@ func runLoader(ctx context.Context, loader cuda.Loader, dst []byte) (panicked *c
 	return nil, loader(ctx, dst)
 }
 
-// Read returns a copy of buf's bytes in a new slice. It does not wait for
-// stream work on buf; wait on an event first.
+// Read returns a copy of buf's bytes in a new slice (zeros for a buffer
+// never written; a size the Go runtime refuses is an
+// *cuda.OutOfMemoryError). It does not wait for stream work on buf; wait
+// on an event first.
 func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	if b.closed.Load() {
 		return nil, cuda.ErrClosed
@@ -390,10 +385,20 @@ func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	}
 	sb.mu.RLock()
 	defer sb.mu.RUnlock()
-	if sb.data == nil || sb.freed.Load() {
+	if sb.gone() {
 		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
-	return slices.Clone(sb.data), nil
+	var out []byte
+	ok := true
+	if sb.data == nil {
+		out, ok = makeBytes(sb.size)
+	} else {
+		out, ok = cloneBytes(sb.data)
+	}
+	if !ok {
+		return nil, sb.oom()
+	}
+	return out, nil
 }
 
 // Write copies data into buf; len(data) must equal buf.Size()
@@ -414,8 +419,16 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.data == nil || sb.freed.Load() {
+	if sb.gone() {
 		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+	}
+	if sb.data == nil {
+		d, ok := cloneBytes(data)
+		if !ok {
+			return sb.oom()
+		}
+		sb.setData(d)
+		return nil
 	}
 	copy(sb.data, data)
 	return nil

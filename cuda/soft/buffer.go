@@ -8,7 +8,8 @@ import (
 	"github.com/residency-go/residency/cuda"
 )
 
-// buffer is a simulated allocation: a Go byte slice, whatever its location.
+// buffer is a simulated allocation: a Go byte slice, whatever its location,
+// made on the buffer's first write (see the package doc: lazily).
 //
 // Lock order: Backend.mu before any buffer.mu; two buffer locks are taken in
 // increasing id order (see lockPair). Stream goroutines never hold
@@ -19,8 +20,9 @@ type buffer struct {
 	loc     string
 	size    int64
 	freed   atomic.Bool  // set once, by Free or Backend.Close
-	mu      sync.RWMutex // guards data
-	data    []byte       // nil once dropped after Free
+	mu      sync.RWMutex // guards data and dropped
+	data    []byte       // the bytes, len size; nil: all zero (never written, or a copy of such a buffer)
+	dropped bool         // the buffer was freed and its bytes released
 }
 
 var _ cuda.Buffer = (*buffer)(nil)
@@ -40,8 +42,40 @@ func (b *buffer) String() string {
 // Write or Load that holds them.
 func (b *buffer) drop() {
 	b.mu.Lock()
-	b.data = nil
+	b.setData(nil)
+	b.dropped = true
 	b.mu.Unlock()
+}
+
+// gone reports whether the buffer was freed; b.mu is held.
+func (b *buffer) gone() bool { return b.dropped || b.freed.Load() }
+
+// setData replaces the buffer's bytes (nil: all zero) and keeps the
+// backend's count of real bytes; b.mu is held for writing.
+func (b *buffer) setData(d []byte) {
+	b.backend.real.Add(int64(len(d)) - int64(len(b.data)))
+	b.data = d
+}
+
+// materialize makes the buffer's bytes, zeroed, if it has none yet; b.mu
+// is held for writing. A size the Go runtime refuses is an
+// *cuda.OutOfMemoryError.
+func (b *buffer) materialize() error {
+	if b.data != nil {
+		return nil
+	}
+	d, ok := makeBytes(b.size)
+	if !ok {
+		return b.oom()
+	}
+	b.setData(d)
+	return nil
+}
+
+// oom is the error of bytes the Go runtime would not make.
+func (b *buffer) oom() error {
+	return fmt.Errorf("soft backend: the %d real bytes of %s: %w", b.size, b,
+		&cuda.OutOfMemoryError{Location: b.loc, Requested: b.size})
 }
 
 // copyBuffer copies src's bytes into dst, holding both, and fails with
@@ -51,13 +85,35 @@ func copyBuffer(dst, src *buffer) error {
 	unlock := lockPair(dst, src)
 	defer unlock()
 	for _, b := range [...]*buffer{src, dst} {
-		if b.data == nil || b.freed.Load() {
+		if b.gone() {
 			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s was freed before the copy ran",
 				cuda.ErrFreed, src.loc, dst.loc, b)
 		}
 	}
-	copy(dst.data, src.data)
+	switch {
+	case src.data == nil:
+		dst.setData(nil) // a copy of zeros is zeros: no real bytes
+	case dst.data == nil:
+		d, ok := cloneBytes(src.data)
+		if !ok {
+			return dst.oom()
+		}
+		dst.setData(d)
+	default:
+		copy(dst.data, src.data)
+	}
 	return nil
+}
+
+// cloneBytes returns a copy of p in new memory (not zeroed first), or
+// false if the Go runtime refuses the length.
+func cloneBytes(p []byte) (out []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			out, ok = nil, false
+		}
+	}()
+	return append(make([]byte, 0, len(p)), p...), true
 }
 
 // lockPair locks dst for writing and src for reading, in id order so that

@@ -7,10 +7,37 @@
 // # What is simulated, and how
 //
 // Every location (pageable-host, pinned-host and cuda:N alike) is ordinary
-// Go memory: Allocate returns a real, zeroed []byte of the requested size.
-// Pinned memory is not page-locked and "device" memory is not on a device;
-// what is real is the data. Copies move real bytes with copy(), so every
-// test that reads a buffer back checks the data, not a bookkeeping entry.
+// Go memory. Pinned memory is not page-locked and "device" memory is not on
+// a device; what is real is the data. Copies move real bytes with copy(),
+// so every test that reads a buffer back checks the data, not a
+// bookkeeping entry.
+//
+// # Real memory: what Allocate promises
+//
+// Allocate charges the location's capacity and makes no real memory. A
+// buffer's bytes are made on its first write, in one piece of its size:
+// Write (which copies the caller's bytes into new memory), Load (zeroed,
+// then the loader writes), or a stream copy from a buffer that holds
+// bytes. A buffer never written reads as zeros and holds no memory, and so
+// does a copy of one (a copy of zeros into a written buffer releases its
+// bytes). Free and Close release them at once. So:
+//
+//   - an allocation that is refused (closed, bad input, an injected fault,
+//     capacity) makes nothing, and nor does one that is granted and never
+//     written: registering 64 GiB at a location allocates no memory until
+//     something writes those bytes;
+//   - the real memory of a backend is at most the total size of its live
+//     written buffers, reported by [Backend.RealBytes], itself at most the
+//     MemInfo.UsedBytes of its locations and so at most their capacities;
+//   - Read returns a new slice of the buffer's size (zeros for a buffer
+//     never written): the caller's memory, which the backend does not
+//     keep.
+//
+// A size the Go runtime refuses to make (beyond its largest slice) fails
+// the write with *cuda.OutOfMemoryError; a size it accepts but the machine
+// cannot back ends the process (Go's "out of memory"), as any allocation
+// in Go would: for simulations larger than the machine, configure
+// capacities, or never write the bytes.
 //
 // Each stream has one goroutine that runs its work in FIFO order. An event
 // completes when the goroutine reaches it, that is, after the bytes of

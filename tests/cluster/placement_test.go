@@ -128,6 +128,12 @@ func TestPlacement(t *testing.T) {
 	waitSummary(t, a, "node-a", "cuda:0", 0, 900)
 	waitSummary(t, a, "node-b", "cuda:0", 300, 0)
 	waitSummary(t, a, "node-c", "cuda:0", 0, 0)
+	// node-d publishes on its own refresh loop. Until its summary reaches
+	// node-a, node-a gives it the benefit of the doubt (it might have
+	// cuda:0) and lists it as a candidate without room: on a loaded
+	// machine the gossip can take longer than the steps above, so wait for
+	// it too, not for a time.
+	waitSummary(t, a, "node-d", "cuda:1", 0, 0)
 
 	// Already resident on node-b: placed there (node-c has more room), and
 	// held: node-b's copy is leased until Release.
