@@ -517,7 +517,20 @@ func (cs *cacheState) cacheOutstanding() string {
 	}
 	sort.Strings(leases)
 	sort.Strings(pins)
-	return fmt.Sprintf("%d cache leases %s and %d cache pins %s", len(leases), quoteList(leases), len(pins), quoteList(pins))
+	var parts []string
+	for _, k := range []struct {
+		what  string
+		names []string
+	}{{"cache lease", leases}, {"cache pin", pins}} {
+		switch len(k.names) {
+		case 0:
+		case 1:
+			parts = append(parts, fmt.Sprintf("1 %s %s", k.what, quoteList(k.names)))
+		default:
+			parts = append(parts, fmt.Sprintf("%d %ss %s", len(k.names), k.what, quoteList(k.names)))
+		}
+	}
+	return strings.Join(parts, " and ")
 }
 
 func quoteList(names []string) string {

@@ -496,13 +496,13 @@ func TestCacheOutstandingAtClose(t *testing.T) {
 	var oe *system.OutstandingError
 	require.ErrorAs(t, err, &oe, "a note, not a failure")
 	assert.Contains(t, err.Error(), "1 leases [v@cuda:0]")
-	assert.Contains(t, err.Error(), `1 cache leases ["A"] and 1 cache pins ["P"] still held (released at close)`)
+	assert.Contains(t, err.Error(), `1 cache lease ["A"] and 1 cache pin ["P"] still held (released at close)`)
 
 	// Only cache leases left: still a note.
 	r, sys = run(append(ops[:2:2], ops[4], ops[6]))
 	err = r.closeNote(sys.Close(ctx))
 	require.ErrorAs(t, err, &oe)
-	assert.Equal(t, `residency: closed with 1 cache leases ["A"] and 1 cache pins ["P"] still held (released at close)`, err.Error())
+	assert.Equal(t, `residency: closed with 1 cache lease ["A"] and 1 cache pin ["P"] still held (released at close)`, err.Error())
 
 	// Nothing left: nothing to say.
 	r, sys = run(ops[:2])
@@ -611,4 +611,25 @@ func readFile(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// Defect 12 (issue 18), end to end: a replay whose script leaves a cache
+// lease held ends with the note on standard error and exit status 0, and
+// an empty name is refused by every op that binds one.
+func TestReplayCloseNoteAndEmptyNames(t *testing.T) {
+	code, out, errOut := replayScript(t, `{"op":"start","locations":{"cuda:0":"1KiB"}}
+{"op":"cache_open","name":"c","location":"cuda:0"}
+{"op":"load","cache":"c","key":"k","peak":8,"resident":8,"as":"L"}
+{"op":"register","handle":"v","bytes":8,"at":"cuda:0"}
+{"op":"acquire","handle":"v","location":"cuda:0","as":"","expect":"InvalidInput"}
+{"op":"hold","handle":"v","location":"cuda:0","as":"","expect":"InvalidInput"}
+{"op":"decide","request":{"name":"r","requirements":[{"handle":"v","locations":["cuda:0"]}]},"as":"","expect":"InvalidInput"}
+{"op":"enter","as":"","plan":{},"expect":"InvalidInput"}
+{"op":"cache_pin","lease":"L","as":"","expect":"InvalidInput"}
+`, false)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	for _, kind := range []string{"lease", "hold", "decision", "scope"} {
+		assert.Contains(t, out, "a "+kind+" name must not be empty")
+	}
+	assert.Contains(t, errOut, `note: residency: closed with 1 cache lease ["L"] still held (released at close)`)
 }

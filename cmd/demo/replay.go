@@ -445,7 +445,7 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
 		r.closeStaging(closeCtx) // the script's write pipelines first (staging_ops.go)
-		return sys.Close(closeCtx)
+		return r.closeNote(sys.Close(closeCtx)) // cache leases and pins join the note (cache_ops.go)
 	}
 	if h.setup != nil {
 		h.setup(r)

@@ -323,11 +323,15 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		}
 		_, dupL := r.leases[o.as]
 		_, dupH := r.holds[o.as]
-		if (o.name == "acquire" && dupL) || (o.name == "hold" && dupH) {
+		if o.as == "" || (o.name == "acquire" && dupL) || (o.name == "hold" && dupH) {
 			if err := r.endpointFieldError(ctx, h, o.location); err != nil {
 				return true, err
 			}
-			return true, invalid("duplicate %s name %q", map[string]string{"acquire": "lease", "hold": "hold"}[o.name], o.as)
+			kind := map[string]string{"acquire": "lease", "hold": "hold"}[o.name]
+			if o.as == "" {
+				return true, invalid("a %s name must not be empty", kind)
+			}
+			return true, invalid("duplicate %s name %q", kind, o.as)
 		}
 		if o.name == "acquire" {
 			l, err := r.sys.Acquire(ctx, h, o.location)
@@ -432,9 +436,12 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 	case "decide":
 		// Fields: request, then as.
 		req := r.request(o.request)
-		if _, dup := r.decisions[o.as]; dup {
+		if _, dup := r.decisions[o.as]; dup || o.as == "" {
 			if _, err := r.sys.Decide(ctx, req); err != nil && isFieldError(err) {
 				return true, err
+			}
+			if o.as == "" {
+				return true, invalid("a decision name must not be empty")
 			}
 			return true, invalid("duplicate decision name %q", o.as)
 		}
@@ -450,6 +457,9 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		// `enter … as S` binds S whatever the outcome: a failed scope is
 		// still a scope (exiting it is invalid input), and scopes are
 		// single-use.
+		if o.as == "" {
+			return false, invalid("a scope name must not be empty")
+		}
 		if _, dup := r.scopes[o.as]; dup {
 			return false, invalid("scope %q already exists: a scope is single-use, enter a new one under another name", o.as)
 		}
