@@ -444,7 +444,7 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 	closeSys := func() error {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		r.closeStaging(closeCtx) // the script's write pipelines first (staging_ops.go)
+		r.closeStaging(closeCtx)                // the script's write pipelines first (staging_ops.go)
 		return r.closeNote(sys.Close(closeCtx)) // cache leases and pins join the note (cache_ops.go)
 	}
 	if h.setup != nil {
