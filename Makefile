@@ -1,13 +1,15 @@
-# residency — build, test, demo, benchmarks and fuzzing.
-# Everything a fresh machine needs is fetched by `go` itself (module proxy);
-# no GPU, no external server.
+# residency — build, test, demo, benchmarks, fuzzing and soak runs.
+# Go modules come through the module proxy; `make test` also installs two
+# Debian packages with apt when it runs as root (chromium for the browser
+# test of `demo serve`, etcd-server for the multi-process cluster tests;
+# see their targets below). No GPU, no external server.
 
 GO        ?= go
 FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test test-short demo bench fuzz vet fmt tidy proto cuda-sdk cuda-check gpu-check chromium etcd
+.PHONY: all build test test-short demo bench fuzz soak vet fmt tidy proto cuda-sdk cuda-check gpu-check chromium etcd
 
 all: build
 
@@ -66,9 +68,46 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./budget/ ./system/
 
-# Bounded native Go fuzzing of the ledger against a naive reference model.
+# Native Go fuzzing of every parser of outside input, and of the ledger
+# against a naive reference model: each target for FUZZTIME, one after
+# another (go test fuzzes one target per run). PKG:NAME pairs.
+FUZZ_TARGETS := \
+	budget:FuzzLedger \
+	cmd/demo:FuzzReplayScript \
+	cmd/demo:FuzzByteSize \
+	cmd/demo:FuzzNodeCommand \
+	cmd/demo:FuzzOffloadTrace \
+	system:FuzzEvidence
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./budget/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}/; name=$${t##*:}; \
+		echo "make fuzz: $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
+	done
+
+# The randomized model-based checkers for SOAKTIME each instead of their
+# bounded run in `make test`, all at once, race detector on (PKG:TEST
+# pairs; each reads RESIDENCY_SOAK, a Go duration). A checker with
+# subtests runs each subtest for SOAKTIME. Output goes to SOAK_DIR, one log
+# per checker; the target fails if any checker failed.
+SOAKTIME     ?= 30m
+SOAK_TIMEOUT ?= 3h
+SOAK_DIR     ?= soak-logs
+SOAK_TESTS := \
+	tests:TestCacheChecker \
+	cmd/demo:TestNamesChecker
+
+soak:
+	@mkdir -p $(SOAK_DIR); pids=""; \
+	for t in $(SOAK_TESTS); do \
+		pkg=./$${t%%:*}/; name=$${t##*:}; \
+		echo "make soak: $$name in $$pkg for $(SOAKTIME) (log: $(SOAK_DIR)/$$name.log)"; \
+		RESIDENCY_SOAK=$(SOAKTIME) $(GO) test -race -count=1 -v -run "^$$name\$$" -timeout $(SOAK_TIMEOUT) $$pkg > $(SOAK_DIR)/$$name.log 2>&1 & pids="$$pids $$!"; \
+	done; \
+	fail=0; for p in $$pids; do wait $$p || fail=1; done; \
+	for t in $(SOAK_TESTS); do name=$${t##*:}; tail -n 3 $(SOAK_DIR)/$$name.log; done; \
+	exit $$fail
 
 vet:
 	$(GO) vet $(PKGS)
