@@ -1114,7 +1114,11 @@ func (l *schedLag) run(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			// The time the timer channel carries is when the timer was
+			// due, not when this goroutine ran: a stalled process would
+			// show no lag. Read the clock here instead.
+			now := time.Now()
 			l.mu.Lock()
 			l.samples = append(l.samples, lagSample{now, now.Sub(want)})
 			l.mu.Unlock()
