@@ -46,6 +46,10 @@ type gpuBudget struct {
 	failure error     // set by fail: reserve returns it
 	drops   map[string]int64
 	flushes int64
+	// inflight is the part of the cap's bytes held by clones of tasks that
+	// left Pending (submitted, prioritized, flushed): their copy stages
+	// will release them without any further flush.
+	inflight int64
 }
 
 // budgetWaiter is one waiting reserve: n bytes, woken through wake (one
@@ -106,6 +110,25 @@ func (b *gpuBudget) poke() {
 	b.mu.Unlock()
 }
 
+// addInflight counts n more (or, negative, fewer) bytes on their way out.
+func (b *gpuBudget) addInflight(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.inflight += n
+	b.mu.Unlock()
+}
+
+// aheadLocked is the bytes the reserves queued before w wait for.
+func (b *gpuBudget) aheadLocked(w *budgetWaiter) int64 {
+	var n int64
+	for e := b.waiters.Front(); e != nil && e != w.at; e = e.Next() {
+		n += e.Value.(*budgetWaiter).n
+	}
+	return n
+}
+
 // fail makes every waiting and later reserve return err.
 func (b *gpuBudget) fail(err error) {
 	b.mu.Lock()
@@ -118,15 +141,23 @@ func (b *gpuBudget) fail(err error) {
 	b.mu.Unlock()
 }
 
-// reserve takes n bytes of the budget. With wait, a full budget (the
-// pipeline's cap, or the location's budget in the runtime) flushes the
-// deferred task with the oldest enqueue time and waits for a release,
-// again and again, until the bytes fit, ctx ends, or nothing of the
-// pipeline's is left to free (then the location's *budget.BudgetError).
-// Waiting reserves queue first in first out: a new one takes no bytes while
-// others wait, and a release wakes only the waiters its bytes can satisfy
-// (or the first, to flush again), so each look that finds no room is one
-// flush. Without wait (try-reserve) a full budget fails at once with a
+// reserve takes n bytes of the budget. With wait, a full budget flushes
+// deferred tasks, oldest enqueue time first, and waits for their releases,
+// until the bytes fit, ctx ends, or nothing of the pipeline's is left to
+// free (then the location's *budget.BudgetError):
+//
+//   - the pipeline's cap is short: flush just enough deferred tasks that
+//     the bytes on their way out (clones of tasks already queued, flushed
+//     or submitted) cover what this reserve, and those queued before it,
+//     lack; a look that finds them covered flushes nothing;
+//   - the location refused (its budget is shared with others, whose bytes
+//     the pipeline cannot see): flush one task when none is on its way out.
+//
+// The number of flushes therefore depends on the tasks and their sizes,
+// not on when the copies happen to finish. Waiting reserves queue first in
+// first out: a new one takes no bytes while others wait, and a release
+// wakes only the waiters its bytes can satisfy (or the first, to look
+// again). Without wait (try-reserve) a full budget fails at once with a
 // *DropError, counted by reason; a try-reserve does not queue, and takes
 // free bytes even while reserves wait.
 //
@@ -199,18 +230,33 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			w = &budgetWaiter{n: n, wake: make(chan struct{}, 1)}
 			w.at = b.waiters.PushBack(w)
 		}
-		used := b.book.Used()
-		b.mu.Unlock()
-
-		flushed := b.flush()
-		if flushed {
-			b.mu.Lock()
-			b.flushes++
+		if refused == nil {
+			// The cap is short by what the bytes on their way out do not
+			// cover.
+			for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() {
+				b.mu.Unlock()
+				flushed := b.flush()
+				b.mu.Lock()
+				if !flushed {
+					break
+				}
+				b.flushes++
+			}
 			b.mu.Unlock()
-		} else if refused != nil && used == 0 {
-			// Nothing of ours holds bytes or could be flushed: the location
-			// is full of others' bytes.
-			return nil, refused
+		} else {
+			inflight, used := b.inflight, b.book.Used()
+			b.mu.Unlock()
+			if inflight == 0 {
+				if b.flush() {
+					b.mu.Lock()
+					b.flushes++
+					b.mu.Unlock()
+				} else if used == 0 {
+					// Nothing of ours holds bytes or could be flushed: the
+					// location is full of others' bytes.
+					return nil, refused
+				}
+			}
 		}
 		select {
 		case <-w.wake:
@@ -236,6 +282,32 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 		err = errors.Join(err, cerr)
 	}
 	return err
+}
+
+// releaseAll returns the bytes of tickets (one task's clones) together,
+// inflight of them having been on their way out, and wakes waiting reserves
+// once.
+func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64) error {
+	var errs []error
+	var held []*ticket
+	for _, t := range ts {
+		if t.released.Swap(true) {
+			errs = append(errs, fmt.Errorf("staging: ticket %s released twice", t.name))
+			continue
+		}
+		errs = append(errs, b.rt.Unreserve(ctx, t.name))
+		held = append(held, t)
+	}
+	b.mu.Lock()
+	for _, t := range held {
+		if t.gpu {
+			errs = append(errs, b.book.Release(&t.claim))
+		}
+	}
+	b.inflight -= inflight
+	b.signalLocked(true)
+	b.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 type budgetState struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -140,7 +141,7 @@ func (pr *ckProducer) op() {
 	if len(pr.tasks) > 10 {
 		w["open"] = 0
 	}
-	switch r.pickWith(pr.rng, w) {
+	switch pickFrom(pr.rng, w) {
 	case "stage":
 		pr.stage()
 	case "release":
@@ -198,7 +199,7 @@ func (pr *ckProducer) op() {
 		t := pr.tasks[pr.rng.IntN(len(pr.tasks))]
 		err := r.p.Submit(r.ctx, t.task)
 		pr.logf("submit %s: %v", t.name, err)
-		if err != nil && !(r.faulted && (isFailure(err) || injected(err))) {
+		if err != nil && !(r.faulted.Load() && (isFailure(err) || injected(err))) {
 			r.errf("submit %s: %v", t.name, err)
 			return
 		}
@@ -216,7 +217,7 @@ func (pr *ckProducer) op() {
 		r.mu.Unlock()
 		err := r.p.Prioritize(r.ctx, ids...)
 		pr.logf("prioritize %v: %v", ids, err)
-		if err != nil && !(r.faulted && (isFailure(err) || injected(err))) {
+		if err != nil && !(r.faulted.Load() && (isFailure(err) || injected(err))) {
 			r.errf("prioritize: %v", err)
 		}
 	case "wait":
@@ -241,7 +242,7 @@ func (pr *ckProducer) op() {
 		switch {
 		case stuck && r.ctx.Err() == nil:
 			r.errf("wait %s (%s): no progress in 20s", t.name, t.task.State())
-		case err != nil && !r.faulted:
+		case err != nil && !r.faulted.Load():
 			r.errf("wait %s: %v", t.name, err)
 		}
 	case "read_row":
@@ -254,10 +255,7 @@ func (pr *ckProducer) op() {
 			}
 		}
 	case "fault":
-		r.mu.Lock()
-		already := r.faulted
-		r.faulted = true
-		r.mu.Unlock()
+		already := r.faulted.Swap(true)
 		if already {
 			return
 		}
@@ -268,13 +266,6 @@ func (pr *ckProducer) op() {
 		pr.logf("fault %s at %s", kind, loc)
 		r.rt.be.Faults().Arm(kind, loc)
 	}
-}
-
-func (r *ckRound) pickWith(rng *rand.Rand, w map[string]int) string {
-	saved := r.rng
-	r.rng = rng
-	defer func() { r.rng = saved }()
-	return r.pick(w)
 }
 
 func (pr *ckProducer) stage() {
@@ -312,7 +303,7 @@ func (pr *ckProducer) stage() {
 		}
 		return
 	case err != nil:
-		if !(r.faulted && (isFailure(err) || injected(err))) {
+		if !(r.faulted.Load() && (isFailure(err) || injected(err))) {
 			r.errf("stage: %v", err)
 		}
 		if g != nil {
@@ -344,8 +335,27 @@ func (r *ckRound) lostRow(t *ckTask, rows []staging.Row) bool {
 				return true
 			}
 		}
+		for o, rs := range r.appending {
+			if o != t && slices.ContainsFunc(rs, func(x staging.Row) bool { return x.Key == row.Key && x.Slot == row.Slot }) {
+				return true
+			}
+		}
 	}
 	return false
+}
+
+// appendStart and appendEnd bracket an append: while it runs, its rows
+// may already be taken from other tasks.
+func (r *ckRound) appendStart(t *ckTask, rows []staging.Row) {
+	r.mu.Lock()
+	r.appending[t] = rows
+	r.mu.Unlock()
+}
+
+func (r *ckRound) appendEnd(t *ckTask) {
+	r.mu.Lock()
+	delete(r.appending, t)
+	r.mu.Unlock()
 }
 
 func (pr *ckProducer) checkAppend(t *ckTask, rows []staging.Row, err error) bool {
@@ -364,7 +374,7 @@ func (pr *ckProducer) checkAppend(t *ckTask, rows []staging.Row, err error) bool
 		if !ref.Reassigned && ref.State < staging.Copying {
 			r.errf("append to %s refused with state %s", t.name, ref.State)
 		}
-	case r.faulted && (isFailure(err) || injected(err)):
+	case r.faulted.Load() && (isFailure(err) || injected(err)):
 	case r.devBudget > 0 && errors.As(err, new(*budget.BudgetError)):
 		// a clone above the device budget never fits
 	default:
@@ -380,6 +390,7 @@ func (pr *ckProducer) appendStep(t *ckTask) {
 	}
 	s := pr.steps[pr.rng.IntN(len(pr.steps))]
 	rows := r.chunkRows(pr.rng, int64(len(s.data)))
+	r.appendStart(t, rows)
 	start := r.tick.Add(1)
 	err := t.task.Append(r.ctx, staging.Chunk{Step: s.step, Rows: rows})
 	end := r.tick.Add(1)
@@ -390,7 +401,9 @@ func (pr *ckProducer) appendStep(t *ckTask) {
 		}
 		return
 	}
-	if !pr.checkAppend(t, rows, err) {
+	ok := pr.checkAppend(t, rows, err)
+	r.appendEnd(t)
+	if !ok {
 		return
 	}
 	r.mu.Lock()
@@ -430,38 +443,32 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 	// chunks were accepted before it began and that are still before
 	// HOST_READY after it ended.
 	r.mu.Lock()
-	type held struct {
-		t     *ckTask
-		bytes int64
-	}
-	var before []held
+	// At most this much is held when the append begins (no other append in
+	// flight): the clones of tasks not yet HOST_READY then.
+	var hi int64
 	for _, o := range r.tasks {
-		if o.mode == staging.JoinOnFinish && o.cloneBytes > 0 {
-			before = append(before, held{o, o.cloneBytes})
+		if o.mode == staging.JoinOnFinish && o.cloneBytes > 0 && o.task.State() < staging.HostReady {
+			hi += o.cloneBytes
 		}
 	}
 	r.mu.Unlock()
 	active := r.ofActive.Add(1) - 1
+	defer r.ofActive.Add(-1) // after the model has the append's bytes
 	epoch := r.ofEpoch.Add(1)
+	r.appendStart(t, rows)
+	defer r.appendEnd(t)
 	start := r.tick.Add(1)
 	err = t.task.Append(r.ctx, staging.Chunk{Device: dev, Freeze: ev, Rows: rows, NoWait: noWait})
 	end := r.tick.Add(1)
 	alone := active == 0 && r.ofEpoch.Load() == epoch
-	r.ofActive.Add(-1)
 	pr.logf("append %s clone %d bytes rows %v nowait=%v: %v", t.name, n, rows, noWait, err)
 	var drop *staging.DropError
 	if errors.As(err, &drop) {
 		if !noWait {
 			r.errf("a blocking append was dropped: %v", err)
 		}
-		var lo int64
-		for _, h := range before {
-			if st := h.t.task.State(); st < staging.HostReady {
-				lo += h.bytes
-			}
-		}
-		if alone && drop.Reason == staging.DropBudget && lo+n <= r.cfg.CloneBudgetBytes && lo == r.heldNow() {
-			r.errf("clone of %d bytes dropped for the GPU-byte budget with %d of %d held and no other append in flight", n, lo, r.cfg.CloneBudgetBytes)
+		if alone && drop.Reason == staging.DropBudget && hi+n <= r.cfg.CloneBudgetBytes {
+			r.errf("clone of %d bytes dropped for the GPU-byte budget with at most %d of %d held and no other append in flight", n, hi, r.cfg.CloneBudgetBytes)
 		}
 		return
 	}
@@ -477,10 +484,6 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 	}
 	r.claimRows(t, rows, data, start, end)
 }
-
-// heldNow: the clone bytes the pipeline reports now (to rule out drops
-// made while bytes were admitted for appends that then failed).
-func (r *ckRound) heldNow() int64 { return r.p.Stats().CloneBytes }
 
 // readRow reads a row of one of the producer's tasks: its own bytes, or
 // the bytes of a later append of the row (which may have written the pool
@@ -520,7 +523,7 @@ func (pr *ckProducer) readRow() {
 		r.errf("read_row %s %v: no progress in 20s", t.name, k)
 		return
 	}
-	if err != nil && r.faulted && (isFailure(err) || injected(err)) {
+	if err != nil && r.faulted.Load() && (isFailure(err) || injected(err)) {
 		return
 	}
 	r.mu.Lock()

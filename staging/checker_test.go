@@ -56,6 +56,9 @@ import (
 
 const ckRowBytes = 16
 
+// ckTail is how many operations a failure prints.
+var ckTail = 40
+
 // ckSoak returns the soak duration (RESIDENCY_SOAK), 0 when unset.
 func ckSoak(t *testing.T) time.Duration {
 	s := os.Getenv("RESIDENCY_SOAK")
@@ -79,6 +82,7 @@ func TestPipelineModelChecker(t *testing.T) {
 			t.Fatalf("STAGING_CHECKER_SEED=%q: %v", s, err)
 		}
 		base, rounds, soak = v, 1, 0
+		ckTail = 1000 // the whole round
 	}
 	start := time.Now()
 	var seqN, concN, ops int
@@ -187,14 +191,16 @@ type ckRound struct {
 	p         *staging.Pipeline
 	cfg       staging.Config
 	devBudget int64
-	ctx       context.Context
+	ctx       context.Context // the operation's (see timed)
+	roundCtx  context.Context
 	cancel    context.CancelFunc
 	hooks     *ckHooks
 	ops       int
 
-	emu   sync.Mutex // guards oplog and err (taken inside mu too)
-	oplog []string
-	err   error
+	emu    sync.Mutex  // guards oplog and err (taken inside mu too)
+	strict atomic.Bool // every error counts, even after a failure
+	oplog  []string
+	err    error
 
 	mu sync.Mutex // concurrent rounds: guards what follows
 
@@ -208,18 +214,19 @@ type ckRound struct {
 	peak    int64
 	flushes int64
 	drops   map[string]int64
-	faulted bool // a fault was armed: injected failures may show
+	faulted atomic.Bool // a fault was armed: injected failures may show
 	staged  int64
 
 	// the copy queue held at its first claim (sequential, not eager)
-	paused   bool
-	head     *ckTask
-	jobs     []ckJob
-	pauseAt  int // index in hooks.claims of the held claim
-	bg       *ckBackground
-	tick     atomic.Int64
-	ofActive atomic.Int64 // concurrent: JOIN_ON_FINISH appends in flight
-	ofEpoch  atomic.Int64
+	paused    bool
+	head      *ckTask
+	jobs      []ckJob
+	pauseAt   int // index in hooks.claims of the held claim
+	bg        *ckBackground
+	tick      atomic.Int64
+	appending map[*ckTask][]staging.Row // concurrent: rows of appends in flight
+	ofActive  atomic.Int64              // concurrent: JOIN_ON_FINISH appends in flight
+	ofEpoch   atomic.Int64
 }
 
 // ckBackground is a blocking append running while the copy queue is held.
@@ -236,7 +243,7 @@ type ckBackground struct {
 func newCkRound(t *testing.T, seed uint64) *ckRound {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	r := &ckRound{t: t, seed: seed, rng: rng, byID: map[staging.TaskID]*ckTask{}, rows: map[ckRow]*ckRowState{},
-		drops: map[string]int64{}, pauseAt: -1}
+		drops: map[string]int64{}, pauseAt: -1, appending: map[*ckTask][]staging.Row{}}
 	r.conc = rng.IntN(3) == 0
 	r.eager = rng.IntN(4) == 0
 	r.cfg = staging.Config{
@@ -279,6 +286,12 @@ func (r *ckRound) timed(op func()) {
 }
 
 func (r *ckRound) errf(format string, args ...any) {
+	if !r.strict.Load() && r.p != nil && r.p.Err() != nil {
+		// A failure (an armed fault) poisoned the pipeline while the
+		// operation ran: poisoned() checks what follows.
+		r.logf("after the failure: "+format, args...)
+		return
+	}
 	r.emu.Lock()
 	defer r.emu.Unlock()
 	if r.err == nil {
@@ -301,13 +314,14 @@ func (r *ckRound) logf(format string, args ...any) {
 func (r *ckRound) tail() string {
 	r.emu.Lock()
 	defer r.emu.Unlock()
-	from := max(0, len(r.oplog)-40)
+	from := max(0, len(r.oplog)-ckTail)
 	return "  " + strings.Join(r.oplog[from:], "\n  ")
 }
 
 func (r *ckRound) run() {
 	r.ctx, r.cancel = context.WithTimeout(context.Background(), 2*time.Minute)
 	defer r.cancel()
+	r.roundCtx = r.ctx
 	rt, err := newCkRuntime(r.devBudget)
 	if err != nil {
 		r.errf("runtime: %v", err)
@@ -388,7 +402,7 @@ func (h *ckHooks) onClaim(id staging.TaskID) {
 
 // onCommit: with one committer, pool writes follow the order in which the
 // copy stages finished, which is the order of the claims (one copy queue).
-func (h *ckHooks) onCommit(id staging.TaskID, _ error) {
+func (h *ckHooks) onCommit(id staging.TaskID, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i, ok := h.claimAt[id]
@@ -402,7 +416,7 @@ func (h *ckHooks) onCommit(id staging.TaskID, _ error) {
 		h.violation = fmt.Sprintf("task %d committed twice", id)
 	}
 	h.committed[id] = true
-	if !h.order {
+	if !h.order || err != nil { // a failed copy stage is reported by the copy queue
 		return
 	}
 	for _, earlier := range h.claims[:i] {
@@ -679,7 +693,7 @@ func (r *ckRound) waitFor(d time.Duration, cond func() bool) bool {
 // settle waits until every enqueued task is terminal, then observes.
 func (r *ckRound) settle() {
 	for _, t := range r.tasks {
-		if !t.enqueued && !(r.faulted && r.p.Err() != nil) {
+		if !t.enqueued && !(r.faulted.Load() && r.p.Err() != nil) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 20*time.Second)
@@ -856,7 +870,13 @@ func (r *ckRound) verifyOrder() {
 	from := r.pauseAt
 	r.pauseAt = -1
 	want := r.expectedOrder()
-	got := r.hooks.claimsFrom(from)
+	// Every job of the window is claimed before anything else may join
+	// the queue (the caller let everything held go).
+	var got []staging.TaskID
+	r.waitFor(10*time.Second, func() bool {
+		got = r.hooks.claimsFrom(from)
+		return len(got) >= len(want)
+	})
 	if len(got) > len(want) {
 		got = got[:len(want)]
 	}
@@ -945,7 +965,10 @@ func (r *ckRound) looseChecks() {
 	}
 }
 
-func (r *ckRound) pick(w map[string]int) string {
+func (r *ckRound) pick(w map[string]int) string { return pickFrom(r.rng, w) }
+
+// pickFrom draws a key of w with probability proportional to its weight.
+func pickFrom(rng *rand.Rand, w map[string]int) string {
 	total := 0
 	keys := make([]string, 0, len(w))
 	for k, v := range w {
@@ -955,7 +978,7 @@ func (r *ckRound) pick(w map[string]int) string {
 		}
 	}
 	slices.Sort(keys)
-	x := r.rng.IntN(total)
+	x := rng.IntN(total)
 	for _, k := range keys {
 		x -= w[k]
 		if x < 0 {
@@ -1018,7 +1041,9 @@ func (r *ckRound) seqOp() {
 		name := fmt.Sprint("t", len(r.tasks))
 		r.logf("open %s %s: %v", name, mode, err)
 		if err != nil {
-			r.errf("open: %v", err)
+			if !(r.faulted.Load() && isFailure(err)) {
+				r.errf("open: %v", err)
+			}
 			return
 		}
 		r.newTask(name, task, mode, 0)
@@ -1083,7 +1108,7 @@ func (r *ckRound) seqOp() {
 			err = t.task.Wait(r.ctx)
 		}
 		r.logf("wait %s host_ready=%v: %v (%s)", t.name, hostOnly, err, t.task.State())
-		if err != nil && !r.faulted {
+		if err != nil && !r.faulted.Load() {
 			r.errf("wait %s: %v", t.name, err)
 		}
 		if err == nil && !hostOnly && t.task.State() != staging.Written {
@@ -1128,7 +1153,7 @@ func (r *ckRound) seqOp() {
 		}
 		k := kinds[r.rng.IntN(len(kinds))]
 		r.logf("fault %s at %s", k.kind, k.loc)
-		r.faulted = true
+		r.faulted.Store(true)
 		r.rt.be.Faults().Arm(k.kind, k.loc)
 	}
 }
@@ -1150,9 +1175,10 @@ func (r *ckRound) resume() {
 		close(ch)
 	}
 	r.logf("resume the copy queue")
+	r.openAll()
+	defer r.verifyOrder()
 	if bg := r.bg; bg != nil {
 		r.bg = nil
-		r.openAll()
 		var err error
 		select {
 		case err = <-bg.done:
@@ -1182,7 +1208,7 @@ func (r *ckRound) seqStage() {
 	if data != nil {
 		if dev, err = r.devBuf(data); err != nil {
 			r.logf("stage: device buffer: %v", err)
-			if !(r.faulted && injected(err)) {
+			if !(r.faulted.Load() && injected(err)) {
 				r.errf("device buffer: %v", err)
 			}
 			return
@@ -1207,6 +1233,9 @@ func (r *ckRound) seqStage() {
 	step, err := r.p.Stage(r.ctx, dev, ev)
 	name := fmt.Sprint("s", len(r.steps))
 	r.logf("stage %s (%d bytes, gate %v): %v", name, len(data), g != nil, errOr(err, func() string { return fmt.Sprint("slot ", step.Slot()) }))
+	if err != nil && g != nil {
+		g.openOnce() // never used
+	}
 	switch {
 	case int64(len(data)) > r.cfg.SlotBytes:
 		var ov *staging.SlotOverflowError
@@ -1214,7 +1243,7 @@ func (r *ckRound) seqStage() {
 			r.errf("stage of %d bytes into %d-byte slots: %v, want a SlotOverflowError", len(data), r.cfg.SlotBytes, err)
 		}
 		return
-	case err != nil && r.faulted && injected(err):
+	case err != nil && r.faulted.Load() && injected(err):
 		return
 	case errors.Is(err, staging.ErrNoSlot):
 		if len(held) < r.cfg.Slots && r.quiet() {
@@ -1256,11 +1285,12 @@ func errOr(err error, ok func() string) string {
 	return ok()
 }
 
-// pendingSlotCopy: some step's copy still waits for a freeze event and its
-// step no longer holds the slot.
+// pendingSlotCopy: the copy of some step that no longer holds its slot has
+// not landed (it may wait, on the device→host stream, behind a copy that
+// waits for a freeze event).
 func (r *ckRound) pendingSlotCopy() bool {
 	for _, s := range r.steps {
-		if s.gate != nil && !s.gate.opened.Load() && (s.released || s.releasing) {
+		if ev := s.step.Event(); (s.released || s.releasing) && ev != nil && !ev.Query() {
 			return true
 		}
 	}
@@ -1345,7 +1375,7 @@ func (r *ckRound) checkRefused(t *ckTask, exp string, err error) (accepted bool)
 		return false
 	case isFailure(err) && r.p.Err() != nil:
 		return false
-	case r.faulted && injected(err):
+	case r.faulted.Load() && injected(err):
 		return false
 	}
 	r.errf("append to %s: %v", t.name, err)
@@ -1432,7 +1462,7 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 	dev, err := r.devBuf(data)
 	if err != nil {
 		r.logf("append: device buffer: %v", err)
-		if !(r.faulted && injected(err)) {
+		if !(r.faulted.Load() && injected(err)) {
 			r.errf("device buffer: %v", err)
 		}
 		return
@@ -1454,7 +1484,6 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 	// blocking append flushes every deferred task, then returns the
 	// location's refusal.
 	tooBig := r.devBudget > 0 && n > r.devBudget && !noWait && exp == ""
-	flushesBefore := r.flushes
 	for _, f := range flushed {
 		f.enqueued = true
 		r.flushes++
@@ -1493,12 +1522,8 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 	if err == nil && noWait && (!fitsCap(usedLo) || !fitsLoc(usedLo)) {
 		r.errf("try-reserve of %d bytes accepted with at least %d of %d held (device budget %d)", n, usedLo, r.cfg.CloneBudgetBytes, r.devBudget)
 	}
-	if err != nil && injected(err) && r.faulted {
-		r.flushes = flushesBefore
-		for _, f := range flushed {
-			f.enqueued = false
-		}
-		return
+	if err != nil && injected(err) && r.faulted.Load() {
+		return // the clone's allocation failed: the flushes before it stay
 	}
 	if self && exp == "" {
 		exp = "state"
@@ -1526,18 +1551,23 @@ func (r *ckRound) pendingCloneBytes() int64 {
 }
 
 func (r *ckRound) finishCloneAppend(t *ckTask, n int64, rows []staging.Row, data []byte, exp string, err error) {
-	r.observe() // flushed tasks released their clones before this append's bytes were admitted
 	if !r.checkRefused(t, exp, err) {
+		r.observe()
 		return
 	}
 	t.chunks++
+	// The rows first: a task this append flushed may have been written
+	// before or after the append took them.
+	tick := r.tick.Add(1)
+	r.claimRows(t, rows, data, tick, tick)
+	// Then the flushed tasks, which released their clones before this
+	// append's bytes were admitted.
+	r.observe()
 	t.cloneBytes += n
 	if !t.hostReady {
 		r.used += n
 	}
 	r.peak = max(r.peak, r.used)
-	tick := r.tick.Add(1)
-	r.claimRows(t, rows, data, tick, tick)
 }
 
 // simulateFlush returns the deferred tasks a blocking append of n bytes to
@@ -1572,14 +1602,15 @@ func (r *ckRound) backgroundAppend(t *ckTask, n int64, data []byte, rows []stagi
 	}
 	dev, err := r.devBuf(data)
 	if err != nil {
-		if !(r.faulted && injected(err)) {
+		if !(r.faulted.Load() && injected(err)) {
 			r.errf("device buffer: %v", err)
 		}
 		return
 	}
 	bg := &ckBackground{t: t, n: n, rows: rows, data: data, flushed: flushed, self: self, done: make(chan error, 1)}
 	before := r.p.Stats().Flushes
-	go func() { bg.done <- t.task.Append(r.ctx, staging.Chunk{Device: dev, Rows: rows}) }()
+	ctx := r.roundCtx // it outlives this operation
+	go func() { bg.done <- t.task.Append(ctx, staging.Chunk{Device: dev, Rows: rows}) }()
 	r.bg = bg
 	for _, f := range flushed {
 		f.enqueued = true
@@ -1670,7 +1701,7 @@ func (r *ckRound) seqEnqueue(prioritize bool, ts []*ckTask) {
 		err = r.p.Submit(r.ctx, r.handles(ts)...)
 	}
 	r.logf("%s %v: %v", map[bool]string{true: "prioritize", false: "submit"}[prioritize], r.names(ids), err)
-	if err != nil && !(r.faulted && (injected(err) || isFailure(err))) {
+	if err != nil && !(r.faulted.Load() && (injected(err) || isFailure(err))) {
 		r.errf("enqueue: %v", err)
 		return
 	}
@@ -1718,7 +1749,7 @@ func (r *ckRound) seqReadRow() {
 	}
 	got, err := t.task.ReadRow(r.ctx, k.key, k.slot)
 	r.logf("read_row %s %v: %x %v", t.name, k, got, err)
-	if err != nil && r.faulted && (injected(err) || isFailure(err)) {
+	if err != nil && r.faulted.Load() && (injected(err) || isFailure(err)) {
 		return
 	}
 	_, has := t.rows[k]
@@ -1749,13 +1780,14 @@ func (r *ckRound) seqReadRow() {
 // task; every pending task fails with it; every later entry returns it;
 // every waiter returns.
 func (r *ckRound) poisoned() {
+	r.strict.Store(true)
 	rec := r.p.Err()
 	var fe *staging.FailedError
 	if !errors.As(rec, &fe) {
 		r.errf("the failure record is %T %v, want *FailedError", rec, rec)
 		return
 	}
-	if !r.faulted {
+	if !r.faulted.Load() {
 		r.errf("the pipeline failed with no fault armed: %v", rec)
 		return
 	}
@@ -1809,6 +1841,7 @@ func (r *ckRound) poisoned() {
 // ---- the end of a round: close and check that everything is released ----
 
 func (r *ckRound) finish() {
+	r.strict.Store(true)
 	r.openAll()
 	r.resume()
 	r.settle()
@@ -1839,7 +1872,7 @@ func (r *ckRound) finish() {
 		st := t.task.State()
 		switch {
 		case st == staging.Written:
-		case st == staging.Failed && (poisoned || r.faulted):
+		case st == staging.Failed && (poisoned || r.faulted.Load()):
 		default:
 			r.errf("after Close task %s is %s", t.name, st)
 		}

@@ -140,14 +140,102 @@ func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {
 	p.landingReleased(tk.bytes)
 }
 
-// HostReady drops the device clones and releases their budget tickets.
-func (e *env) HostReady(t *actors.StagingTask, chunks []*actors.StagingChunk) {
+// Accept takes chunk c into task at (called by its actor, which has
+// checked that the copy stage is not claimed). In this order, each step
+// able to refuse before anything is taken: a row the task lost to a later
+// task refuses the chunk; a JOIN_NEXT_STEP chunk adds the task to its
+// slot's holders, which needs the chunk's step still holding the slot; a
+// JOIN_ON_FINISH chunk starts its clone copy (unless eager: copied
+// already) and counts its bytes; then the task owns the chunk's rows, and
+// the older tasks that wrote them lose them.
+func (e *env) Accept(at *actors.StagingTask, state messages.TaskState, c *actors.StagingChunk) error {
 	p := (*Pipeline)(e)
-	for _, c := range chunks {
-		if c.Clone != nil {
-			p.dropClone(c)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.tasks[at.ID]
+	if t == nil {
+		return ErrClosed // not reached: a task is known until it is done
+	}
+	rows := make([]int, len(c.Rows))
+	for i, r := range c.Rows {
+		rows[i] = p.poolRow(p.keys[r.Key], r.Slot) // checked by checkChunk
+		if _, lost := t.lost[rows[i]]; lost {
+			return &AppendRefusedError{Task: at.ID, State: state, Reassigned: true}
 		}
 	}
+	switch at.Mode {
+	case messages.JoinNextStep:
+		if err := p.slots.holdWith(c.Slot, holder{step: c.Step.(*Step)}, holder{task: at.ID}); err != nil {
+			return err
+		}
+	case messages.JoinOnFinish:
+		if c.CloneEvent == nil {
+			ev, err := p.cloner.copyAfter(c.Clone, c.Src, c.Freeze)
+			if err != nil {
+				return err
+			}
+			c.CloneEvent = ev
+		}
+		c.Src, c.Freeze = nil, nil
+		n := c.Clone.Size()
+		t.clone += n
+		if state == messages.TaskPending {
+			p.deferred[at.ID] = t
+		} else {
+			p.budget.addInflight(n) // queued already: on its way out
+		}
+	}
+	for _, k := range rows {
+		if prev := p.owners[k]; prev != nil && prev != t {
+			prev.lost[k] = struct{}{}
+		}
+		p.owners[k] = t
+		t.has[k] = struct{}{}
+	}
+	return nil
+}
+
+// Queued: the task left Pending (submitted, prioritized or flushed): it is
+// no longer deferred, and its clone bytes are on their way out.
+func (e *env) Queued(at *actors.StagingTask, _ []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.deferred, at.ID)
+	if t := p.tasks[at.ID]; t != nil && !t.left {
+		t.left = true
+		p.budget.addInflight(t.clone)
+	}
+}
+
+// HostReady drops the device clones and releases their budget tickets,
+// all at once: waiting reserves see the task's bytes come back together.
+// (The copy stage waited for each clone's copy before landing it.)
+func (e *env) HostReady(at *actors.StagingTask, chunks []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	p.mu.Lock()
+	var leaving int64
+	if t := p.tasks[at.ID]; t != nil {
+		if t.left {
+			leaving = t.clone
+		}
+		t.clone = 0
+	}
+	p.mu.Unlock()
+	var tickets []*ticket
+	for _, c := range chunks {
+		if c.Clone == nil {
+			continue
+		}
+		if c.CloneEvent != nil && !c.CloneEvent.Query() {
+			p.dropClone(c) // not reached: the landing copy waited for it
+			continue
+		}
+		_ = p.be.Free(c.Clone)
+		c.Clone = nil
+		tickets = append(tickets, c.Ticket.(*ticket))
+	}
+	_ = p.budget.releaseAll(context.Background(), tickets, leaving)
 }
 
 // dropClone frees c's clone and releases its ticket, once the clone copy
@@ -183,9 +271,16 @@ func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 // run: a step whose rows land on consecutive pool rows is written with a
 // single large copy, which the Go runtime does with non-temporal stores
 // beyond 1 MiB).
+//
+// A row that a later task took (its newest append is another task's) is
+// skipped: ownership is read under the pool's lock, row by row, so the
+// newest append wins whatever order the two tasks are written in.
 func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk, plan []actors.ScatterRow) error {
 	p := (*Pipeline)(e)
 	n := p.cfg.RowBytes
+	p.mu.Lock()
+	task := p.tasks[t.ID]
+	p.mu.Unlock()
 	// Pool offsets, checked before anything is written.
 	offs := make([]int64, len(plan))
 	sorted := true // plan rows in chunk order (always, for one chunk)
@@ -218,9 +313,17 @@ func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*ac
 		if t.Mode == messages.JoinNextStep {
 			src = c.SlotBuf
 		}
-		rows := order[lo:hi]
+		chunkRows := order[lo:hi]
+		var rows []int
 		err := p.hostView(ctx, src, func(b []byte) {
 			p.poolMu.Lock()
+			taken := func(r int) bool { return p.owners[offs[r]/n] != task }
+			rows = chunkRows
+			p.mu.Lock()
+			if slices.ContainsFunc(chunkRows, taken) {
+				rows = slices.DeleteFunc(slices.Clone(chunkRows), taken)
+			}
+			p.mu.Unlock()
 			for i := 0; i < len(rows); {
 				// The run of rows contiguous in both the chunk and the pool.
 				first := rows[i]
@@ -264,6 +367,14 @@ func (e *env) Written(t *actors.StagingTask, chunks []*actors.StagingChunk) {
 func (e *env) Failed(t *actors.StagingTask, chunks []*actors.StagingChunk, err error) {
 	p := (*Pipeline)(e)
 	p.publishFailure(t, err)
+	p.mu.Lock()
+	if task := p.tasks[t.ID]; task != nil {
+		if task.left {
+			p.budget.addInflight(-task.clone)
+		}
+		task.clone = 0
+	}
+	p.mu.Unlock()
 	for _, c := range chunks {
 		if c.Clone != nil {
 			p.dropClone(c)
@@ -292,12 +403,11 @@ func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if task := p.tasks[t.ID]; task != nil {
-		for _, k := range task.rows {
+		for k := range task.has {
 			if p.owners[k] == task {
 				p.owners[k] = nil
 			}
 		}
-		task.rows = nil
 	}
 	delete(p.tasks, t.ID)
 	delete(p.deferred, t.ID)

@@ -88,13 +88,18 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 	}
 }
 
-// hold adds h to slot i, which must be held already (by its step).
-func (p *slotPool) hold(i int, h holder) error {
+// holdWith adds h to the holders of slot i, which by must hold (else
+// ErrStepReleased): a task
+// binds to a slot only through the step whose copy the slot carries (once
+// that step let go, the slot may carry another step). Holders are a set:
+// a task that holds the slot already (an earlier chunk of the same step)
+// stays one holder, released once at its pool write.
+func (p *slotPool) holdWith(i int, by, h holder) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.slots[i]
-	if len(s.holders) == 0 {
-		return fmt.Errorf("staging: slot %d is not held: %w", i, ErrStepReleased)
+	if _, ok := s.holders[by]; !ok {
+		return ErrStepReleased
 	}
 	s.holders[h] = struct{}{}
 	return nil
