@@ -55,9 +55,10 @@ type gpuBudget struct {
 // budgetWaiter is one waiting reserve: n bytes, woken through wake (one
 // buffered token: a wake that comes while it is looking is not lost).
 type budgetWaiter struct {
-	n    int64
-	wake chan struct{}
-	at   *list.Element // its place in gpuBudget.waiters
+	n      int64
+	wake   chan struct{}
+	at     *list.Element // its place in gpuBudget.waiters
+	asleep bool          // waiting for a wake (guarded by gpuBudget.mu)
 }
 
 func (w *budgetWaiter) signal() {
@@ -258,11 +259,17 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 				}
 			}
 		}
+		b.mu.Lock()
+		w.asleep = true
+		b.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		b.mu.Lock()
+		w.asleep = false
+		b.mu.Unlock()
 	}
 }
 
@@ -313,6 +320,7 @@ func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64
 type budgetState struct {
 	used, peak, flushes int64
 	drops               map[string]int64
+	asleep              int // waiting reserves asleep with no wake on its way
 }
 
 func (b *gpuBudget) state() budgetState {
@@ -322,5 +330,11 @@ func (b *gpuBudget) state() budgetState {
 	for k, v := range b.drops {
 		d[k] = v
 	}
-	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d}
+	asleep := 0
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*budgetWaiter); w.asleep && len(w.wake) == 0 {
+			asleep++
+		}
+	}
+	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d, asleep: asleep}
 }

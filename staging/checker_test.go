@@ -690,8 +690,21 @@ func (r *ckRound) waitFor(d time.Duration, cond func() bool) bool {
 
 // ---- settling and exact checks (sequential rounds, and the end of every round) ----
 
-// settle waits until every enqueued task is terminal, then observes.
+// settle waits until every enqueued task is terminal and, when nothing is
+// held, every step's copy has landed; then it observes.
 func (r *ckRound) settle() {
+	if r.quiet() {
+		for _, s := range r.steps {
+			if ev := s.step.Event(); ev != nil {
+				select {
+				case <-ev.Done():
+				case <-time.After(20 * time.Second):
+					r.errf("step %s's copy did not land within 20s although nothing holds it", s.name)
+					return
+				}
+			}
+		}
+	}
 	for _, t := range r.tasks {
 		if !t.enqueued && !(r.faulted.Load() && r.p.Err() != nil) {
 			continue
@@ -1228,8 +1241,10 @@ func (r *ckRound) seqStage() {
 		ev = g
 	}
 	held, _ := r.slotsHeld()
-	// The lowest free slot when the model is exact; with tasks in flight a
-	// slot the model holds for one of them may have been released.
+	// The lowest free slot when the model is exact: no task in flight (it
+	// may have released its slot) and no step copy in flight (a free slot
+	// of another size is not ready until its last copy landed).
+	copiesInFlight := r.stepCopiesInFlight()
 	step, err := r.p.Stage(r.ctx, dev, ev)
 	name := fmt.Sprint("s", len(r.steps))
 	r.logf("stage %s (%d bytes, gate %v): %v", name, len(data), g != nil, errOr(err, func() string { return fmt.Sprint("slot ", step.Slot()) }))
@@ -1262,7 +1277,7 @@ func (r *ckRound) seqStage() {
 	}
 	slot := step.Slot()
 	r.checkSlotFree(slot)
-	if r.quiet() || r.allSlotHoldersCertain() {
+	if r.allSlotHoldersCertain() && !copiesInFlight {
 		want := -1
 		for i := range r.cfg.Slots {
 			if !held[i] {
@@ -1291,6 +1306,16 @@ func errOr(err error, ok func() string) string {
 func (r *ckRound) pendingSlotCopy() bool {
 	for _, s := range r.steps {
 		if ev := s.step.Event(); (s.released || s.releasing) && ev != nil && !ev.Query() {
+			return true
+		}
+	}
+	return false
+}
+
+// stepCopiesInFlight: some step's copy has not landed.
+func (r *ckRound) stepCopiesInFlight() bool {
+	for _, s := range r.steps {
+		if ev := s.step.Event(); ev != nil && !ev.Query() {
 			return true
 		}
 	}

@@ -84,7 +84,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		_ = p.be.Free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
-	for _, s := range []*lockedStream{p.d2h, p.cloner} {
+	for _, s := range []*lockedStream{p.d2h, p.cloner, p.land} {
 		if s != nil {
 			_ = s.Close()
 		}

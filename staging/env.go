@@ -20,27 +20,119 @@ type env Pipeline
 var _ actors.StagingEnv = (*env)(nil)
 
 // CopyStage: JOIN_NEXT_STEP waits for each chunk's whole-step device→host
-// copy; JOIN_ON_FINISH copies each chunk's device clone into a new pinned
-// landing buffer (charged to the pinned location) and waits for it.
+// copy; JOIN_ON_FINISH first takes a pinned landing buffer (charged to the
+// pinned location) for each chunk and enqueues every clone → landing copy
+// on the landing stream, then waits for them. Config.OnCopyStarted is told
+// once everything the stage waits for is enqueued.
 func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk) error {
 	p := (*Pipeline)(e)
-	var own int64 // landing bytes this task already holds
-	for _, c := range chunks {
-		if t.Mode == messages.JoinNextStep {
+	if t.Mode == messages.JoinNextStep {
+		p.copyStarted(t)
+		for _, c := range chunks {
 			if c.StepEvent == nil {
 				continue
 			}
 			if err := c.StepEvent.Wait(ctx); err != nil {
 				return fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
 			}
-			continue
 		}
-		if err := p.landClone(ctx, c, own); err != nil {
+		return nil
+	}
+	lands := make([]*landing, 0, len(chunks))
+	var own int64 // landing bytes this task already holds
+	for _, c := range chunks {
+		l, err := p.startLanding(ctx, c, own)
+		if err != nil {
+			p.abandonLandings(lands)
 			return err
 		}
-		own += c.Host.Size()
+		lands = append(lands, l)
+		own += l.tk.bytes
+	}
+	p.copyStarted(t)
+	for i, l := range lands {
+		if err := p.finishLanding(ctx, l); err != nil {
+			p.abandonLandings(lands[i+1:])
+			return err
+		}
 	}
 	return nil
+}
+
+func (p *Pipeline) copyStarted(t *actors.StagingTask) {
+	if p.cfg.OnCopyStarted != nil {
+		p.cfg.OnCopyStarted(t.ID)
+	}
+}
+
+// landing is one clone → landing-buffer copy of a copy stage.
+type landing struct {
+	c    *actors.StagingChunk
+	host cuda.Buffer
+	tk   *ticket
+	ev   cuda.Event // nil when eager (copied already)
+}
+
+// startLanding takes a landing buffer for c's clone (own: the landing
+// bytes c's task already holds) and enqueues the copy into it, after the
+// clone's own copy (eager: copies it now).
+func (p *Pipeline) startLanding(ctx context.Context, c *actors.StagingChunk, own int64) (*landing, error) {
+	n := c.Clone.Size()
+	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
+	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
+		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
+	if err != nil {
+		_ = p.budget.release(context.Background(), tk)
+		p.landingReleased(n)
+		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	l := &landing{c: c, host: host, tk: tk}
+	if p.cfg.Eager {
+		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
+	} else {
+		l.ev, err = p.land.copyAfter(host, c.Clone, c.CloneEvent)
+	}
+	if err != nil {
+		p.freeHost(host, tk)
+		return nil, fmt.Errorf("device clone → host copy: %w", err)
+	}
+	return l, nil
+}
+
+// finishLanding waits for l's copy and hands the landing buffer to its
+// chunk (c.Host), or frees it and returns the failure.
+func (p *Pipeline) finishLanding(ctx context.Context, l *landing) error {
+	var err error
+	if l.ev != nil {
+		if err = l.ev.Wait(ctx); err != nil && !l.ev.Query() {
+			// Still in flight (ctx ended): free the buffer once it lands.
+			p.afterEvent(l.ev, func() { p.freeHost(l.host, l.tk) })
+			return err
+		}
+	}
+	if err == nil {
+		err = l.c.CloneEvent.Err() // the clone's own copy (complete by now)
+	}
+	if err != nil {
+		p.freeHost(l.host, l.tk)
+		return fmt.Errorf("device clone → host copy: %w", err)
+	}
+	l.c.Host, l.c.HostTicket = l.host, l.tk
+	return nil
+}
+
+// abandonLandings frees landing buffers a failed copy stage will not hand
+// to their chunks, each once its copy is done with it.
+func (p *Pipeline) abandonLandings(ls []*landing) {
+	for _, l := range ls {
+		if l.ev == nil || l.ev.Query() {
+			p.freeHost(l.host, l.tk)
+			continue
+		}
+		p.afterEvent(l.ev, func() { p.freeHost(l.host, l.tk) })
+	}
 }
 
 // reserveLanding reserves a landing buffer of n bytes at the pinned
@@ -93,45 +185,6 @@ func (p *Pipeline) landingReleased(n int64) {
 	close(p.landFreed)
 	p.landFreed = make(chan struct{})
 	p.landMu.Unlock()
-}
-
-// landClone copies c's clone to a new host buffer and sets c.Host. own is
-// the landing bytes c's task already holds.
-func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk, own int64) error {
-	n := c.Clone.Size()
-	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
-	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
-		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
-	}
-	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
-	if err != nil {
-		_ = p.budget.release(context.Background(), tk)
-		p.landingReleased(n)
-		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
-	}
-	if p.cfg.Eager {
-		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
-	} else {
-		var ev cuda.Event
-		ev, err = p.d2h.copyAfter(host, c.Clone, c.CloneEvent)
-		if err == nil {
-			err = ev.Wait(ctx)
-			if err != nil && !ev.Query() {
-				// Still in flight (ctx ended): free the buffer once it lands.
-				p.afterEvent(ev, func() { p.freeHost(host, tk) })
-				return err
-			}
-		}
-	}
-	if err == nil {
-		err = c.CloneEvent.Err() // the clone's own copy (complete by now)
-	}
-	if err != nil {
-		p.freeHost(host, tk)
-		return fmt.Errorf("device clone → host copy: %w", err)
-	}
-	c.Host, c.HostTicket = host, tk
-	return nil
 }
 
 func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {

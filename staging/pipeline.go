@@ -99,6 +99,12 @@ type Config struct {
 	// copy stage) with the task and its outcome, from the committer, before
 	// the task's waiters wake. It must not call the pipeline.
 	OnCommit func(id TaskID, err error)
+	// OnCopyStarted, if set, is called by a task's copy stage once every
+	// copy it waits for is enqueued (JOIN_ON_FINISH: its landing buffers
+	// are taken and its clone → host copies are on the landing stream;
+	// JOIN_NEXT_STEP: at once), before it waits. It must not call the
+	// pipeline. (The replay uses it to know what a copy stage waits for.)
+	OnCopyStarted func(id TaskID)
 
 	// skipFreezeWait drops the device→host copy's wait on the step's
 	// freeze event. Tests only (export_test.go): it exists to show that
@@ -178,8 +184,9 @@ type Pipeline struct {
 	st      *actors.Staging
 	slots   *slotPool
 	budget  *gpuBudget
-	d2h     *lockedStream // device→host copies (nil when eager)
+	d2h     *lockedStream // steps' device→host copies (nil when eager)
 	cloner  *lockedStream // device clones (nil when eager)
+	land    *lockedStream // clone → landing buffer copies (nil when eager)
 	keys    map[string]int
 	hostSeq atomic.Uint64
 
@@ -273,7 +280,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	p.slots = newSlotPool(cfg.Slots)
 	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	if !cfg.Eager {
-		for _, s := range []**lockedStream{&p.d2h, &p.cloner} {
+		for _, s := range []**lockedStream{&p.d2h, &p.cloner, &p.land} {
 			st, err := p.be.NewStream(cfg.Device)
 			if err != nil {
 				return fail(err)
@@ -392,6 +399,12 @@ func (s *Step) Release() error {
 //
 // A full pool waits for a slot to be released (see Step.Release) up to
 // Config.ClaimTimeout (0 or less: not at all) or ctx: *SlotTimeoutError.
+// A free slot whose buffer has another size than dev, and whose last copy
+// has not landed, is not ready (its buffer cannot be reallocated yet): the
+// lowest ready free slot is taken; when free slots exist but none is
+// ready, the claim waits for one to become ready, up to ClaimTimeout when
+// it is positive, else under ctx only (that copy may wait for its step's
+// freeze event).
 // A dev larger than a slot is a configuration error: *SlotOverflowError.
 // In eager mode the copy runs here, synchronously, after waiting freeze.
 func (p *Pipeline) Stage(ctx context.Context, dev cuda.Buffer, freeze cuda.Event) (*Step, error) {
@@ -406,7 +419,15 @@ func (p *Pipeline) Stage(ctx context.Context, dev cuda.Buffer, freeze cuda.Event
 			return nil, &SlotOverflowError{StepBytes: s.bytes, SlotBytes: p.cfg.SlotBytes}
 		}
 	}
-	i, err := p.slots.claim(ctx, holder{step: s}, p.cfg.ClaimTimeout)
+	// A slot whose buffer has another size is reallocated, which waits for
+	// its last copy to land: prefer a slot ready for this step.
+	var ready func(*slot) bool
+	if dev != nil {
+		ready = func(sl *slot) bool {
+			return sl.buf == nil || sl.buf.Size() == s.bytes || sl.last == nil || sl.last.Query()
+		}
+	}
+	i, err := p.slots.claim(ctx, holder{step: s}, p.cfg.ClaimTimeout, ready)
 	if err != nil {
 		return nil, err
 	}
@@ -960,6 +981,9 @@ type Stats struct {
 	// DropLocation).
 	Flushes int64
 	Drops   map[string]int64
+	// WaitingAppends counts blocking appends asleep in the GPU-byte budget:
+	// waiting for clone bytes to come back, with no wake-up on its way.
+	WaitingAppends int
 	// Tasks counts live tasks by state; Opened, Written and Failed count
 	// every task so far.
 	Tasks                   map[TaskState]int
@@ -978,7 +1002,7 @@ func (p *Pipeline) Stats() Stats {
 	st := Stats{
 		Slots: p.cfg.Slots, FreeSlots: ss.free, SlotHolders: ss.holders, SlotClaims: ss.claims, SlotWaits: ss.waits,
 		CloneBytes: bs.used, CloneBudgetBytes: p.cfg.CloneBudgetBytes, PeakCloneBytes: bs.peak,
-		Flushes: bs.flushes, Drops: bs.drops, Tasks: map[TaskState]int{},
+		Flushes: bs.flushes, Drops: bs.drops, WaitingAppends: bs.asleep, Tasks: map[TaskState]int{},
 	}
 	p.mu.Lock()
 	for _, t := range p.tasks {

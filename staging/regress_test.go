@@ -1,6 +1,7 @@
 package staging_test
 
 import (
+	"context"
 	"math"
 	"sync"
 	"testing"
@@ -308,4 +309,81 @@ func TestNewChecksSizesBeforeAllocating(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Defect 5 (the pipeline's part): a stage never waits for the last copy of
+// a free slot it could avoid. A free slot whose buffer has another size and
+// whose last copy has not landed (it waits for a freeze event) is not ready:
+// the claim takes a ready slot; with none ready, it waits up to a positive
+// ClaimTimeout (or under its context).
+func TestStagePrefersASlotReadyForTheStep(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Slots = 2
+	f := newFixture(t, cfg, nil)
+	g := newGate()
+	open := openOnce(t, g)
+	s0, err := f.p.Stage(f.ctx, f.device(fill(1, 2*rowBytes)), g)
+	require.NoError(t, err)
+	require.Equal(t, 0, s0.Slot())
+	require.NoError(t, s0.Release()) // free, its copy still waits for g
+
+	stage := func(rows int) (*staging.Step, error) {
+		ctx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+		defer cancel()
+		return f.p.Stage(ctx, f.device(fill(2, rows*rowBytes)), nil)
+	}
+	s1, err := stage(1)
+	require.NoError(t, err, "slot 1 has no buffer yet: ready")
+	assert.Equal(t, 1, s1.Slot())
+	require.NoError(t, s1.Release())
+	s2, err := stage(2)
+	require.NoError(t, err, "slot 0's buffer has the step's size: ready")
+	assert.Equal(t, 0, s2.Slot())
+	require.NoError(t, s2.Release())
+	_, err = stage(3) // no free slot is ready; ClaimTimeout 0: waits under ctx
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	c2 := baseConfig()
+	c2.Name, c2.Slots, c2.ClaimTimeout = "timeout", 1, 20*time.Millisecond
+	f2 := newFixture(t, c2, f.rt)
+	g2 := newGate()
+	openOnce(t, g2)
+	s, err := f2.p.Stage(f.ctx, f.device(fill(1, 2*rowBytes)), g2)
+	require.NoError(t, err)
+	require.NoError(t, s.Release())
+	_, err = f2.p.Stage(f.ctx, f.device(fill(1, rowBytes)), nil)
+	var st *staging.SlotTimeoutError
+	require.ErrorAs(t, err, &st)
+	assert.True(t, st.NotLanded)
+
+	open()
+	s3, err := stage(3)
+	require.NoError(t, err)
+	require.NoError(t, s3.Release())
+}
+
+// Stats.WaitingAppends counts blocking appends asleep in the budget with
+// no release on its way.
+func TestWaitingAppendsIsCounted(t *testing.T) {
+	cfg := baseConfig()
+	cfg.CloneBudgetBytes = 2 * rowBytes
+	f := newFixture(t, cfg, nil)
+	g := newGate()
+	open := openOnce(t, g)
+	d, err := f.p.Open(f.ctx, staging.TaskSpec{ReqID: "d", Mode: staging.JoinOnFinish})
+	require.NoError(t, err)
+	require.NoError(t, d.Append(f.ctx, staging.Chunk{Device: f.device(fill(1, 2*rowBytes)), Freeze: g, Rows: rowsAt("k", 0, 1)}))
+	x, err := f.p.Open(f.ctx, staging.TaskSpec{ReqID: "x", Mode: staging.JoinOnFinish})
+	require.NoError(t, err)
+	dev := f.device(fill(2, rowBytes))
+	done := make(chan error, 1)
+	go func() { done <- x.Append(f.ctx, staging.Chunk{Device: dev, Rows: rowsAt("v", 0)}) }()
+	// It flushes d, whose copy waits for g: nothing comes back.
+	require.Eventually(t, func() bool { return f.p.Stats().WaitingAppends == 1 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(1), f.p.Stats().Flushes)
+	open()
+	require.NoError(t, <-done)
+	assert.Zero(t, f.p.Stats().WaitingAppends)
+	require.NoError(t, f.p.Submit(f.ctx, x))
+	require.NoError(t, x.Wait(f.ctx))
 }

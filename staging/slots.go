@@ -45,9 +45,13 @@ func newSlotPool(n int) *slotPool {
 	return p
 }
 
-// claim gives a free slot to h, waiting for one until timeout (timeout <= 0:
-// fail at once when none is free), ctx or the pool's close.
-func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (int, error) {
+// claim gives a free slot to h, waiting for one until timeout (timeout <=
+// 0: fail at once when none is free), ctx or the pool's close. With ready
+// set, a free slot must also be ready for the claimer: the lowest ready free
+// slot is taken; when the free slots are all not ready, the claim waits for
+// one to become ready (its last copy to land) or another to be freed —
+// up to timeout when it is positive, else until ctx ends.
+func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration, ready func(*slot) bool) (int, error) {
 	var deadline <-chan time.Time
 	waited := false
 	for {
@@ -56,8 +60,12 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 			p.mu.Unlock()
 			return -1, ErrClosed
 		}
+		var landed <-chan struct{} // the first free slot that is not ready: its last copy
 		for i, s := range p.slots {
-			if len(s.holders) == 0 {
+			if len(s.holders) != 0 {
+				continue
+			}
+			if ready == nil || ready(s) {
 				s.holders[h] = struct{}{}
 				p.claims++
 				if waited {
@@ -66,13 +74,16 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 				p.mu.Unlock()
 				return i, nil
 			}
+			if landed == nil {
+				landed = s.last.Done()
+			}
 		}
 		ch := p.changed
 		p.mu.Unlock()
-		if timeout <= 0 {
+		if timeout <= 0 && landed == nil {
 			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
 		}
-		if deadline == nil {
+		if deadline == nil && timeout > 0 {
 			t := time.NewTimer(timeout)
 			defer t.Stop()
 			deadline = t.C
@@ -80,8 +91,9 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 		waited = true
 		select {
 		case <-ch:
+		case <-landed:
 		case <-deadline:
-			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
+			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout, NotLanded: landed != nil}
 		case <-ctx.Done():
 			return -1, ctx.Err()
 		}
