@@ -9,7 +9,11 @@ import (
 	"sync/atomic"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages"
 )
+
+// errSelfFlushed: a reserve's flush took the task the bytes were for.
+var errSelfFlushed = errors.New("staging: the budget flushed the appending task itself")
 
 // ticket is one reservation of GPU bytes for one device clone (or of host
 // bytes for one landing buffer): a named reservation on the runtime's
@@ -34,9 +38,9 @@ type gpuBudget struct {
 	rt     Runtime
 	loc    string
 	prefix string
-	// flush escalates the oldest deferred task (budget pressure); false
-	// when no deferred task is left.
-	flush func() bool
+	// flush escalates the oldest deferred task (budget pressure) and
+	// returns it; false when no deferred task is left.
+	flush func() (messages.TaskID, bool)
 
 	seq atomic.Uint64
 
@@ -62,6 +66,7 @@ type budgetWaiter struct {
 }
 
 func (w *budgetWaiter) signal() {
+	w.asleep = false // the caller holds gpuBudget.mu
 	select {
 	case w.wake <- struct{}{}:
 	default: // a wake is pending already
@@ -165,7 +170,12 @@ func (b *gpuBudget) fail(err error) {
 // The cap admits the bytes before the runtime is asked (so two reserves in
 // flight cannot both take the cap's last bytes) and holds them once the
 // runtime admitted them too; a runtime refusal gives them back.
-func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, error) {
+//
+// self is the task the bytes are for: when a flush takes that very task, the
+// reserve stops with errSelfFlushed (the task left Pending: it can no longer
+// take the chunk once its copy stage runs, which is what brings the bytes
+// back).
+func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self messages.TaskID) (*ticket, error) {
 	var w *budgetWaiter // our place in the queue, once we waited
 	defer func() {
 		if w != nil {
@@ -234,24 +244,32 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 		if refused == nil {
 			// The cap is short by what the bytes on their way out do not
 			// cover.
-			for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() {
+			selfFlushed := false
+			for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
 				b.mu.Unlock()
-				flushed := b.flush()
+				id, flushed := b.flush()
 				b.mu.Lock()
 				if !flushed {
 					break
 				}
 				b.flushes++
+				selfFlushed = id == self
 			}
 			b.mu.Unlock()
+			if selfFlushed {
+				return nil, errSelfFlushed
+			}
 		} else {
 			inflight, used := b.inflight, b.book.Used()
 			b.mu.Unlock()
 			if inflight == 0 {
-				if b.flush() {
+				if id, ok := b.flush(); ok {
 					b.mu.Lock()
 					b.flushes++
 					b.mu.Unlock()
+					if id == self {
+						return nil, errSelfFlushed
+					}
 				} else if used == 0 {
 					// Nothing of ours holds bytes or could be flushed: the
 					// location is full of others' bytes.
@@ -260,16 +278,13 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			}
 		}
 		b.mu.Lock()
-		w.asleep = true
+		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
 		b.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		b.mu.Lock()
-		w.asleep = false
-		b.mu.Unlock()
 	}
 }
 
@@ -292,8 +307,10 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 }
 
 // releaseAll returns the bytes of tickets (one task's clones) together,
-// inflight of them having been on their way out, and wakes waiting reserves
-// once.
+// inflight of them having been on their way out. It wakes no waiting
+// reserve: the task's end does (wakeAll), so that a reserve woken by the
+// release of a task it flushed finds that task written or the pipeline's
+// failure published, whichever happened, never a race between the two.
 func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64) error {
 	var errs []error
 	var held []*ticket
@@ -312,9 +329,16 @@ func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64
 		}
 	}
 	b.inflight -= inflight
-	b.signalLocked(true)
 	b.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// wakeAll wakes the waiting reserves the free bytes satisfy, or the first
+// in line (a task that released clones ended).
+func (b *gpuBudget) wakeAll() {
+	b.mu.Lock()
+	b.signalLocked(true)
+	b.mu.Unlock()
 }
 
 type budgetState struct {
@@ -332,7 +356,7 @@ func (b *gpuBudget) state() budgetState {
 	}
 	asleep := 0
 	for e := b.waiters.Front(); e != nil; e = e.Next() {
-		if w := e.Value.(*budgetWaiter); w.asleep && len(w.wake) == 0 {
+		if e.Value.(*budgetWaiter).asleep {
 			asleep++
 		}
 	}

@@ -358,7 +358,9 @@ func (r *ckRound) appendEnd(t *ckTask) {
 	r.mu.Unlock()
 }
 
-func (pr *ckProducer) checkAppend(t *ckTask, rows []staging.Row, err error) bool {
+// checkAppend checks an append's outcome; selfFlushable: a blocking clone
+// append, whose reserve may flush the task itself (refused QUEUED).
+func (pr *ckProducer) checkAppend(t *ckTask, rows []staging.Row, err error, selfFlushable bool) bool {
 	r := pr.r
 	var ref *staging.AppendRefusedError
 	switch {
@@ -371,7 +373,7 @@ func (pr *ckProducer) checkAppend(t *ckTask, rows []staging.Row, err error) bool
 		if ref.Reassigned && !lost {
 			r.errf("append to %s refused for a lost row, but no other task appended any of %v after it", t.name, rows)
 		}
-		if !ref.Reassigned && ref.State < staging.Copying {
+		if !ref.Reassigned && ref.State < staging.Copying && !(ref.State == staging.Queued && selfFlushable) {
 			r.errf("append to %s refused with state %s", t.name, ref.State)
 		}
 	case r.faulted.Load() && (isFailure(err) || injected(err)):
@@ -401,7 +403,7 @@ func (pr *ckProducer) appendStep(t *ckTask) {
 		}
 		return
 	}
-	ok := pr.checkAppend(t, rows, err)
+	ok := pr.checkAppend(t, rows, err, false)
 	r.appendEnd(t)
 	if !ok {
 		return
@@ -472,7 +474,7 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 		}
 		return
 	}
-	if !pr.checkAppend(t, rows, err) {
+	if !pr.checkAppend(t, rows, err, !noWait) {
 		return
 	}
 	r.mu.Lock()

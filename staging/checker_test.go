@@ -1202,7 +1202,7 @@ func (r *ckRound) resume() {
 		r.logf("background append to %s returned: %v", bg.t.name, err)
 		exp := ""
 		if bg.self {
-			exp = "state"
+			exp = "self"
 		}
 		r.finishCloneAppend(bg.t, bg.n, bg.rows, bg.data, exp, err)
 	}
@@ -1384,12 +1384,18 @@ func (r *ckRound) checkRefused(t *ckTask, exp string, err error) (accepted bool)
 	var ref *staging.AppendRefusedError
 	switch {
 	case err == nil:
-		if exp == "state" || exp == "lost" {
+		if exp == "state" || exp == "lost" || exp == "self" {
 			r.errf("append to %s accepted; the model refuses it (%s)", t.name, exp)
 		}
 		return true
 	case errors.As(err, &ref):
 		switch {
+		case exp == "self":
+			// The reserve flushed the task itself: QUEUED (eager: the flush
+			// ran it to the end).
+			if ref.Reassigned || (!r.eager && ref.State != staging.Queued) || (r.eager && !ref.State.Terminal()) {
+				r.errf("append to %s, whose reserve flushed the task itself: %v, want a refusal with the state the flush left", t.name, err)
+			}
 		case exp == "":
 			r.errf("append to %s refused (%v); the model accepts it", t.name, err)
 		case exp == "lost" && !ref.Reassigned:
@@ -1551,7 +1557,7 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 		return // the clone's allocation failed: the flushes before it stay
 	}
 	if self && exp == "" {
-		exp = "state"
+		exp = "self"
 	}
 	r.finishCloneAppend(t, n, rows, data, exp, err)
 }

@@ -29,7 +29,9 @@
 //     (ordered after the freeze event), the clone is charged to the GPU-byte
 //     budget, the task stays Pending until Submit (its request finished or
 //     was aborted) or until budget pressure flushes it; its copy stage then
-//     copies the clone to a pinned landing buffer and drops the clone.
+//     copies each clone to a pinned landing buffer, on a stream of its own,
+//     and drops the clones. A copy stage waits for all its copies, even
+//     after one failed, then reports the first failure in chunk order.
 //   - The GPU-byte budget: every clone is a named reservation on the
 //     runtime's device location, so clones share that location's budget with
 //     resident values and appear in its snapshot, under the pipeline's own cap
@@ -43,8 +45,11 @@
 //     in first out; a release wakes only those its bytes satisfy, or the
 //     first in line); when the device location refuses instead, it flushes
 //     one task at a time. The flushes thus depend on the tasks and their
-//     sizes, not on timing. A try-reserve (Chunk.NoWait) fails at once with
-//     a [*DropError], counted by reason in [Stats].
+//     sizes, not on timing; a flush that takes the appending task itself
+//     refuses the append (state QUEUED). Waiting reserves are woken when a
+//     task that released clones ends, so one that waited for a task it
+//     flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
+//     at once with a [*DropError], counted by reason in [Stats].
 //   - A copy queue and a single committer, both actors on protoactor
 //     priority mailboxes: the copy queue serves the highest priority first
 //     (front, then high, then low) and runs copy stages; the committer

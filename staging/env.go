@@ -23,20 +23,29 @@ var _ actors.StagingEnv = (*env)(nil)
 // copy; JOIN_ON_FINISH first takes a pinned landing buffer (charged to the
 // pinned location) for each chunk and enqueues every clone → landing copy
 // on the landing stream, then waits for them. Config.OnCopyStarted is told
-// once everything the stage waits for is enqueued.
+// once everything the stage waits for is enqueued. The stage waits for all
+// of its copies, even after one failed, and then reports the first failure
+// in chunk order: when it ends, none of its copies is still in flight, and
+// whether it fails does not depend on which copy finished first.
 func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk) error {
 	p := (*Pipeline)(e)
 	if t.Mode == messages.JoinNextStep {
 		p.copyStarted(t)
+		var first error
 		for _, c := range chunks {
 			if c.StepEvent == nil {
 				continue
 			}
 			if err := c.StepEvent.Wait(ctx); err != nil {
-				return fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
+				if ctx.Err() != nil {
+					return err
+				}
+				if first == nil {
+					first = fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
+				}
 			}
 		}
-		return nil
+		return first
 	}
 	lands := make([]*landing, 0, len(chunks))
 	var own int64 // landing bytes this task already holds
@@ -50,13 +59,28 @@ func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*ac
 		own += l.tk.bytes
 	}
 	p.copyStarted(t)
+	var first error
 	for i, l := range lands {
-		if err := p.finishLanding(ctx, l); err != nil {
-			p.abandonLandings(lands[i+1:])
+		err := p.waitLanding(ctx, l)
+		if err != nil && ctx.Err() != nil {
+			p.abandonLandings(lands[i:]) // ctx ended: free each once it lands
+			for _, done := range lands[:i] {
+				p.freeHost(done.host, done.tk)
+			}
 			return err
 		}
+		if err != nil && first == nil {
+			first = err
+		}
 	}
-	return nil
+	for _, l := range lands {
+		if first != nil {
+			p.freeHost(l.host, l.tk)
+			continue
+		}
+		l.c.Host, l.c.HostTicket = l.host, l.tk
+	}
+	return first
 }
 
 func (p *Pipeline) copyStarted(t *actors.StagingTask) {
@@ -101,25 +125,19 @@ func (p *Pipeline) startLanding(ctx context.Context, c *actors.StagingChunk, own
 	return l, nil
 }
 
-// finishLanding waits for l's copy and hands the landing buffer to its
-// chunk (c.Host), or frees it and returns the failure.
-func (p *Pipeline) finishLanding(ctx context.Context, l *landing) error {
-	var err error
+// waitLanding waits for l's copy and returns its failure (or the clone's).
+func (p *Pipeline) waitLanding(ctx context.Context, l *landing) error {
 	if l.ev != nil {
-		if err = l.ev.Wait(ctx); err != nil && !l.ev.Query() {
-			// Still in flight (ctx ended): free the buffer once it lands.
-			p.afterEvent(l.ev, func() { p.freeHost(l.host, l.tk) })
-			return err
+		if err := l.ev.Wait(ctx); err != nil {
+			if ctx.Err() != nil && !l.ev.Query() {
+				return err
+			}
+			return fmt.Errorf("device clone → host copy: %w", err)
 		}
 	}
-	if err == nil {
-		err = l.c.CloneEvent.Err() // the clone's own copy (complete by now)
-	}
-	if err != nil {
-		p.freeHost(l.host, l.tk)
+	if err := l.c.CloneEvent.Err(); err != nil { // the clone's own copy (complete by now)
 		return fmt.Errorf("device clone → host copy: %w", err)
 	}
-	l.c.Host, l.c.HostTicket = l.host, l.tk
 	return nil
 }
 
@@ -310,10 +328,12 @@ func (p *Pipeline) dropClone(c *actors.StagingChunk) {
 // afterEvent runs f once ev completes, on a goroutine Close waits for.
 func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 	p.cleanup.Add(1)
+	p.pendingFrees.Add(1)
 	go func() {
 		defer p.cleanup.Done()
 		<-ev.Done()
 		f()
+		p.pendingFrees.Add(-1)
 	}()
 }
 
@@ -407,11 +427,15 @@ func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*ac
 	return nil
 }
 
-// Written releases the task's slot holds and landing buffers.
+// Written releases the task's slot holds and landing buffers, and wakes
+// the reserves waiting for the clone bytes it released at HOST_READY.
 func (e *env) Written(t *actors.StagingTask, chunks []*actors.StagingChunk) {
 	p := (*Pipeline)(e)
 	p.releaseChunks(t, chunks)
 	p.forget(t, false)
+	if t.Mode == messages.JoinOnFinish {
+		p.budget.wakeAll()
+	}
 }
 
 // Failed publishes the pipeline's failure record, then releases every
@@ -435,6 +459,9 @@ func (e *env) Failed(t *actors.StagingTask, chunks []*actors.StagingChunk, err e
 	}
 	p.releaseChunks(t, chunks)
 	p.forget(t, true)
+	if t.Mode == messages.JoinOnFinish {
+		p.budget.wakeAll() // its clones may have come back at HOST_READY
+	}
 }
 
 func (p *Pipeline) releaseChunks(t *actors.StagingTask, chunks []*actors.StagingChunk) {

@@ -199,7 +199,8 @@ type Pipeline struct {
 	poolMu sync.RWMutex // guards pool
 	pool   []byte
 
-	cleanup sync.WaitGroup // releases waiting for device events
+	cleanup      sync.WaitGroup // releases waiting for device events
+	pendingFrees atomic.Int64   // how many (Stats.PendingFrees)
 
 	mu       sync.Mutex // guards the fields below
 	tasks    map[TaskID]*Task
@@ -731,7 +732,19 @@ func (p *Pipeline) checkChunk(t *Task, c Chunk) error {
 // (env.Accept), so that a refused chunk never started one.
 func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *actors.StagingChunk, c Chunk) error {
 	n := c.Device.Size()
-	tk, err := p.budget.reserve(ctx, n, !c.NoWait)
+	tk, err := p.budget.reserve(ctx, n, !c.NoWait, t.ID())
+	if errors.Is(err, errSelfFlushed) {
+		// Making room flushed this very task: the chunk goes to a fresh
+		// task. Its state is the one the flush left it in: QUEUED (eager:
+		// the flush ran its copy and pool write).
+		st := Queued
+		if p.cfg.Eager {
+			if st = t.State(); st == Failed {
+				return p.refusal(t, c.Rows)
+			}
+		}
+		return &AppendRefusedError{Task: t.ID(), State: st}
+	}
 	if err != nil {
 		return err
 	}
@@ -819,9 +832,9 @@ func (p *Pipeline) Prioritize(ctx context.Context, ids ...TaskID) error {
 }
 
 // flushOldest escalates the deferred task with the oldest enqueue time to
-// the high-priority queue (GPU-byte budget pressure). False when none is
-// left.
-func (p *Pipeline) flushOldest() bool {
+// the high-priority queue (GPU-byte budget pressure) and returns it. False
+// when none is left.
+func (p *Pipeline) flushOldest() (TaskID, bool) {
 	p.mu.Lock()
 	var oldest *Task
 	for _, t := range p.deferred {
@@ -834,14 +847,14 @@ func (p *Pipeline) flushOldest() bool {
 	}
 	p.mu.Unlock()
 	if oldest == nil {
-		return false
+		return 0, false
 	}
 	p.log.Debug().Uint64("task", uint64(oldest.ID())).Msg("GPU-byte budget pressure: flushing the oldest deferred task")
 	ctx := p.st.Context()
 	if err := p.st.Enqueue(ctx, oldest.t, messages.PriorityHigh); err == nil && p.cfg.Eager {
 		_ = p.st.RunInline(ctx, oldest.t)
 	}
-	return true
+	return oldest.ID(), true
 }
 
 // ---- reads ----
@@ -983,7 +996,14 @@ type Stats struct {
 	Drops   map[string]int64
 	// WaitingAppends counts blocking appends asleep in the GPU-byte budget:
 	// waiting for clone bytes to come back, with no wake-up on its way.
-	WaitingAppends int
+	// WaitingStages counts stages asleep waiting for a slot (to be freed,
+	// or ready) with nothing they wait for having happened yet.
+	WaitingAppends, WaitingStages int
+	// PendingFrees counts buffers (device clones, landing buffers) that
+	// wait for a copy to finish before they are freed and their bytes
+	// released: after a failure, the clones and landings of copies still
+	// in flight.
+	PendingFrees int
 	// Tasks counts live tasks by state; Opened, Written and Failed count
 	// every task so far.
 	Tasks                   map[TaskState]int
@@ -1002,7 +1022,8 @@ func (p *Pipeline) Stats() Stats {
 	st := Stats{
 		Slots: p.cfg.Slots, FreeSlots: ss.free, SlotHolders: ss.holders, SlotClaims: ss.claims, SlotWaits: ss.waits,
 		CloneBytes: bs.used, CloneBudgetBytes: p.cfg.CloneBudgetBytes, PeakCloneBytes: bs.peak,
-		Flushes: bs.flushes, Drops: bs.drops, WaitingAppends: bs.asleep, Tasks: map[TaskState]int{},
+		Flushes: bs.flushes, Drops: bs.drops, WaitingAppends: bs.asleep, WaitingStages: ss.asleep,
+		PendingFrees: int(p.pendingFrees.Load()), Tasks: map[TaskState]int{},
 	}
 	p.mu.Lock()
 	for _, t := range p.tasks {

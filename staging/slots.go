@@ -35,10 +35,30 @@ type slotPool struct {
 	closed  bool
 	claims  int64
 	waits   int64
+	asleep  map[*claimWait]struct{} // claims waiting for a slot
+}
+
+// claimWait is what a waiting claim waits for: a slot to be freed, or a
+// free slot's last copy to land.
+type claimWait struct{ changed, landed <-chan struct{} }
+
+// pending reports whether nothing it waits for has happened yet.
+func (w *claimWait) pending() bool {
+	for _, ch := range []<-chan struct{}{w.changed, w.landed} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+			return false
+		default:
+		}
+	}
+	return true
 }
 
 func newSlotPool(n int) *slotPool {
-	p := &slotPool{slots: make([]*slot, n), changed: make(chan struct{})}
+	p := &slotPool{slots: make([]*slot, n), changed: make(chan struct{}), asleep: map[*claimWait]struct{}{}}
 	for i := range p.slots {
 		p.slots[i] = &slot{holders: map[holder]struct{}{}}
 	}
@@ -89,13 +109,24 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration, r
 			deadline = t.C
 		}
 		waited = true
+		w := &claimWait{changed: ch, landed: landed}
+		p.mu.Lock()
+		p.asleep[w] = struct{}{}
+		p.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
 		case <-landed:
 		case <-deadline:
-			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout, NotLanded: landed != nil}
+			err = &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout, NotLanded: landed != nil}
 		case <-ctx.Done():
-			return -1, ctx.Err()
+			err = ctx.Err()
+		}
+		p.mu.Lock()
+		delete(p.asleep, w)
+		p.mu.Unlock()
+		if err != nil {
+			return -1, err
 		}
 	}
 }
@@ -138,12 +169,18 @@ func (p *slotPool) release(i int, h holder) error {
 type slotState struct {
 	free, holders int
 	claims, waits int64
+	asleep        int
 }
 
 func (p *slotPool) state() slotState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := slotState{claims: p.claims, waits: p.waits}
+	for w := range p.asleep {
+		if w.pending() {
+			st.asleep++
+		}
+	}
 	for _, s := range p.slots {
 		if len(s.holders) == 0 {
 			st.free++
