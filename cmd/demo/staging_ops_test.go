@@ -494,3 +494,20 @@ func FuzzStagingScript(f *testing.F) {
 		}
 	})
 }
+
+// Defect 15: staging_start with 2^63−1 or 10^9 slots is a configuration
+// error, before anything is reserved or allocated: no panic.
+func TestStagingStartChecksSizes(t *testing.T) {
+	script := `{"op":"start","locations":{"pageable-host":null,"pinned-host":null,"cuda:0":"64KiB"}}
+{"op":"staging_start","name":"p","device":"cuda:0","slots":9223372036854775807,"slot_bytes":1,"keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"staging_start","name":"q","device":"cuda:0","slots":1000000000,"slot_bytes":1,"keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"staging_start","name":"r","device":"cuda:0","slots":2,"slot_bytes":"1KiB","keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"snapshot"}
+`
+	results := checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{
+		2: {"StagingConfigError", "Slots must be at most 65536"},
+		3: {"StagingConfigError", "Slots must be at most 65536"},
+		4: {"ok", ""},
+	})
+	assert.Equal(t, 2, version(results[4]), "only the third pipeline reserved (slots and pool)")
+}
