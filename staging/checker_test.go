@@ -1514,7 +1514,7 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 	// A clone larger than the device location's budget never fits: a
 	// blocking append flushes every deferred task, then returns the
 	// location's refusal.
-	tooBig := r.devBudget > 0 && n > r.devBudget && !noWait && exp == ""
+	tooBig := r.devBudget > 0 && n > r.devBudget && !noWait && exp == "" && !self
 	for _, f := range flushed {
 		f.enqueued = true
 		r.flushes++
@@ -1618,7 +1618,8 @@ func (r *ckRound) simulateFlush(t *ckTask, n int64) ([]*ckTask, bool) {
 		out = append(out, d)
 		inflight += d.cloneBytes
 		if d == t {
-			self = true
+			self = true // the reserve stops there: the append is refused
+			break
 		}
 	}
 	return out, self
