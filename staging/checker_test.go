@@ -1201,8 +1201,13 @@ func (r *ckRound) resume() {
 		}
 		r.logf("background append to %s returned: %v", bg.t.name, err)
 		exp := ""
-		if bg.self {
+		switch {
+		case bg.self:
 			exp = "self"
+		case bg.t.enqueued:
+			// Submitted or prioritized while the append waited: its copy
+			// stage may have been claimed before the bytes came back.
+			exp = "maybe"
 		}
 		r.finishCloneAppend(bg.t, bg.n, bg.rows, bg.data, exp, err)
 	}
