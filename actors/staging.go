@@ -36,6 +36,15 @@ type StagingEnv interface {
 	// device clone into a host buffer it stores in the chunk's Host
 	// (JoinOnFinish). An error fails the task.
 	CopyStage(ctx context.Context, t *StagingTask, chunks []*StagingChunk) error
+	// Accept is called by t's actor when it is about to take chunk c
+	// (state is t's state, Pending or Queued): the environment may refuse
+	// it (the error is Append's), and otherwise does what accepting the
+	// chunk means before the chunk joins the task (hold the staging slot,
+	// start the device clone's copy, take the chunk's rows from older
+	// tasks). A refused chunk leaves nothing to undo.
+	Accept(t *StagingTask, state messages.TaskState, c *StagingChunk) error
+	// Queued is called as t leaves Pending for Queued.
+	Queued(t *StagingTask, chunks []*StagingChunk)
 	// HostReady is called as t enters HostReady: drop the device clones
 	// and release their GPU-byte budget tickets.
 	HostReady(t *StagingTask, chunks []*StagingChunk)
@@ -168,8 +177,11 @@ func StartStaging(cfg StagingConfig) (*Staging, error) {
 	s.tasks = newTaskDispatcher(max(8, runtime.GOMAXPROCS(0)))
 	if !cfg.Eager {
 		prio := actor.WithMailbox(actor.UnboundedPriority())
+		// The committer writes in the order the copy stages finished (the
+		// order its jobs arrive): a plain first-in-first-out mailbox.
+		fifo := actor.WithMailbox(actor.Unbounded())
 		var err error
-		s.committer, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &committerActor{st: s} }, prio), "staging/committer")
+		s.committer, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &committerActor{st: s} }, fifo), "staging/committer")
 		if err == nil {
 			s.queue, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &copyQueueActor{st: s} }, prio), "staging/copy-queue")
 		}
@@ -242,9 +254,10 @@ func (s *Staging) Append(ctx context.Context, t *StagingTask, c *StagingChunk) e
 }
 
 // Enqueue puts t on the copy queue at prio (see messages.PriorityLow and
-// friends): Pending becomes Queued; a Queued task with only lower-priority
-// jobs gets a new job at prio; a task whose copy stage is claimed, or that
-// is written, is left alone. A failed task returns its failure.
+// friends): Pending becomes Queued; a task Queued at PriorityLow gets a new
+// job at a higher prio; a task already queued higher than low, whose copy
+// stage is claimed, or that is written, is left alone. A failed task
+// returns its failure.
 func (s *Staging) Enqueue(ctx context.Context, t *StagingTask, prio int8) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, func() error { return t.Err() })
@@ -324,18 +337,6 @@ func (s *Staging) FailAsync(t *StagingTask, err error) {
 	default:
 	}
 	s.root.Send(t.pid, &taskFail{err: err, reply: make(chan bool, 1)})
-}
-
-// Reassign records that a later task took rows of t: t's pool write skips
-// them and t refuses chunks that would write them again.
-func (s *Staging) Reassign(ctx context.Context, t *StagingTask, rows []messages.StagingRow) error {
-	keys := make([]rowKey, len(rows))
-	for i, r := range rows {
-		keys[i] = rowKey{r.Key, r.Slot}
-	}
-	r := make(chan struct{}, 1)
-	_, err := ask(ctx, s, t, &taskReassign{rows: keys, reply: r}, r, func() struct{} { return struct{}{} })
-	return err
 }
 
 // Plan returns the rows of t's pool write (see ScatterRow).
@@ -429,14 +430,13 @@ type copyJob struct {
 func (j *copyJob) GetPriority() int8 { return j.prio }
 
 // commitJob asks the committer to write a host-ready task to the pool.
+// The committer takes its jobs in the order they come: the order in which
+// the copy stages finished. (Priority decides only which copy stage is
+// claimed next.)
 type commitJob struct {
 	t      *StagingTask
 	chunks []*StagingChunk
-	prio   int8
 }
-
-// GetPriority makes the job's priority visible to the priority mailbox.
-func (j *commitJob) GetPriority() int8 { return j.prio }
 
 // copyQueueActor serves copy jobs highest priority first: it claims the
 // task, runs its copy stage, moves it to HostReady and hands it to the
@@ -467,9 +467,10 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 	// No round trip: the task's actor gets the move to HostReady, then the
 	// committer the job, in this order (the committer's first message to
 	// the task comes after the move in the task's mailbox); the queue goes
-	// on with the next job at once, and commit jobs keep the queue's order.
+	// on with the next job at once, and the committer writes in the order
+	// the copy stages finished.
 	ctx.Send(j.t.pid, &taskHostReady{})
-	ctx.Send(s.committer, &commitJob{t: j.t, chunks: chunks, prio: j.prio})
+	ctx.Send(s.committer, &commitJob{t: j.t, chunks: chunks})
 }
 
 // committerActor is the single writer of the CPU block pool.

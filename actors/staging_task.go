@@ -75,11 +75,19 @@ type StagingChunk struct {
 	SlotBuf   cuda.Buffer
 	StepEvent cuda.Event
 
+	// JoinNextStep: the staged step (owned by package staging).
+	Step any
+
 	// JoinOnFinish: the device clone, the event of the clone copy and the
 	// GPU-byte budget ticket that charges it (owned by package staging).
+	// Src and Freeze are the device rows and the event after which they
+	// are final: package staging starts the clone copy when the task
+	// accepts the chunk (CloneEvent is set then), or before in eager mode.
 	Clone      cuda.Buffer
 	CloneEvent cuda.Event
 	Ticket     any
+	Src        cuda.Buffer
+	Freeze     cuda.Event
 
 	// JoinOnFinish: the host buffer the copy stage landed the clone in,
 	// and what charges it (owned by package staging).
@@ -99,8 +107,7 @@ type ScatterRow struct {
 // RowSource says where the bytes of one row of a task are now.
 type RowSource struct {
 	State messages.TaskState
-	// Found is false when the task has no such row, or lost it to a later
-	// task (reassigned).
+	// Found is false when no chunk of the task has the row.
 	Found bool
 	// Buf holds the row at Offset once Event (if not nil) has completed.
 	Buf    cuda.Buffer
@@ -180,11 +187,6 @@ type taskFail struct {
 	reply chan bool
 }
 
-type taskReassign struct {
-	rows  []rowKey
-	reply chan struct{}
-}
-
 type taskPlan struct{ reply chan planResult }
 
 type planResult struct {
@@ -200,12 +202,11 @@ type taskSource struct {
 
 // stagingTaskActor owns one task's state machine.
 type stagingTaskActor struct {
-	st         *Staging
-	t          *StagingTask
-	state      messages.TaskState
-	chunks     []*StagingChunk
-	reassigned map[rowKey]struct{}
-	prio       int8 // priority of the newest copy job sent for the task (0: none)
+	st     *Staging
+	t      *StagingTask
+	state  messages.TaskState
+	chunks []*StagingChunk
+	prio   int8 // priority of the newest copy job sent for the task (0: none)
 }
 
 func (a *stagingTaskActor) Receive(ctx actor.Context) {
@@ -235,16 +236,6 @@ func (a *stagingTaskActor) Receive(ctx actor.Context) {
 		moved, wake := a.fail(ctx, m.err)
 		m.reply <- moved
 		wake()
-	case *taskReassign:
-		if !a.state.Terminal() {
-			if a.reassigned == nil {
-				a.reassigned = map[rowKey]struct{}{}
-			}
-			for _, r := range m.rows {
-				a.reassigned[r] = struct{}{}
-			}
-		}
-		m.reply <- struct{}{}
 	case *taskPlan:
 		m.reply <- planResult{rows: a.plan(), hostReady: a.state == messages.TaskHostReady}
 	case *taskSource:
@@ -257,28 +248,30 @@ func (a *stagingTaskActor) set(s messages.TaskState) {
 	a.t.state.store(s)
 }
 
+// append takes c unless the copy stage is claimed (or the environment
+// refuses it, e.g. for a row the task lost to a later task).
 func (a *stagingTaskActor) append(c *StagingChunk) error {
 	if a.state >= messages.TaskCopying {
 		return &AppendRefusedError{Task: a.t.ID, State: a.state}
 	}
-	for _, r := range c.Rows {
-		if _, lost := a.reassigned[rowKey{r.Key, r.Slot}]; lost {
-			return &AppendRefusedError{Task: a.t.ID, State: a.state, Reassigned: true}
-		}
+	if err := a.st.env.Accept(a.t, a.state, c); err != nil {
+		return err
 	}
 	a.chunks = append(a.chunks, c)
 	return nil
 }
 
 // enqueue puts the task on a copy queue at prio: a pending task becomes
-// queued; a queued task whose newest job is of a lower priority gets a new
-// job at prio (the older job becomes a duplicate that loses its claim);
-// anything else is left alone.
+// queued; a task queued at low priority gets a new job at a higher prio
+// (the older job becomes a duplicate that loses its claim); anything else
+// — a task queued high already (a budget flush), at the front, claimed or
+// done — is left alone.
 func (a *stagingTaskActor) enqueue(ctx actor.Context, prio int8) error {
 	switch {
 	case a.state == messages.TaskPending:
 		a.set(messages.TaskQueued)
-	case a.state == messages.TaskQueued && prio > a.prio:
+		a.st.env.Queued(a.t, a.chunks)
+	case a.state == messages.TaskQueued && a.prio == messages.PriorityLow && prio > a.prio:
 	case a.state == messages.TaskFailed:
 		return a.t.err
 	default:
@@ -341,14 +334,15 @@ func (a *stagingTaskActor) fail(ctx actor.Context, err error) (bool, func()) {
 }
 
 // plan lists the rows of the pool write: one per (key, slot), the later
-// chunk's row when the task wrote a slot twice, none for reassigned rows.
+// chunk's row when the task wrote a slot twice. (Rows a later task took are
+// skipped by the pool write itself, which sees who owns each row then.)
 func (a *stagingTaskActor) plan() []ScatterRow {
 	n := 0
 	for _, c := range a.chunks {
 		n += len(c.Rows)
 	}
 	out := make([]ScatterRow, 0, n)
-	if len(a.chunks) == 1 && len(a.reassigned) == 0 && strictlyIncreasing(a.chunks[0].Rows) {
+	if len(a.chunks) == 1 && strictlyIncreasing(a.chunks[0].Rows) {
 		// The common case: one save, no row twice, none lost.
 		for _, r := range a.chunks[0].Rows {
 			out = append(out, ScatterRow{Key: r.Key, Slot: r.Slot, Offset: r.Offset})
@@ -359,9 +353,6 @@ func (a *stagingTaskActor) plan() []ScatterRow {
 	for ci, c := range a.chunks {
 		for _, r := range c.Rows {
 			k := rowKey{r.Key, r.Slot}
-			if _, lost := a.reassigned[k]; lost {
-				continue
-			}
 			row := ScatterRow{Key: r.Key, Slot: r.Slot, Chunk: ci, Offset: r.Offset}
 			if i, seen := idx[k]; seen {
 				out[i] = row
@@ -392,12 +383,12 @@ func strictlyIncreasing(rows []messages.StagingRow) bool {
 
 func (a *stagingTaskActor) source(key string, slot int) RowSource {
 	src := RowSource{State: a.state}
-	if _, lost := a.reassigned[rowKey{key, slot}]; lost {
-		return src
-	}
+	// The newest row wins, as in the pool write: the last chunk's, and in
+	// it the last of the row's entries.
 	for i := len(a.chunks) - 1; i >= 0; i-- {
 		c := a.chunks[i]
-		for _, r := range c.Rows {
+		for j := len(c.Rows) - 1; j >= 0; j-- {
+			r := c.Rows[j]
 			if r.Key != key || r.Slot != slot {
 				continue
 			}
@@ -426,6 +417,5 @@ func (*taskTransition) IgnoreDeadLetterLogging() {}
 func (*taskFail) IgnoreDeadLetterLogging()       {}
 func (*taskHostReady) IgnoreDeadLetterLogging()  {}
 func (*taskWritten) IgnoreDeadLetterLogging()    {}
-func (*taskReassign) IgnoreDeadLetterLogging()   {}
 func (*taskPlan) IgnoreDeadLetterLogging()       {}
 func (*taskSource) IgnoreDeadLetterLogging()     {}

@@ -16,6 +16,8 @@ import (
 type nopEnv struct{ failed []error }
 
 func (*nopEnv) CopyStage(context.Context, *StagingTask, []*StagingChunk) error { return nil }
+func (*nopEnv) Accept(*StagingTask, messages.TaskState, *StagingChunk) error   { return nil }
+func (*nopEnv) Queued(*StagingTask, []*StagingChunk)                           {}
 func (*nopEnv) HostReady(*StagingTask, []*StagingChunk)                        {}
 func (*nopEnv) PoolWrite(context.Context, *StagingTask, []*StagingChunk, []ScatterRow) error {
 	return nil

@@ -9,7 +9,11 @@ import (
 	"sync/atomic"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages"
 )
+
+// errSelfFlushed: a reserve's flush took the task the bytes were for.
+var errSelfFlushed = errors.New("staging: the budget flushed the appending task itself")
 
 // ticket is one reservation of GPU bytes for one device clone (or of host
 // bytes for one landing buffer): a named reservation on the runtime's
@@ -34,9 +38,9 @@ type gpuBudget struct {
 	rt     Runtime
 	loc    string
 	prefix string
-	// flush escalates the oldest deferred task (budget pressure); false
-	// when no deferred task is left.
-	flush func() bool
+	// flush escalates the oldest deferred task (budget pressure) and
+	// returns it; false when no deferred task is left.
+	flush func() (messages.TaskID, bool)
 
 	seq atomic.Uint64
 
@@ -46,17 +50,23 @@ type gpuBudget struct {
 	failure error     // set by fail: reserve returns it
 	drops   map[string]int64
 	flushes int64
+	// inflight is the part of the cap's bytes held by clones of tasks that
+	// left Pending (submitted, prioritized, flushed): their copy stages
+	// will release them without any further flush.
+	inflight int64
 }
 
 // budgetWaiter is one waiting reserve: n bytes, woken through wake (one
 // buffered token: a wake that comes while it is looking is not lost).
 type budgetWaiter struct {
-	n    int64
-	wake chan struct{}
-	at   *list.Element // its place in gpuBudget.waiters
+	n      int64
+	wake   chan struct{}
+	at     *list.Element // its place in gpuBudget.waiters
+	asleep bool          // waiting for a wake (guarded by gpuBudget.mu)
 }
 
 func (w *budgetWaiter) signal() {
+	w.asleep = false // the caller holds gpuBudget.mu
 	select {
 	case w.wake <- struct{}{}:
 	default: // a wake is pending already
@@ -106,6 +116,25 @@ func (b *gpuBudget) poke() {
 	b.mu.Unlock()
 }
 
+// addInflight counts n more (or, negative, fewer) bytes on their way out.
+func (b *gpuBudget) addInflight(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.inflight += n
+	b.mu.Unlock()
+}
+
+// aheadLocked is the bytes the reserves queued before w wait for.
+func (b *gpuBudget) aheadLocked(w *budgetWaiter) int64 {
+	var n int64
+	for e := b.waiters.Front(); e != nil && e != w.at; e = e.Next() {
+		n += e.Value.(*budgetWaiter).n
+	}
+	return n
+}
+
 // fail makes every waiting and later reserve return err.
 func (b *gpuBudget) fail(err error) {
 	b.mu.Lock()
@@ -118,22 +147,35 @@ func (b *gpuBudget) fail(err error) {
 	b.mu.Unlock()
 }
 
-// reserve takes n bytes of the budget. With wait, a full budget (the
-// pipeline's cap, or the location's budget in the runtime) flushes the
-// deferred task with the oldest enqueue time and waits for a release,
-// again and again, until the bytes fit, ctx ends, or nothing of the
-// pipeline's is left to free (then the location's *budget.BudgetError).
-// Waiting reserves queue first in first out: a new one takes no bytes while
-// others wait, and a release wakes only the waiters its bytes can satisfy
-// (or the first, to flush again), so each look that finds no room is one
-// flush. Without wait (try-reserve) a full budget fails at once with a
+// reserve takes n bytes of the budget. With wait, a full budget flushes
+// deferred tasks, oldest enqueue time first, and waits for their releases,
+// until the bytes fit, ctx ends, or nothing of the pipeline's is left to
+// free (then the location's *budget.BudgetError):
+//
+//   - the pipeline's cap is short: flush just enough deferred tasks that
+//     the bytes on their way out (clones of tasks already queued, flushed
+//     or submitted) cover what this reserve, and those queued before it,
+//     lack; a look that finds them covered flushes nothing;
+//   - the location refused (its budget is shared with others, whose bytes
+//     the pipeline cannot see): flush one task when none is on its way out.
+//
+// The number of flushes therefore depends on the tasks and their sizes,
+// not on when the copies happen to finish. Waiting reserves queue first in
+// first out: a new one takes no bytes while others wait, and a release
+// wakes only the waiters its bytes can satisfy (or the first, to look
+// again). Without wait (try-reserve) a full budget fails at once with a
 // *DropError, counted by reason; a try-reserve does not queue, and takes
 // free bytes even while reserves wait.
 //
 // The cap admits the bytes before the runtime is asked (so two reserves in
 // flight cannot both take the cap's last bytes) and holds them once the
 // runtime admitted them too; a runtime refusal gives them back.
-func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, error) {
+//
+// self is the task the bytes are for: when a flush takes that very task, the
+// reserve stops with errSelfFlushed (the task left Pending: it can no longer
+// take the chunk once its copy stage runs, which is what brings the bytes
+// back).
+func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self messages.TaskID) (*ticket, error) {
 	var w *budgetWaiter // our place in the queue, once we waited
 	defer func() {
 		if w != nil {
@@ -199,19 +241,45 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool) (*ticket, e
 			w = &budgetWaiter{n: n, wake: make(chan struct{}, 1)}
 			w.at = b.waiters.PushBack(w)
 		}
-		used := b.book.Used()
-		b.mu.Unlock()
-
-		flushed := b.flush()
-		if flushed {
-			b.mu.Lock()
-			b.flushes++
+		if refused == nil {
+			// The cap is short by what the bytes on their way out do not
+			// cover.
+			selfFlushed := false
+			for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
+				b.mu.Unlock()
+				id, flushed := b.flush()
+				b.mu.Lock()
+				if !flushed {
+					break
+				}
+				b.flushes++
+				selfFlushed = id == self
+			}
 			b.mu.Unlock()
-		} else if refused != nil && used == 0 {
-			// Nothing of ours holds bytes or could be flushed: the location
-			// is full of others' bytes.
-			return nil, refused
+			if selfFlushed {
+				return nil, errSelfFlushed
+			}
+		} else {
+			inflight, used := b.inflight, b.book.Used()
+			b.mu.Unlock()
+			if inflight == 0 {
+				if id, ok := b.flush(); ok {
+					b.mu.Lock()
+					b.flushes++
+					b.mu.Unlock()
+					if id == self {
+						return nil, errSelfFlushed
+					}
+				} else if used == 0 {
+					// Nothing of ours holds bytes or could be flushed: the
+					// location is full of others' bytes.
+					return nil, refused
+				}
+			}
 		}
+		b.mu.Lock()
+		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
+		b.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
@@ -238,9 +306,45 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 	return err
 }
 
+// releaseAll returns the bytes of tickets (one task's clones) together,
+// inflight of them having been on their way out. It wakes no waiting
+// reserve: the task's end does (wakeAll), so that a reserve woken by the
+// release of a task it flushed finds that task written or the pipeline's
+// failure published, whichever happened, never a race between the two.
+func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64) error {
+	var errs []error
+	var held []*ticket
+	for _, t := range ts {
+		if t.released.Swap(true) {
+			errs = append(errs, fmt.Errorf("staging: ticket %s released twice", t.name))
+			continue
+		}
+		errs = append(errs, b.rt.Unreserve(ctx, t.name))
+		held = append(held, t)
+	}
+	b.mu.Lock()
+	for _, t := range held {
+		if t.gpu {
+			errs = append(errs, b.book.Release(&t.claim))
+		}
+	}
+	b.inflight -= inflight
+	b.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// wakeAll wakes the waiting reserves the free bytes satisfy, or the first
+// in line (a task that released clones ended).
+func (b *gpuBudget) wakeAll() {
+	b.mu.Lock()
+	b.signalLocked(true)
+	b.mu.Unlock()
+}
+
 type budgetState struct {
 	used, peak, flushes int64
 	drops               map[string]int64
+	asleep              int // waiting reserves asleep with no wake on its way
 }
 
 func (b *gpuBudget) state() budgetState {
@@ -250,5 +354,11 @@ func (b *gpuBudget) state() budgetState {
 	for k, v := range b.drops {
 		d[k] = v
 	}
-	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d}
+	asleep := 0
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*budgetWaiter).asleep {
+			asleep++
+		}
+	}
+	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d, asleep: asleep}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
+
+	"github.com/residency-go/residency/messages"
 )
 
 // nopRuntime admits every reservation at once: the benchmark below measures
@@ -29,9 +31,9 @@ func BenchmarkCloneBudget(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g.flush = func() bool { return false }
+		g.flush = func() (messages.TaskID, bool) { return 0, false }
 		once := func() {
-			tk, err := g.reserve(ctx, 64, true)
+			tk, err := g.reserve(ctx, 64, true, 0)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda"
+
+	"github.com/residency-go/residency/messages"
 )
 
 // countingRuntime admits every reservation (only the pipeline's cap
@@ -46,15 +48,15 @@ func TestWaitingReservesAreServedInOrderWithoutHerd(t *testing.T) {
 	require.NoError(t, err)
 	var misses atomic.Int64
 	arrived := make(chan struct{}, n)
-	b.flush = func() bool { // nothing deferred to flush: a miss only waits
+	b.flush = func() (messages.TaskID, bool) { // nothing deferred to flush: a miss only waits
 		misses.Add(1)
 		select {
 		case arrived <- struct{}{}:
 		default:
 		}
-		return false
+		return 0, false
 	}
-	first, err := b.reserve(ctx, 1, true)
+	first, err := b.reserve(ctx, 1, true, 0)
 	require.NoError(t, err)
 
 	type admitted struct {
@@ -67,7 +69,7 @@ func TestWaitingReservesAreServedInOrderWithoutHerd(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tk, err := b.reserve(ctx, 1, true)
+			tk, err := b.reserve(ctx, 1, true, 0)
 			assert.NoError(t, err)
 			got <- admitted{i, tk}
 		}()
@@ -106,7 +108,7 @@ func TestQueuedReserveLeavingAndFailure(t *testing.T) {
 	b, err := newGPUBudget(&countingRuntime{}, "cuda:0", "t", 2)
 	require.NoError(t, err)
 	missed := make(chan struct{}, 8)
-	b.flush = func() bool { missed <- struct{}{}; return false }
+	b.flush = func() (messages.TaskID, bool) { missed <- struct{}{}; return 0, false }
 	miss := func() {
 		t.Helper()
 		select {
@@ -115,18 +117,18 @@ func TestQueuedReserveLeavingAndFailure(t *testing.T) {
 			t.Fatal("no miss")
 		}
 	}
-	h1, err := b.reserve(ctx, 1, true)
+	h1, err := b.reserve(ctx, 1, true, 0)
 	require.NoError(t, err)
-	h2, err := b.reserve(ctx, 1, true)
+	h2, err := b.reserve(ctx, 1, true, 0)
 	require.NoError(t, err)
 
 	actx, acancel := context.WithCancel(ctx)
 	aErr := make(chan error, 1)
-	go func() { _, err := b.reserve(actx, 2, true); aErr <- err }()
+	go func() { _, err := b.reserve(actx, 2, true, 0); aErr <- err }()
 	miss() // A (2 bytes) queued first
 	bTk := make(chan *ticket, 1)
 	go func() {
-		tk, err := b.reserve(ctx, 1, true)
+		tk, err := b.reserve(ctx, 1, true, 0)
 		assert.NoError(t, err)
 		bTk <- tk
 	}()
@@ -146,7 +148,7 @@ func TestQueuedReserveLeavingAndFailure(t *testing.T) {
 	// Two reserves wait on a full cap; a failure wakes both with it.
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { _, err := b.reserve(ctx, 1, true); errs <- err }()
+		go func() { _, err := b.reserve(ctx, 1, true, 0); errs <- err }()
 		miss()
 	}
 	boom := errors.New("boom")

@@ -1,7 +1,9 @@
 package staging
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"github.com/residency-go/residency/messages"
 )
@@ -84,7 +86,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		_ = p.be.Free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
-	for _, s := range []*lockedStream{p.d2h, p.cloner} {
+	for _, s := range []*lockedStream{p.d2h, p.cloner, p.land} {
 		if s != nil {
 			_ = s.Close()
 		}
@@ -115,7 +117,8 @@ func (p *Pipeline) drain(ctx context.Context) error {
 	return nil
 }
 
-// submitPending queues every pending task (Close writes them).
+// submitPending queues every pending task, oldest first (Close writes
+// them).
 func (p *Pipeline) submitPending(ctx context.Context) {
 	p.mu.Lock()
 	var pending []*Task
@@ -125,6 +128,7 @@ func (p *Pipeline) submitPending(ctx context.Context) {
 		}
 	}
 	p.mu.Unlock()
+	slices.SortFunc(pending, func(a, b *Task) int { return cmp.Compare(a.t.Seq, b.t.Seq) })
 	for _, t := range pending {
 		if err := p.queue(ctx, messages.PriorityLow, t); err != nil && ctx.Err() != nil {
 			return

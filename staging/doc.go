@@ -13,7 +13,9 @@
 //     reused, only when every holder let go. A claim waits up to
 //     Config.ClaimTimeout (0 or less: not at all); a step larger than a slot
 //     is a configuration error ([*SlotOverflowError]); a leftover-only save
-//     (no device buffer) still takes a slot.
+//     (no device buffer) still takes a slot. A step of another size than
+//     the slot's last one reallocates the slot's buffer, after waiting for
+//     that last copy to land.
 //   - Write tasks ([Task]): one write of (key, slot) rows for one request,
 //     identified by its id, request id and the how-many-th write of that
 //     request; several keys per task. Each task is an actor that owns its
@@ -27,31 +29,48 @@
 //     (ordered after the freeze event), the clone is charged to the GPU-byte
 //     budget, the task stays Pending until Submit (its request finished or
 //     was aborted) or until budget pressure flushes it; its copy stage then
-//     copies the clone to a pinned landing buffer and drops the clone.
+//     copies each clone to a pinned landing buffer, on a stream of its own,
+//     and drops the clones. A copy stage waits for all its copies, even
+//     after one failed, then reports the first failure in chunk order.
 //   - The GPU-byte budget: every clone is a named reservation on the
 //     runtime's device location, so clones share that location's budget with
 //     resident values and appear in its snapshot, under the pipeline's own cap
 //     (Config.CloneBudgetBytes, kept by a budget.CapBook: the cap admits a
 //     clone's bytes before the runtime admits its reservation, and gets them
-//     back if the runtime refuses). A reserve that does not fit flushes the
-//     deferred task with the oldest enqueue time and waits for a release
-//     (waiting reserves are served first in first out; a release wakes only
-//     those its bytes satisfy, or the first in line); a
-//     try-reserve (Chunk.NoWait) fails at once with a [*DropError], counted by
-//     reason in [Stats].
+//     back if the runtime refuses). A reserve that does not fit flushes
+//     deferred tasks, oldest enqueue time first, just enough that the
+//     clones already on their way out (of tasks queued, flushed or
+//     submitted) cover the bytes it lacks, and waits for their release (a
+//     task's clones come back together; waiting reserves are served first
+//     in first out; a release wakes only those its bytes satisfy, or the
+//     first in line); when the device location refuses instead, it flushes
+//     one task at a time. The flushes thus depend on the tasks and their
+//     sizes, not on timing; a flush that takes the appending task itself
+//     refuses the append (state QUEUED). Waiting reserves are woken when a
+//     task that released clones ends, so one that waited for a task it
+//     flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
+//     at once with a [*DropError], counted by reason in [Stats].
 //   - A copy queue and a single committer, both actors on protoactor
 //     priority mailboxes: the copy queue serves the highest priority first
 //     (front, then high, then low) and runs copy stages; the committer
-//     scatters host rows into the CPU block pool, a host allocation reserved
-//     at the host location. [Pipeline.Prioritize] moves pending or
-//     low-priority tasks to the front; a task re-queued at a higher priority
-//     leaves a duplicate behind that loses its claim (only one worker can
-//     move a task from Queued to Copying), so it is harmless.
-//   - Reassigned rows: a later task that writes the same (key, slot) takes
-//     it; the older task's pool write skips it, and the older task refuses
-//     chunks for it ([*AppendRefusedError] with Reassigned). A slot written
-//     twice by one task keeps the later row. A task also refuses chunks once
-//     its copy stage is claimed.
+//     takes its jobs first in first out, so it writes the pool in the order
+//     the copy stages finished, scattering host rows into the CPU block
+//     pool, a host allocation reserved at the host location.
+//     [Pipeline.Prioritize] moves pending or low-priority tasks to the
+//     front and leaves alone a task queued high (a budget flush) or
+//     already at the front; a task re-queued at a higher priority leaves a
+//     duplicate behind that loses its claim (only one worker can move a
+//     task from Queued to Copying), so it is harmless.
+//   - Reassigned rows: a later append that writes the same (key, slot)
+//     takes it; the older task's pool write skips it (the pool write reads
+//     who owns each row under the pool's lock, so the newest append wins in
+//     whatever order the two are written), the older task refuses chunks
+//     for it ([*AppendRefusedError] with Reassigned) and reads it as
+//     ErrNoRow. A row written twice by one task keeps the later entry. A
+//     task also refuses chunks once its copy stage is claimed. A refused
+//     append takes nothing: it is refused before any slot hold, budget byte
+//     or copy is taken for it (a device clone's copy starts only once the
+//     task has accepted the chunk).
 //
 // # Failure
 //
@@ -71,15 +90,19 @@
 //
 // # Reads
 //
-// [Task.ReadRow] of a JOIN_ON_FINISH task that is not written yet reads the
-// landed host rows, or the device clone while its copy to host has not
-// landed; a written task, and a JOIN_NEXT_STEP task (after waiting for its
-// pool write), are read from the pool. [Pipeline.ReadPool] reads the pool.
+// [Task.ReadRow] returns ErrNoRow for a row the task does not have (no
+// chunk of it wrote the row, or a later task took it before its pool
+// write). A JOIN_ON_FINISH task that is not written yet reads the landed
+// host rows, or the device clone while its copy to host has not landed; a
+// written task, and a JOIN_NEXT_STEP task (after waiting for its pool
+// write), are read from the pool. [Pipeline.ReadPool] reads the pool.
 //
 // # Runtime
 //
 // [New] takes a [Runtime]: the backend and named reservations of a running
-// residency runtime (*system.System satisfies it). The pipeline uses the
+// residency runtime (*system.System satisfies it). It checks the Config's
+// sizes ([MaxSlots], [MaxPoolRows], no 64-bit overflow) and reserves the
+// slots and the pool before it allocates anything for them. The pipeline uses the
 // runtime's backend for its streams, events, pinned buffers and copies; on
 // the soft backend (a simulation in Go memory) every byte is real. Every
 // blocking call takes a context. [Pipeline.Close] drains: it writes every

@@ -20,27 +20,137 @@ type env Pipeline
 var _ actors.StagingEnv = (*env)(nil)
 
 // CopyStage: JOIN_NEXT_STEP waits for each chunk's whole-step device→host
-// copy; JOIN_ON_FINISH copies each chunk's device clone into a new pinned
-// landing buffer (charged to the pinned location) and waits for it.
+// copy; JOIN_ON_FINISH first takes a pinned landing buffer (charged to the
+// pinned location) for each chunk and enqueues every clone → landing copy
+// on the landing stream, then waits for them. Config.OnCopyStarted is told
+// once everything the stage waits for is enqueued. The stage waits for all
+// of its copies, even after one failed, and then reports the first failure
+// in chunk order: when it ends, none of its copies is still in flight, and
+// whether it fails does not depend on which copy finished first.
 func (e *env) CopyStage(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk) error {
 	p := (*Pipeline)(e)
-	var own int64 // landing bytes this task already holds
-	for _, c := range chunks {
-		if t.Mode == messages.JoinNextStep {
+	if t.Mode == messages.JoinNextStep {
+		p.copyStarted(t)
+		var first error
+		for _, c := range chunks {
 			if c.StepEvent == nil {
 				continue
 			}
 			if err := c.StepEvent.Wait(ctx); err != nil {
-				return fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
+				if ctx.Err() != nil {
+					return err
+				}
+				if first == nil {
+					first = fmt.Errorf("step device→host copy into slot %d: %w", c.Slot, err)
+				}
 			}
-			continue
 		}
-		if err := p.landClone(ctx, c, own); err != nil {
+		return first
+	}
+	lands := make([]*landing, 0, len(chunks))
+	var own int64 // landing bytes this task already holds
+	for _, c := range chunks {
+		l, err := p.startLanding(ctx, c, own)
+		if err != nil {
+			p.abandonLandings(lands)
 			return err
 		}
-		own += c.Host.Size()
+		lands = append(lands, l)
+		own += l.tk.bytes
+	}
+	p.copyStarted(t)
+	var first error
+	for i, l := range lands {
+		err := p.waitLanding(ctx, l)
+		if err != nil && ctx.Err() != nil {
+			p.abandonLandings(lands[i:]) // ctx ended: free each once it lands
+			for _, done := range lands[:i] {
+				p.freeHost(done.host, done.tk)
+			}
+			return err
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, l := range lands {
+		if first != nil {
+			p.freeHost(l.host, l.tk)
+			continue
+		}
+		l.c.Host, l.c.HostTicket = l.host, l.tk
+	}
+	return first
+}
+
+func (p *Pipeline) copyStarted(t *actors.StagingTask) {
+	if p.cfg.OnCopyStarted != nil {
+		p.cfg.OnCopyStarted(t.ID)
+	}
+}
+
+// landing is one clone → landing-buffer copy of a copy stage.
+type landing struct {
+	c    *actors.StagingChunk
+	host cuda.Buffer
+	tk   *ticket
+	ev   cuda.Event // nil when eager (copied already)
+}
+
+// startLanding takes a landing buffer for c's clone (own: the landing
+// bytes c's task already holds) and enqueues the copy into it, after the
+// clone's own copy (eager: copies it now).
+func (p *Pipeline) startLanding(ctx context.Context, c *actors.StagingChunk, own int64) (*landing, error) {
+	n := c.Clone.Size()
+	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
+	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
+		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
+	if err != nil {
+		_ = p.budget.release(context.Background(), tk)
+		p.landingReleased(n)
+		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
+	}
+	l := &landing{c: c, host: host, tk: tk}
+	if p.cfg.Eager {
+		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
+	} else {
+		l.ev, err = p.land.copyAfter(host, c.Clone, c.CloneEvent)
+	}
+	if err != nil {
+		p.freeHost(host, tk)
+		return nil, fmt.Errorf("device clone → host copy: %w", err)
+	}
+	return l, nil
+}
+
+// waitLanding waits for l's copy and returns its failure (or the clone's).
+func (p *Pipeline) waitLanding(ctx context.Context, l *landing) error {
+	if l.ev != nil {
+		if err := l.ev.Wait(ctx); err != nil {
+			if ctx.Err() != nil && !l.ev.Query() {
+				return err
+			}
+			return fmt.Errorf("device clone → host copy: %w", err)
+		}
+	}
+	if err := l.c.CloneEvent.Err(); err != nil { // the clone's own copy (complete by now)
+		return fmt.Errorf("device clone → host copy: %w", err)
 	}
 	return nil
+}
+
+// abandonLandings frees landing buffers a failed copy stage will not hand
+// to their chunks, each once its copy is done with it.
+func (p *Pipeline) abandonLandings(ls []*landing) {
+	for _, l := range ls {
+		if l.ev == nil || l.ev.Query() {
+			p.freeHost(l.host, l.tk)
+			continue
+		}
+		p.afterEvent(l.ev, func() { p.freeHost(l.host, l.tk) })
+	}
 }
 
 // reserveLanding reserves a landing buffer of n bytes at the pinned
@@ -95,59 +205,108 @@ func (p *Pipeline) landingReleased(n int64) {
 	p.landMu.Unlock()
 }
 
-// landClone copies c's clone to a new host buffer and sets c.Host. own is
-// the landing bytes c's task already holds.
-func (p *Pipeline) landClone(ctx context.Context, c *actors.StagingChunk, own int64) error {
-	n := c.Clone.Size()
-	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
-	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
-		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
-	}
-	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
-	if err != nil {
-		_ = p.budget.release(context.Background(), tk)
-		p.landingReleased(n)
-		return fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
-	}
-	if p.cfg.Eager {
-		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
-	} else {
-		var ev cuda.Event
-		ev, err = p.d2h.copyAfter(host, c.Clone, c.CloneEvent)
-		if err == nil {
-			err = ev.Wait(ctx)
-			if err != nil && !ev.Query() {
-				// Still in flight (ctx ended): free the buffer once it lands.
-				p.afterEvent(ev, func() { p.freeHost(host, tk) })
-				return err
-			}
-		}
-	}
-	if err == nil {
-		err = c.CloneEvent.Err() // the clone's own copy (complete by now)
-	}
-	if err != nil {
-		p.freeHost(host, tk)
-		return fmt.Errorf("device clone → host copy: %w", err)
-	}
-	c.Host, c.HostTicket = host, tk
-	return nil
-}
-
 func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {
 	_ = p.be.Free(buf)
 	_ = p.budget.release(context.Background(), tk)
 	p.landingReleased(tk.bytes)
 }
 
-// HostReady drops the device clones and releases their budget tickets.
-func (e *env) HostReady(t *actors.StagingTask, chunks []*actors.StagingChunk) {
+// Accept takes chunk c into task at (called by its actor, which has
+// checked that the copy stage is not claimed). In this order, each step
+// able to refuse before anything is taken: a row the task lost to a later
+// task refuses the chunk; a JOIN_NEXT_STEP chunk adds the task to its
+// slot's holders, which needs the chunk's step still holding the slot; a
+// JOIN_ON_FINISH chunk starts its clone copy (unless eager: copied
+// already) and counts its bytes; then the task owns the chunk's rows, and
+// the older tasks that wrote them lose them.
+func (e *env) Accept(at *actors.StagingTask, state messages.TaskState, c *actors.StagingChunk) error {
 	p := (*Pipeline)(e)
-	for _, c := range chunks {
-		if c.Clone != nil {
-			p.dropClone(c)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.tasks[at.ID]
+	if t == nil {
+		return ErrClosed // not reached: a task is known until it is done
+	}
+	rows := make([]int, len(c.Rows))
+	for i, r := range c.Rows {
+		rows[i] = p.poolRow(p.keys[r.Key], r.Slot) // checked by checkChunk
+		if _, lost := t.lost[rows[i]]; lost {
+			return &AppendRefusedError{Task: at.ID, State: state, Reassigned: true}
 		}
 	}
+	switch at.Mode {
+	case messages.JoinNextStep:
+		if err := p.slots.holdWith(c.Slot, holder{step: c.Step.(*Step)}, holder{task: at.ID}); err != nil {
+			return err
+		}
+	case messages.JoinOnFinish:
+		if c.CloneEvent == nil {
+			ev, err := p.cloner.copyAfter(c.Clone, c.Src, c.Freeze)
+			if err != nil {
+				return err
+			}
+			c.CloneEvent = ev
+		}
+		c.Src, c.Freeze = nil, nil
+		n := c.Clone.Size()
+		t.clone += n
+		if state == messages.TaskPending {
+			p.deferred[at.ID] = t
+		} else {
+			p.budget.addInflight(n) // queued already: on its way out
+		}
+	}
+	for _, k := range rows {
+		if prev := p.owners[k]; prev != nil && prev != t {
+			prev.lost[k] = struct{}{}
+		}
+		p.owners[k] = t
+		t.has[k] = struct{}{}
+	}
+	return nil
+}
+
+// Queued: the task left Pending (submitted, prioritized or flushed): it is
+// no longer deferred, and its clone bytes are on their way out.
+func (e *env) Queued(at *actors.StagingTask, _ []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.deferred, at.ID)
+	if t := p.tasks[at.ID]; t != nil && !t.left {
+		t.left = true
+		p.budget.addInflight(t.clone)
+	}
+}
+
+// HostReady drops the device clones and releases their budget tickets,
+// all at once: waiting reserves see the task's bytes come back together.
+// (The copy stage waited for each clone's copy before landing it.)
+func (e *env) HostReady(at *actors.StagingTask, chunks []*actors.StagingChunk) {
+	p := (*Pipeline)(e)
+	p.mu.Lock()
+	var leaving int64
+	if t := p.tasks[at.ID]; t != nil {
+		if t.left {
+			leaving = t.clone
+		}
+		t.clone = 0
+	}
+	p.mu.Unlock()
+	var tickets []*ticket
+	for _, c := range chunks {
+		if c.Clone == nil {
+			continue
+		}
+		if c.CloneEvent != nil && !c.CloneEvent.Query() {
+			p.dropClone(c) // not reached: the landing copy waited for it
+			continue
+		}
+		_ = p.be.Free(c.Clone)
+		c.Clone = nil
+		tickets = append(tickets, c.Ticket.(*ticket))
+	}
+	_ = p.budget.releaseAll(context.Background(), tickets, leaving)
 }
 
 // dropClone frees c's clone and releases its ticket, once the clone copy
@@ -169,10 +328,12 @@ func (p *Pipeline) dropClone(c *actors.StagingChunk) {
 // afterEvent runs f once ev completes, on a goroutine Close waits for.
 func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 	p.cleanup.Add(1)
+	p.pendingFrees.Add(1)
 	go func() {
 		defer p.cleanup.Done()
 		<-ev.Done()
 		f()
+		p.pendingFrees.Add(-1)
 	}()
 }
 
@@ -183,9 +344,16 @@ func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 // run: a step whose rows land on consecutive pool rows is written with a
 // single large copy, which the Go runtime does with non-temporal stores
 // beyond 1 MiB).
+//
+// A row that a later task took (its newest append is another task's) is
+// skipped: ownership is read under the pool's lock, row by row, so the
+// newest append wins whatever order the two tasks are written in.
 func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*actors.StagingChunk, plan []actors.ScatterRow) error {
 	p := (*Pipeline)(e)
 	n := p.cfg.RowBytes
+	p.mu.Lock()
+	task := p.tasks[t.ID]
+	p.mu.Unlock()
 	// Pool offsets, checked before anything is written.
 	offs := make([]int64, len(plan))
 	sorted := true // plan rows in chunk order (always, for one chunk)
@@ -218,9 +386,17 @@ func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*ac
 		if t.Mode == messages.JoinNextStep {
 			src = c.SlotBuf
 		}
-		rows := order[lo:hi]
+		chunkRows := order[lo:hi]
+		var rows []int
 		err := p.hostView(ctx, src, func(b []byte) {
 			p.poolMu.Lock()
+			taken := func(r int) bool { return p.owners[offs[r]/n] != task }
+			rows = chunkRows
+			p.mu.Lock()
+			if slices.ContainsFunc(chunkRows, taken) {
+				rows = slices.DeleteFunc(slices.Clone(chunkRows), taken)
+			}
+			p.mu.Unlock()
 			for i := 0; i < len(rows); {
 				// The run of rows contiguous in both the chunk and the pool.
 				first := rows[i]
@@ -251,11 +427,15 @@ func (e *env) PoolWrite(ctx context.Context, t *actors.StagingTask, chunks []*ac
 	return nil
 }
 
-// Written releases the task's slot holds and landing buffers.
+// Written releases the task's slot holds and landing buffers, and wakes
+// the reserves waiting for the clone bytes it released at HOST_READY.
 func (e *env) Written(t *actors.StagingTask, chunks []*actors.StagingChunk) {
 	p := (*Pipeline)(e)
 	p.releaseChunks(t, chunks)
 	p.forget(t, false)
+	if t.Mode == messages.JoinOnFinish {
+		p.budget.wakeAll()
+	}
 }
 
 // Failed publishes the pipeline's failure record, then releases every
@@ -264,6 +444,14 @@ func (e *env) Written(t *actors.StagingTask, chunks []*actors.StagingChunk) {
 func (e *env) Failed(t *actors.StagingTask, chunks []*actors.StagingChunk, err error) {
 	p := (*Pipeline)(e)
 	p.publishFailure(t, err)
+	p.mu.Lock()
+	if task := p.tasks[t.ID]; task != nil {
+		if task.left {
+			p.budget.addInflight(-task.clone)
+		}
+		task.clone = 0
+	}
+	p.mu.Unlock()
 	for _, c := range chunks {
 		if c.Clone != nil {
 			p.dropClone(c)
@@ -271,6 +459,9 @@ func (e *env) Failed(t *actors.StagingTask, chunks []*actors.StagingChunk, err e
 	}
 	p.releaseChunks(t, chunks)
 	p.forget(t, true)
+	if t.Mode == messages.JoinOnFinish {
+		p.budget.wakeAll() // its clones may have come back at HOST_READY
+	}
 }
 
 func (p *Pipeline) releaseChunks(t *actors.StagingTask, chunks []*actors.StagingChunk) {
@@ -292,12 +483,11 @@ func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if task := p.tasks[t.ID]; task != nil {
-		for _, k := range task.rows {
+		for k := range task.has {
 			if p.owners[k] == task {
 				p.owners[k] = nil
 			}
 		}
-		task.rows = nil
 	}
 	delete(p.tasks, t.ID)
 	delete(p.deferred, t.ID)

@@ -54,13 +54,20 @@ func (e *SlotOverflowError) Error() string {
 func (e *SlotOverflowError) Is(target error) bool { return target == ErrConfig }
 
 // SlotTimeoutError: every staging slot stayed held for the whole claim
-// timeout (0 or less: none was free at the call). It matches ErrNoSlot.
+// timeout (0 or less: none was free at the call), or the free ones were not
+// ready for the whole (positive) timeout (NotLanded: a free slot's buffer,
+// of another size than the step, was still the target of its last step's
+// copy, which had not landed). It matches ErrNoSlot.
 type SlotTimeoutError struct {
-	Slots   int
-	Timeout time.Duration
+	Slots     int
+	Timeout   time.Duration
+	NotLanded bool
 }
 
 func (e *SlotTimeoutError) Error() string {
+	if e.NotLanded {
+		return fmt.Sprintf("staging: no staging slot of %d was ready within %s: the free ones wait for their last step's copy to land", e.Slots, e.Timeout)
+	}
 	if e.Timeout <= 0 {
 		return fmt.Sprintf("staging: all %d staging slots are held (claim timeout %s: no wait)", e.Slots, e.Timeout)
 	}

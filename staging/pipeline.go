@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,12 @@ type Config struct {
 	// copy stage) with the task and its outcome, from the committer, before
 	// the task's waiters wake. It must not call the pipeline.
 	OnCommit func(id TaskID, err error)
+	// OnCopyStarted, if set, is called by a task's copy stage once every
+	// copy it waits for is enqueued (JOIN_ON_FINISH: its landing buffers
+	// are taken and its clone → host copies are on the landing stream;
+	// JOIN_NEXT_STEP: at once), before it waits. It must not call the
+	// pipeline. (The replay uses it to know what a copy stage waits for.)
+	OnCopyStarted func(id TaskID)
 
 	// skipFreezeWait drops the device→host copy's wait on the step's
 	// freeze event. Tests only (export_test.go): it exists to show that
@@ -135,6 +142,15 @@ func (c *Config) normalize() error {
 		return bad("RowBytes must be at least 1 (got %d)", c.RowBytes)
 	case c.CloneBudgetBytes < 0:
 		return bad("CloneBudgetBytes must not be negative")
+	case c.Slots > MaxSlots:
+		return bad("Slots must be at most %d (got %d)", MaxSlots, c.Slots)
+	case c.SlotBytes > math.MaxInt64/int64(c.Slots):
+		return bad("Slots × SlotBytes (%d × %d) overflows 64 bits", c.Slots, c.SlotBytes)
+	case int64(c.PoolSlots) > math.MaxInt64/int64(len(c.Keys)) ||
+		c.RowBytes > math.MaxInt64/(int64(len(c.Keys))*int64(c.PoolSlots)):
+		return bad("the CPU block pool (%d keys × %d slots × %d bytes) overflows 64 bits", len(c.Keys), c.PoolSlots, c.RowBytes)
+	case int64(len(c.Keys))*int64(c.PoolSlots) > MaxPoolRows:
+		return bad("the CPU block pool must have at most %d rows (got %d keys × %d slots)", MaxPoolRows, len(c.Keys), c.PoolSlots)
 	}
 	seen := map[string]bool{}
 	for _, k := range c.Keys {
@@ -145,6 +161,17 @@ func (c *Config) normalize() error {
 	}
 	return nil
 }
+
+// Bounds of a Config, checked before anything is reserved or allocated:
+// the pipeline keeps a little bookkeeping per slot and per pool row in Go
+// memory, which no reservation charges.
+const (
+	// MaxSlots is the most staging slots a pipeline may have.
+	MaxSlots = 1 << 16
+	// MaxPoolRows is the most rows (keys × pool slots) its CPU block pool
+	// may have.
+	MaxPoolRows = 1 << 24
+)
 
 // Pipeline is a device→host write pipeline: staging slots, the GPU-byte
 // budget of device clones, write tasks, a copy queue and a committer that
@@ -157,8 +184,9 @@ type Pipeline struct {
 	st      *actors.Staging
 	slots   *slotPool
 	budget  *gpuBudget
-	d2h     *lockedStream // device→host copies (nil when eager)
+	d2h     *lockedStream // steps' device→host copies (nil when eager)
 	cloner  *lockedStream // device clones (nil when eager)
+	land    *lockedStream // clone → landing buffer copies (nil when eager)
 	keys    map[string]int
 	hostSeq atomic.Uint64
 
@@ -171,7 +199,8 @@ type Pipeline struct {
 	poolMu sync.RWMutex // guards pool
 	pool   []byte
 
-	cleanup sync.WaitGroup // releases waiting for device events
+	cleanup      sync.WaitGroup // releases waiting for device events
+	pendingFrees atomic.Int64   // how many (Stats.PendingFrees)
 
 	mu       sync.Mutex // guards the fields below
 	tasks    map[TaskID]*Task
@@ -194,11 +223,14 @@ type counters struct {
 	stepsStaged             int64
 }
 
-// New starts a pipeline on rt. It reserves the staging slots at
-// cfg.Pinned and the CPU block pool at cfg.Host (a *BudgetError of the
-// runtime if they do not fit), creates its copy streams on cfg.Device and
-// starts its actors. Errors: ErrConfig for a bad Config; the runtime's
-// refusals. On error nothing is left reserved or running.
+// New starts a pipeline on rt. It checks cfg, reserves the staging slots
+// at cfg.Pinned and the CPU block pool at cfg.Host (a *BudgetError of the
+// runtime if they do not fit) — before it allocates anything for them —,
+// then allocates the pool, creates its copy streams on cfg.Device and
+// starts its actors. Errors: ErrConfig for a bad Config (sizes out of
+// range, see MaxSlots and MaxPoolRows); the runtime's refusals; a pool the
+// Go runtime cannot allocate. On error nothing is left reserved or
+// running.
 func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	if rt == nil {
 		return nil, fmt.Errorf("%w: a runtime is required", ErrConfig)
@@ -207,8 +239,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{
-		cfg: cfg, rt: rt, be: rt.Backend(), log: zerolog.Nop(),
-		slots: newSlotPool(cfg.Slots), keys: map[string]int{},
+		cfg: cfg, rt: rt, be: rt.Backend(), log: zerolog.Nop(), keys: map[string]int{},
 		tasks: map[TaskID]*Task{}, deferred: map[TaskID]*Task{}, steps: map[*Step]struct{}{},
 		landFreed: make(chan struct{}),
 	}
@@ -218,7 +249,6 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	for i, k := range cfg.Keys {
 		p.keys[k] = i
 	}
-	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	gb, err := newGPUBudget(rt, cfg.Device, cfg.Name, cfg.CloneBudgetBytes)
 	if err != nil {
 		return nil, err
@@ -242,9 +272,16 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	undo = append(undo, func() { _ = rt.Unreserve(context.Background(), cfg.Name+"/pool") })
-	p.pool = make([]byte, poolBytes)
+	// Charged: now allocate.
+	pool, ok := makeBytes(poolBytes)
+	if !ok {
+		return fail(fmt.Errorf("%w: a CPU block pool of %d bytes cannot be allocated", ErrConfig, poolBytes))
+	}
+	p.pool = pool
+	p.slots = newSlotPool(cfg.Slots)
+	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	if !cfg.Eager {
-		for _, s := range []**lockedStream{&p.d2h, &p.cloner} {
+		for _, s := range []**lockedStream{&p.d2h, &p.cloner, &p.land} {
 			st, err := p.be.NewStream(cfg.Device)
 			if err != nil {
 				return fail(err)
@@ -268,6 +305,17 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	p.st = st
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
+}
+
+// makeBytes returns make([]byte, n), or false when the Go runtime refuses
+// the length.
+func makeBytes(n int64) (b []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			b, ok = nil, false
+		}
+	}()
+	return make([]byte, n), true
 }
 
 // enter admits one entry of the pipeline: ErrClosed after Close began, the
@@ -352,6 +400,12 @@ func (s *Step) Release() error {
 //
 // A full pool waits for a slot to be released (see Step.Release) up to
 // Config.ClaimTimeout (0 or less: not at all) or ctx: *SlotTimeoutError.
+// A free slot whose buffer has another size than dev, and whose last copy
+// has not landed, is not ready (its buffer cannot be reallocated yet): the
+// lowest ready free slot is taken; when free slots exist but none is
+// ready, the claim waits for one to become ready, up to ClaimTimeout when
+// it is positive, else under ctx only (that copy may wait for its step's
+// freeze event).
 // A dev larger than a slot is a configuration error: *SlotOverflowError.
 // In eager mode the copy runs here, synchronously, after waiting freeze.
 func (p *Pipeline) Stage(ctx context.Context, dev cuda.Buffer, freeze cuda.Event) (*Step, error) {
@@ -366,7 +420,15 @@ func (p *Pipeline) Stage(ctx context.Context, dev cuda.Buffer, freeze cuda.Event
 			return nil, &SlotOverflowError{StepBytes: s.bytes, SlotBytes: p.cfg.SlotBytes}
 		}
 	}
-	i, err := p.slots.claim(ctx, holder{step: s}, p.cfg.ClaimTimeout)
+	// A slot whose buffer has another size is reallocated, which waits for
+	// its last copy to land: prefer a slot ready for this step.
+	var ready func(*slot) bool
+	if dev != nil {
+		ready = func(sl *slot) bool {
+			return sl.buf == nil || sl.buf.Size() == s.bytes || sl.last == nil || sl.last.Query()
+		}
+	}
+	i, err := p.slots.claim(ctx, holder{step: s}, p.cfg.ClaimTimeout, ready)
 	if err != nil {
 		return nil, err
 	}
@@ -452,9 +514,14 @@ type TaskSpec struct {
 // mode, possibly over several keys and several saves. Its state machine
 // lives in its actor.
 type Task struct {
-	p    *Pipeline
-	t    *actors.StagingTask
-	rows []int // the pool rows it claimed, by row index (guarded by p.mu)
+	p *Pipeline
+	t *actors.StagingTask
+
+	// Guarded by p.mu. Rows are pool row indexes (see poolRow).
+	has   map[int]struct{} // rows its accepted chunks write
+	lost  map[int]struct{} // rows a later append took before its pool write
+	clone int64            // bytes of its device clones not released yet
+	left  bool             // it left Pending (its clones are on their way out)
 }
 
 // ID returns the task id.
@@ -516,7 +583,7 @@ func (p *Pipeline) Open(ctx context.Context, spec TaskSpec) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Task{p: p, t: at}
+	t := &Task{p: p, t: at, has: map[int]struct{}{}, lost: map[int]struct{}{}}
 	p.mu.Lock()
 	p.tasks[at.ID] = t
 	p.counts.opened++
@@ -548,14 +615,16 @@ type Chunk struct {
 }
 
 // Append adds one save's rows to the task. It refuses (an
-// *AppendRefusedError, nothing changed) once the task's copy stage is
-// claimed, and when the task already lost one of the chunk's rows to a
-// later task: open a fresh task then. A row another unwritten task wrote
-// before is taken from it (that task's pool write will skip it).
+// *AppendRefusedError, nothing changed, nothing reserved) once the task's
+// copy stage is claimed, and when the task already lost one of the
+// chunk's rows to a later task: open a fresh task then. A row another
+// unwritten task wrote before is taken from it (that task's pool write
+// will skip it).
 //
 // JOIN_ON_FINISH: reserves the clone's bytes first (blocking: budget
-// pressure flushes the oldest deferred task and waits; see Chunk.NoWait),
-// then clones Device on the device after Freeze. The task stays Pending.
+// pressure flushes the oldest deferred tasks and waits; see Chunk.NoWait),
+// then clones Device on the device after Freeze, once the task has taken
+// the chunk. The task stays Pending.
 func (t *Task) Append(ctx context.Context, c Chunk) error {
 	p := t.p
 	if err := p.enter(); err != nil {
@@ -565,38 +634,57 @@ func (t *Task) Append(ctx context.Context, c Chunk) error {
 	if err := p.checkChunk(t, c); err != nil {
 		return err
 	}
-	ch := &actors.StagingChunk{Rows: slices.Clone(c.Rows)}
-	var undo func()
-	if t.Mode() == JoinNextStep {
-		if c.Step.released.Load() {
-			return ErrStepReleased
-		}
-		if err := p.slots.hold(c.Step.slot, holder{task: t.ID()}); err != nil {
-			return err
-		}
-		ch.Slot, ch.SlotBuf, ch.StepEvent = c.Step.slot, c.Step.buf, c.Step.ev
-		undo = func() { _ = p.slots.release(c.Step.slot, holder{task: t.ID()}) }
-	} else {
-		if err := p.cloneChunk(ctx, ch, c); err != nil {
-			return err
-		}
-		undo = func() { p.dropClone(ch) }
+	if t.Mode() == JoinNextStep && c.Step.released.Load() {
+		return ErrStepReleased
 	}
-	if err := p.st.Append(ctx, t.t, ch); err != nil {
-		undo()
+	// What the task would refuse anyway is refused before any slot, byte
+	// of budget or copy is taken for it.
+	if err := p.refusal(t, c.Rows); err != nil {
+		return err
+	}
+	ch := &actors.StagingChunk{Rows: slices.Clone(c.Rows)}
+	if t.Mode() == JoinNextStep {
+		ch.Slot, ch.SlotBuf, ch.StepEvent, ch.Step = c.Step.slot, c.Step.buf, c.Step.ev, c.Step
+	} else if err := p.cloneChunk(ctx, t, ch, c); err != nil {
+		return err
+	}
+	// The task's actor answers at once; a context ending here must not
+	// leave the chunk in the task while this call undoes it.
+	if err := p.st.Append(context.Background(), t.t, ch); err != nil {
+		if ch.Clone != nil {
+			p.dropClone(ch) // its copy never started (or, eager, is done)
+		}
 		if failure := p.Err(); failure != nil {
 			return failure // the pipeline failed meanwhile (and failed the task)
 		}
 		return err
 	}
-	p.claimRows(ctx, t, c.Rows)
 	if t.Mode() == JoinOnFinish {
-		p.mu.Lock()
-		if t.State() == Pending {
-			p.deferred[t.ID()] = t
+		p.budget.poke() // a deferred task appeared: waiting reserves may flush it
+	}
+	return nil
+}
+
+// refusal returns the *AppendRefusedError the task would answer rows with
+// now (its copy stage is claimed, or it lost one of the rows), nil if it
+// may take them. The task's actor decides in the end.
+func (p *Pipeline) refusal(t *Task, rows []Row) error {
+	switch st := t.State(); {
+	case st == Failed:
+		if failure := p.Err(); failure != nil {
+			return failure // the pipeline failed (and failed the task)
 		}
-		p.mu.Unlock()
-		p.budget.poke()
+		<-t.t.Done()
+		return t.t.Err() // failed by Close
+	case st >= Copying:
+		return &AppendRefusedError{Task: t.ID(), State: st}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range rows {
+		if _, lost := t.lost[p.poolRow(p.keys[r.Key], r.Slot)]; lost {
+			return &AppendRefusedError{Task: t.ID(), State: t.State(), Reassigned: true}
+		}
 	}
 	return nil
 }
@@ -620,6 +708,9 @@ func (p *Pipeline) checkChunk(t *Task, c Chunk) error {
 			return fmt.Errorf("%w: the chunk's buffer is at %s, the pipeline's device is %s", ErrConfig, c.Device.Location(), p.cfg.Device)
 		}
 		size = c.Device.Size()
+		if size > p.cfg.CloneBudgetBytes {
+			return fmt.Errorf("%w: a device clone of %d bytes exceeds the whole GPU-byte budget (%d)", ErrConfig, size, p.cfg.CloneBudgetBytes)
+		}
 	}
 	for _, r := range c.Rows {
 		if _, ok := p.keys[r.Key]; !ok {
@@ -635,12 +726,31 @@ func (p *Pipeline) checkChunk(t *Task, c Chunk) error {
 	return nil
 }
 
-// cloneChunk reserves the clone's GPU bytes and clones c.Device after
-// c.Freeze.
-func (p *Pipeline) cloneChunk(ctx context.Context, ch *actors.StagingChunk, c Chunk) error {
+// cloneChunk reserves the clone's GPU bytes and allocates the clone. In
+// eager mode it copies c.Device into it here (after c.Freeze); otherwise
+// the copy is started on the clone stream when the task takes the chunk
+// (env.Accept), so that a refused chunk never started one.
+func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *actors.StagingChunk, c Chunk) error {
 	n := c.Device.Size()
-	tk, err := p.budget.reserve(ctx, n, !c.NoWait)
+	tk, err := p.budget.reserve(ctx, n, !c.NoWait, t.ID())
+	if errors.Is(err, errSelfFlushed) {
+		// Making room flushed this very task: the chunk goes to a fresh
+		// task. Its state is the one the flush left it in: QUEUED (eager:
+		// the flush ran its copy and pool write).
+		st := Queued
+		if p.cfg.Eager {
+			if st = t.State(); st == Failed {
+				return p.refusal(t, c.Rows)
+			}
+		}
+		return &AppendRefusedError{Task: t.ID(), State: st}
+	}
 	if err != nil {
+		return err
+	}
+	// The reserve may have waited (and flushed this very task).
+	if err := p.refusal(t, c.Rows); err != nil {
+		_ = p.budget.release(context.Background(), tk)
 		return err
 	}
 	clone, err := p.be.Allocate(ctx, p.cfg.Device, n)
@@ -648,46 +758,22 @@ func (p *Pipeline) cloneChunk(ctx context.Context, ch *actors.StagingChunk, c Ch
 		_ = p.budget.release(context.Background(), tk)
 		return err
 	}
-	var ev cuda.Event
+	ch.Clone, ch.Ticket = clone, tk
 	if p.cfg.Eager {
-		err = p.syncCopy(ctx, clone, c.Device, c.Freeze)
-		ev = doneEvent{}
-	} else {
-		var wait cuda.Event
-		if !p.cfg.skipFreezeWait {
-			wait = c.Freeze
+		if err := p.syncCopy(ctx, clone, c.Device, c.Freeze); err != nil {
+			ch.Clone = nil
+			_ = p.be.Free(clone)
+			_ = p.budget.release(context.Background(), tk)
+			return err
 		}
-		ev, err = p.cloner.copyAfter(clone, c.Device, wait)
+		ch.CloneEvent = doneEvent{}
+		return nil
 	}
-	if err != nil {
-		_ = p.be.Free(clone)
-		_ = p.budget.release(context.Background(), tk)
-		return err
+	ch.Src = c.Device
+	if !p.cfg.skipFreezeWait {
+		ch.Freeze = c.Freeze
 	}
-	ch.Clone, ch.CloneEvent, ch.Ticket = clone, ev, tk
 	return nil
-}
-
-// claimRows makes t the owner of rows: an older unwritten task that wrote
-// one of them loses it (reassigned: its pool write skips it).
-func (p *Pipeline) claimRows(ctx context.Context, t *Task, rows []Row) {
-	var lost map[*Task][]Row
-	p.mu.Lock()
-	for _, r := range rows {
-		k := p.poolRow(p.keys[r.Key], r.Slot) // checked by checkChunk
-		if prev := p.owners[k]; prev != nil && prev != t {
-			if lost == nil {
-				lost = map[*Task][]Row{}
-			}
-			lost[prev] = append(lost[prev], r)
-		}
-		p.owners[k] = t
-		t.rows = append(t.rows, k)
-	}
-	p.mu.Unlock()
-	for prev, rs := range lost {
-		_ = p.st.Reassign(ctx, prev.t, rs)
-	}
 }
 
 // Submit hands tasks to the copy path: each Pending task becomes Queued on
@@ -707,10 +793,7 @@ func (p *Pipeline) queue(ctx context.Context, prio int8, tasks ...*Task) error {
 		if t.p != p {
 			return fmt.Errorf("%w: task %d belongs to another pipeline", ErrConfig, t.ID())
 		}
-		p.mu.Lock()
-		delete(p.deferred, t.ID())
-		p.mu.Unlock()
-		err := p.st.Enqueue(ctx, t.t, prio)
+		err := p.st.Enqueue(ctx, t.t, prio) // Pending → Queued leaves the deferred set (env.Queued)
 		if err == nil && p.cfg.Eager {
 			err = p.st.RunInline(ctx, t.t)
 		}
@@ -724,11 +807,11 @@ func (p *Pipeline) queue(ctx context.Context, prio int8, tasks ...*Task) error {
 	return nil
 }
 
-// Prioritize moves tasks to the front of the high-priority copy queue: a
-// Pending task becomes Queued there, a Queued task waiting at a lower
-// priority moves up (its old place becomes a harmless duplicate); a task
-// already at the front, or whose copy stage is claimed, or done, is left
-// alone. Unknown ids are ignored.
+// Prioritize moves tasks to the front of the copy queue: a Pending task
+// becomes Queued there, a task Queued at low priority (Submit) moves up
+// (its old place becomes a harmless duplicate); a task already queued high
+// (a budget flush) or at the front, or whose copy stage is claimed, or
+// done, is left alone. Unknown ids are ignored.
 func (p *Pipeline) Prioritize(ctx context.Context, ids ...TaskID) error {
 	if err := p.enter(); err != nil {
 		return err
@@ -749,9 +832,9 @@ func (p *Pipeline) Prioritize(ctx context.Context, ids ...TaskID) error {
 }
 
 // flushOldest escalates the deferred task with the oldest enqueue time to
-// the high-priority queue (GPU-byte budget pressure). False when none is
-// left.
-func (p *Pipeline) flushOldest() bool {
+// the high-priority queue (GPU-byte budget pressure) and returns it. False
+// when none is left.
+func (p *Pipeline) flushOldest() (TaskID, bool) {
 	p.mu.Lock()
 	var oldest *Task
 	for _, t := range p.deferred {
@@ -764,31 +847,43 @@ func (p *Pipeline) flushOldest() bool {
 	}
 	p.mu.Unlock()
 	if oldest == nil {
-		return false
+		return 0, false
 	}
 	p.log.Debug().Uint64("task", uint64(oldest.ID())).Msg("GPU-byte budget pressure: flushing the oldest deferred task")
 	ctx := p.st.Context()
 	if err := p.st.Enqueue(ctx, oldest.t, messages.PriorityHigh); err == nil && p.cfg.Eager {
 		_ = p.st.RunInline(ctx, oldest.t)
 	}
-	return true
+	return oldest.ID(), true
 }
 
 // ---- reads ----
 
-// ReadRow returns a copy of the task's row (key, slot). For a
-// JOIN_ON_FINISH task not yet written it reads the host rows its copy
-// stage landed, or the device clone (after the clone's event) while that
-// copy has not landed; once the task is written, and always for a
-// JOIN_NEXT_STEP task (after waiting for its pool write), it reads the CPU
-// block pool. ErrNoRow when the task has no such row or a later task took
-// it; the task's failure if it failed.
+// ReadRow returns a copy of the task's row (key, slot). ErrNoRow when no
+// chunk of the task wrote the row, or a later task took it before this
+// task's pool write. For a JOIN_ON_FINISH task not yet written it reads the
+// host rows its copy stage landed, or the device clone (after the clone's
+// event) while that copy has not landed; once the task is written, and
+// always for a JOIN_NEXT_STEP task (after waiting for its pool write), it
+// reads the CPU block pool — which a later task may have written since.
+// The task's failure if it failed.
 func (t *Task) ReadRow(ctx context.Context, key string, slot int) ([]byte, error) {
 	p := t.p
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
 	defer p.exit()
+	k, err := p.rowIndex(key, slot)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	_, has := t.has[k]
+	_, lost := t.lost[k]
+	p.mu.Unlock()
+	if !has || lost {
+		return nil, ErrNoRow
+	}
 	if t.Mode() == JoinNextStep {
 		if err := t.Wait(ctx); err != nil {
 			return nil, err
@@ -861,6 +956,15 @@ func (p *Pipeline) readPool(key string, slot int) ([]byte, error) {
 }
 
 func (p *Pipeline) poolOffset(key string, slot int) (int64, error) {
+	k, err := p.rowIndex(key, slot)
+	if err != nil {
+		return 0, err
+	}
+	return int64(k) * p.cfg.RowBytes, nil
+}
+
+// rowIndex is the pool row of (key, slot), checked.
+func (p *Pipeline) rowIndex(key string, slot int) (int, error) {
 	ki, ok := p.keys[key]
 	if !ok {
 		return 0, fmt.Errorf("%w: unknown key %q", ErrConfig, key)
@@ -868,7 +972,7 @@ func (p *Pipeline) poolOffset(key string, slot int) (int64, error) {
 	if slot < 0 || slot >= p.cfg.PoolSlots {
 		return 0, fmt.Errorf("%w: pool slot %d out of range [0, %d)", ErrConfig, slot, p.cfg.PoolSlots)
 	}
-	return int64(p.poolRow(ki, slot)) * p.cfg.RowBytes, nil
+	return p.poolRow(ki, slot), nil
 }
 
 // poolRow is the index of the pool row of (key index ki, slot): rows are
@@ -890,6 +994,16 @@ type Stats struct {
 	// DropLocation).
 	Flushes int64
 	Drops   map[string]int64
+	// WaitingAppends counts blocking appends asleep in the GPU-byte budget:
+	// waiting for clone bytes to come back, with no wake-up on its way.
+	// WaitingStages counts stages asleep waiting for a slot (to be freed,
+	// or ready) with nothing they wait for having happened yet.
+	WaitingAppends, WaitingStages int
+	// PendingFrees counts buffers (device clones, landing buffers) that
+	// wait for a copy to finish before they are freed and their bytes
+	// released: after a failure, the clones and landings of copies still
+	// in flight.
+	PendingFrees int
 	// Tasks counts live tasks by state; Opened, Written and Failed count
 	// every task so far.
 	Tasks                   map[TaskState]int
@@ -908,7 +1022,8 @@ func (p *Pipeline) Stats() Stats {
 	st := Stats{
 		Slots: p.cfg.Slots, FreeSlots: ss.free, SlotHolders: ss.holders, SlotClaims: ss.claims, SlotWaits: ss.waits,
 		CloneBytes: bs.used, CloneBudgetBytes: p.cfg.CloneBudgetBytes, PeakCloneBytes: bs.peak,
-		Flushes: bs.flushes, Drops: bs.drops, Tasks: map[TaskState]int{},
+		Flushes: bs.flushes, Drops: bs.drops, WaitingAppends: bs.asleep, WaitingStages: ss.asleep,
+		PendingFrees: int(p.pendingFrees.Load()), Tasks: map[TaskState]int{},
 	}
 	p.mu.Lock()
 	for _, t := range p.tasks {

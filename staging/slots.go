@@ -35,19 +35,43 @@ type slotPool struct {
 	closed  bool
 	claims  int64
 	waits   int64
+	asleep  map[*claimWait]struct{} // claims waiting for a slot
+}
+
+// claimWait is what a waiting claim waits for: a slot to be freed, or a
+// free slot's last copy to land.
+type claimWait struct{ changed, landed <-chan struct{} }
+
+// pending reports whether nothing it waits for has happened yet.
+func (w *claimWait) pending() bool {
+	for _, ch := range []<-chan struct{}{w.changed, w.landed} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+			return false
+		default:
+		}
+	}
+	return true
 }
 
 func newSlotPool(n int) *slotPool {
-	p := &slotPool{slots: make([]*slot, n), changed: make(chan struct{})}
+	p := &slotPool{slots: make([]*slot, n), changed: make(chan struct{}), asleep: map[*claimWait]struct{}{}}
 	for i := range p.slots {
 		p.slots[i] = &slot{holders: map[holder]struct{}{}}
 	}
 	return p
 }
 
-// claim gives a free slot to h, waiting for one until timeout (timeout <= 0:
-// fail at once when none is free), ctx or the pool's close.
-func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (int, error) {
+// claim gives a free slot to h, waiting for one until timeout (timeout <=
+// 0: fail at once when none is free), ctx or the pool's close. With ready
+// set, a free slot must also be ready for the claimer: the lowest ready free
+// slot is taken; when the free slots are all not ready, the claim waits for
+// one to become ready (its last copy to land) or another to be freed —
+// up to timeout when it is positive, else until ctx ends.
+func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration, ready func(*slot) bool) (int, error) {
 	var deadline <-chan time.Time
 	waited := false
 	for {
@@ -56,8 +80,12 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 			p.mu.Unlock()
 			return -1, ErrClosed
 		}
+		var landed <-chan struct{} // the first free slot that is not ready: its last copy
 		for i, s := range p.slots {
-			if len(s.holders) == 0 {
+			if len(s.holders) != 0 {
+				continue
+			}
+			if ready == nil || ready(s) {
 				s.holders[h] = struct{}{}
 				p.claims++
 				if waited {
@@ -66,35 +94,55 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration) (
 				p.mu.Unlock()
 				return i, nil
 			}
+			if landed == nil {
+				landed = s.last.Done()
+			}
 		}
 		ch := p.changed
 		p.mu.Unlock()
-		if timeout <= 0 {
+		if timeout <= 0 && landed == nil {
 			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
 		}
-		if deadline == nil {
+		if deadline == nil && timeout > 0 {
 			t := time.NewTimer(timeout)
 			defer t.Stop()
 			deadline = t.C
 		}
 		waited = true
+		w := &claimWait{changed: ch, landed: landed}
+		p.mu.Lock()
+		p.asleep[w] = struct{}{}
+		p.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
+		case <-landed:
 		case <-deadline:
-			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
+			err = &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout, NotLanded: landed != nil}
 		case <-ctx.Done():
-			return -1, ctx.Err()
+			err = ctx.Err()
+		}
+		p.mu.Lock()
+		delete(p.asleep, w)
+		p.mu.Unlock()
+		if err != nil {
+			return -1, err
 		}
 	}
 }
 
-// hold adds h to slot i, which must be held already (by its step).
-func (p *slotPool) hold(i int, h holder) error {
+// holdWith adds h to the holders of slot i, which by must hold (else
+// ErrStepReleased): a task
+// binds to a slot only through the step whose copy the slot carries (once
+// that step let go, the slot may carry another step). Holders are a set:
+// a task that holds the slot already (an earlier chunk of the same step)
+// stays one holder, released once at its pool write.
+func (p *slotPool) holdWith(i int, by, h holder) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.slots[i]
-	if len(s.holders) == 0 {
-		return fmt.Errorf("staging: slot %d is not held: %w", i, ErrStepReleased)
+	if _, ok := s.holders[by]; !ok {
+		return ErrStepReleased
 	}
 	s.holders[h] = struct{}{}
 	return nil
@@ -121,12 +169,18 @@ func (p *slotPool) release(i int, h holder) error {
 type slotState struct {
 	free, holders int
 	claims, waits int64
+	asleep        int
 }
 
 func (p *slotPool) state() slotState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := slotState{claims: p.claims, waits: p.waits}
+	for w := range p.asleep {
+		if w.pending() {
+			st.asleep++
+		}
+	}
 	for _, s := range p.slots {
 		if len(s.holders) == 0 {
 			st.free++

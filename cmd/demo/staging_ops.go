@@ -24,9 +24,22 @@ import (
 // replay settles it after every staging op: it waits until every task has
 // either finished (written or failed) or cannot move without a later op of
 // the script (a pending task, a copy stage waiting for a freeze event the
-// script has not completed, or a task queued behind such a copy stage).
+// script has not completed, or a task queued behind such a copy stage),
+// until every step copy that does not wait for such an event has landed,
+// and, after a failure, until every buffer whose copy can finish is freed.
 // The output is then the same on every run, and every task's lifecycle
 // transitions since the previous op are listed in "task_transitions".
+//
+// What a copy waits for is known exactly: step copies run in order on one
+// stream, device clones on another (each after its freeze event), and a
+// task's clone → host copies on a third, where only one copy stage runs at
+// a time; a copy stage reports when it has enqueued what it waits for
+// (Config.OnCopyStarted). A call that would wait for something that can
+// only happen after a later op (a blocking append whose budget cannot come
+// back, a stage whose only free slots wait for a held copy, a wait or a
+// read of a task that cannot move) is refused as invalid input, with what
+// it waits for, instead of hanging: the replay watches the pipeline's
+// Stats.WaitingAppends and Stats.WaitingStages.
 //
 // Staging buffers hold real bytes: a slot, a device buffer and the CPU
 // block pool each hold at most replayBufferLimit (1 MiB), checked before
@@ -249,27 +262,28 @@ type replayPipe struct {
 	eager   bool
 	rowB    int64
 	closed  bool
-	entries []*d2hEntry // the device→host stream's copies, in order
+	entries []*d2hEntry // the step stream's copies, in order
 	clones  []*cloneDep // the clone stream's copies, in order
 	devBufs []cuda.Buffer
 
 	mu         sync.Mutex
 	byID       map[staging.TaskID]*replayTask
 	failedFrom map[staging.TaskID]staging.TaskState // the state a task failed from (OnCommit)
+	started    map[staging.TaskID]bool              // copy stages that enqueued what they wait for
 }
 
-// d2hEntry is one copy on a pipeline's device→host stream: a step's copy
-// (after its freeze event) or a JOIN_ON_FINISH task's landing copies
-// (after its clones).
+// d2hEntry is one step's copy on a pipeline's step stream (after its
+// freeze event).
 type d2hEntry struct {
 	freeze *freezeEvent
-	clones []*cloneDep
+	step   *replayStep
 }
 
 // cloneDep is one device clone on the pipeline's clone stream.
 type cloneDep struct {
 	index  int
 	freeze *freezeEvent
+	bytes  int64
 }
 
 type replayStep struct {
@@ -287,15 +301,15 @@ type freezeEvent struct {
 }
 
 type replayTask struct {
-	name    string
-	pipe    *replayPipe
-	t       *staging.Task
-	steps   []*replayStep
-	clones  []*cloneDep
-	landing *d2hEntry
-	last    staging.TaskState
-	done    bool // terminal, its waiters woken
-	opened  bool // "opened" not reported yet
+	name   string
+	pipe   *replayPipe
+	t      *staging.Task
+	steps  []*replayStep
+	clones []*cloneDep
+	rows   map[[2]any]bool // (key, slot) of the rows its accepted appends wrote
+	last   staging.TaskState
+	done   bool // terminal, its waiters woken
+	opened bool // "opened" not reported yet
 }
 
 func (r *runner) stagingState() *stagingState {
@@ -357,17 +371,12 @@ func (p *replayPipe) cloneBlocked(c *cloneDep) bool {
 	return false
 }
 
-// entryBlocked: a copy on the device→host stream waits for every copy
-// enqueued before it.
+// entryBlocked: a copy on the step stream waits for every copy enqueued
+// before it.
 func (p *replayPipe) entryBlocked(e *d2hEntry) bool {
 	for _, o := range p.entries {
 		if o.freeze.pending() {
 			return true
-		}
-		for _, c := range o.clones {
-			if p.cloneBlocked(c) {
-				return true
-			}
 		}
 		if o == e {
 			return false
@@ -377,7 +386,10 @@ func (p *replayPipe) entryBlocked(e *d2hEntry) bool {
 }
 
 // copyBlocked says whether t's copy stage, once claimed, waits for a
-// freeze event the script has not completed.
+// freeze event the script has not completed: a step copy it waits for
+// (JOIN_NEXT_STEP), or a clone its clone → host copies wait for
+// (JOIN_ON_FINISH; those copies have a stream of their own, where only one
+// copy stage's copies are at a time).
 func (t *replayTask) copyBlocked() bool {
 	p := t.pipe
 	if t.t.Mode() == staging.JoinNextStep {
@@ -388,15 +400,19 @@ func (t *replayTask) copyBlocked() bool {
 		}
 		return false
 	}
-	if t.landing != nil {
-		return p.entryBlocked(t.landing)
-	}
 	for _, c := range t.clones {
 		if p.cloneBlocked(c) {
 			return true
 		}
 	}
 	return false
+}
+
+// started: t's copy stage has enqueued what it waits for.
+func (t *replayTask) started() bool {
+	t.pipe.mu.Lock()
+	defer t.pipe.mu.Unlock()
+	return t.pipe.started[t.t.ID()]
 }
 
 // stuck says whether t's state can change only through a later op of
@@ -407,19 +423,76 @@ func (ss *stagingState) stuck(t *replayTask, st staging.TaskState) bool {
 		return t.pipe.p.Err() == nil // a failed pipeline fails its pending tasks
 	case staging.Queued:
 		for _, o := range ss.order {
-			if o.pipe == t.pipe && !o.done && o.t.State() == staging.Copying && o.copyBlocked() {
+			if o.pipe == t.pipe && !o.done && o.t.State() == staging.Copying && o.started() && o.copyBlocked() {
 				return true // the copy queue is busy with a blocked copy stage
 			}
 		}
 		return false
 	case staging.Copying:
-		return t.copyBlocked()
+		return t.started() && t.copyBlocked()
 	}
 	return false
 }
 
-// settle waits until every task is done or stuck (see the top of the
-// file).
+// quiet says whether nothing of rp can move without a later op: every task
+// done or stuck, and every step copy that waits for no incomplete freeze
+// event landed.
+func (ss *stagingState) quiet(ctx context.Context, rp *replayPipe) bool {
+	for _, t := range ss.order {
+		if t.pipe != rp || t.done {
+			continue
+		}
+		switch st := t.t.State(); {
+		case st.Terminal():
+			_ = t.t.Wait(ctx) // returns once its resources are released
+			t.done = ctx.Err() == nil
+		case !ss.stuck(t, st):
+			return false
+		}
+	}
+	for _, e := range rp.entries {
+		if ev := e.step.s.Event(); ev != nil && !ev.Query() && !rp.entryBlocked(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// pendingFrees is how many buffers of rp wait, after a failure, for a copy
+// that cannot finish before a later op: the clones of failed tasks that
+// wait for a freeze event, and their clone → host copies if their copy
+// stage had started them.
+func (ss *stagingState) pendingFrees(rp *replayPipe) int {
+	n := 0
+	for _, t := range ss.order {
+		if t.pipe != rp || t.t.State() != staging.Failed {
+			continue
+		}
+		rp.mu.Lock()
+		from, ok := rp.failedFrom[t.t.ID()]
+		started := rp.started[t.t.ID()]
+		rp.mu.Unlock()
+		if !ok && t.last != staging.Failed {
+			from = t.last
+		}
+		if from >= staging.HostReady {
+			continue
+		}
+		for _, c := range t.clones {
+			if rp.cloneBlocked(c) {
+				n++
+				if started {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// settle waits until every task is done or stuck, every step copy that
+// can land has landed, and after a failure every buffer that can be freed
+// is (see the top of the file).
 func (ss *stagingState) settle(ctx context.Context) error {
 	for {
 		all := true
@@ -427,13 +500,7 @@ func (ss *stagingState) settle(ctx context.Context) error {
 			if t.done {
 				continue
 			}
-			st := t.t.State()
-			if st == staging.Copying && t.t.Mode() == staging.JoinOnFinish && t.landing == nil {
-				// Its landing copies go on the device→host stream now.
-				t.landing = &d2hEntry{clones: t.clones}
-				t.pipe.entries = append(t.pipe.entries, t.landing)
-			}
-			switch {
+			switch st := t.t.State(); {
 			case st.Terminal():
 				_ = t.t.Wait(ctx) // returns once its resources are released
 				if ctx.Err() != nil {
@@ -442,6 +509,19 @@ func (ss *stagingState) settle(ctx context.Context) error {
 				t.done = true
 			case !ss.stuck(t, st):
 				all = false
+			}
+		}
+		for _, rp := range ss.pipes {
+			if rp.closed {
+				continue
+			}
+			for _, e := range rp.entries {
+				if ev := e.step.s.Event(); ev != nil && !ev.Query() && !rp.entryBlocked(e) {
+					all = false // it lands without a later op
+				}
+			}
+			if rp.p.Err() != nil && rp.p.Stats().PendingFrees > ss.pendingFrees(rp) {
+				all = false // a failed task's buffer waits for a copy that finishes
 			}
 		}
 		if all {
@@ -476,6 +556,9 @@ func (ss *stagingState) transitions() []taskTransitionJSON {
 			if ok && from > t.last {
 				target = from
 			}
+			t.pipe.mu.Lock()
+			t.pipe.failedFrom[t.t.ID()] = target // reported: pendingFrees reads it
+			t.pipe.mu.Unlock()
 		}
 		for s := t.last; s < target; s++ {
 			from := s.String()
@@ -656,7 +739,8 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 			return false, invalid("the CPU block pool (%d keys × %d slots × %s) holds real bytes, at most %s in a replay",
 				len(s.keys), s.poolSlots, formatBytes(s.rowBytes), formatBytes(replayBufferLimit))
 		}
-		rp := &replayPipe{name: s.name, device: s.device, eager: s.eager, rowB: s.rowBytes, byID: map[staging.TaskID]*replayTask{}, failedFrom: map[staging.TaskID]staging.TaskState{}}
+		rp := &replayPipe{name: s.name, device: s.device, eager: s.eager, rowB: s.rowBytes, byID: map[staging.TaskID]*replayTask{},
+			failedFrom: map[staging.TaskID]staging.TaskState{}, started: map[staging.TaskID]bool{}}
 		cfg := staging.Config{
 			Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
 			ClaimTimeout: time.Duration(s.claimTimeoutMS) * time.Millisecond,
@@ -670,6 +754,11 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 				if t := rp.byID[id]; t != nil {
 					rp.failedFrom[id] = t.t.State() // Copying or HostReady: not failed yet
 				}
+				rp.mu.Unlock()
+			},
+			OnCopyStarted: func(id staging.TaskID) {
+				rp.mu.Lock()
+				rp.started[id] = true
 				rp.mu.Unlock()
 			},
 		}
@@ -705,13 +794,22 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 				return false, err
 			}
 		}
-		step, err := rp.p.Stage(ctx, dev, ev.cuda())
+		var step *staging.Step
+		err = ss.watch(ctx, rp, func(ctx context.Context) (err error) {
+			step, err = rp.p.Stage(ctx, dev, ev.cuda())
+			return err
+		}, func(st staging.Stats) string {
+			if st.WaitingStages == 0 || s.claimTimeoutMS > 0 {
+				return "" // a positive claim timeout ends the wait
+			}
+			return fmt.Sprintf("staging step %q would wait forever: the free slots' buffers have another size and their last copies wait for freeze event %q (complete it with freeze)", s.step, ss.blockingEvent(rp))
+		})
 		if err != nil {
 			return true, err
 		}
 		st := &replayStep{name: s.step, pipe: rp, s: step, dev: dev}
 		if dev != nil {
-			st.entry = &d2hEntry{freeze: ev}
+			st.entry = &d2hEntry{freeze: ev, step: st}
 			rp.entries = append(rp.entries, st.entry)
 		}
 		ss.steps[s.step] = st
@@ -804,15 +902,27 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 			}
 			c.Freeze = ev.cuda()
 		}
-		if err := t.t.Append(ctx, c); err != nil {
+		err = ss.watch(ctx, rp, func(ctx context.Context) error { return t.t.Append(ctx, c) }, func(st staging.Stats) string {
+			if st.WaitingAppends == 0 {
+				return ""
+			}
+			return fmt.Sprintf("appending to task %q would wait forever: the clone budget is full and the clones that could free it wait for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(rp))
+		})
+		if err != nil {
 			return true, err
 		}
 		if st != nil {
 			t.steps = append(t.steps, st)
 		} else {
-			cd := &cloneDep{index: len(rp.clones), freeze: ev}
+			cd := &cloneDep{index: len(rp.clones), freeze: ev, bytes: s.bytes}
 			rp.clones = append(rp.clones, cd)
 			t.clones = append(t.clones, cd)
+		}
+		if t.rows == nil {
+			t.rows = map[[2]any]bool{}
+		}
+		for _, row := range s.rows {
+			t.rows[[2]any{row.key, row.slot}] = true
 		}
 		return true, nil
 	case "submit", "prioritize":
@@ -869,7 +979,7 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 		}
 		st := t.t.State()
 		switch {
-		case t.done:
+		case t.done, !t.rows[[2]any{s.key, s.slot}]: // done, or a row it never had: no wait
 		case t.t.Mode() == staging.JoinNextStep && ss.stuck(t, st):
 			return false, invalid("reading task %q would wait forever for its pool write: it is %s and %s", s.task, st, ss.why(t, st))
 		case st < staging.HostReady && t.cloneWaits():
@@ -914,6 +1024,35 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 		return true, rp.close(ctx, r.sys.Backend())
 	}
 	return false, fmt.Errorf("op %q is not implemented", o.name)
+}
+
+// watch runs call, which may wait for the pipeline, and returns its error.
+// When the pipeline is quiet (nothing moves without a later op) and
+// forever says the call waits all the same (from the pipeline's Stats),
+// the call can never return: it is cancelled and refused as invalid input
+// with forever's words.
+func (ss *stagingState) watch(ctx context.Context, rp *replayPipe, call func(context.Context) error, forever func(staging.Stats) string) error {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(cctx) }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return <-done
+		case <-time.After(100 * time.Microsecond):
+		}
+		if why := forever(rp.p.Stats()); why != "" && ss.quiet(ctx, rp) {
+			// Quiet, and the call still waits with nothing on its way.
+			if why = forever(rp.p.Stats()); why != "" {
+				cancel()
+				<-done
+				return invalid("%s", why)
+			}
+		}
+	}
 }
 
 // cloneWaits: reading a JOIN_ON_FINISH task's row waits for its clone.

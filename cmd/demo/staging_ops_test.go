@@ -1,8 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -194,4 +204,310 @@ func TestStagingOpsDocumented(t *testing.T) {
 			assert.True(t, strings.Contains(b, typ), "%s does not mention %s", path, typ)
 		}
 	}
+}
+
+// randomStagingScript writes a random staging script: one pipeline (eager
+// or not), steps, tasks of both join modes, freeze events held open,
+// appends (some refused, dropped or flushing), submits, prioritizes,
+// waits, reads, faults and a close.
+func randomStagingScript(rng *rand.Rand) string {
+	var b strings.Builder
+	pinned := "null"
+	if rng.IntN(3) == 0 {
+		pinned = `"24KiB"`
+	}
+	fmt.Fprintf(&b, `{"op":"start","locations":{"pageable-host":null,"pinned-host":%s,"cuda:0":"%dKiB"}}`+"\n", pinned, 2+rng.IntN(6))
+	eager := rng.IntN(5) == 0
+	fmt.Fprintf(&b, `{"op":"staging_start","name":"p","device":"cuda:0","slots":%d,"slot_bytes":"1KiB","keys":["k","v"],"pool_slots":4,"row_bytes":256,"clone_budget":"%dKiB","eager":%v}`+"\n",
+		1+rng.IntN(3), 1+rng.IntN(2), eager)
+	var steps, tasks, events []string
+	pick := func(xs []string, fresh string) string {
+		if len(xs) == 0 || rng.IntN(6) == 0 {
+			return fresh
+		}
+		return xs[rng.IntN(len(xs))]
+	}
+	freeze := func() string {
+		if eager || rng.IntN(3) != 0 {
+			return ""
+		}
+		e := pick(events, fmt.Sprint("f", len(events)))
+		if !slices.Contains(events, e) {
+			events = append(events, e)
+		}
+		return fmt.Sprintf(`,"freeze":%q`, e)
+	}
+	rows := func(size int) string {
+		var rs []string
+		for range 1 + rng.IntN(2) {
+			off := 0
+			if size >= 256 {
+				off = 256 * rng.IntN(size/256)
+			}
+			rs = append(rs, fmt.Sprintf(`{"key":%q,"slot":%d,"offset":%d}`, []string{"k", "v"}[rng.IntN(2)], rng.IntN(4), off))
+		}
+		return "[" + strings.Join(rs, ",") + "]"
+	}
+	n := 20 + rng.IntN(40)
+	for range n {
+		switch x := rng.IntN(100); {
+		case x < 12:
+			s := fmt.Sprint("s", len(steps))
+			steps = append(steps, s)
+			fmt.Fprintf(&b, `{"op":"stage","pipeline":"p","step":%q,"bytes":%d,"fill":%d%s}`+"\n", s, 256*rng.IntN(5), rng.IntN(200), freeze())
+		case x < 18:
+			fmt.Fprintf(&b, `{"op":"step_release","step":%q}`+"\n", pick(steps, "s0"))
+		case x < 26:
+			if len(events) > 0 {
+				fmt.Fprintf(&b, `{"op":"freeze","event":%q}`+"\n", events[rng.IntN(len(events))])
+			}
+		case x < 36:
+			tk := fmt.Sprint("t", len(tasks))
+			tasks = append(tasks, tk)
+			fmt.Fprintf(&b, `{"op":"task_open","pipeline":"p","task":%q,"req":"r","mode":%q}`+"\n", tk, []string{"next_step", "on_finish"}[rng.IntN(2)])
+		case x < 58:
+			tk := pick(tasks, "t0")
+			if rng.IntN(2) == 0 {
+				fmt.Fprintf(&b, `{"op":"append","task":%q,"step":%q,"rows":%s}`+"\n", tk, pick(steps, "s0"), rows(1024))
+			} else {
+				size := 256 * (1 + rng.IntN(3))
+				fmt.Fprintf(&b, `{"op":"append","task":%q,"device_bytes":%d,"fill":%d%s,"no_wait":%v,"rows":%s}`+"\n", tk, size, rng.IntN(200), freeze(), rng.IntN(3) == 0, rows(size))
+			}
+		case x < 68:
+			fmt.Fprintf(&b, `{"op":"submit","tasks":[%q]}`+"\n", pick(tasks, "t0"))
+		case x < 74:
+			fmt.Fprintf(&b, `{"op":"prioritize","tasks":[%q]}`+"\n", pick(tasks, "t0"))
+		case x < 80:
+			fmt.Fprintf(&b, `{"op":"wait","task":%q,"until":%q}`+"\n", pick(tasks, "t0"), []string{"host_ready", "written"}[rng.IntN(2)])
+		case x < 87:
+			fmt.Fprintf(&b, `{"op":"read_row","task":%q,"key":%q,"slot":%d}`+"\n", pick(tasks, "t0"), []string{"k", "v"}[rng.IntN(2)], rng.IntN(4))
+		case x < 90:
+			fmt.Fprintf(&b, `{"op":"read_pool","pipeline":"p","key":"k","slot":%d}`+"\n", rng.IntN(4))
+		case x < 94:
+			b.WriteString(`{"op":"staging_stats","pipeline":"p"}` + "\n")
+		case x < 97:
+			k := [][2]string{{"copy", "pinned-host"}, {"copy", "cuda:0"}, {"reconstruct", "pinned-host"}}[rng.IntN(3)]
+			fmt.Fprintf(&b, `{"op":"fail_next","kind":%q,"location":%q}`+"\n", k[0], k[1])
+		default:
+			b.WriteString(`{"op":"snapshot"}` + "\n")
+		}
+	}
+	if rng.IntN(2) == 0 {
+		b.WriteString(`{"op":"staging_close","pipeline":"p"}` + "\n")
+	}
+	b.WriteString(`{"op":"staging_stats","pipeline":"p"}` + "\n")
+	return b.String()
+}
+
+// TestStagingReplayIsDeterministic: random staging scripts finish (no
+// wait that never ends: the replay refuses it with a clear error) and
+// print the same output on a second run.
+func TestStagingReplayIsDeterministic(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	scripts := 40
+	if testing.Short() {
+		scripts = 10
+	}
+	first := 0
+	if s := os.Getenv("STAGING_REPLAY_SEED"); s != "" { // "SEED" or "SEED/SCRIPT": replay a failure
+		var err error
+		seedText, scriptText, one := strings.Cut(s, "/")
+		seed, err = strconv.ParseUint(seedText, 10, 64)
+		require.NoError(t, err)
+		if one {
+			first, err = strconv.Atoi(scriptText)
+			require.NoError(t, err)
+			scripts = first + 1
+		}
+	}
+	for i := first; i < scripts; i++ {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		script := randomStagingScript(rng)
+		path := filepath.Join(t.TempDir(), fmt.Sprint("random-", i, ".jsonl"))
+		require.NoError(t, os.WriteFile(path, []byte(script), 0o644))
+		var outs [2]string
+		for run := range outs {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			var out, errb bytes.Buffer
+			code := runReplayCtx(ctx, path, &out, &errb)
+			hung := ctx.Err() != nil
+			cancel()
+			if hung {
+				t.Fatalf("seed %d script %d: the replay did not finish within 30s (exit %d, stderr %s); script:\n%s", seed, i, code, errb.String(), script)
+			}
+			if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "panic") {
+				t.Fatalf("seed %d script %d: a Go stack trace:\n%s\nscript:\n%s", seed, i, errb.String(), script)
+			}
+			outs[run] = out.String()
+		}
+		if outs[0] != outs[1] {
+			a, b := strings.Split(outs[0], "\n"), strings.Split(outs[1], "\n")
+			for j := 0; j < len(a) && j < len(b); j++ {
+				if a[j] != b[j] {
+					t.Fatalf("seed %d script %d: two runs differ at result %d:\n%s\n%s\nscript:\n%s", seed, i, j+1, a[j], b[j], script)
+				}
+			}
+			t.Fatalf("seed %d script %d: two runs differ in length; script:\n%s", seed, i, script)
+		}
+	}
+}
+
+func runReplayCtx(ctx context.Context, path string, out, errb *bytes.Buffer) int {
+	return run(ctx, []string{"replay", "--json", path}, strings.NewReader(""), out, errb)
+}
+
+// checkResultsWithin is checkResults with a deadline: a replay that hangs
+// fails the test instead (it is interrupted: exit status 130).
+func checkResultsWithin(t *testing.T, script string, d time.Duration, want map[int]wantResult) map[int]map[string]any {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := runReplayCtx(ctx, path, &out, &errb)
+	require.NoError(t, ctx.Err(), "the replay did not finish within %s: %s", d, errb.String())
+	require.Equal(t, 0, code, errb.String())
+	results := map[int]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "output line %q", line)
+		results[int(m["line"].(float64))] = m
+	}
+	for line, w := range want {
+		res := results[line]
+		require.NotNil(t, res, "no result for line %d", line)
+		assert.Equal(t, w.typ, errType(res), "line %d: %s", line, errMessage(res))
+		assert.Contains(t, errMessage(res), w.msg, "line %d", line)
+	}
+	return results
+}
+
+// Defect 5: the three scripts of issue 18 that hung. Each finishes; a wait
+// that can never end is refused with a clear error.
+func TestStagingScriptsThatHungFinish(t *testing.T) {
+	t.Run("two-chunk JOIN_ON_FINISH task copying while a later step is freeze-gated", func(t *testing.T) {
+		script := stagingStart +
+			`{"op":"task_open","pipeline":"p","task":"t","req":"r","mode":"on_finish"}
+{"op":"append","task":"t","device_bytes":512,"fill":1,"rows":[{"key":"k","slot":0}]}
+{"op":"append","task":"t","device_bytes":512,"fill":2,"rows":[{"key":"k","slot":1}]}
+{"op":"stage","pipeline":"p","step":"s","bytes":512,"freeze":"f"}
+{"op":"submit","tasks":["t"]}
+{"op":"wait","task":"t","until":"written"}
+{"op":"read_pool","pipeline":"p","key":"k","slot":1}
+`
+		results := checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{7: {"ok", ""}, 8: {"ok", ""}, 9: {"ok", ""}})
+		assert.Equal(t, float64(2), payload(t, payload(t, results[9], "staging"), "row")["value"])
+	})
+	t.Run("a stage of another size into a slot whose previous copy waits on a freeze event", func(t *testing.T) {
+		script := `{"op":"start","locations":{"pageable-host":null,"pinned-host":null,"cuda:0":"64KiB"}}
+{"op":"staging_start","name":"p","device":"cuda:0","slots":1,"slot_bytes":"1KiB","keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"stage","pipeline":"p","step":"s0","bytes":1024,"freeze":"f"}
+{"op":"step_release","step":"s0"}
+{"op":"stage","pipeline":"p","step":"s1","bytes":512}
+{"op":"freeze","event":"f"}
+{"op":"stage","pipeline":"p","step":"s1","bytes":512}
+`
+		checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{
+			5: {"InvalidInput", `staging step "s1" would wait forever: the free slots' buffers have another size and their last copies wait for freeze event "f"`},
+			7: {"ok", ""},
+		})
+	})
+	t.Run("a refused append whose clone waits for a freeze event", func(t *testing.T) {
+		script := stagingStart +
+			`{"op":"task_open","pipeline":"p","task":"t1","req":"r","mode":"on_finish"}
+{"op":"append","task":"t1","device_bytes":512,"fill":1,"rows":[{"key":"k","slot":0}]}
+{"op":"task_open","pipeline":"p","task":"t2","req":"r","mode":"next_step"}
+{"op":"stage","pipeline":"p","step":"s","bytes":512,"fill":5}
+{"op":"append","task":"t2","step":"s","rows":[{"key":"k","slot":0}]}
+{"op":"append","task":"t1","device_bytes":512,"fill":2,"freeze":"f","rows":[{"key":"k","slot":0}]}
+{"op":"task_open","pipeline":"p","task":"t3","req":"r","mode":"on_finish"}
+{"op":"append","task":"t3","device_bytes":512,"fill":3,"rows":[{"key":"k","slot":2}]}
+{"op":"read_row","task":"t3","key":"k","slot":2}
+{"op":"staging_stats","pipeline":"p"}
+`
+		results := checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{
+			8:  {"StagingAppendRefusedError", "a later task took one of its rows"},
+			11: {"ok", ""},
+		})
+		assert.Equal(t, float64(3), payload(t, payload(t, results[11], "staging"), "row")["value"], "t3's clone was not held back")
+		assert.Equal(t, float64(1024), payload(t, payload(t, results[12], "staging"), "stats")["clone_bytes"], "the refused clone holds nothing")
+	})
+	t.Run("a blocking append whose budget cannot come back", func(t *testing.T) {
+		script := stagingStart +
+			`{"op":"task_open","pipeline":"p","task":"t1","req":"r","mode":"on_finish"}
+{"op":"append","task":"t1","device_bytes":1024,"fill":1,"freeze":"f","rows":[{"key":"k","slot":0}]}
+{"op":"task_open","pipeline":"p","task":"t2","req":"r","mode":"on_finish"}
+{"op":"append","task":"t2","device_bytes":512,"fill":2,"rows":[{"key":"k","slot":1}]}
+{"op":"freeze","event":"f"}
+{"op":"append","task":"t2","device_bytes":512,"fill":2,"rows":[{"key":"k","slot":1}]}
+{"op":"wait","task":"t1","until":"written"}
+`
+		checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{
+			6: {"InvalidInput", `appending to task "t2" would wait forever: the clone budget is full and the clones that could free it wait for freeze event "f"`},
+			8: {"ok", ""},
+			9: {"ok", ""},
+		})
+	})
+}
+
+// FuzzStagingScript feeds staging ops to the replay: a fixed start and
+// pipeline, then the fuzzed lines. Parsing never panics; a script that
+// parses runs to its end within 10 s (a wait that could never end is
+// refused, not hung), and no Go stack trace reaches its output.
+//
+//	go test -run '^$' -fuzz FuzzStagingScript -fuzztime 10m ./cmd/demo/
+func FuzzStagingScript(f *testing.F) {
+	seeds, err := os.ReadFile("testdata/staging.jsonl")
+	require.NoError(f, err)
+	for _, line := range strings.Split(string(seeds), "\n") {
+		if strings.HasPrefix(line, `{"op":"`) && !strings.HasPrefix(line, `{"op":"start"`) {
+			f.Add(line)
+		}
+	}
+	f.Add(`{"op":"staging_start","name":"q","device":"cuda:0","slots":9223372036854775807,"slot_bytes":1,"keys":["k"],"pool_slots":1,"row_bytes":1}`)
+	f.Add(`{"op":"stage","pipeline":"p","step":"s","bytes":512,"freeze":"f"}` + "\n" + `{"op":"step_release","step":"s"}` + "\n" + `{"op":"stage","pipeline":"p","step":"t","bytes":1024}`)
+	f.Add(`{"op":"task_open","pipeline":"p","task":"t","req":"r","mode":"on_finish"}` + "\n" +
+		`{"op":"append","task":"t","device_bytes":1024,"freeze":"f","rows":[{"key":"k","slot":0}]}` + "\n" +
+		`{"op":"append","task":"t","device_bytes":512,"rows":[{"key":"k","slot":1}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		if len(body) > 1<<14 {
+			return
+		}
+		script := stagingStart + body + "\n"
+		if _, err := parseScript(strings.NewReader(script)); err != nil {
+			return // malformed: refused before anything runs
+		}
+		path := filepath.Join(t.TempDir(), "fuzz.jsonl")
+		if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		code := runReplayCtx(ctx, path, &out, &errb)
+		if ctx.Err() != nil {
+			t.Fatalf("the replay did not finish within 10s (exit %d): %s\nscript:\n%s", code, errb.String(), script)
+		}
+		if strings.Contains(errb.String()+out.String(), "goroutine ") {
+			t.Fatalf("a Go stack trace:\n%s%s", errb.String(), out.String())
+		}
+	})
+}
+
+// Defect 15: staging_start with 2^63−1 or 10^9 slots is a configuration
+// error, before anything is reserved or allocated: no panic.
+func TestStagingStartChecksSizes(t *testing.T) {
+	script := `{"op":"start","locations":{"pageable-host":null,"pinned-host":null,"cuda:0":"64KiB"}}
+{"op":"staging_start","name":"p","device":"cuda:0","slots":9223372036854775807,"slot_bytes":1,"keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"staging_start","name":"q","device":"cuda:0","slots":1000000000,"slot_bytes":1,"keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"staging_start","name":"r","device":"cuda:0","slots":2,"slot_bytes":"1KiB","keys":["k"],"pool_slots":4,"row_bytes":512}
+{"op":"snapshot"}
+`
+	results := checkResultsWithin(t, script, 20*time.Second, map[int]wantResult{
+		2: {"StagingConfigError", "Slots must be at most 65536"},
+		3: {"StagingConfigError", "Slots must be at most 65536"},
+		4: {"ok", ""},
+	})
+	assert.Equal(t, 2, version(results[4]), "only the third pipeline reserved (slots and pool)")
 }
