@@ -77,6 +77,7 @@ FUZZ_TARGETS := \
 	cmd/demo:FuzzByteSize \
 	cmd/demo:FuzzNodeCommand \
 	cmd/demo:FuzzOffloadTrace \
+	cmd/demo:FuzzStagingScript \
 	system:FuzzEvidence
 
 fuzz:
@@ -95,6 +96,7 @@ SOAKTIME     ?= 30m
 SOAK_TIMEOUT ?= 3h
 SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
+	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
 	cmd/demo:TestNamesChecker
 
