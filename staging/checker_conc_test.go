@@ -446,10 +446,12 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 	// HOST_READY after it ended.
 	r.mu.Lock()
 	// At most this much is held when the append begins (no other append in
-	// flight): the clones of tasks not yet HOST_READY then.
+	// flight): the clones of tasks not written then (a task's state reads
+	// HOST_READY just before it releases its clones; a failed one releases
+	// them when their copies end).
 	var hi int64
 	for _, o := range r.tasks {
-		if o.mode == staging.JoinOnFinish && o.cloneBytes > 0 && o.task.State() < staging.HostReady {
+		if o.mode == staging.JoinOnFinish && o.cloneBytes > 0 && o.task.State() != staging.Written {
 			hi += o.cloneBytes
 		}
 	}

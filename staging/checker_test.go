@@ -1452,6 +1452,9 @@ func (r *ckRound) seqAppendStep(t *ckTask) {
 }
 
 func (r *ckRound) seqAppendClone(t *ckTask) {
+	if r.bg != nil {
+		return // a blocking append waits first in line: this one would wait behind it
+	}
 	nRows := 1 + r.rng.IntN(3)
 	if r.rng.IntN(15) == 0 {
 		nRows = int(r.cfg.CloneBudgetBytes/ckRowBytes) + 1 // larger than the whole budget
