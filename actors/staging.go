@@ -329,14 +329,28 @@ func (s *Staging) Fail(t *StagingTask, err error) bool {
 }
 
 // FailAsync sends t's actor a failure without waiting (for callers that
-// are themselves task actors, which must never wait for each other).
+// are themselves task actors, which must never wait for each other). It
+// fails t only if t's copy stage is not claimed by then: a claimed task's
+// chunks belong to its copy stage or its pool write, which end it.
 func (s *Staging) FailAsync(t *StagingTask, err error) {
 	select {
 	case <-t.done:
 		return
 	default:
 	}
-	s.root.Send(t.pid, &taskFail{err: err, reply: make(chan bool, 1)})
+	s.root.Send(t.pid, &taskFail{err: err, reply: make(chan bool, 1), unclaimed: true})
+}
+
+// FailUnclaimed is Fail for a task whose copy stage is not claimed: it
+// leaves a claimed task alone (false), to the copy stage or pool write
+// that ends it.
+func (s *Staging) FailUnclaimed(t *StagingTask, err error) bool {
+	r := make(chan bool, 1)
+	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: true}, r, func() bool { return false })
+	if res {
+		<-t.done
+	}
+	return res
 }
 
 // Plan returns the rows of t's pool write (see ScatterRow).

@@ -185,6 +185,8 @@ type taskWritten struct{}
 type taskFail struct {
 	err   error
 	reply chan bool
+	// unclaimed: only if the copy stage is not claimed (Pending, Queued).
+	unclaimed bool
 }
 
 type taskPlan struct{ reply chan planResult }
@@ -233,6 +235,10 @@ func (a *stagingTaskActor) Receive(ctx actor.Context) {
 		_, wake := a.transition(ctx, messages.TaskWritten) // refused if failed meanwhile
 		wake()
 	case *taskFail:
+		if m.unclaimed && a.state >= messages.TaskCopying {
+			m.reply <- false
+			return
+		}
 		moved, wake := a.fail(ctx, m.err)
 		m.reply <- moved
 		wake()

@@ -86,3 +86,31 @@ func TestStagingTaskActorLifecycle(t *testing.T) {
 	assert.Equal(t, []error{boom}, env.failed)
 	require.ErrorIs(t, st.Enqueue(ctx, other, messages.PriorityLow), boom)
 }
+
+// A failure sent to tasks that were pending (the pipeline's failure, or an
+// aborted Close) leaves a task whose copy stage is claimed to that stage:
+// its chunks are the stage's until it ends.
+func TestStagingFailUnclaimedLeavesClaimedTasks(t *testing.T) {
+	env := &nopEnv{}
+	st, err := StartStaging(StagingConfig{Env: env, Eager: true})
+	require.NoError(t, err)
+	defer st.Stop()
+	ctx := context.Background()
+	claimed, err := st.NewTask("req", 1, messages.JoinOnFinish)
+	require.NoError(t, err)
+	require.NoError(t, st.Enqueue(ctx, claimed, messages.PriorityLow))
+	_, won, err := st.Claim(ctx, claimed)
+	require.NoError(t, err)
+	require.True(t, won)
+	pending, err := st.NewTask("req", 2, messages.JoinOnFinish)
+	require.NoError(t, err)
+
+	boom := errors.New("boom")
+	assert.False(t, st.FailUnclaimed(claimed, boom), "claimed: left to its copy stage")
+	assert.Equal(t, messages.TaskCopying, claimed.State())
+	assert.Empty(t, env.failed)
+	assert.True(t, st.FailUnclaimed(pending, boom))
+	assert.Equal(t, messages.TaskFailed, pending.State())
+	st.FailAsync(claimed, boom)
+	require.NoError(t, st.Transition(ctx, claimed, messages.TaskHostReady), "the async failure left it alone too")
+}

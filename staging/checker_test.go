@@ -1511,7 +1511,7 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 		ev = g
 	}
 	// The budget outcome.
-	usedHi, usedLo := r.used, r.pendingCloneBytes()
+	usedHi, usedLo := r.heldUpper(), r.pendingCloneBytes()
 	fitsCap := func(u int64) bool { return u+n <= r.cfg.CloneBudgetBytes }
 	fitsLoc := func(u int64) bool { return r.devBudget == 0 || u+n <= r.devBudget }
 	var flushed []*ckTask
@@ -1576,6 +1576,18 @@ func ids(ts []*ckTask) []staging.TaskID {
 		out[i] = t.id
 	}
 	return out
+}
+
+// heldUpper: clone bytes that may be held: tasks not written yet (a task
+// reads HOST_READY just before it releases its clones).
+func (r *ckRound) heldUpper() int64 {
+	n := r.used
+	for _, t := range r.tasks {
+		if t.mode == staging.JoinOnFinish && t.hostReady && !t.written && t.task.State() != staging.Written {
+			n += t.cloneBytes
+		}
+	}
+	return n
 }
 
 // pendingCloneBytes: clone bytes certainly held (tasks not enqueued).

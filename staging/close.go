@@ -16,9 +16,10 @@ import (
 // pipeline's reservations are released, so the runtime's locations are
 // back to what they were before New.
 //
-// If ctx ends first, the work in flight is cancelled: the tasks still
-// unfinished fail with ctx's error, and Close returns it after releasing
-// everything all the same. Close is idempotent: later calls return the
+// If ctx ends first, the work in flight is cancelled: the unfinished tasks
+// whose copy stage is not claimed fail with ctx's error, those whose copy
+// stage or pool write runs stop on the cancellation and fail with it, and
+// Close returns ctx's error after releasing everything all the same. Close is idempotent: later calls return the
 // first result. Stats keeps working after Close.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() { p.closeErr = p.close(ctx) })
@@ -57,7 +58,9 @@ func (p *Pipeline) close(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		for _, t := range left {
-			p.st.Fail(t.t, err)
+			// A claimed task ends on its own: its copy stage or pool write
+			// stops on the aborted context (and owns its chunks until then).
+			p.st.FailUnclaimed(t.t, err)
 		}
 		<-idle
 		_ = p.drain(context.Background())

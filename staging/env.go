@@ -501,7 +501,9 @@ func (p *Pipeline) forget(t *actors.StagingTask, failed bool) {
 // publishFailure records the pipeline's first failure (unless it is
 // closing: a task failed by Close is no pipeline failure) and fails every
 // task that is still Pending: no entry of the pipeline will submit it any
-// more. Those failures are sent, not awaited (the caller is a task actor).
+// more. Those failures are sent, not awaited (the caller is a task actor),
+// and leave alone a task whose copy stage was claimed meanwhile (its copy
+// stage owns its chunks, and ends it).
 func (p *Pipeline) publishFailure(t *actors.StagingTask, err error) {
 	p.mu.Lock()
 	if p.failure != nil || p.closing {
