@@ -444,11 +444,15 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 	// Clone bytes certainly held during the whole append: tasks whose
 	// chunks were accepted before it began and that are still before
 	// HOST_READY after it ended.
-	r.mu.Lock()
+	active := r.ofActive.Add(1) - 1
+	defer r.ofActive.Add(-1) // after the model has the append's bytes
+	epoch := r.ofEpoch.Add(1)
 	// At most this much is held when the append begins (no other append in
-	// flight): the clones of tasks not written then (a task's state reads
-	// HOST_READY just before it releases its clones; a failed one releases
-	// them when their copies end).
+	// flight; one that ended before the count above is in the model): the
+	// clones of tasks not written then (a task's state reads HOST_READY just
+	// before it releases its clones; a failed one releases them when their
+	// copies end).
+	r.mu.Lock()
 	var hi int64
 	for _, o := range r.tasks {
 		if o.mode == staging.JoinOnFinish && o.cloneBytes > 0 && o.task.State() != staging.Written {
@@ -456,9 +460,6 @@ func (pr *ckProducer) appendClone(t *ckTask) {
 		}
 	}
 	r.mu.Unlock()
-	active := r.ofActive.Add(1) - 1
-	defer r.ofActive.Add(-1) // after the model has the append's bytes
-	epoch := r.ofEpoch.Add(1)
 	r.appendStart(t, rows)
 	defer r.appendEnd(t)
 	start := r.tick.Add(1)
