@@ -1208,6 +1208,11 @@ func (r *ckRound) resume() {
 			// Submitted or prioritized while the append waited: its copy
 			// stage may have been claimed before the bytes came back.
 			exp = "maybe"
+		default:
+			// A later task may have taken one of the rows while the append
+			// waited: the task checks its rows when it accepts the chunk,
+			// after the wait.
+			exp = r.lostRows(bg.t, bg.rows)
 		}
 		r.finishCloneAppend(bg.t, bg.n, bg.rows, bg.data, exp, err)
 	}
@@ -1383,6 +1388,22 @@ func (r *ckRound) refusal(t *ckTask, rows []staging.Row) string {
 		}
 	}
 	return ""
+}
+
+// lostRows: "lost" if t certainly lost one of rows to a later task,
+// "maybe" if it may have, "" if not.
+func (r *ckRound) lostRows(t *ckTask, rows []staging.Row) string {
+	exp := ""
+	for _, row := range rows {
+		k := ckRow{row.Key, row.Slot}
+		if t.lost[k] {
+			return "lost"
+		}
+		if t.maybeLost[k] {
+			exp = "maybe"
+		}
+	}
+	return exp
 }
 
 func (r *ckRound) checkRefused(t *ckTask, exp string, err error) (accepted bool) {
