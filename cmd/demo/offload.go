@@ -282,255 +282,304 @@ func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 // runOffload replays rows through a pipeline and returns the report.
+// offloadRun is one run of the offload demo: the runtime and pipeline it
+// drives, the trace clock, and the counters its request goroutines share.
+type offloadRun struct {
+	ctx       context.Context
+	cfg       offloadConfig
+	sys       *system.System
+	p         *staging.Pipeline
+	rep       *offloadReport
+	rowBytes  int64
+	poolSlots int
+	start     time.Time
+
+	wg   sync.WaitGroup // request goroutines
+	bufs sync.WaitGroup // device buffers freed once their task is host-ready
+
+	mu                      sync.Mutex // guards rep's samples and the fields below
+	dropped, refusedAppends int64
+	firstErr                error
+}
+
 func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offloadReport, error) {
-	scale := int64(realBytesPerToken) / cfg.bytesPerToken
-	rowBytes := blockTokens * cfg.bytesPerToken
-	// Budgets, scaled like the KV bytes: an 80 GiB GPU with 14 GiB of
-	// weights and a 16 GiB clone budget, 64 GiB of pinned and 192 GiB of
-	// pageable host memory, a 128 GiB CPU block pool.
-	gib := func(n int64) int64 { return n << 30 / scale }
-	budgets := map[string]int64{"pageable-host": gib(192), "pinned-host": gib(64), "cuda:0": gib(80)}
-	poolSlots := int(gib(128) / rowBytes)
-	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
-		system.Limit("pageable-host", budgets["pageable-host"]), system.Limit("pinned-host", budgets["pinned-host"]),
-		system.Limit("cuda:0", budgets["cuda:0"]),
-	}})
+	o, err := startOffload(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer sys.Close(context.WithoutCancel(ctx))
-	if err := sys.Reserve(ctx, "cuda:0", "model-weights", gib(14)); err != nil {
-		return nil, err
-	}
-	p, err := staging.New(ctx, sys, staging.Config{
-		Name: "offload", Device: "cuda:0", Slots: 1, SlotBytes: rowBytes,
-		Keys: []string{"kv"}, PoolSlots: poolSlots, RowBytes: rowBytes, CloneBudgetBytes: gib(16),
-	})
-	if err != nil {
-		return nil, err
-	}
-	be := sys.Backend()
-
-	rep := &offloadReport{
-		Simulation: "soft backend: cuda:0 and pinned-host are simulated in Go memory (real bytes, goroutine streams); no GPU is used and the times say nothing about real hardware",
-		Trace:      cfg.trace, Requests: len(rows), Speed: cfg.speed,
-		BytesPerToken: cfg.bytesPerToken, StandsForPerTok: realBytesPerToken, Scale: scale,
-		CloneBudgetBytes: gib(16), MaxRequestBytes: gib(16), MaxQueue: map[string]int{},
-	}
+	defer o.sys.Close(context.WithoutCancel(ctx))
+	o.rep.Requests = len(rows)
 	t0 := rows[0].at
-	rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
+	o.rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
 	cpu0, cpuKnown := processCPU()
-	start := time.Now()
-	traceNow := func() time.Duration { return scaleDuration(time.Since(start), cfg.speed) }
-	sleepUntil := func(at time.Duration) bool {
-		d := scaleDuration(at-traceNow(), 1/cfg.speed)
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
-
-	// The sampler: live tasks by state, and every location's used +
-	// reserved against its budget.
-	var mu sync.Mutex
-	sample := func() {
-		st := p.Stats()
-		q := queueSample{TraceSeconds: traceNow().Seconds(), Pending: st.Tasks[staging.Pending], Queued: st.Tasks[staging.Queued],
-			Copying: st.Tasks[staging.Copying], HostReady: st.Tasks[staging.HostReady], CloneBytes: st.CloneBytes}
-		snap, err := sys.Snapshot(context.WithoutCancel(ctx))
-		mu.Lock()
-		defer mu.Unlock()
-		rep.Samples++
-		rep.Queue = append(rep.Queue, q)
-		for k, v := range map[string]int{"pending": q.Pending, "queued": q.Queued, "copying": q.Copying, "host_ready": q.HostReady} {
-			rep.MaxQueue[k] = max(rep.MaxQueue[k], v)
-		}
-		if err != nil {
-			rep.BudgetViolations++ // no snapshot: nothing checked, counted against the run
-			return
-		}
-		for _, l := range snap.Locations {
-			if l.HasBudget && l.UsedBytes+l.ReservedBytes > l.BudgetBytes {
-				rep.BudgetViolations++
-			}
-		}
-	}
-	stopSampler := make(chan struct{})
-	samplerDone := make(chan struct{})
-	go func() {
-		defer close(samplerDone)
-		tick := time.NewTicker(max(scaleDuration(sampleEvery, 1/cfg.speed), time.Millisecond))
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopSampler:
-				return
-			case <-tick.C:
-				sample()
-			}
-		}
-	}()
-
-	var (
-		wg               sync.WaitGroup
-		nextSlot         int
-		dropped, refused int64
-		tokens, kvBytes  int64
-		firstErr         error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-	}
-	// save appends blocks [slot0, slot0+n) of a request as one chunk of
-	// task t: a device buffer of just those rows, cloned on the device. The
-	// buffer is freed once the task's copy stage is over (the clone was
-	// copied from it by then).
-	var bufs sync.WaitGroup
-	save := func(t *staging.Task, slot0, n int, noWait bool) error {
-		if n == 0 {
-			return nil
-		}
-		dev, err := be.Allocate(ctx, "cuda:0", int64(n)*rowBytes)
-		if err != nil {
-			return err
-		}
-		rows := make([]staging.Row, n)
-		for i := range rows {
-			rows[i] = staging.Row{Key: "kv", Slot: (slot0 + i) % poolSlots, Offset: int64(i) * rowBytes}
-		}
-		if err := t.Append(ctx, staging.Chunk{Device: dev, Rows: rows, NoWait: noWait}); err != nil {
-			_ = be.Free(dev) // nothing was cloned from it
-			return err
-		}
-		bufs.Add(1)
-		go func() {
-			defer bufs.Done()
-			_ = t.WaitHostReady(context.WithoutCancel(ctx))
-			_ = be.Free(dev)
-		}()
-		return nil
-	}
+	o.start = time.Now()
+	stopSampler := o.startSampler()
+	var tokens, kvBytes int64
+	nextSlot := 0
 	for i, r := range rows {
 		arrive := r.at.Sub(t0)
-		if !sleepUntil(arrive) {
+		if !o.sleepUntil(arrive) {
 			break
 		}
 		ctxBlocks := int((r.context + blockTokens - 1) / blockTokens)
 		allBlocks := int((r.context + r.gen + blockTokens - 1) / blockTokens)
-		if kv := int64(allBlocks) * rowBytes; kv > rep.MaxRequestBytes {
+		if kv := int64(allBlocks) * o.rowBytes; kv > o.rep.MaxRequestBytes {
 			// More KV than the GPU can hold for one request: a server
 			// refuses it. Nothing of it is allocated.
-			rep.RequestsRefused++
-			rep.RefusedBytes += kv
+			o.rep.RequestsRefused++
+			o.rep.RefusedBytes += kv
 			continue
 		}
 		slot0 := nextSlot
-		nextSlot = (nextSlot + allBlocks) % poolSlots
+		nextSlot = (nextSlot + allBlocks) % o.poolSlots
 		tokens += r.context + r.gen
-		kvBytes += int64(allBlocks) * rowBytes
+		kvBytes += int64(allBlocks) * o.rowBytes
 		finish := arrive + time.Duration(r.gen)*decodePerToken
-		req := fmt.Sprintf("req-%d", i+1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// The prefill's KV (the context's blocks) is saved at once and
-			// must be kept: a full clone budget flushes the oldest deferred
-			// save and waits. JOIN_ON_FINISH: the task is submitted when
-			// the request finishes.
-			t, err := p.Open(ctx, staging.TaskSpec{ReqID: req, WriteN: 1, Mode: staging.JoinOnFinish})
-			if err != nil {
-				fail(err)
-				return
-			}
-			if err := save(t, slot0, ctxBlocks, false); err != nil {
-				fail(fmt.Errorf("%s: prefill save: %w", req, err))
-				return
-			}
-			if !sleepUntil(finish) {
-				return
-			}
-			// The decode's blocks are saved when the request finishes, as
-			// a try-reserve: with no room they are dropped (recomputed
-			// later), the model is not held up. A task already flushed
-			// refuses the chunk: a second write of the request takes it.
-			rest := allBlocks - ctxBlocks
-			err = save(t, slot0+ctxBlocks, rest, true)
-			var refusedErr *staging.AppendRefusedError
-			tasks := []*staging.Task{t}
-			if errors.As(err, &refusedErr) {
-				mu.Lock()
-				refused++
-				mu.Unlock()
-				t2, oerr := p.Open(ctx, staging.TaskSpec{ReqID: req, WriteN: 2, Mode: staging.JoinOnFinish})
-				if oerr != nil {
-					fail(oerr)
-					return
-				}
-				err = save(t2, slot0+ctxBlocks, rest, true)
-				tasks = append(tasks, t2)
-			}
-			var drop *staging.DropError
-			switch {
-			case errors.As(err, &drop):
-				mu.Lock()
-				dropped += int64(rest) * rowBytes
-				mu.Unlock()
-			case err != nil:
-				fail(fmt.Errorf("%s: decode save: %w", req, err))
-			}
-			if err := p.Submit(ctx, tasks...); err != nil {
-				fail(err)
-			}
-		}()
+		o.wg.Add(1)
+		go o.request(fmt.Sprintf("req-%d", i+1), slot0, ctxBlocks, allBlocks, finish)
 	}
 	liveAtLast := 0
-	for _, n := range p.Stats().Tasks {
+	for _, n := range o.p.Stats().Tasks {
 		liveAtLast += n
 	}
-	wg.Wait()
-	close(stopSampler)
-	<-samplerDone
-	if err := p.Close(context.WithoutCancel(ctx)); err != nil && firstErr == nil {
-		firstErr = err
+	o.wg.Wait()
+	stopSampler()
+	if err := o.p.Close(context.WithoutCancel(ctx)); err != nil && o.firstErr == nil {
+		o.firstErr = err
 	}
-	bufs.Wait()
-	sample() // after Close: the pipeline's reservations are gone
+	o.bufs.Wait()
+	o.sample() // after Close: the pipeline's reservations are gone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if firstErr != nil {
-		return nil, firstErr
+	if o.firstErr != nil {
+		return nil, o.firstErr
 	}
-	rep.WallSeconds = time.Since(start).Seconds()
+	rep := o.rep
+	rep.WallSeconds = time.Since(o.start).Seconds()
 	rep.BehindSeconds = max(rep.WallSeconds-rep.TraceSeconds/cfg.speed, 0)
 	rep.LiveAtLastArrival = liveAtLast
 	rep.CPUSeconds = -1
 	if cpu1, ok := processCPU(); ok && cpuKnown {
 		rep.CPUSeconds = (cpu1 - cpu0).Seconds()
 	}
-	st := p.Stats()
-	rep.Tokens, rep.KVBytes, rep.DroppedBytes, rep.AppendsRefused = tokens, kvBytes, dropped, refused
+	rep.Tokens, rep.KVBytes, rep.DroppedBytes, rep.AppendsRefused = tokens, kvBytes, o.dropped, o.refusedAppends
+	if err := o.finishReport(); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// startOffload starts the runtime and the pipeline of a run. Budgets are
+// scaled like the KV bytes: an 80 GiB GPU with 14 GiB of weights and a
+// 16 GiB clone budget, 64 GiB of pinned and 192 GiB of pageable host
+// memory, a 128 GiB CPU block pool.
+func startOffload(ctx context.Context, cfg offloadConfig) (*offloadRun, error) {
+	scale := int64(realBytesPerToken) / cfg.bytesPerToken
+	rowBytes := blockTokens * cfg.bytesPerToken
+	gib := func(n int64) int64 { return n << 30 / scale }
+	poolSlots := int(gib(128) / rowBytes)
+	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
+		system.Limit("pageable-host", gib(192)), system.Limit("pinned-host", gib(64)),
+		system.Limit("cuda:0", gib(80)),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	o := &offloadRun{ctx: ctx, cfg: cfg, sys: sys, rowBytes: rowBytes, poolSlots: poolSlots}
+	if err := sys.Reserve(ctx, "cuda:0", "model-weights", gib(14)); err != nil {
+		sys.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	o.p, err = staging.New(ctx, sys, staging.Config{
+		Name: "offload", Device: "cuda:0", Slots: 1, SlotBytes: rowBytes,
+		Keys: []string{"kv"}, PoolSlots: poolSlots, RowBytes: rowBytes, CloneBudgetBytes: gib(16),
+	})
+	if err != nil {
+		sys.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	o.rep = &offloadReport{
+		Simulation: "soft backend: cuda:0 and pinned-host are simulated in Go memory (real bytes, goroutine streams); no GPU is used and the times say nothing about real hardware",
+		Trace:      cfg.trace, Speed: cfg.speed,
+		BytesPerToken: cfg.bytesPerToken, StandsForPerTok: realBytesPerToken, Scale: scale,
+		CloneBudgetBytes: gib(16), MaxRequestBytes: gib(16), MaxQueue: map[string]int{},
+	}
+	return o, nil
+}
+
+// traceNow is the trace time elapsed since the run started.
+func (o *offloadRun) traceNow() time.Duration {
+	return scaleDuration(time.Since(o.start), o.cfg.speed)
+}
+
+// sleepUntil waits for trace time at; false when the run's context ended.
+func (o *offloadRun) sleepUntil(at time.Duration) bool {
+	d := scaleDuration(at-o.traceNow(), 1/o.cfg.speed)
+	if d <= 0 {
+		return o.ctx.Err() == nil
+	}
+	select {
+	case <-o.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// sample records live tasks by state, and checks every location's used +
+// reserved against its budget.
+func (o *offloadRun) sample() {
+	st := o.p.Stats()
+	q := queueSample{TraceSeconds: o.traceNow().Seconds(), Pending: st.Tasks[staging.Pending], Queued: st.Tasks[staging.Queued],
+		Copying: st.Tasks[staging.Copying], HostReady: st.Tasks[staging.HostReady], CloneBytes: st.CloneBytes}
+	snap, err := o.sys.Snapshot(context.WithoutCancel(o.ctx))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rep := o.rep
+	rep.Samples++
+	rep.Queue = append(rep.Queue, q)
+	for k, v := range map[string]int{"pending": q.Pending, "queued": q.Queued, "copying": q.Copying, "host_ready": q.HostReady} {
+		rep.MaxQueue[k] = max(rep.MaxQueue[k], v)
+	}
+	if err != nil {
+		rep.BudgetViolations++ // no snapshot: nothing checked, counted against the run
+		return
+	}
+	for _, l := range snap.Locations {
+		if l.HasBudget && l.UsedBytes+l.ReservedBytes > l.BudgetBytes {
+			rep.BudgetViolations++
+		}
+	}
+}
+
+// startSampler samples on a ticker until the returned stop is called.
+func (o *offloadRun) startSampler() (stop func()) {
+	stopCh := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(scaleDuration(sampleEvery, 1/o.cfg.speed), time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopCh:
+				return
+			case <-tick.C:
+				o.sample()
+			}
+		}
+	}()
+	return func() { close(stopCh); <-done }
+}
+
+func (o *offloadRun) fail(err error) {
+	o.mu.Lock()
+	if o.firstErr == nil {
+		o.firstErr = err
+	}
+	o.mu.Unlock()
+}
+
+// save appends blocks [slot0, slot0+n) of a request as one chunk of task
+// t: a device buffer of just those rows, cloned on the device. The buffer
+// is freed once the task's copy stage is over (the clone was copied from
+// it by then).
+func (o *offloadRun) save(t *staging.Task, slot0, n int, noWait bool) error {
+	if n == 0 {
+		return nil
+	}
+	be := o.sys.Backend()
+	dev, err := be.Allocate(o.ctx, "cuda:0", int64(n)*o.rowBytes)
+	if err != nil {
+		return err
+	}
+	rows := make([]staging.Row, n)
+	for i := range rows {
+		rows[i] = staging.Row{Key: "kv", Slot: (slot0 + i) % o.poolSlots, Offset: int64(i) * o.rowBytes}
+	}
+	if err := t.Append(o.ctx, staging.Chunk{Device: dev, Rows: rows, NoWait: noWait}); err != nil {
+		_ = be.Free(dev) // nothing was cloned from it
+		return err
+	}
+	o.bufs.Add(1)
+	go func() {
+		defer o.bufs.Done()
+		_ = t.WaitHostReady(context.WithoutCancel(o.ctx))
+		_ = be.Free(dev)
+	}()
+	return nil
+}
+
+// request runs one request of the trace: its prefill's KV is saved at
+// once, its decode's when it finishes at trace time finish.
+func (o *offloadRun) request(req string, slot0, ctxBlocks, allBlocks int, finish time.Duration) {
+	defer o.wg.Done()
+	// The prefill's KV (the context's blocks) is saved at once and must be
+	// kept: a full clone budget flushes the oldest deferred save and waits.
+	// JOIN_ON_FINISH: the task is submitted when the request finishes.
+	t, err := o.p.Open(o.ctx, staging.TaskSpec{ReqID: req, WriteN: 1, Mode: staging.JoinOnFinish})
+	if err != nil {
+		o.fail(err)
+		return
+	}
+	if err := o.save(t, slot0, ctxBlocks, false); err != nil {
+		o.fail(fmt.Errorf("%s: prefill save: %w", req, err))
+		return
+	}
+	if !o.sleepUntil(finish) {
+		return
+	}
+	// The decode's blocks are saved when the request finishes, as a
+	// try-reserve: with no room they are dropped (recomputed later), the
+	// model is not held up. A task already flushed refuses the chunk: a
+	// second write of the request takes it.
+	rest := allBlocks - ctxBlocks
+	err = o.save(t, slot0+ctxBlocks, rest, true)
+	var refusedErr *staging.AppendRefusedError
+	tasks := []*staging.Task{t}
+	if errors.As(err, &refusedErr) {
+		o.mu.Lock()
+		o.refusedAppends++
+		o.mu.Unlock()
+		t2, oerr := o.p.Open(o.ctx, staging.TaskSpec{ReqID: req, WriteN: 2, Mode: staging.JoinOnFinish})
+		if oerr != nil {
+			o.fail(oerr)
+			return
+		}
+		err = o.save(t2, slot0+ctxBlocks, rest, true)
+		tasks = append(tasks, t2)
+	}
+	var drop *staging.DropError
+	switch {
+	case errors.As(err, &drop):
+		o.mu.Lock()
+		o.dropped += int64(rest) * o.rowBytes
+		o.mu.Unlock()
+	case err != nil:
+		o.fail(fmt.Errorf("%s: decode save: %w", req, err))
+	}
+	if err := o.p.Submit(o.ctx, tasks...); err != nil {
+		o.fail(err)
+	}
+}
+
+// finishReport fills the report's pipeline statistics and budget peaks.
+func (o *offloadRun) finishReport() error {
+	rep := o.rep
+	st := o.p.Stats()
 	rep.OffloadedBytes = st.CommittedBytes
 	rep.TasksOpened, rep.TasksWritten, rep.TasksFailed = st.Opened, st.Written, st.Failed
 	rep.Flushes, rep.PeakCloneBytes = st.Flushes, st.PeakCloneBytes
 	rep.Drops = map[string]int64{staging.DropBudget: st.Drops[staging.DropBudget], staging.DropLocation: st.Drops[staging.DropLocation]}
-	snap, err := sys.Snapshot(ctx)
+	snap, err := o.sys.Snapshot(o.ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, l := range snap.Locations {
 		rep.Budgets = append(rep.Budgets, offloadBudgetJSON{Location: l.Location, Budget: l.BudgetBytes, PeakBytes: l.PeakBytes})
 	}
-	return rep, nil
+	return nil
 }
 
 // scaleDuration is d×f, saturated to the range of a Duration (a speed

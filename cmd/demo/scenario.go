@@ -96,7 +96,18 @@ func modelNamed(name string) model {
 	panic("no model " + name)
 }
 
+// run plays the scenario, act by act; the first failure ends it.
 func (s *scenario) run() error {
+	for _, act := range []func() error{s.start, s.registerModels, s.placeModels, s.leases, s.reservations, s.decideAndEnter, s.checkData, s.faultyScope, s.finish} {
+		if err := act(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts the runtime with the demo's four locations.
+func (s *scenario) start() error {
 	ctx := s.ctx
 	fmt.Fprintln(s.out, "residency demo: an inference server with two GPUs, simulated")
 	fmt.Fprintln(s.out, "Backend: "+"soft (simulated devices) — every location is ordinary Go memory holding real bytes,")
@@ -123,7 +134,13 @@ func (s *scenario) run() error {
 		s.show("%-14s %s", l.Name, b)
 	}
 	s.show("the runtime reports its device backend as %q", sys.Backend().Name())
+	return nil
+}
 
+// registerModels registers the four models.
+func (s *scenario) registerModels() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Register four models. A value is charged its full size at every location it occupies.")
 	for _, m := range models {
 		v := system.Value{Name: m.name, Bytes: m.bytes, Mode: m.mode}
@@ -139,7 +156,13 @@ func (s *scenario) run() error {
 		s.handles[m.name] = h
 		s.show("%-10s %7s %-10s — %s", m.name, formatBytes(m.bytes), m.mode, m.why)
 	}
+	return nil
+}
 
+// placeModels places the models on the GPUs.
+func (s *scenario) placeModels() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Place the models on the GPUs. Each placement is admitted against the budget before any byte moves.")
 	for _, p := range []struct{ name, loc, why string }{
 		{"llm-small", "cuda:0", "reconstructed by its loader (a temporary buffer at pageable-host, then a copy)"},
@@ -155,9 +178,15 @@ func (s *scenario) run() error {
 	if err := s.usage("cuda:0", "cuda:1"); err != nil {
 		return err
 	}
+	return nil
+}
 
+// leases shows leases and events protecting a value.
+func (s *scenario) leases() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Acquire never places: a lease on a model that is not at that location is refused.")
-	_, err = sys.Acquire(ctx, s.handles["embedder"], "cuda:1")
+	_, err := sys.Acquire(ctx, s.handles["embedder"], "cuda:1")
 	var ue *system.UnavailableError
 	if !errors.As(err, &ue) {
 		return fmt.Errorf("acquire embedder at cuda:1: want an UnavailableError, got %v", err)
@@ -194,13 +223,19 @@ func (s *scenario) run() error {
 	if err := s.protection("llm-small", "cuda:0"); err != nil {
 		return err
 	}
+	return nil
+}
 
+// reservations shows a reservation refused for the budget.
+func (s *scenario) reservations() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Reserve 2 MiB of KV cache on cuda:0 (bytes the model will allocate itself), then ask for 1 MiB more.")
 	if err := sys.Reserve(ctx, "cuda:0", "kv-cache", 2*miB); err != nil {
 		return err
 	}
 	s.show("kv-cache: 2 MiB reserved at cuda:0")
-	err = sys.Reserve(ctx, "cuda:0", "kv-extra", 1*miB)
+	err := sys.Reserve(ctx, "cuda:0", "kv-extra", 1*miB)
 	var be *system.BudgetError
 	if !errors.As(err, &be) {
 		return fmt.Errorf("reserve kv-extra: want a BudgetError, got %v", err)
@@ -209,7 +244,13 @@ func (s *scenario) run() error {
 		be.Location, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes)
 	s.show("(used %s + reserved %s + requested %s > budget %s)", formatBytes(be.UsedBytes), formatBytes(be.ReservedBytes),
 		formatBytes(be.RequestedBytes), formatBytes(be.BudgetBytes))
+	return nil
+}
 
+// decideAndEnter asks the controller for a decision and enters its scope.
+func (s *scenario) decideAndEnter() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("A user asks for llm-large on cuda:0 next to the embedder. It does not fit as things are: ask the controller.")
 	req := system.Request{
 		Name: "chat-large",
@@ -249,12 +290,22 @@ func (s *scenario) run() error {
 	if err := s.usage("cuda:0", "cuda:1"); err != nil {
 		return err
 	}
+	return nil
+}
 
+// checkData checks every moved model's bytes.
+func (s *scenario) checkData() error {
 	s.say("Check the data: every model that moved reads back exactly the bytes it was given.")
 	if err := s.checkBytes(); err != nil {
 		return err
 	}
+	return nil
+}
 
+// faultyScope runs a scope whose copy fails, then retries.
+func (s *scenario) faultyScope() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Inject a fault: the next copy into cuda:1 fails (soft backend fault injection). Then run a scope that needs it.")
 	sys.Faults().Arm(cuda.FaultCopy, "cuda:1")
 	plan := system.Plan{
@@ -266,7 +317,7 @@ func (s *scenario) run() error {
 		},
 	}
 	s.show("plan: %s", planText(plan))
-	err = sys.NewScope(plan).Enter(ctx)
+	err := sys.NewScope(plan).Enter(ctx)
 	var pe *system.PlanExecutionError
 	if !errors.As(err, &pe) {
 		return fmt.Errorf("faulty scope: want a PlanExecutionError, got %v", err)
@@ -292,9 +343,15 @@ func (s *scenario) run() error {
 	if err := s.checkBytes(); err != nil {
 		return err
 	}
+	return nil
+}
 
+// finish shows the snapshot, closes the runtime and checks nothing stays charged.
+func (s *scenario) finish() error {
+	ctx := s.ctx
+	sys := s.sys
 	s.say("Snapshot: one atomic view of every location (peak = the highest used + reserved ever seen).")
-	snap, err = sys.Snapshot(ctx)
+	snap, err := sys.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
