@@ -13,34 +13,52 @@ import (
 // exclusive values have at most one materialization outside a move, and
 // discarded values have none. Tests call it after every transition.
 func (l *Ledger) CheckInvariants() error {
-	if !l.sim {
-		var total, removed uint64
-		for _, n := range l.counts {
-			total += n
-		}
-		for _, n := range l.removals {
-			removed += n
-		}
-		if total != l.version || removed != l.counts["remove"] {
-			return fmt.Errorf("transition counts add up to %d (removals %d of %d), version is %d", total, removed, l.counts["remove"], l.version)
-		}
+	if err := l.checkCounts(); err != nil {
+		return err
 	}
 	used := make([]int64, len(l.locs))
-	reserved := make([]int64, len(l.locs))
-	type key struct {
-		v   *value
-		loc int
+	inflight, readers, err := l.checkTransfers(used)
+	if err != nil {
+		return err
 	}
-	uses, holds, pend := map[key]int{}, map[key]int{}, map[key]int{}
-	for _, ls := range l.leases {
-		uses[key{ls.v, ls.loc}]++
+	if err := l.checkValueTable(); err != nil {
+		return err
 	}
-	for _, h := range l.holds {
-		holds[key{h.v, h.loc}]++
+	if err := l.checkIndexes(l.liveValues()); err != nil {
+		return err
 	}
-	for _, e := range l.events {
-		pend[key{e.v, e.loc}]++
+	if err := l.checkRecords(); err != nil {
+		return err
 	}
+	if err := l.checkValues(used, inflight, readers); err != nil {
+		return err
+	}
+	return l.checkLocations(used)
+}
+
+// checkCounts: the transition counts add up to the state version (outside
+// a simulation, whose counts are not kept).
+func (l *Ledger) checkCounts() error {
+	if l.sim {
+		return nil
+	}
+	var total, removed uint64
+	for _, n := range l.counts {
+		total += n
+	}
+	for _, n := range l.removals {
+		removed += n
+	}
+	if total != l.version || removed != l.counts["remove"] {
+		return fmt.Errorf("transition counts add up to %d (removals %d of %d), version is %d", total, removed, l.counts["remove"], l.version)
+	}
+	return nil
+}
+
+// checkTransfers checks every transfer's ends, adds temporary buffers to
+// used, and returns the transfers per value and the readers per
+// materialization.
+func (l *Ledger) checkTransfers(used []int64) (map[*value]int, map[*mat]int, error) {
 	inflight := map[*value]int{}
 	readers := map[*mat]int{}
 	for _, x := range l.transfers {
@@ -52,29 +70,50 @@ func (l *Ledger) CheckInvariants() error {
 			used[x.temp] += x.v.bytes
 		}
 		if m := x.v.mat(x.dest); m == nil || m.state != Entering {
-			return fmt.Errorf("transfer %d of %s: destination %s is not entering", x.id, x.v.name, l.locs[x.dest].name)
+			return nil, nil, fmt.Errorf("transfer %d of %s: destination %s is not entering", x.id, x.v.name, l.locs[x.dest].name)
 		}
 		if x.moveSrc {
 			if m := x.v.mat(x.src); m == nil || m.state != Leaving {
-				return fmt.Errorf("move %d of %s: source %s is not leaving", x.id, x.v.name, l.locs[x.src].name)
+				return nil, nil, fmt.Errorf("move %d of %s: source %s is not leaving", x.id, x.v.name, l.locs[x.src].name)
 			}
 		}
 	}
-	if err := l.checkValueTable(); err != nil {
-		return err
-	}
-	if err := l.checkIndexes(l.liveValues()); err != nil {
-		return err
-	}
+	return inflight, readers, nil
+}
+
+// checkRecords: a value not marked changed since the last freeze has an
+// up-to-date record there (every mutation marks its value).
+func (l *Ledger) checkRecords() error {
 	for _, v := range l.liveValues() {
-		// A value not marked changed since the last freeze must have an
-		// up-to-date record there (every mutation marks its value).
 		if !v.dirty && !reflect.DeepEqual(v.rec, l.record(v)) {
 			return fmt.Errorf("value %s: snapshot record %+v is out of date (%+v) but not marked changed", v.name, v.rec, l.record(v))
 		}
 		if !v.dirty && l.vals.recs.chunks[v.slot/recChunkSize].recs[v.slot%recChunkSize] != v.rec {
 			return fmt.Errorf("value %s: the record at its slot is not its own", v.name)
 		}
+	}
+	return nil
+}
+
+// matKey names one materialization: a value at a location.
+type matKey struct {
+	v   *value
+	loc int
+}
+
+// checkValues checks every live value's materializations against the
+// leases, holds, events and transfers naming them, and adds their bytes
+// to used.
+func (l *Ledger) checkValues(used []int64, inflight map[*value]int, readers map[*mat]int) error {
+	uses, holds, pend := map[matKey]int{}, map[matKey]int{}, map[matKey]int{}
+	for _, ls := range l.leases {
+		uses[matKey{ls.v, ls.loc}]++
+	}
+	for _, h := range l.holds {
+		holds[matKey{h.v, h.loc}]++
+	}
+	for _, e := range l.events {
+		pend[matKey{e.v, e.loc}]++
 	}
 	for _, v := range l.liveValues() {
 		if v.discarded {
@@ -91,7 +130,7 @@ func (l *Ledger) CheckInvariants() error {
 			}
 			seen[m.loc] = true
 			used[m.loc] += v.bytes
-			k := key{v, m.loc}
+			k := matKey{v, m.loc}
 			if m.uses != uses[k] || m.holds != holds[k] || m.pending != pend[k] {
 				return fmt.Errorf("value %s at %s: counts uses=%d holds=%d pending=%d, actual %d/%d/%d", v.name, l.locs[m.loc].name, m.uses, m.holds, m.pending, uses[k], holds[k], pend[k])
 			}
@@ -115,17 +154,22 @@ func (l *Ledger) CheckInvariants() error {
 			return fmt.Errorf("exclusive value %s has %d materializations", v.name, len(v.mats))
 		}
 	}
+	return nil
+}
+
+// checkLocations checks every location's used, reserved and peak bytes
+// against the charges summed from the values and reservations.
+func (l *Ledger) checkLocations(used []int64) error {
+	reserved := make([]int64, len(l.locs))
 	for _, r := range l.reservations {
 		reserved[r.loc] += r.bytes
 	}
 	for i := range l.locs {
 		lc := &l.locs[i]
-		n := 0
 		for _, r := range lc.reservations {
 			if l.reservations[r.name] != r {
 				return fmt.Errorf("%s lists reservation %s that is not active", lc.name, r.name)
 			}
-			n++
 		}
 		if lc.used != used[i] {
 			return fmt.Errorf("%s: used %d, sum of charges %d", lc.name, lc.used, used[i])
