@@ -76,204 +76,276 @@ const (
 	demoSeed  = 42
 )
 
+// clusterRun is one run of the cluster demo: the processes it started,
+// their logs and the temporary folder, all of which it removes at the end.
+type clusterRun struct {
+	ctx            context.Context
+	o              clusterDemoOptions
+	stdout, stderr io.Writer
+	etcdBin        string
+	dir            string
+	logs           map[string]*demoLog
+	etcd           *nodeproc.Etcd
+	procs          map[string]*nodeproc.Proc
+	killed         map[string]bool
+	step           int
+}
+
 // clusterDemo runs the scenario; every process it starts is stopped and
 // its temporary folder removed before it returns, also when ctx ends
 // (Ctrl-C: exit status 130).
 func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Writer) (code int) {
-	if o.exe == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "demo cluster-demo: cannot find this program to start the nodes: %v\n", err)
-			return 1
-		}
-		o.exe = exe
-	}
-	etcdBin := nodeproc.EtcdBinary()
-	if o.provider == "" {
-		o.provider = "automanaged"
-		if etcdBin != "" {
-			o.provider = "etcd"
-		}
-	}
-	if o.provider == "etcd" && etcdBin == "" {
-		fmt.Fprintln(stderr, "demo cluster-demo: etcd is not installed (Debian: apt-get install etcd-server, or make etcd); try --provider automanaged")
-		return 1
+	c := &clusterRun{ctx: ctx, o: o, stdout: stdout, stderr: stderr,
+		logs: map[string]*demoLog{}, procs: map[string]*nodeproc.Proc{}, killed: map[string]bool{}}
+	if code := c.configure(); code != 0 {
+		return code
 	}
 	dir, err := os.MkdirTemp("", "residency-cluster-demo-")
 	if err != nil {
 		fmt.Fprintf(stderr, "demo cluster-demo: %v\n", err)
 		return 1
 	}
-	logs := map[string]*demoLog{}
-	var etcd *nodeproc.Etcd
-	procs := map[string]*nodeproc.Proc{}
-	killed := map[string]bool{}
-	step := 0
-	say := func(format string, args ...any) {
-		step++
-		fmt.Fprintf(stdout, "%d. "+format+"\n", append([]any{step}, args...)...)
-	}
-	defer func() {
-		interrupted := ctx.Err() != nil
-		if interrupted {
-			fmt.Fprintln(stdout, "Interrupted: stopping the nodes and etcd, removing the temporary folder.")
-		} else {
-			step++
-			what := "the nodes leave the cluster (SIGTERM)"
-			if etcd != nil {
-				what += ", etcd stops"
-			}
-			fmt.Fprintf(stdout, "%d. Stopping: %s, the temporary folder is removed.\n", step, what)
-		}
-		var wg sync.WaitGroup
-		for name, p := range procs {
-			if killed[name] {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := p.Stop(30 * time.Second); err != nil && !interrupted {
-					fmt.Fprintf(stderr, "demo cluster-demo: %s: %v\n", name, err)
-					code = 1
-				}
-			}()
-		}
-		wg.Wait()
-		if etcd != nil {
-			etcd.Stop(10 * time.Second)
-		}
-		if code != 0 && !interrupted {
-			for _, name := range slices.Sorted(maps.Keys(logs)) {
-				fmt.Fprintf(stderr, "--- end of the log of %s ---\n%s\n", name, logs[name].tail(3000))
-			}
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			fmt.Fprintf(stderr, "demo cluster-demo: removing %s: %v\n", dir, err)
-		}
-		if interrupted {
-			code = exitInterrupted
-		} else if code == 0 {
-			fmt.Fprintln(stdout, "Done.")
-		}
-	}()
-	fail := func(what string, err error) int {
-		if ctx.Err() != nil {
-			return exitInterrupted
-		}
-		fmt.Fprintf(stderr, "demo cluster-demo: %s: %v\n", what, err)
-		return 1
-	}
+	c.dir = dir
+	defer func() { code = c.stop(code) }()
 
 	fmt.Fprintf(stdout, "Three residency nodes on this machine, each a process with its own memory budgets (simulated GPUs), joined in one cluster.\n\n")
-	var pids []int
-	nodeArgs := func(name string) []string {
-		return []string{"node", "--name", name, "--provider", o.provider, "--location", "pageable-host=256MiB", "--location", "cuda:0=64MiB"}
-	}
 	names := []string{"node-a", "node-b", "node-c"}
+	args, code := c.nodeArgs(names)
+	if code != 0 {
+		return code
+	}
+	if code := c.startNodes(names, args); code != 0 {
+		return code
+	}
+	wantSum := digestOf(nodeproc.Pattern(demoSeed, demoBytes))
+	for _, act := range []func(string) int{c.copyBetweenNodes, c.askDirectory, c.showSummaries} {
+		if code := act(wantSum); code != 0 {
+			return code
+		}
+	}
+	if code := demoPlace(ctx, c.procs, c.say, c.fail); code != 0 {
+		return code
+	}
+	return c.crashAndRecover(wantSum)
+}
+
+// configure finds this program (to start the nodes) and the provider.
+func (c *clusterRun) configure() int {
+	if c.o.exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(c.stderr, "demo cluster-demo: cannot find this program to start the nodes: %v\n", err)
+			return 1
+		}
+		c.o.exe = exe
+	}
+	c.etcdBin = nodeproc.EtcdBinary()
+	if c.o.provider == "" {
+		c.o.provider = "automanaged"
+		if c.etcdBin != "" {
+			c.o.provider = "etcd"
+		}
+	}
+	if c.o.provider == "etcd" && c.etcdBin == "" {
+		fmt.Fprintln(c.stderr, "demo cluster-demo: etcd is not installed (Debian: apt-get install etcd-server, or make etcd); try --provider automanaged")
+		return 1
+	}
+	return 0
+}
+
+// say prints the next numbered step.
+func (c *clusterRun) say(format string, args ...any) {
+	c.step++
+	fmt.Fprintf(c.stdout, "%d. "+format+"\n", append([]any{c.step}, args...)...)
+}
+
+// fail reports what failed and returns the exit status (130 after Ctrl-C).
+func (c *clusterRun) fail(what string, err error) int {
+	if c.ctx.Err() != nil {
+		return exitInterrupted
+	}
+	fmt.Fprintf(c.stderr, "demo cluster-demo: %s: %v\n", what, err)
+	return 1
+}
+
+// stop stops every process still running and etcd, prints the logs'
+// tails after a failure, removes the temporary folder, and returns the
+// run's exit status.
+func (c *clusterRun) stop(code int) int {
+	interrupted := c.ctx.Err() != nil
+	if interrupted {
+		fmt.Fprintln(c.stdout, "Interrupted: stopping the nodes and etcd, removing the temporary folder.")
+	} else {
+		c.step++
+		what := "the nodes leave the cluster (SIGTERM)"
+		if c.etcd != nil {
+			what += ", etcd stops"
+		}
+		fmt.Fprintf(c.stdout, "%d. Stopping: %s, the temporary folder is removed.\n", c.step, what)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, p := range c.procs {
+		if c.killed[name] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Stop(30 * time.Second); err != nil && !interrupted {
+				mu.Lock()
+				fmt.Fprintf(c.stderr, "demo cluster-demo: %s: %v\n", name, err)
+				code = 1
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if c.etcd != nil {
+		c.etcd.Stop(10 * time.Second)
+	}
+	if code != 0 && !interrupted {
+		for _, name := range slices.Sorted(maps.Keys(c.logs)) {
+			fmt.Fprintf(c.stderr, "--- end of the log of %s ---\n%s\n", name, c.logs[name].tail(3000))
+		}
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		fmt.Fprintf(c.stderr, "demo cluster-demo: removing %s: %v\n", c.dir, err)
+	}
+	if interrupted {
+		return exitInterrupted
+	}
+	if code == 0 {
+		fmt.Fprintln(c.stdout, "Done.")
+	}
+	return code
+}
+
+// nodeArgs starts etcd (provider etcd) or picks health-check ports
+// (automanaged) and returns each node's command line.
+func (c *clusterRun) nodeArgs(names []string) (map[string][]string, int) {
+	base := func(name string) []string {
+		return []string{"node", "--name", name, "--provider", c.o.provider, "--location", "pageable-host=256MiB", "--location", "cuda:0=64MiB"}
+	}
 	args := map[string][]string{}
-	if o.provider == "etcd" {
-		logs["etcd"] = &demoLog{}
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		etcd, err = nodeproc.StartEtcd(sctx, etcdBin, dir+"/etcd", logs["etcd"])
+	if c.o.provider == "etcd" {
+		c.logs["etcd"] = &demoLog{}
+		sctx, cancel := context.WithTimeout(c.ctx, 60*time.Second)
+		etcd, err := nodeproc.StartEtcd(sctx, c.etcdBin, c.dir+"/etcd", c.logs["etcd"])
 		cancel()
 		if err != nil {
-			return fail("starting etcd", err)
+			return nil, c.fail("starting etcd", err)
 		}
-		say("Started etcd (%s) on %s with its data in %s: the nodes find each other through it.", etcdBin, etcd.Endpoint, dir)
+		c.etcd = etcd
+		c.say("Started etcd (%s) on %s with its data in %s: the nodes find each other through it.", c.etcdBin, etcd.Endpoint, c.dir)
 		for _, n := range names {
-			args[n] = append(nodeArgs(n), "--etcd", etcd.Endpoint)
+			args[n] = append(base(n), "--etcd", etcd.Endpoint)
 		}
-	} else {
-		if etcdBin == "" {
-			say("etcd is not installed (/usr/bin/etcd, Debian's etcd-server), so the nodes use the automanaged provider: each serves a health check on 127.0.0.1 and polls the others'.")
-		} else {
-			say("Using the automanaged provider (no etcd): each node serves a health check on 127.0.0.1 and polls the others'.")
-		}
-		health := map[string]string{}
-		for _, n := range names {
-			port, err := nodeproc.FreePort()
-			if err != nil {
-				return fail("finding a free port", err)
-			}
-			health[n] = fmt.Sprintf("127.0.0.1:%d", port)
-		}
-		for _, n := range names {
-			var peers []string
-			for _, m := range names {
-				if m != n {
-					peers = append(peers, health[m])
-				}
-			}
-			args[n] = append(nodeArgs(n), "--automanaged-addr", health[n], "--peers", strings.Join(peers, ","))
-		}
+		return args, 0
 	}
-	if etcd != nil {
-		pids = append(pids, etcd.PID())
+	if c.etcdBin == "" {
+		c.say("etcd is not installed (/usr/bin/etcd, Debian's etcd-server), so the nodes use the automanaged provider: each serves a health check on 127.0.0.1 and polls the others'.")
+	} else {
+		c.say("Using the automanaged provider (no etcd): each node serves a health check on 127.0.0.1 and polls the others'.")
+	}
+	health := map[string]string{}
+	for _, n := range names {
+		port, err := nodeproc.FreePort()
+		if err != nil {
+			return nil, c.fail("finding a free port", err)
+		}
+		health[n] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	for _, n := range names {
+		var peers []string
+		for _, m := range names {
+			if m != n {
+				peers = append(peers, health[m])
+			}
+		}
+		args[n] = append(base(n), "--automanaged-addr", health[n], "--peers", strings.Join(peers, ","))
+	}
+	return args, 0
+}
+
+// startNodes starts the node processes at once and waits until each
+// lists all of them as members.
+func (c *clusterRun) startNodes(names []string, args map[string][]string) int {
+	var pids []int
+	if c.etcd != nil {
+		pids = append(pids, c.etcd.PID())
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var startErr error
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	sctx, cancel := context.WithTimeout(c.ctx, 60*time.Second)
 	for _, n := range names {
 		log, a := &demoLog{}, args[n]
-		logs[n] = log
+		c.logs[n] = log
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := nodeproc.Start(sctx, o.exe, a, log)
+			p, err := nodeproc.Start(sctx, c.o.exe, a, log)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				startErr = errors.Join(startErr, err)
 				return
 			}
-			procs[n] = p
+			c.procs[n] = p
 			pids = append(pids, p.PID())
 		}()
 	}
 	wg.Wait()
 	cancel()
-	if o.started != nil {
-		o.started(pids, dir)
+	if c.o.started != nil {
+		c.o.started(pids, c.dir)
 	}
 	if startErr != nil {
-		return fail("starting the nodes", startErr)
+		return c.fail("starting the nodes", startErr)
 	}
 	for _, n := range names {
-		if err := demoWaitMembers(ctx, procs[n], names); err != nil {
-			return fail(n+" waiting for the others", err)
+		if err := demoWaitMembers(c.ctx, c.procs[n], names); err != nil {
+			return c.fail(n+" waiting for the others", err)
 		}
 	}
-	say("Started node-a, node-b and node-c (processes %d, %d, %d), each with pageable-host 256 MiB and cuda:0 64 MiB. Every node lists all three as members.",
-		procs["node-a"].PID(), procs["node-b"].PID(), procs["node-c"].PID())
+	c.say("Started node-a, node-b and node-c (processes %d, %d, %d), each with pageable-host 256 MiB and cuda:0 64 MiB. Every node lists all three as members.",
+		c.procs["node-a"].PID(), c.procs["node-b"].PID(), c.procs["node-c"].PID())
+	return 0
+}
 
-	wantSum := digestOf(nodeproc.Pattern(demoSeed, demoBytes))
-	r, err := demoDo(ctx, procs["node-a"], nodeproc.Command{Op: "register", Name: demoValue, Bytes: demoBytes, At: "cuda:0", Seed: demoSeed})
+// copyBetweenNodes loads the demo value on node-a and copies it to node-b.
+func (c *clusterRun) copyBetweenNodes(wantSum string) int {
+	r, err := demoDo(c.ctx, c.procs["node-a"], nodeproc.Command{Op: "register", Name: demoValue, Bytes: demoBytes, At: "cuda:0", Seed: demoSeed})
 	if err != nil {
-		return fail("node-a registering "+demoValue, err)
+		return c.fail("node-a registering "+demoValue, err)
 	}
-	say("node-a loads %q (16 MiB) onto its cuda:0. Its bytes have sha256 %s…", demoValue, r.SHA256[:16])
+	c.say("node-a loads %q (16 MiB) onto its cuda:0. Its bytes have sha256 %s…", demoValue, r.SHA256[:16])
 
-	r, err = demoDo(ctx, procs["node-b"], nodeproc.Command{Op: "copy", Name: demoValue, From: "node-a", Bytes: demoBytes, At: "cuda:0"})
+	r, err = demoDo(c.ctx, c.procs["node-b"], nodeproc.Command{Op: "copy", Name: demoValue, From: "node-a", Bytes: demoBytes, At: "cuda:0"})
 	if err != nil {
-		return fail("node-b copying from node-a", err)
+		return c.fail("node-b copying from node-a", err)
 	}
 	same := "identical"
 	if r.SHA256 != wantSum {
 		same = "DIFFERENT"
 	}
-	say("node-b copies %q from node-a into its own cuda:0: the bytes stream over the cluster in 1 MiB chunks while node-a protects its copy with a lease. Read back on node-b: sha256 %s… — %s, in %.0f ms.",
+	c.say("node-b copies %q from node-a into its own cuda:0: the bytes stream over the cluster in 1 MiB chunks while node-a protects its copy with a lease. Read back on node-b: sha256 %s… — %s, in %.0f ms.",
 		demoValue, r.SHA256[:16], same, r.ElapsedMS)
 	if r.SHA256 != wantSum {
-		return fail("the copy on node-b", errors.New("its bytes differ from node-a's"))
+		return c.fail("the copy on node-b", errors.New("its bytes differ from node-a's"))
 	}
+	return 0
+}
 
+// askDirectory asks node-c's directory where the demo value is, until it
+// lists both copies.
+func (c *clusterRun) askDirectory(string) int {
 	var where []string
 	for {
-		r, err = demoDo(ctx, procs["node-c"], nodeproc.Command{Op: "whereis", Name: demoValue})
+		r, err := demoDo(c.ctx, c.procs["node-c"], nodeproc.Command{Op: "whereis", Name: demoValue})
 		if err != nil {
-			return fail("node-c asking the directory", err)
+			return c.fail("node-c asking the directory", err)
 		}
 		where = where[:0]
 		for _, res := range r.Residency {
@@ -284,17 +356,22 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 		if len(where) == 2 {
 			break
 		}
-		if err := demoSleep(ctx, 100*time.Millisecond); err != nil {
-			return fail("waiting for the directory", err)
+		if err := demoSleep(c.ctx, 100*time.Millisecond); err != nil {
+			return c.fail("waiting for the directory", err)
 		}
 	}
-	say("Where is %q? node-c asks the directory (one request to the value's directory grain): resident at %s.", demoValue, strings.Join(where, " and "))
+	c.say("Where is %q? node-c asks the directory (one request to the value's directory grain): resident at %s.", demoValue, strings.Join(where, " and "))
+	return 0
+}
 
+// showSummaries prints node-c's view of the gossiped summaries, once it
+// has all three and node-b's shows the copy.
+func (c *clusterRun) showSummaries(string) int {
 	var lines []string
 	for {
-		r, err = demoDo(ctx, procs["node-c"], nodeproc.Command{Op: "summaries"})
+		r, err := demoDo(c.ctx, c.procs["node-c"], nodeproc.Command{Op: "summaries"})
 		if err != nil {
-			return fail("node-c reading the summaries", err)
+			return c.fail("node-c reading the summaries", err)
 		}
 		lines = lines[:0]
 		usedB := false
@@ -309,32 +386,33 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 		if len(r.Summaries) == 3 && usedB {
 			break
 		}
-		if err := demoSleep(ctx, 100*time.Millisecond); err != nil {
-			return fail("waiting for the summaries", err)
+		if err := demoSleep(c.ctx, 100*time.Millisecond); err != nil {
+			return c.fail("waiting for the summaries", err)
 		}
 	}
-	say("What each node holds, from the compact summaries the nodes gossip (node-c's view):\n%s", strings.Join(lines, "\n"))
+	c.say("What each node holds, from the compact summaries the nodes gossip (node-c's view):\n%s", strings.Join(lines, "\n"))
+	return 0
+}
 
-	if code := demoPlace(ctx, procs, say, fail); code != 0 {
-		return code
-	}
-
+// crashAndRecover kills node-a, shows the survivors drop it, a copy from
+// it refused, and the value copied from node-b instead.
+func (c *clusterRun) crashAndRecover(wantSum string) int {
 	crash := time.Now()
-	procs["node-a"].Kill()
-	killed["node-a"] = true
+	c.procs["node-a"].Kill()
+	c.killed["node-a"] = true
 	for _, n := range []string{"node-b", "node-c"} {
-		if err := demoWaitMembers(ctx, procs[n], []string{"node-b", "node-c"}); err != nil {
-			return fail(n+" waiting for node-a to drop out", err)
+		if err := demoWaitMembers(c.ctx, c.procs[n], []string{"node-b", "node-c"}); err != nil {
+			return c.fail(n+" waiting for node-a to drop out", err)
 		}
 	}
-	say("node-a crashes (kill -9: no goodbye). %.1f s later node-b and node-c list only [node-b node-c] as members.", time.Since(crash).Seconds())
+	c.say("node-a crashes (kill -9: no goodbye). %.1f s later node-b and node-c list only [node-b node-c] as members.", time.Since(crash).Seconds())
 
-	r, err = procs["node-c"].Do(ctx, nodeproc.Command{Op: "copy", Name: demoValue + "-from-a", Remote: demoValue, From: "node-a", Bytes: demoBytes, At: "cuda:0", TimeoutMS: 5000})
+	r, err := c.procs["node-c"].Do(c.ctx, nodeproc.Command{Op: "copy", Name: demoValue + "-from-a", Remote: demoValue, From: "node-a", Bytes: demoBytes, At: "cuda:0", TimeoutMS: 5000})
 	if err != nil {
-		return fail("node-c asking node-a", err)
+		return c.fail("node-c asking node-a", err)
 	}
 	if r.OK {
-		return fail("node-c asking node-a", errors.New("a copy from the dead node succeeded"))
+		return c.fail("node-c asking node-a", errors.New("a copy from the dead node succeeded"))
 	}
 	msg := r.Error
 	if i := strings.Index(msg, "residency unavailable"); i >= 0 {
@@ -343,19 +421,19 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 	if len(msg) > 160 {
 		msg = msg[:160] + "…"
 	}
-	say("node-c asks node-a for %q: refused after %.0f ms with an %s:\n   %s", demoValue, r.ElapsedMS, r.ErrorType, msg)
+	c.say("node-c asks node-a for %q: refused after %.0f ms with an %s:\n   %s", demoValue, r.ElapsedMS, r.ErrorType, msg)
 
-	r, err = demoDo(ctx, procs["node-c"], nodeproc.Command{Op: "copy", Name: demoValue, From: "node-b", Bytes: demoBytes, At: "cuda:0"})
+	r, err = demoDo(c.ctx, c.procs["node-c"], nodeproc.Command{Op: "copy", Name: demoValue, From: "node-b", Bytes: demoBytes, At: "cuda:0"})
 	if err != nil {
-		return fail("node-c copying from node-b", err)
+		return c.fail("node-c copying from node-b", err)
 	}
-	same = "identical"
+	same := "identical"
 	if r.SHA256 != wantSum {
 		same = "DIFFERENT"
 	}
-	say("node-c copies %q from node-b instead: sha256 %s… — %s. The value survived node-a's crash because node-b had a copy.", demoValue, r.SHA256[:16], same)
+	c.say("node-c copies %q from node-b instead: sha256 %s… — %s. The value survived node-a's crash because node-b had a copy.", demoValue, r.SHA256[:16], same)
 	if r.SHA256 != wantSum {
-		return fail("the copy on node-c", errors.New("its bytes differ from node-a's"))
+		return c.fail("the copy on node-c", errors.New("its bytes differ from node-a's"))
 	}
 	return 0
 }
