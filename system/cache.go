@@ -10,10 +10,7 @@ import (
 	"sync/atomic"
 	"weak"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
 )
 
 // CacheOptions configures [System.NewCache].
@@ -264,25 +261,11 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			c.mu.Unlock()
 			return &CacheLease[T]{e: e, p: p}, nil
 		case budget.CacheLoading:
-			f := e.flight
-			if f.abandoned {
-				// Everyone who waited for it gave up and its context is
-				// canceled: wait for it to settle, then look again.
-				c.mu.Unlock()
-				select {
-				case <-f.done:
-					continue
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
+			l, again, err := joinLoad[T](ctx, c, e, key)
+			if again {
+				continue
 			}
-			if inLoader(ctx, c, key) {
-				c.mu.Unlock()
-				return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
-			}
-			f.waiters++
-			c.mu.Unlock()
-			return await[T](ctx, c, e, f)
+			return l, err
 		}
 		if w, ok := c.reserving[key]; ok {
 			// Another caller is asking the ledger for this key's peak:
@@ -297,27 +280,11 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		}
 		c.busy++ // the reservation, then the load goroutine
 		if peak > 0 {
-			w := make(chan struct{})
-			c.reserving[key] = w
-			c.mu.Unlock()
 			if charge == "" {
 				charge = c.chargeName(key)
 			}
-			err := c.reserve(ctx, charge, peak)
-			c.mu.Lock()
-			delete(c.reserving, key)
-			close(w)
-			if err != nil || c.closed {
-				closed := c.closed
-				c.mu.Unlock()
-				if err == nil {
-					c.unreserve(charge) // admitted as the cache closed
-				}
-				c.workDone()
-				if closed {
-					return nil, c.closedErr()
-				}
-				if err := c.makeRoom(ctx, key, peak, err); err != nil {
+			if again, err := c.reserveLoad(ctx, key, charge, peak); again || err != nil {
+				if err != nil {
 					return nil, err
 				}
 				continue
@@ -341,6 +308,61 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		go runLoad(lctx, c, e, f, peak, loader)
 		return await[T](ctx, c, e, f)
 	}
+}
+
+// joinLoad joins the load in flight of key (c.mu held; released on
+// return). again: the load was abandoned and has settled, look again.
+func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (l *CacheLease[T], again bool, err error) {
+	f := e.flight
+	if f.abandoned {
+		// Everyone who waited for it gave up and its context is canceled:
+		// wait for it to settle, then look again.
+		c.mu.Unlock()
+		select {
+		case <-f.done:
+			return nil, true, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	if inLoader(ctx, c, key) {
+		c.mu.Unlock()
+		return nil, false, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
+	}
+	f.waiters++
+	c.mu.Unlock()
+	l, err = await[T](ctx, c, e, f)
+	return l, false, err
+}
+
+// reserveLoad reserves a load's peak for key while the key is marked as
+// being reserved (c.mu held on entry; on return held if neither again nor
+// err, released otherwise). A refusal evicts an idle entry and waits for
+// its release (again: look again) or returns why nothing could be done.
+func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64) (again bool, err error) {
+	w := make(chan struct{})
+	c.reserving[key] = w
+	c.mu.Unlock()
+	err = c.reserve(ctx, charge, peak)
+	c.mu.Lock()
+	delete(c.reserving, key)
+	close(w)
+	if err == nil && !c.closed {
+		return false, nil
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if err == nil {
+		c.unreserve(charge) // admitted as the cache closed
+	}
+	c.workDone()
+	if closed {
+		return false, c.closedErr()
+	}
+	if err := c.makeRoom(ctx, key, peak, err); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // makeRoom answers a load's refused reservation: it evicts the least
@@ -480,286 +502,6 @@ func callLoader[T any](ctx context.Context, key string, loader func(context.Cont
 	return v, n, err
 }
 
-// settle ends a flight: the entry becomes ready (every waiter holds a
-// reference) or leaves the book.
-func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
-	c.mu.Lock()
-	if err != nil && f.closing {
-		// Its context was canceled by Close, not by any caller: its
-		// callers, whose contexts are live, are told the cache closed.
-		err = ErrCacheClosed
-	}
-	delete(c.flights, f)
-	f.finished, f.err = true, err
-	e.flight = nil
-	if err != nil {
-		_ = c.book.AbortLoad(e.key)
-	} else {
-		e.refs.Add(int64(f.waiters))
-		_ = c.book.FinishLoad(e.key, e)
-	}
-	c.mu.Unlock()
-	close(f.done)
-}
-
-// ---- eviction and release --------------------------------------------------
-
-// evictable: no lease, pin or keep-alive, and idle. Called under c.mu.
-func (e *cacheEntry) evictable() bool {
-	if e.refs.Load() != 0 {
-		return false
-	}
-	if e.idle == nil {
-		return true
-	}
-	ok := false
-	func() {
-		defer func() { _ = recover() }() // a panicking predicate means busy
-		ok = e.idle(e.box)
-	}()
-	return ok
-}
-
-// admit runs try (an admission at the cache's location of a charge that
-// will hold total bytes) until it is admitted, evicting one idle entry per
-// refusal. c may be nil (the cache is gone): no eviction.
-func (c *Cache) admit(ctx context.Context, key string, total int64, try func(context.Context) error) error {
-	for {
-		err := try(ctx)
-		var be *BudgetError
-		if !errors.As(err, &be) {
-			return err
-		}
-		if total > be.BudgetBytes {
-			return err // it can never fit: nothing to evict for it
-		}
-		e := c.victim()
-		if e == nil {
-			return &CacheBusyError{Key: key, Location: be.Location, Refusal: be}
-		}
-		select {
-		case <-e.released:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// victim takes the least recently used evictable entry out of the book
-// and starts its release. nil: none (or the cache is closed or nil).
-func (c *Cache) victim() *cacheEntry {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	_, e, ok := c.book.Victim((*cacheEntry).evictable)
-	if !ok {
-		c.mu.Unlock()
-		return nil
-	}
-	c.busy++
-	c.mu.Unlock()
-	e.retiring.Store(true)
-	go func() {
-		defer c.workDone()
-		e.release()
-	}()
-	return e
-}
-
-// release closes the value, then releases its charge; released is closed
-// once both are done.
-func (e *cacheEntry) release() {
-	if e.box != nil {
-		closeValue(e.c, e.key, reflect.ValueOf(e.box).Elem().Interface())
-	}
-	if e.charge != "" {
-		e.c.unreserve(e.charge)
-	}
-	if e.detached.Load() {
-		e.c.detachedLive.Add(-1)
-	}
-	close(e.released)
-}
-
-// unref drops one reference; the last one of an entry that Close drained
-// retires it (on this goroutine: the caller's Release returns after the
-// value's release work).
-func (e *cacheEntry) unref() {
-	n := e.refs.Add(-1)
-	if n < 0 {
-		panic("residency: cache entry released more often than referenced")
-	}
-	if n == 0 && e.detached.Load() && e.retiring.CompareAndSwap(false, true) {
-		e.release()
-	}
-}
-
-// closeValue runs a value's Close, if it has one. A panic or an error is
-// logged: the charge is released all the same.
-func closeValue(c *Cache, key string, v any) {
-	cl, ok := v.(interface{ Close() error })
-	if !ok {
-		return
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.sys.log.Error().Str("cache", c.owner).Str("key", key).Interface("panic", r).Msg("cached value's Close panicked; its charge is released")
-		}
-	}()
-	if err := cl.Close(); err != nil {
-		c.sys.log.Warn().Err(err).Str("cache", c.owner).Str("key", key).Msg("cached value's Close failed; its charge is released")
-	}
-}
-
-// Evict removes key's entry if it is idle and neither leased, pinned, kept
-// alive nor loading, and returns once its value is closed and its charge
-// released (true). An absent key: false, nil. Otherwise a
-// [*CacheBusyError] (errors.Is [ErrBusy]) and nothing changes. If ctx ends
-// while the release runs, Evict returns ctx.Err() and the release
-// finishes on its own. Versions: 1 (the release of the charge).
-func (c *Cache) Evict(ctx context.Context, key string) (bool, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return false, c.closedErr()
-	}
-	e, out := c.book.Evict(key, (*cacheEntry).evictable)
-	switch out {
-	case budget.EvictAbsent:
-		c.mu.Unlock()
-		return false, nil
-	case budget.EvictBusy:
-		c.mu.Unlock()
-		return false, &CacheBusyError{Key: key, Location: c.loc}
-	}
-	c.busy++
-	c.mu.Unlock()
-	e.retiring.Store(true)
-	go func() {
-		defer c.workDone()
-		e.release()
-	}()
-	select {
-	case <-e.released:
-		return true, nil
-	case <-ctx.Done():
-		return true, ctx.Err()
-	}
-}
-
-func (c *Cache) workDone() {
-	c.mu.Lock()
-	c.busy--
-	if c.busy == 0 {
-		for _, ch := range c.quiet {
-			close(ch)
-		}
-		c.quiet = nil
-	}
-	c.mu.Unlock()
-}
-
-// waitQuiet waits until no load or release goroutine runs.
-func (c *Cache) waitQuiet(ctx context.Context) error {
-	c.mu.Lock()
-	if c.busy == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{})
-	c.quiet = append(c.quiet, ch)
-	c.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Close closes the cache: new loads and evictions get [ErrClosed]; loads
-// in flight have their context canceled and are waited for; every entry
-// that no lease, pin or keep-alive holds is released (its value closed,
-// then its charge released), whether idle or not — a value's Close must
-// wait for its own device work. An entry still held is released when its
-// last lease, pin or keep-alive is. Reservations of the memory budget stay
-// until their holders release them: the budget's ceiling outlives the
-// cache. Close returns once all of that is done, or ctx.Err() (call it
-// again to keep waiting). Idempotent once it returned nil. Called with
-// the context of one of the cache's loaders it would wait for itself:
-// [*InvalidInputError], nothing done.
-func (c *Cache) Close(ctx context.Context) error {
-	if inLoader(ctx, c, "") {
-		return &budget.InvalidInputError{Message: "Close of a cache called from one of its loaders: it would wait for itself"}
-	}
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
-	c.mu.Lock()
-	if c.closeDone {
-		c.mu.Unlock()
-		return c.closeErr
-	}
-	c.closed = true
-	for f := range c.flights {
-		f.closing = true
-		f.cancel()
-	}
-	c.mu.Unlock()
-	if err := c.waitQuiet(ctx); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	drained := c.book.Drain()
-	c.busy += len(drained)
-	c.mu.Unlock()
-	for _, e := range drained {
-		c.detachedLive.Add(1) // before detached: its release decrements
-		e.detached.Store(true)
-		go func() {
-			defer c.workDone()
-			if e.refs.Load() == 0 && e.retiring.CompareAndSwap(false, true) {
-				e.release()
-			}
-		}()
-	}
-	if err := c.waitQuiet(ctx); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.closeDone = true
-	c.mu.Unlock()
-	return nil
-}
-
-// ---- statistics --------------------------------------------------------------
-
-// CacheStats is a cache's accounting at one moment.
-type CacheStats struct {
-	// Location and its budget (HasBudget false: no limit, no eviction for
-	// capacity).
-	Location    string
-	HasBudget   bool
-	BudgetBytes int64
-	// ReservedBytes is what this cache charges there: resident entries'
-	// bytes, the peaks of loads in flight, and its memory budget's
-	// reservations (also those that outlive a closed cache).
-	ReservedBytes int64
-	// Resources counts ready and loading entries, and, after Close, the
-	// entries still leased (charged until their last lease is released).
-	Resources int
-	// Evictions counts entries evicted, for capacity or by Evict.
-	Evictions uint64
-	// LocationUsedBytes and LocationReservedBytes are the location's
-	// figures, every owner's charges included.
-	LocationUsedBytes     int64
-	LocationReservedBytes int64
-}
-
 // Statistics returns the cache's figures: one round trip to the runtime
 // for the charges (it never waits for a load), the entry counts from the
 // cache. Versions: 0.
@@ -776,105 +518,4 @@ func (c *Cache) Statistics(ctx context.Context) (CacheStats, error) {
 		ReservedBytes: ch.OwnedBytes, Resources: n, Evictions: ev,
 		LocationUsedBytes: ch.UsedBytes, LocationReservedBytes: ch.ReservedBytes,
 	}, nil
-}
-
-// ---- the ledger side -----------------------------------------------------------
-
-func (c *Cache) chargeName(key string) string {
-	return fmt.Sprintf("%s/%s#%d", c.owner, key, c.seq.Add(1))
-}
-
-func (c *Cache) charges(ctx context.Context) (budget.OwnerCharges, error) {
-	return ownerCharges(ctx, c.sys, c.loc, c.owner)
-}
-
-func ownerCharges(ctx context.Context, s *System, loc, owner string) (budget.OwnerCharges, error) {
-	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.CacheCharges{Location: loc, Owner: owner, ReplyTo: p}
-	}, nil)
-	if err != nil {
-		return budget.OwnerCharges{}, err
-	}
-	rep := r.(*messages.CacheChargesReply)
-	return rep.Charges, rep.Err
-}
-
-func (c *Cache) reserve(ctx context.Context, name string, bytes int64) error {
-	return reserveOwned(ctx, c.sys, c.loc, c.owner, name, bytes)
-}
-
-// reserveOwned admits an owned reservation. A reply that comes after the
-// caller gave up is released at once (nobody holds it).
-func reserveOwned(ctx context.Context, s *System, loc, owner, name string, bytes int64) error {
-	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.CacheReserve{Location: loc, Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
-	}, func(m any) {
-		if r, ok := m.(*messages.Reply); ok && r.Err == nil {
-			s.root.Send(s.sup, &messages.CacheUnreserve{Name: name, Owner: owner})
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return r.(*messages.Reply).Err
-}
-
-// resize and unreserve never give up: a charge must follow its value.
-func (c *Cache) resize(name string, bytes int64) error {
-	return resizeOwned(context.Background(), c.sys, c.owner, name, bytes)
-}
-
-func resizeOwned(ctx context.Context, s *System, owner, name string, bytes int64) error {
-	return s.callErr(ctx, func(p *actor.PID) any {
-		return &messages.CacheResize{Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
-	})
-}
-
-func (c *Cache) unreserve(name string) {
-	unreserveOwned(c.sys, c.owner, name)
-}
-
-// ErrCacheClosed is returned by calls on a closed cache (the runtime may
-// still be running): loads and evictions after [Cache.Close], and a load
-// that Close interrupted. errors.Is(err, [ErrClosed]) also holds.
-var ErrCacheClosed error = cacheClosedError{}
-
-type cacheClosedError struct{}
-
-func (cacheClosedError) Error() string { return "residency: cache is closed" }
-
-// Is matches [ErrClosed].
-func (cacheClosedError) Is(target error) bool { return target == ErrClosed }
-
-func (c *Cache) closedErr() error { return ErrCacheClosed }
-
-func (c *Cache) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
-// tooLarge is the refusal of a request larger than the whole budget, with
-// the location's figures now.
-func (c *Cache) tooLarge(ctx context.Context, bytes int64) error {
-	ch, err := c.charges(ctx)
-	if err != nil {
-		return err
-	}
-	return &BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
-}
-
-// unreserveOwned releases an owned reservation. After the runtime closed
-// there is nothing to release (Close released every reservation).
-func unreserveOwned(s *System, owner, name string) error {
-	err := s.callErr(context.Background(), func(p *actor.PID) any {
-		return &messages.CacheUnreserve{Name: name, Owner: owner, ReplyTo: p}
-	})
-	if errors.Is(err, ErrClosed) {
-		return nil
-	}
-	if err != nil {
-		s.log.Error().Err(err).Str("reservation", name).Msg("cache: releasing a charge failed")
-	}
-	return err
 }
