@@ -31,6 +31,41 @@ import (
 // and the message path answers as it does for any request (ErrClosed,
 // say).
 
+// ReplySink takes a reply straight from the supervisor, on the goroutine
+// running it, instead of a send through the actor system: the lease
+// path's reusable reply slots (package system) are sinks.
+type ReplySink interface {
+	// Deliver stores the reply. True: the requester is parked and Wake
+	// must be called; the supervisor's mailbox calls it once the burst of
+	// messages it is processing is over, outside the serialized section,
+	// so that waking a goroutine does not hold up the callers queued
+	// behind it.
+	Deliver(reply any) (wake bool)
+	Wake()
+}
+
+// AcquireRequest is a [messages.Acquire] sent with the lease path's reply
+// plumbing, for when a direct call was refused and the request goes as a
+// message. The supervisor writes its answer into Reply (storage the
+// requester reuses, so that the serialized section allocates nothing for
+// it; nil: a new LeaseReply) and hands it to Sink in place of a send to
+// ReplyTo. ReplyTo stays set: the answer to a request refused after a
+// fatal stop goes there. The requester owns Reply and reads it once the
+// answer has arrived. Hooks and errors name the request "Acquire".
+type AcquireRequest struct {
+	messages.Acquire
+	Reply *messages.LeaseReply
+	Sink  ReplySink
+}
+
+// ReleaseRequest is a [messages.Release] sent with the lease path's reply
+// plumbing (see [AcquireRequest]).
+type ReleaseRequest struct {
+	messages.Release
+	Reply *messages.Reply
+	Sink  ReplySink
+}
+
 type callKind uint8
 
 const (

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/residency-go/residency/messages"
 )
 
 // callerRunsMailbox is the supervisor's mailbox. Like protoactor's default
@@ -24,7 +22,7 @@ import (
 //     locks twice per message; its lock-free one allocates a node per
 //     message).
 //   - A lease caller answered while it was parked (its request carried a
-//     messages.Replier) is woken after the burst, once the mailbox is free
+//     ReplySink) is woken after the burst, once the mailbox is free
 //     again, not from inside the serialized section: waking a goroutine
 //     costs about as much as the ledger's work, and another sender can
 //     run the mailbox on the other core meanwhile.
@@ -57,10 +55,10 @@ type callerRunsMailbox struct {
 	// Owned by the goroutine running the mailbox.
 	batch []any // the user burst being processed; batch[next:] still to do
 	next  int
-	wakes []messages.Replier // callers answered in this burst, still parked
+	wakes []ReplySink // callers answered in this burst, still parked
 
 	spareMu sync.Mutex
-	spare   []messages.Replier // an emptied wake list, for the next runner
+	spare   []ReplySink // an emptied wake list, for the next runner
 
 	// Direct callers parked until the run right is given back (see
 	// lock), oldest first; nwait counts them.
@@ -167,13 +165,13 @@ func (m *callerRunsMailbox) idle() bool {
 // deferWake records a caller answered while it was parked: it is woken
 // once the burst is over (process), outside the serialized section.
 // Called by the supervisor, on the running goroutine.
-func (m *callerRunsMailbox) deferWake(r messages.Replier) {
+func (m *callerRunsMailbox) deferWake(r ReplySink) {
 	m.wakes = append(m.wakes, r)
 }
 
 // takeWakes hands the burst's wake list to its runner (still running) and
 // gives the mailbox an empty one.
-func (m *callerRunsMailbox) takeWakes() []messages.Replier {
+func (m *callerRunsMailbox) takeWakes() []ReplySink {
 	w := m.wakes
 	if len(w) == 0 {
 		return nil
@@ -185,7 +183,7 @@ func (m *callerRunsMailbox) takeWakes() []messages.Replier {
 }
 
 // wake wakes the callers in w and keeps w's array for a later burst.
-func (m *callerRunsMailbox) wake(w []messages.Replier) {
+func (m *callerRunsMailbox) wake(w []ReplySink) {
 	if len(w) == 0 {
 		return
 	}

@@ -179,7 +179,7 @@ func TestCallerRunsMailboxConcurrentPosters(t *testing.T) {
 	assert.Zero(t, m.UserMessageCount())
 }
 
-// wakeRecorder is a messages.Replier whose Wake records whether the
+// wakeRecorder is a ReplySink whose Wake records whether the
 // mailbox was still running.
 type wakeRecorder struct {
 	m              *callerRunsMailbox

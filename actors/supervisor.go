@@ -117,26 +117,16 @@ func (s *supervisor) Receive(ctx actor.Context) {
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
+	case *AcquireRequest:
+		s.handling = &m.Acquire // hooks and errors name the plain request
+		s.acquire(&m.Acquire, m.Reply, m.Sink)
 	case *messages.Acquire:
-		// The lease hot path allocates nothing here when the requester
-		// brings its reply storage: an allocation in the serialized
-		// section can be drafted into a garbage-collection assist, which
-		// would hold up every caller queued behind it.
-		id, err := s.ledger.Acquire(m.Handle, m.Location)
-		rep := m.Reply
-		if rep == nil {
-			rep = &messages.LeaseReply{}
-		}
-		*rep = messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()}
-		s.replyDirect(m.Direct, m.ReplyTo, rep)
+		s.acquire(m, nil, nil)
+	case *ReleaseRequest:
+		s.handling = &m.Release
+		s.release(&m.Release, m.Reply, m.Sink)
 	case *messages.Release:
-		err := s.ledger.Release(m.Lease)
-		rep := m.Reply
-		if rep == nil {
-			rep = &messages.Reply{}
-		}
-		*rep = messages.Reply{Err: err, Version: s.ledger.Version()}
-		s.replyDirect(m.Direct, m.ReplyTo, rep)
+		s.release(m, nil, nil)
 	case *messages.Register:
 		s.register(ctx, m)
 	case *messages.Transition:
@@ -213,17 +203,41 @@ func (s *supervisor) reply(to *actor.PID, msg any) {
 	}
 }
 
-// replyDirect answers through direct when the requester gave one (the
-// lease hot path: no send through the actor system, and a parked
-// requester is woken by the mailbox after the burst), else to to.
-func (s *supervisor) replyDirect(direct messages.Replier, to *actor.PID, msg any) {
-	if direct == nil || s.mailbox == nil {
+// acquire answers m, in rep when the requester brings its reply storage
+// and to sink when it gave one (see AcquireRequest). The lease path
+// allocates nothing here then: an allocation in the serialized section
+// can be drafted into a garbage-collection assist, which would hold up
+// every caller queued behind it.
+func (s *supervisor) acquire(m *messages.Acquire, rep *messages.LeaseReply, sink ReplySink) {
+	id, err := s.ledger.Acquire(m.Handle, m.Location)
+	if rep == nil {
+		rep = &messages.LeaseReply{}
+	}
+	*rep = messages.LeaseReply{Lease: id, Err: err, Version: s.ledger.Version()}
+	s.replyDirect(sink, m.ReplyTo, rep)
+}
+
+// release answers m as acquire does.
+func (s *supervisor) release(m *messages.Release, rep *messages.Reply, sink ReplySink) {
+	err := s.ledger.Release(m.Lease)
+	if rep == nil {
+		rep = &messages.Reply{}
+	}
+	*rep = messages.Reply{Err: err, Version: s.ledger.Version()}
+	s.replyDirect(sink, m.ReplyTo, rep)
+}
+
+// replyDirect answers through sink when the requester gave one (the
+// lease path: no send through the actor system, and a parked requester
+// is woken by the mailbox after the burst), else to to.
+func (s *supervisor) replyDirect(sink ReplySink, to *actor.PID, msg any) {
+	if sink == nil || s.mailbox == nil {
 		s.reply(to, msg)
 		return
 	}
 	s.afterLedger()
-	if direct.Deliver(msg) {
-		s.mailbox.deferWake(direct)
+	if sink.Deliver(msg) {
+		s.mailbox.deferWake(sink)
 	}
 }
 

@@ -77,38 +77,12 @@ type Acquire struct {
 	Handle   budget.Handle
 	Location string
 	ReplyTo  *actor.PID
-	// Reply, if set, is where the supervisor writes its LeaseReply, which
-	// it then sends (this pointer) to ReplyTo: a requester that reuses its
-	// reply storage makes the supervisor allocate nothing for it. The
-	// requester owns it and reads it once the reply has arrived. Nil: a
-	// new LeaseReply.
-	Reply *LeaseReply
-	// Direct, if set, takes the reply in place of a send to ReplyTo
-	// (which stays set: a failure of the runtime answers there).
-	Direct Replier
-}
-
-// Replier takes a reply directly from the supervisor (the lease hot
-// path), on the goroutine running the supervisor.
-type Replier interface {
-	// Deliver stores the reply. True: the requester is parked and Wake
-	// must be called; the supervisor's mailbox calls it once the burst of
-	// messages it is processing is over, outside the serialized section,
-	// so that waking a goroutine does not hold up the callers queued
-	// behind it.
-	Deliver(reply any) (wake bool)
-	Wake()
 }
 
 // Release releases a lease.
 type Release struct {
 	Lease   budget.LeaseID
 	ReplyTo *actor.PID
-	// Reply, if set, is where the supervisor writes its Reply (see
-	// Acquire.Reply).
-	Reply *Reply
-	// Direct: see Acquire.Direct.
-	Direct Replier
 }
 
 // RecordEvent records a consumer event on a lease. EventKey names the

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
 )
 
 // errSelfFlushed: a reserve's flush took the task the bytes were for.
@@ -40,7 +39,7 @@ type gpuBudget struct {
 	prefix string
 	// flush escalates the oldest deferred task (budget pressure) and
 	// returns it; false when no deferred task is left.
-	flush func() (messages.TaskID, bool)
+	flush func() (TaskID, bool)
 
 	seq atomic.Uint64
 
@@ -175,7 +174,7 @@ func (b *gpuBudget) fail(err error) {
 // reserve stops with errSelfFlushed (the task left Pending: it can no longer
 // take the chunk once its copy stage runs, which is what brings the bytes
 // back).
-func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self messages.TaskID) (*ticket, error) {
+func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID) (*ticket, error) {
 	var w *budgetWaiter // our place in the queue, once we waited
 	defer func() {
 		if w != nil {
@@ -241,41 +240,8 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self messag
 			w = &budgetWaiter{n: n, wake: make(chan struct{}, 1)}
 			w.at = b.waiters.PushBack(w)
 		}
-		if refused == nil {
-			// The cap is short by what the bytes on their way out do not
-			// cover.
-			selfFlushed := false
-			for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
-				b.mu.Unlock()
-				id, flushed := b.flush()
-				b.mu.Lock()
-				if !flushed {
-					break
-				}
-				b.flushes++
-				selfFlushed = id == self
-			}
-			b.mu.Unlock()
-			if selfFlushed {
-				return nil, errSelfFlushed
-			}
-		} else {
-			inflight, used := b.inflight, b.book.Used()
-			b.mu.Unlock()
-			if inflight == 0 {
-				if id, ok := b.flush(); ok {
-					b.mu.Lock()
-					b.flushes++
-					b.mu.Unlock()
-					if id == self {
-						return nil, errSelfFlushed
-					}
-				} else if used == 0 {
-					// Nothing of ours holds bytes or could be flushed: the
-					// location is full of others' bytes.
-					return nil, refused
-				}
-			}
+		if err := b.makeRoomLocked(w, n, self, refused); err != nil {
+			return nil, err
 		}
 		b.mu.Lock()
 		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
@@ -286,6 +252,54 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self messag
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// makeRoomLocked flushes deferred tasks for the waiting reserve w of n
+// bytes (self: the appending task). When the cap is short (refused nil),
+// it flushes, oldest first, until the clones on their way out cover what
+// the cap lacks for w and those ahead of it; when the device location
+// refused (refused), it flushes one task if none is on its way out.
+// Called with b.mu held; returns with it released. errSelfFlushed: a flush
+// took self; refused: nothing of the pipeline holds bytes or could be
+// flushed, the location is full of others' bytes.
+func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refused error) error {
+	if refused == nil {
+		// The cap is short by what the bytes on their way out do not
+		// cover.
+		selfFlushed := false
+		for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
+			b.mu.Unlock()
+			id, flushed := b.flush()
+			b.mu.Lock()
+			if !flushed {
+				break
+			}
+			b.flushes++
+			selfFlushed = id == self
+		}
+		b.mu.Unlock()
+		if selfFlushed {
+			return errSelfFlushed
+		}
+	} else {
+		inflight, used := b.inflight, b.book.Used()
+		b.mu.Unlock()
+		if inflight == 0 {
+			if id, ok := b.flush(); ok {
+				b.mu.Lock()
+				b.flushes++
+				b.mu.Unlock()
+				if id == self {
+					return errSelfFlushed
+				}
+			} else if used == 0 {
+				// Nothing of ours holds bytes or could be flushed: the
+				// location is full of others' bytes.
+				return refused
+			}
+		}
+	}
+	return nil
 }
 
 // release returns t's bytes: first to the runtime's location, then to the

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
-
-	"github.com/residency-go/residency/messages"
 )
 
 // nopRuntime admits every reservation at once: the benchmark below measures
@@ -31,7 +29,7 @@ func BenchmarkCloneBudget(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g.flush = func() (messages.TaskID, bool) { return 0, false }
+		g.flush = func() (TaskID, bool) { return 0, false }
 		once := func() {
 			tk, err := g.reserve(ctx, 64, true, 0)
 			if err != nil {

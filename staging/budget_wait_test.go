@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda"
-
-	"github.com/residency-go/residency/messages"
 )
 
 // countingRuntime admits every reservation (only the pipeline's cap
@@ -48,7 +46,7 @@ func TestWaitingReservesAreServedInOrderWithoutHerd(t *testing.T) {
 	require.NoError(t, err)
 	var misses atomic.Int64
 	arrived := make(chan struct{}, n)
-	b.flush = func() (messages.TaskID, bool) { // nothing deferred to flush: a miss only waits
+	b.flush = func() (TaskID, bool) { // nothing deferred to flush: a miss only waits
 		misses.Add(1)
 		select {
 		case arrived <- struct{}{}:
@@ -108,7 +106,7 @@ func TestQueuedReserveLeavingAndFailure(t *testing.T) {
 	b, err := newGPUBudget(&countingRuntime{}, "cuda:0", "t", 2)
 	require.NoError(t, err)
 	missed := make(chan struct{}, 8)
-	b.flush = func() (messages.TaskID, bool) { missed <- struct{}{}; return 0, false }
+	b.flush = func() (TaskID, bool) { missed <- struct{}{}; return 0, false }
 	miss := func() {
 		t.Helper()
 		select {

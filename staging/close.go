@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-
-	"github.com/residency-go/residency/messages"
 )
 
 // Close shuts the pipeline down. New entries get ErrClosed at once and
@@ -50,7 +48,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 	var ctxErr error
 	if err := p.drain(ctx); err != nil {
 		ctxErr = err
-		p.st.Abort()
+		p.sys.Abort()
 		p.mu.Lock()
 		var left []*Task
 		for _, t := range p.tasks {
@@ -60,7 +58,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		for _, t := range left {
 			// A claimed task ends on its own: its copy stage or pool write
 			// stops on the aborted context (and owns its chunks until then).
-			p.st.FailUnclaimed(t.t, err)
+			p.sys.FailUnclaimed(t.t, err)
 		}
 		<-idle
 		_ = p.drain(context.Background())
@@ -97,7 +95,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 	bg := context.Background()
 	_ = p.rt.Unreserve(bg, p.cfg.Name+"/slots")
 	_ = p.rt.Unreserve(bg, p.cfg.Name+"/pool")
-	p.st.Stop()
+	p.sys.Stop()
 	p.log.Debug().Msg("pipeline closed")
 	return ctxErr
 }
@@ -126,14 +124,14 @@ func (p *Pipeline) submitPending(ctx context.Context) {
 	p.mu.Lock()
 	var pending []*Task
 	for _, t := range p.tasks {
-		if t.State() == messages.TaskPending {
+		if t.State() == Pending {
 			pending = append(pending, t)
 		}
 	}
 	p.mu.Unlock()
 	slices.SortFunc(pending, func(a, b *Task) int { return cmp.Compare(a.t.Seq, b.t.Seq) })
 	for _, t := range pending {
-		if err := p.queue(ctx, messages.PriorityLow, t); err != nil && ctx.Err() != nil {
+		if err := p.queue(ctx, prioLow, t); err != nil && ctx.Err() != nil {
 			return
 		}
 	}

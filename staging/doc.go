@@ -50,10 +50,10 @@
 //     task that released clones ends, so one that waited for a task it
 //     flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
 //     at once with a [*DropError], counted by reason in [Stats].
-//   - A copy queue and a single committer, both actors on protoactor
-//     priority mailboxes: the copy queue serves the highest priority first
-//     (front, then high, then low) and runs copy stages; the committer
-//     takes its jobs first in first out, so it writes the pool in the order
+//   - A copy queue and a single committer, both protoactor actors: the
+//     copy queue, on a priority mailbox, serves the highest priority first
+//     (front, then high, then low) and runs copy stages; the committer, on
+//     a first-in-first-out mailbox, takes its jobs in the order they come, so it writes the pool in the order
 //     the copy stages finished, scattering host rows into the CPU block
 //     pool, a host allocation reserved at the host location.
 //     [Pipeline.Prioritize] moves pending or low-priority tasks to the

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/residency-go/residency/actors"
-	"github.com/residency-go/residency/messages"
 )
 
 // Errors of the pipeline. Match them with errors.Is and errors.As.
@@ -29,15 +26,33 @@ var (
 	ErrStepReleased = errors.New("staging: step already released")
 )
 
-// The task types of the actors that run the pipeline, re-exported.
-type (
-	// IllegalTransitionError: a task was asked for a move its lifecycle
-	// does not allow; nothing changed.
-	IllegalTransitionError = actors.IllegalTransitionError
-	// AppendRefusedError: the task's copy stage is claimed (or it lost one
-	// of the chunk's rows to a later task); open a fresh task.
-	AppendRefusedError = actors.AppendRefusedError
-)
+// IllegalTransitionError: a task was asked to move in a way its lifecycle
+// does not allow (a skip, a step back, leaving a terminal state).
+type IllegalTransitionError struct {
+	Task     TaskID
+	From, To TaskState
+}
+
+func (e *IllegalTransitionError) Error() string {
+	return fmt.Sprintf("staging: task %d: illegal transition %s -> %s", e.Task, e.From, e.To)
+}
+
+// AppendRefusedError: a chunk cannot be added to the task any more. State
+// is the state that closed it (Copying or later), or the task's current
+// state when Reassigned is true: the task already lost one of the chunk's
+// rows to a later task. Open a fresh task for the chunk.
+type AppendRefusedError struct {
+	Task       TaskID
+	State      TaskState
+	Reassigned bool
+}
+
+func (e *AppendRefusedError) Error() string {
+	if e.Reassigned {
+		return fmt.Sprintf("staging: task %d: append refused: a later task took one of its rows; open a fresh task", e.Task)
+	}
+	return fmt.Sprintf("staging: task %d: append refused: the task is %s; open a fresh task", e.Task, e.State)
+}
 
 // SlotOverflowError: a step is larger than a staging slot. This is a
 // configuration error (SlotBytes too small for the workload); it matches
@@ -114,7 +129,7 @@ func (e *DropError) Unwrap() error { return e.Err }
 // copy or pool write failed, and why. Once it is published every later
 // entry of the pipeline returns it; errors.Unwrap gives the cause.
 type FailedError struct {
-	Task messages.TaskID
+	Task TaskID
 	Err  error
 }
 

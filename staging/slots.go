@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/cuda"
-	"github.com/residency-go/residency/messages"
 )
 
 // holder is one owner of a staging slot: a step (from its save until the
@@ -15,7 +14,7 @@ import (
 // slot (until its pool write, or its failure). Exactly one field is set.
 type holder struct {
 	step *Step
-	task messages.TaskID
+	task TaskID
 }
 
 // slot is one fixed pinned landing zone. buf and last are touched only by

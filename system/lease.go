@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/messages"
@@ -49,7 +50,7 @@ func (s *System) Acquire(ctx context.Context, h Handle, loc string) (_ *Lease, e
 		return &Lease{sys: s, id: rep.Lease, handle: h, location: loc}, nil
 	}
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
-		sl.acquire = messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid, Reply: &sl.leaseReply, Direct: sl}
+		sl.acquire = actors.AcquireRequest{Acquire: messages.Acquire{Handle: h, Location: loc, ReplyTo: sl.pid}, Reply: &sl.leaseReply, Sink: sl}
 		return &sl.acquire
 	})
 	if err != nil {
@@ -187,7 +188,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	sl, err := s.sendVia(ctx, func(sl *replySlot) any {
-		sl.release = messages.Release{Lease: l.id, ReplyTo: sl.pid, Reply: &sl.reply, Direct: sl}
+		sl.release = actors.ReleaseRequest{Release: messages.Release{Lease: l.id, ReplyTo: sl.pid}, Reply: &sl.reply, Sink: sl}
 		return &sl.release
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/messages"
 )
 
@@ -37,11 +38,13 @@ type replySlot struct {
 	// the slot: the supervisor reads a request and writes its reply before
 	// it sends it and keeps nothing of either; a slot is reused only once
 	// its reply has arrived and been read (an abandoned slot never is).
-	acquire    messages.Acquire
-	release    messages.Release
+	acquire    actors.AcquireRequest
+	release    actors.ReleaseRequest
 	leaseReply messages.LeaseReply
 	reply      messages.Reply
 }
+
+var _ actors.ReplySink = (*replySlot)(nil)
 
 // States of a replySlot.
 const (
@@ -57,7 +60,7 @@ func (s *replySlot) SendUserMessage(_ *actor.PID, m any) {
 	}
 }
 
-// Deliver stores the reply to the slot's request (messages.Replier); true
+// Deliver stores the reply to the slot's request (actors.ReplySink); true
 // when the caller is parked and Wake must follow. A slot whose caller left
 // hands the reply to onLate.
 func (s *replySlot) Deliver(m any) bool {

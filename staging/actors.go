@@ -1,8 +1,7 @@
-package actors
+package staging
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -10,13 +9,15 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
-
-	"github.com/residency-go/residency/messages"
 )
 
-// This file holds the actors of the device→host write pipeline (package
-// staging): the copy queue and the committer, both on priority mailboxes,
-// and the plumbing that spawns and talks to task actors.
+// This file holds the pipeline's actors other than the task actors
+// (task_actor.go): the copy queue on a priority mailbox, the committer on
+// a first-in-first-out one, and the plumbing that spawns and talks to
+// task actors. The actors decide when each effect on the pipeline's memory
+// runs; the Pipeline's effect methods (effects.go, copystage.go) do it.
+// Effects other than the copy stage and the pool write are called from a
+// task's actor and never block on another task.
 //
 // Priority and the envelope gotcha: protoactor's priority mailbox reads
 // GetPriority from the message it dequeues, but Request, RequestFuture and
@@ -26,62 +27,12 @@ import (
 // without sender middleware, and replies travel on channels carried in the
 // messages, never through envelopes.
 
-// StagingEnv is what package staging gives the pipeline's actors: the
-// effects on the memory it owns. The actors decide when each runs; the
-// environment does it. Methods other than CopyStage and PoolWrite are
-// called from a task's actor and must not block on another task.
-type StagingEnv interface {
-	// CopyStage runs the copy stage of t, which is Copying: wait for each
-	// chunk's step device→host event (JoinNextStep), or copy each chunk's
-	// device clone into a host buffer it stores in the chunk's Host
-	// (JoinOnFinish). An error fails the task.
-	CopyStage(ctx context.Context, t *StagingTask, chunks []*StagingChunk) error
-	// Accept is called by t's actor when it is about to take chunk c
-	// (state is t's state, Pending or Queued): the environment may refuse
-	// it (the error is Append's), and otherwise does what accepting the
-	// chunk means before the chunk joins the task (hold the staging slot,
-	// start the device clone's copy, take the chunk's rows from older
-	// tasks). A refused chunk leaves nothing to undo.
-	Accept(t *StagingTask, state messages.TaskState, c *StagingChunk) error
-	// Queued is called as t leaves Pending for Queued.
-	Queued(t *StagingTask, chunks []*StagingChunk)
-	// HostReady is called as t enters HostReady: drop the device clones
-	// and release their GPU-byte budget tickets.
-	HostReady(t *StagingTask, chunks []*StagingChunk)
-	// PoolWrite scatters the rows of plan into the CPU block pool. An
-	// error fails the task.
-	PoolWrite(ctx context.Context, t *StagingTask, chunks []*StagingChunk, plan []ScatterRow) error
-	// Written is called as t enters Written: release its staging slot
-	// holds and host buffers.
-	Written(t *StagingTask, chunks []*StagingChunk)
-	// Failed is called as t enters Failed, before any of its waiters is
-	// woken: publish the failure record, release every budget ticket,
-	// slot hold and buffer of the task.
-	Failed(t *StagingTask, chunks []*StagingChunk, err error)
-}
-
-// StagingConfig configures [StartStaging].
-type StagingConfig struct {
-	Env StagingEnv
-	// Eager: no copy queue and no committer; the caller runs a task's copy
-	// stage and pool write inline with [Staging.RunInline].
-	Eager  bool
-	Logger zerolog.Logger
-	// OnCommit, if set, is called by the committer (or RunInline) after
-	// each pool write (or failed copy stage), with its outcome, before the
-	// task's waiters are woken.
-	OnCommit func(t *StagingTask, err error)
-	// OnClaim, if set, is called by the copy queue (or RunInline) right
-	// after it claimed a task's copy stage (tests observe queue order).
-	OnClaim func(t *StagingTask)
-}
-
 // taskDispatcher runs the mailboxes of task actors on a few long-lived
 // workers instead of a new goroutine per activation (protoactor's default):
 // a task actor handles a handful of short messages, and a fresh goroutine
 // for each grows its stack through the pipeline's call chain every time
 // (a third of the CPU time of small steps). Task actors never block on
-// one another (see StagingEnv), so a fixed number of workers cannot
+// one another (see the top of this file), so a fixed number of workers cannot
 // deadlock; a full queue, and anything scheduled after stop, falls back to
 // a goroutine.
 type taskDispatcher struct {
@@ -140,18 +91,14 @@ func (d *taskDispatcher) close() {
 	d.wg.Wait()
 }
 
-// Staging runs the actors of one write pipeline: a task actor per write
+// actorSystem runs the actors of one pipeline: a task actor per write
 // task, one copy queue and one committer (none in eager mode).
-type Staging struct {
+type actorSystem struct {
+	p         *Pipeline
 	system    *actor.ActorSystem
 	root      *actor.RootContext
 	queue     *actor.PID
 	committer *actor.PID
-	env       StagingEnv
-	eager     bool
-	log       zerolog.Logger
-	onCommit  func(*StagingTask, error)
-	onClaim   func(*StagingTask)
 	tasks     *taskDispatcher
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -159,23 +106,17 @@ type Staging struct {
 	stopped   atomic.Bool
 }
 
-// ErrStagingStopped is returned for requests made after Stop.
-var ErrStagingStopped = errors.New("staging: pipeline actors stopped")
-
-// StartStaging starts the pipeline's actor system, its copy queue and its
-// committer (unless eager).
-func StartStaging(cfg StagingConfig) (*Staging, error) {
-	if cfg.Env == nil {
-		return nil, errors.New("staging: an environment is required")
-	}
-	log := cfg.Logger
+// startActors starts p's actor system, its copy queue and its committer
+// (unless p is eager).
+func startActors(p *Pipeline) (*actorSystem, error) {
+	log := p.log
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(zerolog.NewSlogHandler(log.With().Str("component", "protoactor").Logger()))
 	}))
-	s := &Staging{system: sys, root: sys.Root, env: cfg.Env, eager: cfg.Eager, log: log, onCommit: cfg.OnCommit, onClaim: cfg.OnClaim}
+	s := &actorSystem{p: p, system: sys, root: sys.Root}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tasks = newTaskDispatcher(max(8, runtime.GOMAXPROCS(0)))
-	if !cfg.Eager {
+	if !p.cfg.Eager {
 		prio := actor.WithMailbox(actor.UnboundedPriority())
 		// The committer writes in the order the copy stages finished (the
 		// order its jobs arrive): a plain first-in-first-out mailbox.
@@ -195,19 +136,34 @@ func StartStaging(cfg StagingConfig) (*Staging, error) {
 	return s, nil
 }
 
+// claimed tells Config.onClaim (tests) of a claimed copy stage.
+func (s *actorSystem) claimed(t *taskRef) {
+	if f := s.p.cfg.onClaim; f != nil {
+		f(t.ID)
+	}
+}
+
+// committed tells Config.OnCommit of a pool write's (or failed copy
+// stage's) outcome, before the task's waiters wake.
+func (s *actorSystem) committed(t *taskRef, err error) {
+	if f := s.p.cfg.OnCommit; f != nil {
+		f(t.ID, err)
+	}
+}
+
 // Context is cancelled by Abort: the copy stage and pool write stop
 // waiting on it.
-func (s *Staging) Context() context.Context { return s.ctx }
+func (s *actorSystem) Context() context.Context { return s.ctx }
 
 // NewTask spawns the actor of a new task, in state Pending.
-func (s *Staging) NewTask(reqID string, writeN int, mode messages.JoinMode) (*StagingTask, error) {
+func (s *actorSystem) NewTask(reqID string, writeN int, mode JoinMode) (*taskRef, error) {
 	if s.stopped.Load() {
-		return nil, ErrStagingStopped
+		return nil, ErrClosed
 	}
-	id := messages.TaskID(s.nextID.Add(1))
-	t := &StagingTask{ID: id, ReqID: reqID, WriteN: writeN, Mode: mode, Seq: uint64(id),
+	id := TaskID(s.nextID.Add(1))
+	t := &taskRef{ID: id, ReqID: reqID, WriteN: writeN, Mode: mode, Seq: uint64(id),
 		hostReady: make(chan struct{}), done: make(chan struct{})}
-	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &stagingTaskActor{st: s, t: t} }, actor.WithDispatcher(s.tasks)), "staging/task/"+itoa(uint64(id)))
+	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &taskActor{st: s, p: s.p, t: t} }, actor.WithDispatcher(s.tasks)), "staging/task/"+itoa(uint64(id)))
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +174,7 @@ func (s *Staging) NewTask(reqID string, writeN int, mode messages.JoinMode) (*St
 // ask sends m to t's actor and waits for its reply on reply, for t's end
 // (a terminal task's actor has stopped: gone is called for the answer) or
 // for ctx.
-func ask[R any](ctx context.Context, s *Staging, t *StagingTask, m any, reply chan R, gone func() R) (R, error) {
+func ask[R any](ctx context.Context, s *actorSystem, t *taskRef, m any, reply chan R, gone func() R) (R, error) {
 	select {
 	case <-t.done:
 		return gone(), nil // its actor has stopped
@@ -242,7 +198,7 @@ func ask[R any](ctx context.Context, s *Staging, t *StagingTask, m any, reply ch
 }
 
 // Append adds c to t. Refusals: *AppendRefusedError.
-func (s *Staging) Append(ctx context.Context, t *StagingTask, c *StagingChunk) error {
+func (s *actorSystem) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, func() error {
 		return &AppendRefusedError{Task: t.ID, State: t.State()}
@@ -253,12 +209,12 @@ func (s *Staging) Append(ctx context.Context, t *StagingTask, c *StagingChunk) e
 	return res
 }
 
-// Enqueue puts t on the copy queue at prio (see messages.PriorityLow and
-// friends): Pending becomes Queued; a task Queued at PriorityLow gets a new
+// Enqueue puts t on the copy queue at prio (see prioLow and its
+// siblings): Pending becomes Queued; a task Queued at prioLow gets a new
 // job at a higher prio; a task already queued higher than low, whose copy
 // stage is claimed, or that is written, is left alone. A failed task
 // returns its failure.
-func (s *Staging) Enqueue(ctx context.Context, t *StagingTask, prio int8) error {
+func (s *actorSystem) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, func() error { return t.Err() })
 	if err != nil {
@@ -270,7 +226,7 @@ func (s *Staging) Enqueue(ctx context.Context, t *StagingTask, prio int8) error 
 // Claim moves t from Queued to Copying for the caller and returns its
 // chunks; false when another caller already claimed it (or it is not
 // queued).
-func (s *Staging) Claim(ctx context.Context, t *StagingTask) ([]*StagingChunk, bool, error) {
+func (s *actorSystem) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, error) {
 	r := make(chan claimResult, 1)
 	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, func() claimResult { return claimResult{} })
 	return res.chunks, res.won, err
@@ -278,9 +234,9 @@ func (s *Staging) Claim(ctx context.Context, t *StagingTask) ([]*StagingChunk, b
 
 // Transition asks t's actor for one step of the chain; an illegal one is an
 // *IllegalTransitionError and changes nothing. When it returns nil, the
-// channels the step closes are closed: [StagingTask.HostReady] after
-// HostReady, [StagingTask.Done] after Written or Failed.
-func (s *Staging) Transition(ctx context.Context, t *StagingTask, to messages.TaskState) error {
+// channels the step closes are closed: [taskRef.HostReady] after
+// HostReady, [taskRef.Done] after Written or Failed.
+func (s *actorSystem) Transition(ctx context.Context, t *taskRef, to TaskState) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, func() error {
 		return &IllegalTransitionError{Task: t.ID, From: t.State(), To: to}
@@ -289,9 +245,9 @@ func (s *Staging) Transition(ctx context.Context, t *StagingTask, to messages.Ta
 		return firstError(err, res)
 	}
 	switch to {
-	case messages.TaskHostReady:
+	case HostReady:
 		return waitClosed(ctx, t.hostReady)
-	case messages.TaskWritten, messages.TaskFailed:
+	case Written, Failed:
 		return waitClosed(ctx, t.done)
 	}
 	return nil
@@ -318,8 +274,8 @@ func waitClosed(ctx context.Context, ch <-chan struct{}) error {
 
 // Fail moves t to Failed with err unless it is terminal; it reports whether
 // it did. It waits for the actor (which answers at once); when it returns
-// true, [StagingTask.HostReady] and [StagingTask.Done] are closed.
-func (s *Staging) Fail(t *StagingTask, err error) bool {
+// true, [taskRef.HostReady] and [taskRef.Done] are closed.
+func (s *actorSystem) Fail(t *taskRef, err error) bool {
 	r := make(chan bool, 1)
 	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r}, r, func() bool { return false })
 	if res {
@@ -332,7 +288,7 @@ func (s *Staging) Fail(t *StagingTask, err error) bool {
 // are themselves task actors, which must never wait for each other). It
 // fails t only if t's copy stage is not claimed by then: a claimed task's
 // chunks belong to its copy stage or its pool write, which end it.
-func (s *Staging) FailAsync(t *StagingTask, err error) {
+func (s *actorSystem) FailAsync(t *taskRef, err error) {
 	select {
 	case <-t.done:
 		return
@@ -344,7 +300,7 @@ func (s *Staging) FailAsync(t *StagingTask, err error) {
 // FailUnclaimed is Fail for a task whose copy stage is not claimed: it
 // leaves a claimed task alone (false), to the copy stage or pool write
 // that ends it.
-func (s *Staging) FailUnclaimed(t *StagingTask, err error) bool {
+func (s *actorSystem) FailUnclaimed(t *taskRef, err error) bool {
 	r := make(chan bool, 1)
 	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: true}, r, func() bool { return false })
 	if res {
@@ -353,70 +309,66 @@ func (s *Staging) FailUnclaimed(t *StagingTask, err error) bool {
 	return res
 }
 
-// Plan returns the rows of t's pool write (see ScatterRow).
-func (s *Staging) Plan(ctx context.Context, t *StagingTask) ([]ScatterRow, error) {
+// Plan returns the rows of t's pool write (see scatterRow).
+func (s *actorSystem) Plan(ctx context.Context, t *taskRef) ([]scatterRow, error) {
 	rows, _, err := s.plan(ctx, t)
 	return rows, err
 }
 
 // plan returns the rows of t's pool write and whether t is HostReady (the
 // state in which it may be written).
-func (s *Staging) plan(ctx context.Context, t *StagingTask) ([]ScatterRow, bool, error) {
+func (s *actorSystem) plan(ctx context.Context, t *taskRef) ([]scatterRow, bool, error) {
 	r := make(chan planResult, 1)
 	res, err := ask(ctx, s, t, &taskPlan{reply: r}, r, func() planResult { return planResult{} })
 	return res.rows, res.hostReady, err
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
-func (s *Staging) Source(ctx context.Context, t *StagingTask, key string, slot int) (RowSource, error) {
-	r := make(chan RowSource, 1)
-	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, func() RowSource { return RowSource{State: t.State()} })
+func (s *actorSystem) Source(ctx context.Context, t *taskRef, key string, slot int) (rowSource, error) {
+	r := make(chan rowSource, 1)
+	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, func() rowSource { return rowSource{State: t.State()} })
 }
 
 // RunInline runs t's copy stage and pool write on the caller (eager mode,
 // or a test): claim, copy stage, HostReady, pool write, Written. A task
 // already claimed by someone else is left to them. It returns the task's
 // failure, if this call failed it.
-func (s *Staging) RunInline(ctx context.Context, t *StagingTask) error {
+func (s *actorSystem) RunInline(ctx context.Context, t *taskRef) error {
 	chunks, ok, err := s.Claim(ctx, t)
 	if err != nil || !ok {
 		return err
 	}
-	if s.onClaim != nil {
-		s.onClaim(t)
-	}
-	if err := s.env.CopyStage(ctx, t, chunks); err != nil {
+	s.claimed(t)
+	if err := s.p.copyStage(ctx, t, chunks); err != nil {
 		s.Fail(t, err)
 		return err
 	}
-	if err := s.Transition(ctx, t, messages.TaskHostReady); err != nil {
+	if err := s.Transition(ctx, t, HostReady); err != nil {
 		return err
 	}
 	return s.write(ctx, t, chunks)
 }
 
-func (s *Staging) write(ctx context.Context, t *StagingTask, chunks []*StagingChunk) error {
+func (s *actorSystem) write(ctx context.Context, t *taskRef, chunks []*taskChunk) error {
 	plan, err := s.Plan(ctx, t)
 	if err == nil {
-		err = s.env.PoolWrite(ctx, t, chunks, plan)
+		err = s.p.poolWrite(ctx, t, chunks, plan)
 	}
-	if s.onCommit != nil {
-		s.onCommit(t, err) // before the task's waiters wake
-	}
+	s.committed(t, err) // before the task's waiters wake
 	if err != nil {
 		s.Fail(t, err)
 		return err
 	}
-	return s.Transition(ctx, t, messages.TaskWritten)
+	return s.Transition(ctx, t, Written)
 }
 
 // Abort cancels the context of the copy stage and pool write: waits in
 // progress end with context.Canceled (and fail their tasks).
-func (s *Staging) Abort() { s.cancel() }
+func (s *actorSystem) Abort() { s.cancel() }
 
 // Stop stops the copy queue, the committer and every task actor, then the
 // actor system. Call it once no task is in flight. Idempotent.
-func (s *Staging) Stop() {
+func (s *actorSystem) Stop() {
 	if s.stopped.Swap(true) {
 		return
 	}
@@ -436,7 +388,7 @@ func (s *Staging) Stop() {
 // task re-queued at a higher priority) are harmless: only the first job to
 // claim the task runs it.
 type copyJob struct {
-	t    *StagingTask
+	t    *taskRef
 	prio int8
 }
 
@@ -448,14 +400,14 @@ func (j *copyJob) GetPriority() int8 { return j.prio }
 // the copy stages finished. (Priority decides only which copy stage is
 // claimed next.)
 type commitJob struct {
-	t      *StagingTask
-	chunks []*StagingChunk
+	t      *taskRef
+	chunks []*taskChunk
 }
 
 // copyQueueActor serves copy jobs highest priority first: it claims the
 // task, runs its copy stage, moves it to HostReady and hands it to the
 // committer at the same priority.
-type copyQueueActor struct{ st *Staging }
+type copyQueueActor struct{ st *actorSystem }
 
 func (a *copyQueueActor) Receive(ctx actor.Context) {
 	j, ok := ctx.Message().(*copyJob)
@@ -467,14 +419,10 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 	if err != nil || !won {
 		return
 	}
-	if s.onClaim != nil {
-		s.onClaim(j.t)
-	}
-	if err := s.env.CopyStage(s.ctx, j.t, chunks); err != nil {
-		s.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("copy stage failed")
-		if s.onCommit != nil {
-			s.onCommit(j.t, err)
-		}
+	s.claimed(j.t)
+	if err := s.p.copyStage(s.ctx, j.t, chunks); err != nil {
+		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("copy stage failed")
+		s.committed(j.t, err)
 		s.Fail(j.t, err)
 		return
 	}
@@ -488,7 +436,7 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 }
 
 // committerActor is the single writer of the CPU block pool.
-type committerActor struct{ st *Staging }
+type committerActor struct{ st *actorSystem }
 
 func (a *committerActor) Receive(ctx actor.Context) {
 	j, ok := ctx.Message().(*commitJob)
@@ -501,13 +449,11 @@ func (a *committerActor) Receive(ctx actor.Context) {
 		return // the task failed before its move to HostReady: nothing to write
 	}
 	if err == nil {
-		err = s.env.PoolWrite(s.ctx, j.t, j.chunks, plan)
+		err = s.p.poolWrite(s.ctx, j.t, j.chunks, plan)
 	}
-	if s.onCommit != nil {
-		s.onCommit(j.t, err) // before the task's waiters wake
-	}
+	s.committed(j.t, err) // before the task's waiters wake
 	if err != nil {
-		s.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("pool write failed")
+		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("pool write failed")
 		s.Fail(j.t, err)
 		return
 	}
@@ -520,8 +466,8 @@ func (a *committerActor) Receive(ctx actor.Context) {
 // stateMirror publishes a task's state to readers of its handle.
 type stateMirror struct{ v atomic.Int32 }
 
-func (m *stateMirror) load() messages.TaskState   { return messages.TaskState(m.v.Load()) }
-func (m *stateMirror) store(s messages.TaskState) { m.v.Store(int32(s)) }
+func (m *stateMirror) load() TaskState   { return TaskState(m.v.Load()) }
+func (m *stateMirror) store(s TaskState) { m.v.Store(int32(s)) }
 
 func itoa(n uint64) string {
 	if n == 0 {

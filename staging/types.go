@@ -1,14 +1,11 @@
-package messages
+package staging
 
 import "fmt"
 
-// ---- the write pipeline (package staging) --------------------------------
-//
-// The plain data of the device→host write pipeline: task identity, the
-// task lifecycle and its legal moves, join modes, rows and copy
-// priorities. The messages the pipeline's actors exchange carry device
-// buffers, events and reply channels and never leave the process, so they
-// are unexported types of package actors; only these data types are shared.
+// The plain data of the pipeline: task identity, the task lifecycle and
+// its legal moves, join modes, rows and copy priorities. (The messages
+// its actors exchange carry device buffers, events and reply channels and
+// never leave the process: see task_actor.go.)
 
 // TaskID identifies one write task within its pipeline (never reused).
 type TaskID uint64
@@ -23,21 +20,21 @@ type TaskState int32
 
 // The states of a write task.
 const (
-	// TaskPending: registered, not on a copy queue (a JOIN_ON_FINISH task
+	// Pending: registered, not on a copy queue (a JOIN_ON_FINISH task
 	// waits here for finish or for budget pressure).
-	TaskPending TaskState = iota
-	// TaskQueued: on a copy queue.
-	TaskQueued
-	// TaskCopying: one worker owns the copy stage (waiting for the step's
+	Pending TaskState = iota
+	// Queued: on a copy queue.
+	Queued
+	// Copying: one worker owns the copy stage (waiting for the step's
 	// device→host copy, or copying the device clone to host).
-	TaskCopying
-	// TaskHostReady: the task's rows are in host memory; its device
+	Copying
+	// HostReady: the task's rows are in host memory; its device
 	// clone, if any, is dropped.
-	TaskHostReady
-	// TaskWritten: the rows are in the CPU block pool.
-	TaskWritten
-	// TaskFailed: the pipeline could not finish the task.
-	TaskFailed
+	HostReady
+	// Written: the rows are in the CPU block pool.
+	Written
+	// Failed: the pipeline could not finish the task.
+	Failed
 )
 
 var taskStateNames = [...]string{"PENDING", "QUEUED", "COPYING", "HOST_READY", "WRITTEN", "FAILED"}
@@ -50,17 +47,17 @@ func (s TaskState) String() string {
 }
 
 // Terminal reports whether s is Written or Failed.
-func (s TaskState) Terminal() bool { return s == TaskWritten || s == TaskFailed }
+func (s TaskState) Terminal() bool { return s == Written || s == Failed }
 
 // CanTransition reports whether a task may move from one state to another:
 // to the next state of the chain, or to Failed from a non-terminal state.
 // Everything else (a skip, a step back, staying put, leaving a terminal
 // state) is illegal.
 func CanTransition(from, to TaskState) bool {
-	if from.Terminal() || from < TaskPending || to < TaskPending || to > TaskFailed {
+	if from.Terminal() || from < Pending || to < Pending || to > Failed {
 		return false
 	}
-	if to == TaskFailed {
+	if to == Failed {
 		return true
 	}
 	return to == from+1
@@ -91,24 +88,24 @@ func (m JoinMode) String() string {
 	return fmt.Sprintf("JoinMode(%d)", int(m))
 }
 
-// StagingRow is one row a write task puts in the CPU block pool: the row of
-// pool slot Slot for Key, found at byte Offset of the save's buffer (the
+// Row is one row a write task puts in the CPU block pool: the row of pool
+// slot Slot for Key, found at byte Offset of the save's buffer (the
 // staging slot for JoinNextStep, the device clone for JoinOnFinish). Every
-// row has the pool's row size.
-type StagingRow struct {
+// row is Config.RowBytes long.
+type Row struct {
 	Key    string
 	Slot   int
 	Offset int64
 }
 
-// Copy priorities of the pipeline's priority mailboxes (protoactor serves
+// Copy priorities of the copy queue's priority mailbox (protoactor serves
 // 0–7, highest first, FIFO within a level).
 const (
-	// PriorityLow: a task submitted in the normal course.
-	PriorityLow int8 = 2
-	// PriorityHigh: a task flushed by GPU-byte budget pressure.
-	PriorityHigh int8 = 5
-	// PriorityFront: a task named by Prioritize; served before every
-	// other queued task.
-	PriorityFront int8 = 7
+	// prioLow: a task submitted in the normal course.
+	prioLow int8 = 2
+	// prioHigh: a task flushed by GPU-byte budget pressure.
+	prioHigh int8 = 5
+	// prioFront: a task named by Prioritize; served before every other
+	// queued task.
+	prioFront int8 = 7
 )
