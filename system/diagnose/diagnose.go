@@ -1,9 +1,9 @@
-package system
+package diagnose
 
 import (
-	"errors"
 	"fmt"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/system"
 	"math"
 	"math/big"
 	"sort"
@@ -22,7 +22,7 @@ type Operation struct {
 	Kind string
 	// Handle is the value. Only Name is needed; when Manager is set it is
 	// checked against the snapshot's manager.
-	Handle Handle
+	Handle system.Handle
 	// Location is the destination (place, copy, move, register), the
 	// location acted on (evict, acquire, hold) or reserved at (reserve).
 	Location string
@@ -64,16 +64,16 @@ type Evidence struct {
 	// Op is the call that failed (optional).
 	Op Operation
 	// Snapshot and Trace are the state view taken at the failure.
-	Snapshot Snapshot
-	Trace    []Transition
+	Snapshot system.Snapshot
+	Trace    []system.Transition
 	// Decision is the controller decision whose scope failed, for a stale
 	// scope entry or a failed entry of a decided plan (optional).
-	Decision *Decision
+	Decision *system.Decision
 	// Plan is the plan that failed, for Execute or a scope (optional; a
 	// Decision carries its own).
-	Plan *Plan
+	Plan *system.Plan
 	// Explanation is System.Explain of the plan that failed (optional).
-	Explanation *Explanation
+	Explanation *system.Explanation
 	// Devices are NVML observations of the device locations (optional;
 	// cuda:N → the device, from package cuda/discover matched by UUID).
 	// They are shown as diagnostics next to a budget refusal at that
@@ -83,7 +83,7 @@ type Evidence struct {
 }
 
 // plan is the failed plan: Plan, else the decision's.
-func (ev Evidence) plan() *Plan {
+func (ev Evidence) plan() *system.Plan {
 	switch {
 	case ev.Plan != nil:
 		return ev.Plan
@@ -93,7 +93,7 @@ func (ev Evidence) plan() *Plan {
 	return nil
 }
 
-func planEndpoints(p *Plan) [][2]string {
+func planEndpoints(p *system.Plan) [][2]string {
 	if p == nil {
 		return nil
 	}
@@ -124,9 +124,10 @@ const (
 // programs; Steps hold them as text. A field that does not apply to the
 // class is nil.
 type Diagnosis struct {
-	// Class is the error's class in the seven-error taxonomy
-	// ("ResidencyBudgetError", …), "InvalidInput" for bad input, or
-	// "Error" for anything else (a device failure, a context error).
+	// Class is the name of the error's class, [system.ErrorClass] of it
+	// ("ResidencyBudgetError", …, "InvalidInput" for bad input, "Error"
+	// for anything else: a device failure, a context error); "" when
+	// there is no error.
 	Class       string
 	Message     string
 	Meaning     string
@@ -195,13 +196,13 @@ type EndpointState struct {
 	Live             bool
 	Gone             string
 	Bytes            int64
-	ReplicaMode      ReplicaMode
+	ReplicaMode      system.ReplicaMode
 	Recoverable      bool
 	HasSource        bool
 	SourceLocation   string
-	Materializations []MaterializationRecord
+	Materializations []system.MaterializationRecord
 	// AtLocation is the materialization at Location, if any.
-	AtLocation *MaterializationRecord
+	AtLocation *system.MaterializationRecord
 }
 
 // BudgetArithmetic is the admission arithmetic of a [*BudgetError].
@@ -218,7 +219,7 @@ type BudgetArithmetic struct {
 	// ChargeReason says how Charge was worked out.
 	ChargeReason string
 	// Now is the location's record in the snapshot.
-	Now *LocationRecord
+	Now *system.LocationRecord
 }
 
 // Lifetime is one lease, hold or pending event found in the trace.
@@ -252,7 +253,7 @@ type ProtectionOwners struct {
 	// every open lifetime.
 	Complete bool
 	// Now is the materialization in the snapshot (nil if gone).
-	Now *MaterializationRecord
+	Now *system.MaterializationRecord
 }
 
 // SearchEvidence is the controller's evidence: from a decision, an
@@ -264,8 +265,8 @@ type SearchEvidence struct {
 	Exhaustive           bool
 	ExpectedStateVersion uint64
 	Detail               string
-	Evictions            []Eviction
-	Plan                 *Plan
+	Evictions            []system.Eviction
+	Plan                 *system.Plan
 	Feasible             bool
 	Reason               string
 	// PredictedPeaks lists the predicted peak per location, in the
@@ -285,7 +286,7 @@ type StaleRange struct {
 	ExpectedVersion, ActualVersion uint64
 	// Intervening lists the transitions of versions Expected+1…Actual the
 	// trace still holds, oldest first.
-	Intervening []Transition
+	Intervening []system.Transition
 	// Covered: the trace holds every one of them.
 	Covered bool
 	// Missing counts the versions of the range the trace no longer holds.
@@ -296,11 +297,11 @@ type StaleRange struct {
 // what became of it, and its cause diagnosed.
 type ExecutionOutcome struct {
 	Phase                  string
-	FailedAction           *Action
+	FailedAction           *system.Action
 	FailedActionIndex      int
-	FailedReservation      *ReservationSpec
+	FailedReservation      *system.ReservationSpec
 	FailedReservationIndex int
-	Committed              []Transition
+	Committed              []system.Transition
 	// Kept lists the committed effects that were not rolled back and
 	// still hold, in words; Cleaned lists what the failure's cleanup
 	// undid; FailedStep what the failed step itself left (nothing is
@@ -312,7 +313,7 @@ type ExecutionOutcome struct {
 // Diagnose runs the diagnosis procedure for err on the state view snap and
 // trace, captured at the failure. It is Diagnose of [Evidence] without the
 // optional parts; see [DiagnoseEvidence].
-func Diagnose(err error, snap Snapshot, trace []Transition) Diagnosis {
+func Diagnose(err error, snap system.Snapshot, trace []system.Transition) Diagnosis {
 	return DiagnoseEvidence(Evidence{Err: err, Snapshot: snap, Trace: trace})
 }
 
@@ -340,64 +341,41 @@ func DiagnoseEvidence(ev Evidence) Diagnosis {
 
 type classInfo struct{ meaning, action string }
 
-var classes = map[string]classInfo{
-	"ResidencyBudgetError": {
+// classes are the meaning and the first action of each class.
+var classes = map[system.ErrorKind]classInfo{
+	system.ErrorBudget: {
 		"a direct materialization, reservation or temporary reconstruction charge would take one location past its strict budget",
 		"reconcile the five byte fields and the missing headroom before touching any budget"},
-	"ResidencyPlanError": {
+	system.ErrorPlan: {
 		"a plan or request is invalid or infeasible on the current state; none of its actions began",
 		"read the explanation, then check endpoints, ownership, budgets and protections"},
-	"ResidencySearchLimitError": {
+	system.ErrorSearchLimit: {
 		"the controller's search hit its deterministic state bound; whether a placement exists is unknown",
 		"keep the search evidence; simplify the tiers, or raise the bound only with a reason"},
-	"ResidencyStaleStateError": {
+	system.ErrorStaleState: {
 		"the state changed after the decision was made; its expected version is no longer current",
 		"find the change that intervened, and decide again if the request still stands"},
-	"ResidencyInUseError": {
+	system.ErrorInUse: {
 		"a lease, hold or pending consumer event protects the materialization a removal needed",
 		"end the owning lifetime (release the lease or hold, wait for the event) or remove later"},
-	"ResidencyUnavailableError": {
+	system.ErrorUnavailable: {
 		"the call needs an endpoint, location or source that is not there",
 		"establish the exact endpoint (place it, enter a scope, Admit) or a valid reconstruction path"},
-	"ResidencyPlanExecutionError": {
+	system.ErrorPlanExecution: {
 		"execution failed after preflight succeeded; a prefix may be committed and is not rolled back",
 		"read the phase, the failed step and its index, the partial report and the cause, then capture a fresh snapshot and continue from it"},
-	"InvalidInput": {
+	system.ErrorInvalidInput: {
 		"malformed or unknown input (a name, a size, a double release); nothing changed",
 		"fix the call's arguments; the state needs no repair"},
-	"Error": {
+	system.ErrorCacheBusy: {
+		"a loader cache found its location's budget short and nothing of its own idle to evict, or an entry to evict in use",
+		"wait for leases, pins and keepalives of the cache to end, or make room at the location by other means"},
+	system.ErrorCacheLoad: {
+		"a loader cache's loader failed, panicked or reported a resident size out of bounds; its reservation was released",
+		"read the cause; the next load of the key runs the loader again"},
+	system.ErrorOther: {
 		"not one of the runtime's structured errors (a device failure, a context that ended, a stopped runtime)",
 		"read the message; the runtime's own figures do not explain it"},
-}
-
-// classify finds the outermost structured error in err's chain.
-func classify(err error) (string, error) {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		switch x := e.(type) {
-		case *PlanExecutionError:
-			return "ResidencyPlanExecutionError", e
-		case *SearchLimitError:
-			return "ResidencySearchLimitError", e
-		case *StaleStateError:
-			return "ResidencyStaleStateError", e
-		case *PlanError:
-			return "ResidencyPlanError", e
-		case *BudgetError:
-			return "ResidencyBudgetError", e
-		case *InUseError:
-			return "ResidencyInUseError", e
-		case *UnavailableError:
-			return "ResidencyUnavailableError", e
-		case *InvalidInputError:
-			return "InvalidInput", e
-		case *replayError:
-			if _, ok := classes[x.class]; ok {
-				return x.class, e
-			}
-			return "Error", e
-		}
-	}
-	return "Error", err
 }
 
 type diag struct {
@@ -411,38 +389,38 @@ func diagnose(ev Evidence, nested bool) Diagnosis {
 	if ev.Err == nil {
 		return d
 	}
-	class, e := classify(ev.Err)
-	d.Class, d.Message = class, ev.Err.Error()
+	class, e := system.ClassifiedError(ev.Err)
+	d.Class, d.Message = class.String(), ev.Err.Error()
 	d.Meaning, d.FirstAction = classes[class].meaning, classes[class].action
 	g := &diag{ev: ev, d: &d, nested: nested}
 	if !nested {
 		g.capture(e)
 	}
 	switch x := e.(type) {
-	case *BudgetError:
+	case *system.BudgetError:
 		g.endpoints(g.opEndpoints())
 		g.budget(x)
-	case *PlanError:
+	case *system.PlanError:
 		g.endpoints(append(g.opEndpoints(), planEndpoints(ev.plan())...))
 		g.locations()
 		g.protected()
 		g.search(nil)
-	case *SearchLimitError:
+	case *system.SearchLimitError:
 		g.search(x)
-	case *StaleStateError:
+	case *system.StaleStateError:
 		g.search(nil)
 		g.stale(x)
-	case *InUseError:
+	case *system.InUseError:
 		g.endpoints([][2]string{{x.Handle, x.Location}})
 		g.protection(x)
-	case *UnavailableError:
+	case *system.UnavailableError:
 		loc := x.Location
 		if loc == "" && x.Handle == ev.Op.Handle.Name {
 			loc = ev.Op.Location
 		}
 		g.endpoints([][2]string{{x.Handle, loc}})
 		g.unavailable(x)
-	case *PlanExecutionError:
+	case *system.PlanExecutionError:
 		var eps [][2]string
 		if a := x.FailedAction; a != nil {
 			eps = append(eps, [2]string{a.Handle.Name, a.Location})
@@ -452,6 +430,10 @@ func diagnose(ev Evidence, nested bool) Diagnosis {
 		}
 		g.endpoints(eps)
 		g.execution(x)
+	case *system.CacheBusyError:
+		if x.Refusal != nil {
+			g.budget(x.Refusal)
+		}
 	}
 	g.classify(class)
 	return d
@@ -484,7 +466,7 @@ const (
 
 // ---- step 1 ----------------------------------------------------------------
 
-func traceEnds(tr []Transition) (uint64, uint64) {
+func traceEnds(tr []system.Transition) (uint64, uint64) {
 	if len(tr) == 0 {
 		return 0, 0
 	}
@@ -533,7 +515,7 @@ func (g *diag) atFailure(e error) (Finding, bool) {
 	var diffs []string
 	f := Finding{What: "the error's figures against the snapshot"}
 	switch x := e.(type) {
-	case *BudgetError:
+	case *system.BudgetError:
 		lr, ok := s.Location(x.Location)
 		if !ok {
 			return f, false
@@ -548,7 +530,7 @@ func (g *diag) atFailure(e error) (Finding, bool) {
 		if lr.ReservedBytes != x.ReservedBytes {
 			diffs = append(diffs, fmt.Sprintf("reserved bytes at %s: %d → %d", x.Location, x.ReservedBytes, lr.ReservedBytes))
 		}
-	case *InUseError:
+	case *system.InUseError:
 		m := matAt(s, x.Handle, x.Location)
 		now := "materialization gone"
 		if m != nil {
@@ -558,12 +540,12 @@ func (g *diag) atFailure(e error) (Finding, bool) {
 		if m == nil || m.UseCount != x.UseCount || m.HoldCount != x.HoldCount || m.PendingEventCount != x.PendingEventCount {
 			diffs = append(diffs, fmt.Sprintf("protection of %s at %s: %d/%d/%d → %s", x.Handle, x.Location, x.UseCount, x.HoldCount, x.PendingEventCount, now))
 		}
-	case *StaleStateError:
+	case *system.StaleStateError:
 		f.Figures = []Figure{{Name: "state_version", Value: fmt.Sprintf("%d at the refusal, %d in the snapshot", x.ActualVersion, s.StateVersion)}}
 		if s.StateVersion != x.ActualVersion {
 			diffs = append(diffs, fmt.Sprintf("state version %d → %d", x.ActualVersion, s.StateVersion))
 		}
-	case *PlanExecutionError:
+	case *system.PlanExecutionError:
 		ts := x.PartialReport.Transitions
 		if len(ts) == 0 {
 			return f, false
@@ -588,7 +570,7 @@ func (g *diag) atFailure(e error) (Finding, bool) {
 
 // ---- step 2 ----------------------------------------------------------------
 
-func matAt(s Snapshot, value, loc string) *MaterializationRecord {
+func matAt(s system.Snapshot, value, loc string) *system.MaterializationRecord {
 	v, ok := s.Value(value)
 	if !ok {
 		return nil
@@ -614,13 +596,13 @@ func (g *diag) opEndpoints() [][2]string {
 	return eps
 }
 
-func matString(m MaterializationRecord) string {
+func matString(m system.MaterializationRecord) string {
 	return fmt.Sprintf("%s %s (%d B; leases %d, holds %d, events %d)", m.Location, m.State, m.ChargedBytes, m.UseCount, m.HoldCount, m.PendingEventCount)
 }
 
 // goneFromTrace says what the trace shows of a value absent from the
 // snapshot: its discard or its failed registration.
-func goneFromTrace(tr []Transition, name string) string {
+func goneFromTrace(tr []system.Transition, name string) string {
 	for i := len(tr) - 1; i >= 0; i-- {
 		t := tr[i]
 		if t.Handle != name {
@@ -699,7 +681,7 @@ func (g *diag) endpoints(eps [][2]string) {
 		case loc == "":
 		case st.AtLocation == nil:
 			vs = append(vs, fmt.Sprintf("no materialization at %s", loc))
-		case st.AtLocation.State != Resident:
+		case st.AtLocation.State != system.Resident:
 			vs = append(vs, fmt.Sprintf("%s at %s: a transition is in flight", st.AtLocation.State, loc))
 		default:
 			vs = append(vs, fmt.Sprintf("resident at %s", loc))
@@ -739,14 +721,14 @@ func orDash(s string) string {
 	return s
 }
 
-func budgetString(lr LocationRecord) string {
+func budgetString(lr system.LocationRecord) string {
 	if !lr.HasBudget {
 		return "none"
 	}
 	return fmt.Sprintf("%d B", lr.BudgetBytes)
 }
 
-func locFigures(lr LocationRecord) []Figure {
+func locFigures(lr system.LocationRecord) []Figure {
 	fs := []Figure{{Name: "budget_bytes", Value: budgetString(lr)}, bytesFig("used_bytes", lr.UsedBytes)}
 	if lr.TemporaryBytes > 0 {
 		fs = append(fs, bytesFig("of which temporary reconstruction", lr.TemporaryBytes))
@@ -793,25 +775,25 @@ func sat64(n *big.Int) (v int64, ok bool) {
 	}
 }
 
-func (g *diag) unavailable(x *UnavailableError) {
+func (g *diag) unavailable(x *system.UnavailableError) {
 	f := Finding{What: "why the endpoint is unavailable", Figures: []Figure{fig("detail", x.Detail)}}
 	switch x.Reason {
-	case UnavailableEndpoint:
+	case system.UnavailableEndpoint:
 		f.Figures = append(f.Figures, fig("reason", "no resident materialization"))
 		f.Verdict = "acquire and the other direct calls never place a missing value: establish the endpoint first (Place, a scope, or Admit)"
-	case UnavailableLocation:
+	case system.UnavailableLocation:
 		f.Figures = append(f.Figures, fig("reason", "location not configured"))
 		f.Verdict = "the location set is fixed at Start: use a configured location"
-	case UnavailableSource:
+	case system.UnavailableSource:
 		f.Figures = append(f.Figures, fig("reason", "no resident copy and no source"))
 		f.Verdict = "nothing can rebuild the value: it needs a resident copy or a source with a loader"
-	case UnavailableDiscarded:
+	case system.UnavailableDiscarded:
 		f.Figures = append(f.Figures, fig("reason", "handle discarded"))
 		f.Verdict = "a discarded handle answers this forever; register the value again (a new handle)"
-	case UnavailableForeign:
+	case system.UnavailableForeign:
 		f.Figures = append(f.Figures, fig("reason", "handle of another manager"))
 		f.Verdict = "use a handle of this runtime"
-	case UnavailableInFlight:
+	case system.UnavailableInFlight:
 		f.Figures = append(f.Figures, fig("reason", "transition in flight"))
 		f.Verdict = "busy, not absent: retry once the transition in flight settles (errors.Is ErrBusy)"
 	}
@@ -820,7 +802,7 @@ func (g *diag) unavailable(x *UnavailableError) {
 
 // ---- step 3 ----------------------------------------------------------------
 
-func (g *diag) budget(x *BudgetError) {
+func (g *diag) budget(x *system.BudgetError) {
 	b := &BudgetArithmetic{Location: x.Location, BudgetBytes: x.BudgetBytes, UsedBytes: x.UsedBytes, ReservedBytes: x.ReservedBytes, RequestedBytes: x.RequestedBytes}
 	cur := new(big.Int).Add(big.NewInt(x.UsedBytes), big.NewInt(x.ReservedBytes))
 	peak := new(big.Int).Add(cur, big.NewInt(x.RequestedBytes))
@@ -880,7 +862,7 @@ func (g *diag) budget(x *BudgetError) {
 
 // chargeKind works out what the refused charge was for: the operation when
 // known, otherwise the snapshot's candidates.
-func (g *diag) chargeKind(x *BudgetError) (ChargeKind, string) {
+func (g *diag) chargeKind(x *system.BudgetError) (ChargeKind, string) {
 	o, s := g.ev.Op, g.ev.Snapshot
 	if o.Kind == "reserve" || o.Reservation != "" {
 		return ChargeReservation, fmt.Sprintf("the call reserved %d bytes at %s as a named reservation; reservations and materializations share the budget", x.RequestedBytes, x.Location)
@@ -928,9 +910,9 @@ func (g *diag) chargeKind(x *BudgetError) (ChargeKind, string) {
 	return ChargeUnknown, why
 }
 
-func hasResident(v ValueRecord) bool {
+func hasResident(v system.ValueRecord) bool {
 	for _, m := range v.Materializations {
-		if m.State == Resident {
+		if m.State == system.Resident {
 			return true
 		}
 	}
@@ -980,7 +962,7 @@ func (ev Evidence) peaks() map[string]int64 {
 // events taken and not yet ended. Details are "lease 3", "hold 2",
 // "event 5 on lease 3" as the runtime writes them, or the bare names a
 // replay script gave ("reader", "ev on reader").
-func openLifetimes(tr []Transition, value, loc string) (leases, holds, events []Lifetime) {
+func openLifetimes(tr []system.Transition, value, loc string) (leases, holds, events []Lifetime) {
 	type key struct{ kind, id string }
 	open := map[key]Lifetime{}
 	var order []key
@@ -1060,7 +1042,7 @@ func lifetimes(ls []Lifetime) string {
 	return strings.Join(ss, ", ")
 }
 
-func (g *diag) protection(x *InUseError) {
+func (g *diag) protection(x *system.InUseError) {
 	p := &ProtectionOwners{Value: x.Handle, Location: x.Location, UseCount: x.UseCount, HoldCount: x.HoldCount, PendingEventCount: x.PendingEventCount}
 	p.Leases, p.Holds, p.Events = openLifetimes(g.ev.Trace, x.Handle, x.Location)
 	oldest, _ := traceEnds(g.ev.Trace)
@@ -1139,7 +1121,7 @@ func (g *diag) orderedPeaks(m map[string]int64) []LocationBytes {
 	return out
 }
 
-func actions(as []Action) string {
+func actions(as []system.Action) string {
 	if len(as) == 0 {
 		return "none"
 	}
@@ -1150,7 +1132,7 @@ func actions(as []Action) string {
 	return strings.Join(ss, ", ")
 }
 
-func reservations(rs []ReservationSpec) string {
+func reservations(rs []system.ReservationSpec) string {
 	if len(rs) == 0 {
 		return "none"
 	}
@@ -1161,7 +1143,7 @@ func reservations(rs []ReservationSpec) string {
 	return strings.Join(ss, ", ")
 }
 
-func (g *diag) search(x *SearchLimitError) {
+func (g *diag) search(x *system.SearchLimitError) {
 	d, ex := g.ev.Decision, g.ev.Explanation
 	if x == nil && d == nil && ex == nil {
 		return
@@ -1235,7 +1217,7 @@ func (g *diag) peakFinding(what string, peaks []LocationBytes) Finding {
 
 // ---- step 6 ----------------------------------------------------------------
 
-func (g *diag) stale(x *StaleStateError) {
+func (g *diag) stale(x *system.StaleStateError) {
 	st := &StaleRange{ExpectedVersion: x.ExpectedVersion, ActualVersion: x.ActualVersion}
 	for _, t := range g.ev.Trace {
 		if t.Version > x.ExpectedVersion && t.Version <= x.ActualVersion {
@@ -1256,7 +1238,7 @@ func (g *diag) stale(x *StaleStateError) {
 	touch := map[string]bool{}
 	p := g.ev.plan()
 	if p != nil {
-		for _, a := range append(append([]Action(nil), p.Reclaim...), p.Enter...) {
+		for _, a := range append(append([]system.Action(nil), p.Reclaim...), p.Enter...) {
 			touch[a.Handle.Name] = true
 			touch["@"+a.Location] = true
 		}
@@ -1299,7 +1281,7 @@ func (g *diag) stale(x *StaleStateError) {
 
 // ---- step 7 ----------------------------------------------------------------
 
-func (g *diag) execution(x *PlanExecutionError) {
+func (g *diag) execution(x *system.PlanExecutionError) {
 	o := &ExecutionOutcome{Phase: x.Phase, FailedAction: x.FailedAction, FailedActionIndex: x.FailedActionIndex,
 		FailedReservation: x.FailedReservation, FailedReservationIndex: x.FailedReservationIndex, Committed: x.PartialReport.Transitions}
 	g.d.Execution = o
@@ -1340,7 +1322,7 @@ func (g *diag) execution(x *PlanExecutionError) {
 	} else {
 		kept.Verdict = fmt.Sprintf("%d committed effect(s) stay: continue from the state the snapshot shows, not from the plan's starting state", len(o.Kept))
 	}
-	if x.Phase == PhaseEnter || x.Phase == PhaseReclaim || x.Phase == PhaseReserve {
+	if x.Phase == system.PhaseEnter || x.Phase == system.PhaseReclaim || x.Phase == system.PhaseReserve {
 		kept.Verdict += "; the failed scope cannot be entered again and holds no lease"
 	}
 	g.add(7, stepExecution, kept)
@@ -1348,7 +1330,7 @@ func (g *diag) execution(x *PlanExecutionError) {
 	if f, ok := g.interleaved(o.Committed); ok {
 		g.add(7, stepExecution, f)
 	}
-	if x.Phase == PhaseExit && x.Cause != nil {
+	if x.Phase == system.PhaseExit && x.Cause != nil {
 		if f, ok := g.leaseEnded(x.Cause); ok {
 			g.add(7, stepExecution, f)
 		}
@@ -1370,7 +1352,7 @@ func (g *diag) execution(x *PlanExecutionError) {
 		cd := diagnose(sub, true)
 		o.Cause = &cd
 		cf.Figures = []Figure{fig("class", cd.Class), fig("message", cd.Message)}
-		if cd.Class == "Error" {
+		if system.ErrorClass(x.Cause) == system.ErrorOther {
 			cf.Verdict = "not a structured residency error: the device or the loader failed the step; the runtime released the step's charges"
 		} else {
 			cf.Verdict = "diagnosed below, with the figures it had at the failure"
@@ -1381,15 +1363,15 @@ func (g *diag) execution(x *PlanExecutionError) {
 
 func phaseMeaning(p string) string {
 	switch p {
-	case PhaseExecute:
+	case system.PhaseExecute:
 		return "a direct transition or a plan run without a scope failed after admission; reservations it admitted stay active (release them by name)"
-	case PhaseReclaim:
+	case system.PhaseReclaim:
 		return "a scope entry failed while removing victims; removals already done stay done"
-	case PhaseReserve:
+	case system.PhaseReserve:
 		return "a scope entry failed admitting a reservation; the scope's earlier reservations were released, the reclaims stay"
-	case PhaseEnter:
+	case system.PhaseEnter:
 		return "a scope entry failed entering an endpoint; earlier enters and reclaims stay, the scope's reservations were released"
-	case PhaseExit:
+	case system.PhaseExit:
 		return "a scope's exit could not release everything; what it did release stays released"
 	}
 	return "unknown phase"
@@ -1397,10 +1379,10 @@ func phaseMeaning(p string) string {
 
 // sortCommitted sorts the partial report into what stays, what the
 // failure's cleanup undid, and what the failed step left.
-func (g *diag) sortCommitted(x *PlanExecutionError) (kept, cleaned, failed []string) {
+func (g *diag) sortCommitted(x *system.PlanExecutionError) (kept, cleaned, failed []string) {
 	ts := x.PartialReport.Transitions
 	used := make([]bool, len(ts))
-	find := func(from int, match func(Transition) bool) int {
+	find := func(from int, match func(system.Transition) bool) int {
 		for j := from; j < len(ts); j++ {
 			if !used[j] && match(ts[j]) {
 				return j
@@ -1423,7 +1405,7 @@ func (g *diag) sortCommitted(x *PlanExecutionError) (kept, cleaned, failed []str
 		case "remove":
 			kept = append(kept, fmt.Sprintf("%s removed from %s, %d B freed (%s; %s)", t.Handle, t.Location, t.Bytes, t.Detail, now(t.Handle, t.Location)))
 		case "admit":
-			j := find(i+1, func(u Transition) bool {
+			j := find(i+1, func(u system.Transition) bool {
 				return u.Handle == t.Handle && u.Location == t.Location && (u.Kind == "complete" || u.Kind == "fail")
 			})
 			switch {
@@ -1439,7 +1421,7 @@ func (g *diag) sortCommitted(x *PlanExecutionError) (kept, cleaned, failed []str
 		case "fail":
 			failed = append(failed, fmt.Sprintf("%s into %s failed: its charge was released", t.Handle, t.Location))
 		case "reserve":
-			j := find(i+1, func(u Transition) bool { return u.Kind == "unreserve" && u.Detail == t.Detail })
+			j := find(i+1, func(u system.Transition) bool { return u.Kind == "unreserve" && u.Detail == t.Detail })
 			if j >= 0 {
 				used[j] = true
 				cleaned = append(cleaned, fmt.Sprintf("reservation %s (%d B at %s) admitted at v%d, released at v%d", t.Detail, t.Bytes, t.Location, t.Version, ts[j].Version))
@@ -1449,7 +1431,7 @@ func (g *diag) sortCommitted(x *PlanExecutionError) (kept, cleaned, failed []str
 		case "unreserve":
 			kept = append(kept, fmt.Sprintf("reservation %s (%d B at %s) released", t.Detail, t.Bytes, t.Location))
 		case "acquire":
-			j := find(i+1, func(u Transition) bool { return u.Kind == "release" && u.Detail == t.Detail })
+			j := find(i+1, func(u system.Transition) bool { return u.Kind == "release" && u.Detail == t.Detail })
 			if j >= 0 {
 				used[j] = true
 				cleaned = append(cleaned, fmt.Sprintf("%s of %s at %s taken at v%d, released at v%d", t.Detail, t.Handle, t.Location, t.Version, ts[j].Version))
@@ -1469,27 +1451,27 @@ func (g *diag) sortCommitted(x *PlanExecutionError) (kept, cleaned, failed []str
 
 // ---- step 8 ----------------------------------------------------------------
 
-func (g *diag) classify(class string) {
+func (g *diag) classify(class system.ErrorKind) {
 	f := Finding{What: "class", Figures: []Figure{fig("class", class), fig("meaning", g.d.Meaning)},
 		Verdict: "first action: " + g.d.FirstAction}
 	switch class {
-	case "ResidencySearchLimitError", "ResidencyStaleStateError":
+	case system.ErrorSearchLimit, system.ErrorStaleState:
 		f.Verdict += " (a special case of ResidencyPlanError: handle it before the general case)"
-	case "ResidencyPlanExecutionError":
+	case system.ErrorPlanExecution:
 		f.Verdict += " (a sibling of ResidencyPlanError, not a case of it: a partial state always needs analysis)"
 	}
 	g.add(8, stepClassify, f)
 }
 
 // transitionText is a transition without its version (figures name it).
-func transitionText(t Transition) string {
+func transitionText(t system.Transition) string {
 	return strings.TrimPrefix(t.String(), fmt.Sprintf("v%d ", t.Version))
 }
 
 // interleaved lists the trace's transitions since the run's first commit
 // that are not the run's own: other callers' commits between its steps (or
 // after the failure, when the evidence was captured late).
-func (g *diag) interleaved(committed []Transition) (Finding, bool) {
+func (g *diag) interleaved(committed []system.Transition) (Finding, bool) {
 	if len(committed) == 0 || len(g.ev.Trace) == 0 {
 		return Finding{}, false
 	}
