@@ -252,52 +252,13 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 		out.Endpoints = append(out.Endpoints, ej)
 	}
 	if b := d.Budget; b != nil {
-		bj := &budgetJSON{Location: b.Location, BudgetBytes: b.BudgetBytes, UsedBytes: b.UsedBytes, ReservedBytes: b.ReservedBytes,
-			RequestedBytes: b.RequestedBytes, CurrentCharged: b.CurrentCharged, NewPeak: b.NewPeak, MissingBytes: b.MissingBytes,
-			Charge: string(b.Charge), ChargeReason: b.ChargeReason}
-		if l := b.Now; l != nil {
-			n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
-				ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
-			if l.HasBudget {
-				v := l.BudgetBytes
-				n.BudgetBytes = &v
-			}
-			for _, r := range l.Reservations {
-				n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
-			}
-			bj.Now = n
-		}
-		out.Budget = bj
+		out.Budget = toBudgetJSON(b)
 	}
 	if p := d.Protection; p != nil {
-		pj := &protectionJSON{Value: p.Value, Location: p.Location, UseCount: p.UseCount, HoldCount: p.HoldCount,
-			PendingEventCount: p.PendingEventCount, Leases: toLifetimesJSON(p.Leases), Holds: toLifetimesJSON(p.Holds),
-			Events: toLifetimesJSON(p.Events), Complete: p.Complete}
-		if p.Now != nil {
-			m := toMaterializationJSON(*p.Now)
-			pj.Now = &m
-		}
-		out.Protection = pj
+		out.Protection = toProtectionJSON(p)
 	}
 	if s := d.Search; s != nil {
-		sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
-			ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
-			Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
-		if s.StateLimit != 0 {
-			l := s.StateLimit
-			sj.StateLimit = &l
-		}
-		for _, e := range s.Evictions {
-			sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
-		}
-		if s.Plan != nil {
-			p := toPlan(*s.Plan)
-			sj.Plan = &p
-		}
-		for _, p := range s.PredictedPeaks {
-			sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON{Location: p.Location, Bytes: p.Bytes})
-		}
-		out.Search = sj
+		out.Search = toSearchJSON(s)
 	}
 	if s := d.Stale; s != nil {
 		out.Stale = &staleJSON{ExpectedVersion: s.ExpectedVersion, ActualVersion: s.ActualVersion,
@@ -323,4 +284,55 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 		out.Execution = ej
 	}
 	return out
+}
+
+func toBudgetJSON(b *BudgetArithmetic) *budgetJSON {
+	bj := &budgetJSON{Location: b.Location, BudgetBytes: b.BudgetBytes, UsedBytes: b.UsedBytes, ReservedBytes: b.ReservedBytes,
+		RequestedBytes: b.RequestedBytes, CurrentCharged: b.CurrentCharged, NewPeak: b.NewPeak, MissingBytes: b.MissingBytes,
+		Charge: string(b.Charge), ChargeReason: b.ChargeReason}
+	if l := b.Now; l != nil {
+		n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
+			ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
+		if l.HasBudget {
+			v := l.BudgetBytes
+			n.BudgetBytes = &v
+		}
+		for _, r := range l.Reservations {
+			n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
+		}
+		bj.Now = n
+	}
+	return bj
+}
+
+func toProtectionJSON(p *ProtectionOwners) *protectionJSON {
+	pj := &protectionJSON{Value: p.Value, Location: p.Location, UseCount: p.UseCount, HoldCount: p.HoldCount,
+		PendingEventCount: p.PendingEventCount, Leases: toLifetimesJSON(p.Leases), Holds: toLifetimesJSON(p.Holds),
+		Events: toLifetimesJSON(p.Events), Complete: p.Complete}
+	if p.Now != nil {
+		m := toMaterializationJSON(*p.Now)
+		pj.Now = &m
+	}
+	return pj
+}
+
+func toSearchJSON(s *SearchEvidence) *searchJSON {
+	sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
+		ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
+		Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
+	if s.StateLimit != 0 {
+		l := s.StateLimit
+		sj.StateLimit = &l
+	}
+	for _, e := range s.Evictions {
+		sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
+	}
+	if s.Plan != nil {
+		p := toPlan(*s.Plan)
+		sj.Plan = &p
+	}
+	for _, p := range s.PredictedPeaks {
+		sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON{Location: p.Location, Bytes: p.Bytes})
+	}
+	return sj
 }
