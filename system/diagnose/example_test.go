@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/diagnose"
@@ -155,4 +156,24 @@ func ExampleDiagnosis_String() {
 	//       class:    ResidencyInUseError
 	//       meaning:  a lease, hold or pending consumer event protects the materialization a removal needed
 	//     => first action: end the owning lifetime (release the lease or hold, wait for the event) or remove later
+}
+
+// Diagnose a failure from saved replay output (`demo replay --json`): the
+// first failed result, with the snapshot and trace after it.
+func ExampleDecodeEvidence() {
+	f, err := os.Open("testdata/replay.out.jsonl")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	ev, err := diagnose.DecodeEvidence(f, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := diagnose.DiagnoseEvidence(ev)
+	fmt.Println(d.Class, system.ErrorClass(ev.Err) == system.ErrorBudget)
+	fmt.Println("missing bytes:", d.Budget.MissingBytes)
+	// Output:
+	// ResidencyBudgetError true
+	// missing bytes: 100
 }
