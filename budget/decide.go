@@ -29,12 +29,15 @@ type Request struct {
 }
 
 // Eviction is one victim of a decision: the materialization of Handle at
-// Location, its charge, and why it was chosen, in words.
+// Location, its charge, and why it was chosen: in words (Reason) and as a
+// kind (Kind), which programs read instead of the words.
 type Eviction struct {
 	Handle   Handle
 	Location string
 	Bytes    int64
 	Reason   string
+	// Kind is the reason's kind, for programs (Reason says it in words).
+	Kind EvictionKind
 }
 
 // Decision is the controller's answer to a request.
@@ -841,7 +844,8 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 		plan.Reclaim = append(plan.Reclaim, Action{Handle: h, Location: name})
 		evictions = append(evictions, Eviction{Handle: h, Location: name, Bytes: vc.c.bytes,
 			Reason: fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; evicted to free %d bytes of the %d-byte shortfall for request %q",
-				vc.c.prio, vc.c.lastUse, name, vc.c.bytes, vc.n, d.req.Name)})
+				vc.c.prio, vc.c.lastUse, name, vc.c.bytes, vc.n, d.req.Name),
+			Kind: EvictionLowestPriority})
 	}
 	if len(d.req.Reservations) > 0 {
 		plan.Reservations = slices.Clone(d.req.Reservations)

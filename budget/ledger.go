@@ -122,11 +122,11 @@ type Ledger struct {
 	dirtyRetired int
 	scratch      *decideScratch // Decide's reusable candidate buffers
 
-	// Cumulative committed transitions by kind, and removals by detail
-	// (evict, reclaim, move source, discard, shutdown, …), since New: the
-	// exact counts behind a snapshot (the trace ring forgets).
+	// Cumulative committed transitions by kind, and removals by
+	// [RemovalKind], since New: the exact counts behind a snapshot (the
+	// trace ring forgets).
 	counts   map[string]uint64
-	removals map[string]uint64
+	removals map[RemovalKind]uint64
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
@@ -216,10 +216,16 @@ func (l *Ledger) handle(v *value) Handle { return Handle{Manager: l.id, ID: v.id
 // the active recorder. detail is its text; commitDetail takes one that is
 // formatted when read.
 func (l *Ledger) commit(kind string, v *value, loc int, bytes int64, detail string) uint64 {
-	return l.commitDetail(kind, v, loc, bytes, textDetail(detail))
+	return l.commitEntry(kind, v, loc, bytes, textDetail(detail), RemovalNone)
 }
 
 func (l *Ledger) commitDetail(kind string, v *value, loc int, bytes int64, detail traceDetail) uint64 {
+	return l.commitEntry(kind, v, loc, bytes, detail, RemovalNone)
+}
+
+// commitEntry commits a transition; removal is a "remove" transition's
+// kind (RemovalNone for the others).
+func (l *Ledger) commitEntry(kind string, v *value, loc int, bytes int64, detail traceDetail, removal RemovalKind) uint64 {
 	l.version++
 	if !l.sim {
 		if l.counts == nil {
@@ -228,15 +234,15 @@ func (l *Ledger) commitDetail(kind string, v *value, loc int, bytes int64, detai
 		l.counts[kind]++
 		if kind == "remove" {
 			if l.removals == nil {
-				l.removals = map[string]uint64{}
+				l.removals = map[RemovalKind]uint64{}
 			}
-			l.removals[detail.String()]++
+			l.removals[removal]++
 		}
 	}
 	if l.trace.cap == 0 && l.recorder == nil {
 		return l.version
 	}
-	e := traceEntry{version: l.version, kind: kind, bytes: bytes, detail: detail}
+	e := traceEntry{version: l.version, kind: kind, bytes: bytes, detail: detail, removal: removal}
 	if v != nil {
 		e.handle = v.name
 	}

@@ -145,7 +145,7 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 				if m, e = r.l.checkEvict(v, loc); e != nil {
 					return
 				}
-				r.l.removeMat(v, m, "reclaim")
+				r.l.removeMat(v, m, RemovalReclaim)
 				effects = []Effect{r.l.freeEffect(v, loc)}
 			})
 			if e != nil {

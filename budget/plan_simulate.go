@@ -136,7 +136,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		if err != nil {
 			return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
 		}
-		c.removeMat(v, m, "reclaim")
+		c.removeMat(v, m, RemovalReclaim)
 	}
 	for i, r := range p.Reservations {
 		if err := c.reserve(r.Location, r.Name, r.Bytes, "plan"); err != nil {

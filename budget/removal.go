@@ -11,7 +11,13 @@ func (l *Ledger) freeEffect(v *value, loc int) Effect {
 
 // removeMat removes a materialization, releases its charge, raises the
 // location's inflation to its priority and commits one version.
-func (l *Ledger) removeMat(v *value, m *mat, detail string) {
+func (l *Ledger) removeMat(v *value, m *mat, kind RemovalKind) {
+	l.removeMatDetail(v, m, kind, kind.detail())
+}
+
+// removeMatDetail is removeMat with a detail that says more than the
+// kind's own.
+func (l *Ledger) removeMatDetail(v *value, m *mat, kind RemovalKind, detail string) {
 	lc := &l.locs[m.loc]
 	if m.prio > lc.inflation {
 		lc.inflation = m.prio
@@ -20,7 +26,7 @@ func (l *Ledger) removeMat(v *value, m *mat, detail string) {
 	v.removeMat(m.loc)
 	l.reindex(v)
 	l.uncharge(m.loc, v.bytes)
-	l.commit("remove", v, m.loc, v.bytes, detail)
+	l.commitEntry("remove", v, m.loc, v.bytes, textDetail(detail), kind)
 }
 
 // checkEvict validates the removal of h's materialization at loc.
@@ -61,7 +67,7 @@ func (l *Ledger) Evict(h Handle, loc string) ([]Effect, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.removeMat(v, m, "evict")
+	l.removeMat(v, m, RemovalEvict)
 	return []Effect{l.freeEffect(v, i)}, nil
 }
 
@@ -96,7 +102,7 @@ func (l *Ledger) Discard(h Handle) ([]Effect, error) {
 	effects := make([]Effect, 0, len(ms))
 	for _, m := range ms {
 		effects = append(effects, l.freeEffect(v, m.loc))
-		l.removeMat(v, m, "discard")
+		l.removeMat(v, m, RemovalDiscard)
 	}
 	// The name is free for a new registration; the retired handle keeps
 	// its id, which still answers Unavailable (discarded).

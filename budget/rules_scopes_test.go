@@ -108,7 +108,7 @@ func TestRule_RunReclaimFailureIsPlanExecutionError(t *testing.T) {
 		}
 		eq(t, "error", *pe, PlanExecutionError{
 			Phase: wantPhase, FailedAction: &p.Reclaim[1], FailedActionIndex: 1, FailedReservationIndex: -1,
-			PartialReport: Report{Transitions: []Transition{{Version: v, Kind: "remove", Handle: "a", Location: "cuda:0", Bytes: 60, Detail: "reclaim"}}},
+			PartialReport: Report{Transitions: []Transition{{Version: v, Kind: "remove", Handle: "a", Location: "cuda:0", Bytes: 60, Detail: "reclaim", Removal: RemovalReclaim}}},
 			Cause:         &InUseError{Handle: "b", Location: "cuda:1", UseCount: 1},
 		})
 		eq(t, "ok", ok, false)

@@ -34,7 +34,7 @@ func TestRule_TraceRecordsEveryCommittedTransition(t *testing.T) {
 		{Version: 5, Kind: "reserve", Location: "cuda:1", Bytes: 5, Detail: "r"},
 		{Version: 6, Kind: "admit", Handle: "w", Location: "cuda:1", Bytes: 30, Detail: "move from cuda:0"},
 		{Version: 7, Kind: "complete", Handle: "w", Location: "cuda:1", Bytes: 30},
-		{Version: 8, Kind: "remove", Handle: "w", Location: "cuda:0", Bytes: 30, Detail: "move source"},
+		{Version: 8, Kind: "remove", Handle: "w", Location: "cuda:0", Bytes: 30, Detail: "move source", Removal: RemovalMoveSource},
 	}
 	eq(t, "trace", c.L.Trace(), want)
 	eq(t, "version", c.L.Version(), uint64(8))
@@ -117,7 +117,7 @@ func TestRule_SnapshotContents(t *testing.T) {
 		// version, 15), and the one removal (d's discard).
 		TransitionCounts: map[string]uint64{"register": 1, "admit": 4, "complete": 3, "acquire": 1, "record_event": 1,
 			"hold": 1, "reserve": 2, "remove": 1, "discard": 1},
-		RemovalCounts: map[string]uint64{"discard": 1},
+		RemovalCounts: map[RemovalKind]uint64{RemovalDiscard: 1},
 	}
 	eq(t, "snapshot", c.Snapshot(), want)
 	c.must2(c.Complete(a.ID))

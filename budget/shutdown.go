@@ -34,7 +34,7 @@ func (l *Ledger) Shutdown() ([]Effect, error) {
 	for _, v := range l.liveValues() {
 		for _, m := range l.matsInOrder(v) {
 			effects = append(effects, l.freeEffect(v, m.loc))
-			l.removeMat(v, m, "shutdown")
+			l.removeMat(v, m, RemovalShutdown)
 		}
 	}
 	return effects, nil

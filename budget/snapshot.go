@@ -15,11 +15,12 @@ type Snapshot struct {
 	// TransitionCounts counts every committed transition since the
 	// runtime started, by kind (the trace's kinds: "register", "admit",
 	// "complete", "remove", "acquire", …); they add up to StateVersion.
-	// RemovalCounts counts the "remove" transitions by detail ("evict",
-	// "reclaim", "move source", "discard", …). Unlike the trace ring they
-	// never forget. nil when nothing was committed.
+	// RemovalCounts counts the "remove" transitions by kind
+	// ([RemovalKind]: evict, reclaim, move source, discard, shutdown).
+	// Unlike the trace ring they never forget. nil when nothing was
+	// committed.
 	TransitionCounts map[string]uint64
-	RemovalCounts    map[string]uint64
+	RemovalCounts    map[RemovalKind]uint64
 }
 
 // LocationRecord is a location's figures.
@@ -113,7 +114,7 @@ type FrozenSnapshot struct {
 	manager   string
 	locations []LocationRecord
 	counts    map[string]uint64
-	removals  map[string]uint64
+	removals  map[RemovalKind]uint64
 	chunks    []*recChunk
 	n         int // records in chunks (live values and holes)
 	live      int

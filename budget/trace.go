@@ -58,11 +58,12 @@ type traceEntry struct {
 	location string
 	bytes    int64
 	detail   traceDetail
+	removal  RemovalKind
 }
 
 // transition renders the entry.
 func (e *traceEntry) transition() Transition {
-	return Transition{Version: e.version, Kind: e.kind, Handle: e.handle, Location: e.location, Bytes: e.bytes, Detail: e.detail.String()}
+	return Transition{Version: e.version, Kind: e.kind, Handle: e.handle, Location: e.location, Bytes: e.bytes, Detail: e.detail.String(), Removal: e.removal}
 }
 
 // renderEntries renders entries in order; nil when there are none.

@@ -260,7 +260,7 @@ func (l *Ledger) move(v *value, f, t int) (Admission, error) {
 		if destMat.state != Resident {
 			return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[t].name, Detail: "a transition into this endpoint is in flight", Reason: UnavailableInFlight}
 		}
-		l.removeMat(v, src, "move source (destination already resident)")
+		l.removeMatDetail(v, src, RemovalMoveSource, "move source (destination already resident)")
 		return Admission{Effects: []Effect{l.freeEffect(v, f)}}, nil
 	}
 	return l.copyFrom(v, f, t, true)
@@ -308,7 +308,7 @@ func (l *Ledger) Complete(id AdmissionID) ([]Effect, error) {
 	l.reindex(v)
 	if x.moveSrc {
 		sourceMat := v.mat(x.src)
-		l.removeMat(v, sourceMat, "move source")
+		l.removeMat(v, sourceMat, RemovalMoveSource)
 		return []Effect{l.freeEffect(v, x.src)}, nil
 	}
 	return nil, nil

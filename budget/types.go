@@ -201,6 +201,9 @@ type Transition struct {
 	Location string
 	Bytes    int64
 	Detail   string
+	// Removal is why a "remove" transition removed the materialization
+	// (RemovalNone for every other kind); Detail says it in words.
+	Removal RemovalKind
 }
 
 func (t Transition) String() string {

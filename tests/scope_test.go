@@ -230,7 +230,7 @@ func TestScopeFromDecision(t *testing.T) {
 	})
 	must(t, err, "decide")
 	// The victim must go for x and the reservation to fit at cuda:0.
-	equal(t, []system.Eviction{{Handle: f.victim, Location: "cuda:0", Bytes: 500, Reason: d.Evictions[0].Reason}}, d.Evictions, "evictions")
+	equal(t, []system.Eviction{{Handle: f.victim, Location: "cuda:0", Bytes: 500, Reason: d.Evictions[0].Reason, Kind: system.EvictionLowestPriority}}, d.Evictions, "evictions")
 	sc := f.sys.ScopeFor(d)
 	must(t, sc.Enter(ctx), "enter")
 	equal(t, []string{"remove", "reserve", "admit", "complete", "remove", "acquire"}, kinds(sc.Report()), "report")

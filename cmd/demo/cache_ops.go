@@ -341,17 +341,6 @@ func toCacheStats(st system.CacheStats) *cacheStatsJSON {
 	return out
 }
 
-// classifyCache names the cache's error types (see classify).
-func classifyCache(e error) (string, bool) {
-	switch e.(type) {
-	case *system.CacheBusyError:
-		return "ResidencyCacheBusyError", true
-	case *system.CacheLoadError:
-		return "ResidencyCacheLoadError", true
-	}
-	return "", false
-}
-
 // cacheErrorFields are the JSON fields of the cache's errors.
 func (r *runner) cacheErrorFields(e error) []kv {
 	switch x := e.(type) {

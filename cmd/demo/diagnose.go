@@ -15,6 +15,7 @@ import (
 
 	"github.com/residency-go/residency/internal/jsonerr"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 )
 
 // diagnoseMain implements
@@ -85,7 +86,7 @@ there and prints the diagnosis. The second diagnoses evidence saved earlier.
 type diagnoser struct {
 	target int // the line to diagnose; 0: the first failed op
 	runner *runner
-	ev     *system.Evidence
+	ev     *diagnose.Evidence
 	cerr   error // Capture's error
 	at     *op   // the op it stopped at
 	atRes  *result
@@ -138,7 +139,7 @@ func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, s
 		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.line, d.at.name)
 		return 1
 	}
-	diag := system.DiagnoseEvidence(*d.ev)
+	diag := diagnose.DiagnoseEvidence(*d.ev)
 	line, name := d.at.line, d.at.name
 	return printDiagnosis(diag, &line, name, asJSON, stdout, stderr)
 }
@@ -150,7 +151,7 @@ func (d *diagnoser) capture(ctx context.Context, o op, err error) {
 		return
 	}
 	r := d.runner
-	ev, cerr := r.sys.Capture(ctx, err, r.operation(o))
+	ev, cerr := diagnose.Capture(ctx, r.sys, err, r.operation(o))
 	if cerr != nil {
 		d.cerr = cerr
 		return
@@ -170,8 +171,8 @@ func (d *diagnoser) capture(ctx context.Context, o op, err error) {
 }
 
 // operation is the call op made, in the diagnosis's terms.
-func (r *runner) operation(o op) system.Operation {
-	out := system.Operation{Kind: o.name}
+func (r *runner) operation(o op) diagnose.Operation {
+	out := diagnose.Operation{Kind: o.name}
 	h := func(name string) system.Handle {
 		if hd, ok := r.handles[name]; ok {
 			return hd
@@ -204,7 +205,7 @@ func (r *runner) operation(o op) system.Operation {
 // scriptEvidence puts evidence in the script's words, as the replay output
 // does: lease, hold and event ids become the script's names, scopes and
 // caches their script names, an unknown handle "register it first".
-func (r *runner) scriptEvidence(ev system.Evidence) system.Evidence {
+func (r *runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 	// A scope's leases share one script name; a message names one of
 	// them, so it also gets its endpoint, from the trace's acquire.
 	r.leaseEndpoints = map[uint64]string{}
@@ -343,12 +344,21 @@ type discardWriter struct{}
 func (discardWriter) write(*result) error { return nil }
 func (discardWriter) flush() error        { return nil }
 
+// diagnoseOutputJSON is the output of `demo diagnose --json`: which line
+// of a script the diagnosis explains (null for evidence files), and the
+// diagnosis in its JSON form (package system/diagnose).
+type diagnoseOutputJSON struct {
+	Line      *int               `json:"line"`
+	Op        *string            `json:"op"`
+	Diagnosis diagnose.Diagnosis `json:"diagnosis"`
+}
+
 // printDiagnosis prints d as text or JSON; line and op say which line of
 // a script it explains (nil and "" for evidence files).
-func printDiagnosis(d system.Diagnosis, line *int, opName string, asJSON bool, stdout, stderr io.Writer) int {
+func printDiagnosis(d diagnose.Diagnosis, line *int, opName string, asJSON bool, stdout, stderr io.Writer) int {
 	var b bytes.Buffer
 	if asJSON {
-		out, err := marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: toDiagnosisJSON(d)})
+		out, err := marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: d})
 		if err != nil {
 			fmt.Fprintf(stderr, "demo diagnose: %v\n", err)
 			return 2
@@ -396,7 +406,7 @@ func (f evidenceFiles) any() bool {
 const maxEvidenceBytes = 256 << 20
 
 // diagnoseEvidenceFiles diagnoses saved evidence. Each file is normalized
-// to the replay output's form and the lot is read by system.DecodeEvidence,
+// to the replay output's form and the lot is read by diagnose.DecodeEvidence,
 // so these files and `demo replay --json` output read the same.
 func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Writer) int {
 	if f.err == "" || f.snapshot == "" {
@@ -444,11 +454,11 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 		}
 		add("trace", true, "trace", t)
 	}
-	ev, err := system.DecodeEvidence(bytes.NewReader(bytes.Join(lines, []byte("\n"))), failedLine)
+	ev, err := diagnose.DecodeEvidence(bytes.NewReader(bytes.Join(lines, []byte("\n"))), failedLine)
 	if err != nil {
 		return fail(f.err, err)
 	}
-	return printDiagnosis(system.DiagnoseEvidence(ev), nil, opName, asJSON, stdout, stderr)
+	return printDiagnosis(diagnose.DiagnoseEvidence(ev), nil, opName, asJSON, stdout, stderr)
 }
 
 func readEvidenceFile(path string) ([]byte, error) {

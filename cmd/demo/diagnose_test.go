@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 )
 
 var updateDiagnose = flag.Bool("update-diagnose", false, "rewrite the bodies of testdata/diagnose/*.golden (their hand-checked headers are kept)")
@@ -292,7 +293,7 @@ func TestDiagnoseEvidenceFromTheAPI(t *testing.T) {
 	l, err := sys.Acquire(ctx, w, "cuda:0")
 	require.NoError(t, err)
 	failure := sys.Evict(ctx, w, "cuda:0")
-	ev, err := sys.Capture(ctx, failure, system.Operation{})
+	ev, err := diagnose.Capture(ctx, sys, failure, diagnose.Operation{})
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, sys.Close(ctx))
@@ -307,6 +308,6 @@ func TestDiagnoseEvidenceFromTheAPI(t *testing.T) {
 	code, out, errs := runDemo(t, "diagnose", "--error", writeFile(t, dir, "E.json", string(eb)),
 		"--snapshot", writeFile(t, dir, "S.json", string(sb)), "--trace", writeFile(t, dir, "T.json", string(tb)))
 	require.Equal(t, 0, code, errs)
-	assert.Equal(t, system.DiagnoseEvidence(ev).String(), out)
+	assert.Equal(t, diagnose.DiagnoseEvidence(ev).String(), out)
 	assert.Contains(t, out, "leases:          lease 1 (taken at v5)")
 }

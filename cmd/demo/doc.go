@@ -68,7 +68,7 @@
 //	           protections, the last decisions with their evictions and
 //	           reasons, the last ops and transitions; it polls the JSON
 //	           endpoints below every half second
-//	/metrics   Prometheus metrics (system.NewMetrics; docs/metrics.md)
+//	/metrics   Prometheus metrics (metrics.NewMetrics; docs/metrics.md)
 //	/snapshot  the snapshot, as replay --json prints it
 //	/trace     {"trace": [...]}: the trace ring, oldest first
 //	/activity  the script's progress, its last ops and decisions
@@ -290,7 +290,7 @@
 // --line N up to the op at line N (failures before it are run past). Right
 // when that op returns, before anything else runs, it captures a snapshot
 // and the trace with system.Capture and diagnoses them with
-// system.DiagnoseEvidence (docs/diagnose.md): the failed call (its kind
+// diagnose.DiagnoseEvidence (docs/diagnose.md): the failed call (its kind
 // and endpoint, from the script's fields), the decision of an "enter" of a
 // decided scope, and the plan of an "execute" or an "enter" of a plan with
 // its explanation (the plan is explained, which changes nothing, just
@@ -309,7 +309,7 @@
 //
 // with snake_case keys, every key always present, null for a part that
 // does not apply to the class, and execution.cause a diagnosis of the same
-// form; diagnose_json.go lists every field. A long script shows the
+// form; system/diagnose/diagnosis_json.go lists every field. A long script shows the
 // progress bar of replay while it runs (not with --json).
 //
 // demo diagnose --error E.json --snapshot S.json [--trace T.json]
@@ -319,7 +319,7 @@
 // the replay output's snapshot (bare or in its result line) or a
 // system.Snapshot as encoding/json writes it; T likewise the trace array
 // or a []system.Transition; D and X a decide or explain result (or their
-// objects). They are read by system.DecodeEvidence, as replay --json
+// objects). They are read by diagnose.DecodeEvidence, as replay --json
 // output is. The replay output's decision does not carry its request's
 // name, so the diagnosis cannot show it.
 //

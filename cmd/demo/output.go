@@ -380,37 +380,18 @@ func (rn *runner) toSnapshot(s system.Snapshot) *snapshotJSON {
 }
 
 // classify finds the outermost residency error in err's chain and returns
-// its script type name with that error. The walk goes from the outside in,
-// so a *PlanExecutionError is reported as such even though its cause (a
-// *BudgetError, say) is further down the same chain.
+// its script type name with that error: the pipeline's own errors, and
+// otherwise the runtime's classes (system.ErrorClass).
 func classify(err error) (string, error) {
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		if typ, ok := classifyCache(e); ok {
-			return typ, e
-		}
 		if typ, ok := classifyStaging(e); ok {
 			return typ, e
 		}
-		switch e.(type) {
-		case *system.PlanExecutionError:
-			return "ResidencyPlanExecutionError", e
-		case *system.SearchLimitError:
-			return "ResidencySearchLimitError", e
-		case *system.StaleStateError:
-			return "ResidencyStaleStateError", e
-		case *system.PlanError:
-			return "ResidencyPlanError", e
-		case *system.BudgetError:
-			return "ResidencyBudgetError", e
-		case *system.InUseError:
-			return "ResidencyInUseError", e
-		case *system.UnavailableError:
-			return "ResidencyUnavailableError", e
-		case *system.InvalidInputError:
-			return "InvalidInput", e
+		if k, x := system.ClassifiedError(e); k != system.ErrorOther && x == e {
+			return k.String(), e
 		}
 	}
-	return "Error", err
+	return system.ErrorOther.String(), err
 }
 
 // errorObject renders err as the contract's error object, in the
@@ -433,7 +414,7 @@ func (r *runner) errorObject(err error) *errorJSON {
 		out.Fields = []kv{{"handle", x.Handle}, {"location", x.Location}, {"use_count", x.UseCount},
 			{"hold_count", x.HoldCount}, {"pending_event_count", x.PendingEventCount}}
 	case *system.UnavailableError:
-		out.Fields = []kv{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}}
+		out.Fields = []kv{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}, {"reason", x.Reason.String()}}
 	case *system.PlanExecutionError:
 		out.Fields = r.planExecutionFields(x)
 	default:
@@ -462,8 +443,7 @@ func (r *runner) planExecutionFields(x *system.PlanExecutionError) []kv {
 	}
 	var cause any
 	if x.Cause != nil {
-		typ, _ := classify(x.Cause)
-		cause = orderedObject{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+		cause = r.errorObject(x.Cause) // with its fields: evidence reads them
 	}
 	return []kv{
 		{"phase", x.Phase},

@@ -554,7 +554,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 			return false, invalid("malformed location %q", o.location)
 		}
 		if !r.locations[o.location] {
-			return false, &system.UnavailableError{Location: o.location, Detail: "location is not configured"}
+			return false, &system.UnavailableError{Location: o.location, Detail: "location is not configured", Reason: system.UnavailableLocation}
 		}
 		r.sys.Faults().Arm(kind, o.location)
 		return false, nil

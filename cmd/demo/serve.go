@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/metrics"
 )
 
 // demo serve: a runtime driven by a script (the embedded scenario or
@@ -95,7 +96,7 @@ func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 type server struct {
 	sys     *system.System
 	reg     *prometheus.Registry
-	metrics *system.Metrics
+	metrics *metrics.Metrics
 	name    string // the script's name
 
 	mu        sync.Mutex // guards the runner and everything below
@@ -189,7 +190,7 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 		return 2
 	}
 	defer backend.Close()
-	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: system.NewMetrics(sys), name: name,
+	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: metrics.NewMetrics(sys), name: name,
 		run: newRunner(sys, start.locations), total: info.ops, done: 1}
 	s.reg.MustRegister(s.metrics)
 	closeSys := func() {

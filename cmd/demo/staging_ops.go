@@ -763,7 +763,7 @@ func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *res
 			},
 		}
 		if _, err := cuda.ParseLocationName(s.device); err == nil && !r.locations[s.device] {
-			return false, &system.UnavailableError{Location: s.device, Detail: "location is not configured"}
+			return false, &system.UnavailableError{Location: s.device, Detail: "location is not configured", Reason: system.UnavailableLocation}
 		}
 		p, err := staging.New(ctx, r.sys, cfg)
 		if err != nil {

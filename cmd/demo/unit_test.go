@@ -80,7 +80,7 @@ func TestClassify(t *testing.T) {
 	}
 	want := `{"type":"ResidencyPlanExecutionError","message":"` + pe.Error() + `","phase":"reserve","failed_action":null,"failed_action_index":null,` +
 		`"failed_reservation":{"name":"r","location":"cuda:0","bytes":1},"failed_reservation_index":0,"partial_report":{"transitions":[]},` +
-		`"cause":{"type":"ResidencyBudgetError","message":"` + cause.Error() + `"}}`
+		`"cause":{"type":"ResidencyBudgetError","message":"` + cause.Error() + `","location":"cuda:0","budget_bytes":0,"used_bytes":0,"reserved_bytes":0,"requested_bytes":0}}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}

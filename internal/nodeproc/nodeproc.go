@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -147,43 +148,34 @@ type Materialization struct {
 }
 
 // ErrorType names the runtime's error type found in err's chain, as
-// [Reply].ErrorType does.
+// [Reply].ErrorType does: the Go name of its class
+// ([system.ErrorKind.TypeName], from [system.ErrorClass]). A refusal about
+// the endpoint, the budget or the input (UnavailableError, BudgetError,
+// InvalidInputError) is named wherever it is in the chain, before a
+// context deadline ("DeadlineExceeded") and before the outermost class.
 func ErrorType(err error) string {
-	var (
-		u *system.UnavailableError
-		b *system.BudgetError
-		i *system.InvalidInputError
-	)
-	switch {
-	case errors.As(err, &u):
-		return "UnavailableError"
-	case errors.As(err, &b):
-		return "BudgetError"
-	case errors.As(err, &i):
-		return "InvalidInputError"
-	case errors.Is(err, context.DeadlineExceeded):
+	var classes []system.ErrorKind
+	for e := err; e != nil; {
+		k, x := system.ClassifiedError(e)
+		if k == system.ErrorOther {
+			break
+		}
+		classes = append(classes, k)
+		e = errors.Unwrap(x)
+	}
+	for _, first := range []system.ErrorKind{system.ErrorUnavailable, system.ErrorBudget, system.ErrorInvalidInput} {
+		if slices.Contains(classes, first) {
+			return first.TypeName()
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
 		return "DeadlineExceeded"
 	}
-	var (
-		pe  *system.PlanExecutionError
-		pl  *system.PlanError
-		iu  *system.InUseError
-		st  *system.StaleStateError
-		sl  *system.SearchLimitError
-		pla *system.PlacementError
-	)
-	switch {
-	case errors.As(err, &pe):
-		return "PlanExecutionError"
-	case errors.As(err, &pl):
-		return "PlanError"
-	case errors.As(err, &iu):
-		return "InUseError"
-	case errors.As(err, &st):
-		return "StaleStateError"
-	case errors.As(err, &sl):
-		return "SearchLimitError"
-	case errors.As(err, &pla):
+	if len(classes) > 0 {
+		return classes[0].TypeName()
+	}
+	var pla *system.PlacementError
+	if errors.As(err, &pla) {
 		return "PlacementError"
 	}
 	return fmt.Sprintf("%T", err)

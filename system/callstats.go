@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,13 +14,14 @@ import (
 // callStats counts the outcome of every facade call from Start on: the
 // facade sees each call's result (the typed error, the decision), so these
 // counters are exact. Its zero value is ready; it costs a few atomic adds
-// per call (a mutex for the two histograms). [Metrics] exports it.
+// per call (a mutex for the two histograms). [System.CallStats] copies it
+// out (package system/metrics exports it to Prometheus).
 type callStats struct {
 	// admissions[op] counts answered admission calls, refused[op][class]
 	// those refused, unanswered[op] those whose answer the caller did not
 	// see (its context ended, or the runtime was closed).
 	admissions [numOps]atomic.Uint64
-	refused    [numOps][numClasses]atomic.Uint64
+	refused    [numOps][numErrorKinds]atomic.Uint64
 	unanswered [numOps]atomic.Uint64
 
 	// decisions[call] counts decisions made by Decide (call 0) and Admit
@@ -29,15 +29,15 @@ type callStats struct {
 	// inexhaustive the decisions the state limit cut short after a
 	// feasible assignment; searchLimit the SearchLimitErrors.
 	decisions        [numCalls]atomic.Uint64
-	decisionsRefused [numCalls][numClasses]atomic.Uint64
+	decisionsRefused [numCalls][numErrorKinds]atomic.Uint64
 	inexhaustive     [numCalls]atomic.Uint64
 	searchLimit      [numCalls]atomic.Uint64
 	// stale counts scope entries refused with a StaleStateError.
 	stale atomic.Uint64
 
 	mu sync.Mutex // guards the maps and histograms below
-	// evictions[call][reason] counts the victims of decisions made.
-	evictions [numCalls]map[string]uint64
+	// evictions[call][kind] counts the victims of decisions made.
+	evictions [numCalls]map[EvictionKind]uint64
 	// evictedBytes[call] sums their charged bytes.
 	evictedBytes [numCalls]uint64
 	explored     [numCalls]histogram
@@ -68,26 +68,6 @@ var opNames = [numOps]string{"register", "place", "copy", "move", "evict", "disc
 var transitionOps = map[messages.TransitionKind]int{
 	messages.Place: opPlace, messages.Copy: opCopy, messages.Move: opMove,
 	messages.Evict: opEvict, messages.Discard: opDiscard,
-}
-
-// Error classes (the class label): the seven-error taxonomy of Diagnose,
-// InvalidInput, and Error for anything else.
-var classNames = [...]string{
-	"ResidencyBudgetError", "ResidencyPlanError", "ResidencySearchLimitError",
-	"ResidencyStaleStateError", "ResidencyInUseError", "ResidencyUnavailableError",
-	"ResidencyPlanExecutionError", "InvalidInput", "Error",
-}
-
-const numClasses = len(classNames)
-
-func classIndex(err error) int {
-	c, _ := classify(err)
-	for i, n := range classNames {
-		if n == c {
-			return i
-		}
-	}
-	return numClasses - 1
 }
 
 // Controller calls (the call label of decision metrics).
@@ -122,7 +102,7 @@ func (c *callStats) admission(ctx context.Context, op int, err error) {
 		c.unanswered[op].Add(1)
 	default:
 		c.admissions[op].Add(1)
-		c.refused[op][classIndex(err)].Add(1)
+		c.refused[op][ErrorClass(err)].Add(1)
 	}
 }
 
@@ -176,7 +156,7 @@ func (c *callStats) admitted(ctx context.Context, start time.Time, d *Decision, 
 
 func (c *callStats) decision(call int, made bool, d *Decision, err error) {
 	if !made {
-		c.decisionsRefused[call][classIndex(err)].Add(1)
+		c.decisionsRefused[call][ErrorClass(err)].Add(1)
 		var sl *SearchLimitError
 		if errors.As(err, &sl) {
 			c.searchLimit[call].Add(1)
@@ -192,35 +172,11 @@ func (c *callStats) decision(call int, made bool, d *Decision, err error) {
 	c.explored[call].observe(exploredBuckets, float64(d.ExploredStates))
 	for _, e := range d.Evictions {
 		if c.evictions[call] == nil {
-			c.evictions[call] = map[string]uint64{}
+			c.evictions[call] = map[EvictionKind]uint64{}
 		}
-		c.evictions[call][EvictionReasonClass(e.Reason)]++
+		c.evictions[call][e.Kind]++
 		c.evictedBytes[call] += uint64(max(e.Bytes, 0))
 	}
-}
-
-// EvictionReasonClass is the reason label of a decision's eviction: the
-// kind of reason, without its figures. The controller picks victims by
-// priority ("priority H=… among the lowest at …"): "lowest_priority".
-// Any other reason reads "other".
-func EvictionReasonClass(reason string) string {
-	if strings.HasPrefix(reason, "priority ") {
-		return "lowest_priority"
-	}
-	return "other"
-}
-
-// RemovalReason is the reason label of a "remove" transition: its detail
-// in snake case ("evict", "reclaim", "move_source", "discard",
-// "shutdown"), or "other".
-func RemovalReason(detail string) string {
-	switch {
-	case detail == "evict", detail == "reclaim", detail == "discard", detail == "shutdown":
-		return detail
-	case strings.HasPrefix(detail, "move source"):
-		return "move_source"
-	}
-	return "other"
 }
 
 // Histogram buckets: explored states per decision (powers of 4 up to the
@@ -267,4 +223,107 @@ func (h *histogram) cumulative(bounds []float64) map[float64]uint64 {
 		out[b] = acc
 	}
 	return out
+}
+
+// CallStats is a copy of the runtime's counts of call outcomes since
+// [Start], kept by the facade as each call returns: exact, and
+// independent of the trace ring and of when they are read. Package
+// system/metrics exports them to Prometheus; docs/metrics.md says what
+// each one counts.
+type CallStats struct {
+	// Ops holds the admission calls, one entry per operation, in a fixed
+	// order: register, place, copy, move, evict, discard, reserve,
+	// execute, enter, admit, acquire, hold.
+	Ops []OpStats
+	// Calls holds the controller's calls: decide, then admit.
+	Calls []DecisionStats
+	// Stale counts scope entries refused because the decision's state
+	// version was stale.
+	Stale uint64
+	// DecideSeconds and AdmitSeconds are the latencies of Decide and Admit
+	// calls as their callers saw them.
+	DecideSeconds, AdmitSeconds Histogram
+}
+
+// OpStats counts the outcomes of one admission operation.
+type OpStats struct {
+	Op string
+	// Answered counts the calls the runtime answered, refusals included;
+	// Refused counts those refused, by class (a class never seen is
+	// absent). Unanswered counts the calls whose answer the caller did
+	// not see (its context ended, or the runtime was closed).
+	Answered, Unanswered uint64
+	Refused              map[ErrorKind]uint64
+}
+
+// DecisionStats counts the outcomes of one controller call.
+type DecisionStats struct {
+	Call string
+	// Decisions counts the decisions made; Inexhaustive those the state
+	// limit cut short after a feasible assignment; SearchLimit the
+	// refusals with a [*SearchLimitError]; Refused every refusal (no
+	// decision) by class.
+	Decisions, Inexhaustive, SearchLimit uint64
+	Refused                              map[ErrorKind]uint64
+	// Evictions counts the decisions' victims by kind; EvictedBytes sums
+	// their charged bytes.
+	Evictions    map[EvictionKind]uint64
+	EvictedBytes uint64
+	// ExploredStates is the states each decision's search explored.
+	ExploredStates Histogram
+}
+
+// Histogram is a cumulative histogram over fixed upper bounds.
+type Histogram struct {
+	Count uint64
+	Sum   float64
+	// Buckets maps each upper bound to the number of observations at or
+	// below it.
+	Buckets map[float64]uint64
+}
+
+// CallStats returns a copy of the runtime's counts of call outcomes. It
+// sends nothing to the runtime and is safe for concurrent use; after
+// Close the counts keep their values.
+func (s *System) CallStats() CallStats { return s.stats.read() }
+
+func (c *callStats) read() CallStats {
+	refused := func(row *[numErrorKinds]atomic.Uint64) map[ErrorKind]uint64 {
+		out := map[ErrorKind]uint64{}
+		for k := range row {
+			if v := row[k].Load(); v > 0 {
+				out[ErrorKind(k)] = v
+			}
+		}
+		return out
+	}
+	var out CallStats
+	for op := range numOps {
+		out.Ops = append(out.Ops, OpStats{Op: opNames[op], Answered: c.admissions[op].Load(),
+			Unanswered: c.unanswered[op].Load(), Refused: refused(&c.refused[op])})
+	}
+	for call := range numCalls {
+		out.Calls = append(out.Calls, DecisionStats{Call: callNames[call], Decisions: c.decisions[call].Load(),
+			Inexhaustive: c.inexhaustive[call].Load(), SearchLimit: c.searchLimit[call].Load(),
+			Refused: refused(&c.decisionsRefused[call])})
+	}
+	out.Stale = c.stale.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for call := range numCalls {
+		d := &out.Calls[call]
+		d.Evictions = make(map[EvictionKind]uint64, len(c.evictions[call]))
+		for k, v := range c.evictions[call] {
+			d.Evictions[k] = v
+		}
+		d.EvictedBytes = c.evictedBytes[call]
+		d.ExploredStates = c.explored[call].read(exploredBuckets)
+	}
+	out.DecideSeconds = c.decideTime.read(decideSecondsBuckets)
+	out.AdmitSeconds = c.admitTime.read(decideSecondsBuckets)
+	return out
+}
+
+func (h *histogram) read(bounds []float64) Histogram {
+	return Histogram{Count: h.count, Sum: h.sum, Buckets: h.cumulative(bounds)}
 }

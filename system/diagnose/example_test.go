@@ -1,11 +1,13 @@
-package system_test
+package diagnose_test
 
 import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 )
 
 // A refused placement, diagnosed. The evidence is captured right after the
@@ -41,7 +43,7 @@ func ExampleDiagnose() {
 	err = sys.Place(ctx, weights, "cuda:0")
 	if err != nil {
 		// 1. Capture first: one snapshot and trace, with the failed call.
-		ev, cerr := sys.Capture(ctx, err, system.Operation{Kind: "place", Handle: weights, Location: "cuda:0"})
+		ev, cerr := diagnose.Capture(ctx, sys, err, diagnose.Operation{Kind: "place", Handle: weights, Location: "cuda:0"})
 		if cerr != nil {
 			log.Fatal(cerr)
 		}
@@ -55,7 +57,7 @@ func ExampleDiagnose() {
 		}
 		fmt.Println("retry: placed")
 
-		d := system.DiagnoseEvidence(ev)
+		d := diagnose.DiagnoseEvidence(ev)
 		b := d.Budget
 		fmt.Println(d.Class)
 		fmt.Printf("at %s: current charged %d, new peak %d, budget %d, missing %d\n",
@@ -98,14 +100,14 @@ func ExampleDiagnosis_String() {
 		log.Fatal(err)
 	}
 	err = sys.Evict(ctx, w, "cuda:0")
-	ev, cerr := sys.Capture(ctx, err, system.Operation{Kind: "evict", Handle: w, Location: "cuda:0"})
+	ev, cerr := diagnose.Capture(ctx, sys, err, diagnose.Operation{Kind: "evict", Handle: w, Location: "cuda:0"})
 	if cerr != nil {
 		log.Fatal(cerr)
 	}
 	if err := lease.Release(ctx); err != nil { // cleanup after the capture
 		log.Fatal(err)
 	}
-	fmt.Print(system.DiagnoseEvidence(ev))
+	fmt.Print(diagnose.DiagnoseEvidence(ev))
 	// Output:
 	// ResidencyInUseError: residency value "w" at cuda:0 is in use: 1 leases, 0 holds, 0 pending events
 	// operation: evict w @cuda:0
@@ -154,4 +156,24 @@ func ExampleDiagnosis_String() {
 	//       class:    ResidencyInUseError
 	//       meaning:  a lease, hold or pending consumer event protects the materialization a removal needed
 	//     => first action: end the owning lifetime (release the lease or hold, wait for the event) or remove later
+}
+
+// Diagnose a failure from saved replay output (`demo replay --json`): the
+// first failed result, with the snapshot and trace after it.
+func ExampleDecodeEvidence() {
+	f, err := os.Open("testdata/replay.out.jsonl")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	ev, err := diagnose.DecodeEvidence(f, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := diagnose.DiagnoseEvidence(ev)
+	fmt.Println(d.Class, system.ErrorClass(ev.Err) == system.ErrorBudget)
+	fmt.Println("missing bytes:", d.Budget.MissingBytes)
+	// Output:
+	// ResidencyBudgetError true
+	// missing bytes: 100
 }

@@ -1,9 +1,10 @@
-package system
+package diagnose
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/residency-go/residency/system"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,27 +17,27 @@ import (
 	"github.com/residency-go/residency/cuda"
 )
 
-var updateDiagnose = flag.Bool("update-diagnose", false, "rewrite the bodies of testdata/diagnose/*.golden (their hand-checked headers are kept)")
+var updateDiagnose = flag.Bool("update-diagnose", false, "rewrite the bodies of testdata/*.golden (their hand-checked headers are kept)")
 
 // diagLocations: an unlimited pageable host, and 1000 bytes each of pinned
 // host memory and two simulated GPUs.
-func diagLocations() []LocationConfig {
-	return []LocationConfig{NoLimit("pageable-host"), Limit("pinned-host", 1000), Limit("cuda:0", 1000), Limit("cuda:1", 1000)}
+func diagLocations() []system.LocationConfig {
+	return []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("pinned-host", 1000), system.Limit("cuda:0", 1000), system.Limit("cuda:1", 1000)}
 }
 
-func startDiag(t *testing.T, traceCap int) *System {
+func startDiag(t *testing.T, traceCap int) *system.System {
 	t.Helper()
-	sys, err := Start(context.Background(), Options{ManagerID: "diag", Locations: diagLocations(), TraceCapacity: traceCap})
+	sys, err := system.Start(context.Background(), system.Options{ManagerID: "diag", Locations: diagLocations(), TraceCapacity: traceCap})
 	require.NoError(t, err)
 	return sys
 }
 
-func closeDiag(t *testing.T, sys *System) {
+func closeDiag(t *testing.T, sys *system.System) {
 	t.Helper()
 	require.NoError(t, sys.Close(context.Background()))
 }
 
-func reg(t *testing.T, sys *System, v Value) Handle {
+func reg(t *testing.T, sys *system.System, v system.Value) system.Handle {
 	t.Helper()
 	h, err := sys.Register(context.Background(), v)
 	require.NoError(t, err)
@@ -49,10 +50,10 @@ func zeroLoader(_ context.Context, dst []byte) error {
 }
 
 // capture takes the evidence at the failure, through the public Capture.
-func capture(t *testing.T, sys *System, err error, op Operation) Evidence {
+func capture(t *testing.T, sys *system.System, err error, op Operation) Evidence {
 	t.Helper()
 	require.Error(t, err)
-	ev, cerr := sys.Capture(context.Background(), err, op)
+	ev, cerr := Capture(context.Background(), sys, err, op)
 	require.NoError(t, cerr)
 	return ev
 }
@@ -71,8 +72,8 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pinned-host"})
-			reg(t, sys, Value{Name: "k", Bytes: 700, At: "cuda:0"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pinned-host"})
+			reg(t, sys, system.Value{Name: "k", Bytes: 700, At: "cuda:0"})
 			err := sys.Place(ctx, w, "cuda:0")
 			return capture(t, sys, err, Operation{Kind: "place", Handle: w, Location: "cuda:0"})
 		},
@@ -88,7 +89,7 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			reg(t, sys, Value{Name: "k", Bytes: 700, At: "cuda:0"})
+			reg(t, sys, system.Value{Name: "k", Bytes: 700, At: "cuda:0"})
 			require.NoError(t, sys.Reserve(ctx, "cuda:0", "ws", 100))
 			err := sys.Reserve(ctx, "cuda:0", "kv", 500)
 			return capture(t, sys, err, Operation{Kind: "reserve", Location: "cuda:0", Reservation: "kv", Bytes: 500})
@@ -108,7 +109,7 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			reg(t, sys, Value{Name: "k", Bytes: 700, At: "cuda:0"})
+			reg(t, sys, system.Value{Name: "k", Bytes: 700, At: "cuda:0"})
 			require.NoError(t, sys.Reserve(ctx, "cuda:0", "ws", 100))
 			err := sys.Reserve(ctx, "cuda:0", "kv", 500)
 			require.NoError(t, sys.Unreserve(ctx, "ws")) // cleanup first: the wrong order
@@ -124,8 +125,8 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			reg(t, sys, Value{Name: "p", Bytes: 500, At: "pinned-host"})
-			big := reg(t, sys, Value{Name: "big", Bytes: 600, Source: "pinned-host", Loader: zeroLoader})
+			reg(t, sys, system.Value{Name: "p", Bytes: 500, At: "pinned-host"})
+			big := reg(t, sys, system.Value{Name: "big", Bytes: 600, Source: "pinned-host", Loader: zeroLoader})
 			err := sys.Place(ctx, big, "cuda:0")
 			return capture(t, sys, err, Operation{Kind: "place", Handle: big, Location: "cuda:0"})
 		},
@@ -140,8 +141,8 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			reg(t, sys, Value{Name: "p", Bytes: 500, At: "pinned-host"})
-			big := reg(t, sys, Value{Name: "big", Bytes: 600, Source: "pinned-host", Loader: zeroLoader})
+			reg(t, sys, system.Value{Name: "p", Bytes: 500, At: "pinned-host"})
+			big := reg(t, sys, system.Value{Name: "big", Bytes: 600, Source: "pinned-host", Loader: zeroLoader})
 			err := sys.Place(ctx, big, "cuda:0")
 			return capture(t, sys, err, Operation{}) // the caller did not say which call failed
 		},
@@ -154,13 +155,13 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pinned-host"})
-			h := reg(t, sys, Value{Name: "h", Bytes: 700, Mode: Replicable, At: "pageable-host"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pinned-host"})
+			h := reg(t, sys, system.Value{Name: "h", Bytes: 700, Mode: system.Replicable, At: "pageable-host"})
 			require.NoError(t, sys.Place(ctx, h, "cuda:0"))
 			hold, err := sys.Hold(ctx, h, "cuda:0")
 			require.NoError(t, err)
 			defer func() { require.NoError(t, hold.Release(ctx)) }()
-			plan := Plan{Reclaim: []Action{{Handle: h, Location: "cuda:0"}}, Enter: []Action{{Handle: w, Location: "cuda:0"}}}
+			plan := system.Plan{Reclaim: []system.Action{{Handle: h, Location: "cuda:0"}}, Enter: []system.Action{{Handle: w, Location: "cuda:0"}}}
 			ex, err := sys.Explain(ctx, plan)
 			require.NoError(t, err)
 			_, err = sys.Execute(ctx, plan)
@@ -177,9 +178,9 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pageable-host"})
-			reg(t, sys, Value{Name: "k", Bytes: 700, At: "cuda:0"})
-			req := Request{Name: "serve", Requirements: []Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}, {"cuda:1"}}}}}
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pageable-host"})
+			reg(t, sys, system.Value{Name: "k", Bytes: 700, At: "cuda:0"})
+			req := system.Request{Name: "serve", Requirements: []system.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}, {"cuda:1"}}}}}
 			_, _, err := sys.AdmitWithLimit(ctx, req, 1)
 			return capture(t, sys, err, Operation{Kind: "admit", Handle: w})
 		},
@@ -193,11 +194,11 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pageable-host"})
-			v := reg(t, sys, Value{Name: "v", Bytes: 700, Mode: Replicable, At: "pageable-host"})
-			x := reg(t, sys, Value{Name: "x", Bytes: 100, At: "pinned-host"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pageable-host"})
+			v := reg(t, sys, system.Value{Name: "v", Bytes: 700, Mode: system.Replicable, At: "pageable-host"})
+			x := reg(t, sys, system.Value{Name: "x", Bytes: 100, At: "pinned-host"})
 			require.NoError(t, sys.Place(ctx, v, "cuda:0"))
-			req := Request{Name: "serve", Requirements: []Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}
+			req := system.Request{Name: "serve", Requirements: []system.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}
 			d, err := sys.Decide(ctx, req)
 			require.NoError(t, err)
 			// Three transitions the decision does not see.
@@ -226,8 +227,8 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 4) // a ring of four transitions
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pageable-host"})
-			req := Request{Name: "serve", Requirements: []Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pageable-host"})
+			req := system.Request{Name: "serve", Requirements: []system.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}
 			d, err := sys.Decide(ctx, req)
 			require.NoError(t, err)
 			for _, name := range []string{"r1", "r2", "r3"} {
@@ -252,13 +253,13 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, Mode: Replicable, At: "pinned-host"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, Mode: system.Replicable, At: "pinned-host"})
 			require.NoError(t, sys.Place(ctx, w, "cuda:0"))
 			reader, err := sys.Acquire(ctx, w, "cuda:0") // still open
 			require.NoError(t, err)
 			done, err := sys.Acquire(ctx, w, "cuda:0") // released, its event still pending
 			require.NoError(t, err)
-			evt := NewManualEvent()
+			evt := system.NewManualEvent()
 			eid, err := done.RecordEvent(ctx, evt)
 			require.NoError(t, err)
 			require.NoError(t, done.Release(ctx))
@@ -286,7 +287,7 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pinned-host"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pinned-host"})
 			_, err := sys.Acquire(ctx, w, "cuda:1")
 			return capture(t, sys, err, Operation{Kind: "acquire", Handle: w, Location: "cuda:1"})
 		},
@@ -300,7 +301,7 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			w := reg(t, sys, Value{Name: "w", Bytes: 400, At: "pinned-host"})
+			w := reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pinned-host"})
 			require.NoError(t, sys.Discard(ctx, w))
 			err := sys.Place(ctx, w, "cuda:0")
 			return capture(t, sys, err, Operation{Kind: "place", Handle: w, Location: "cuda:0"})
@@ -315,19 +316,19 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			a := reg(t, sys, Value{Name: "a", Bytes: 300, At: "pinned-host"})
-			b := reg(t, sys, Value{Name: "b", Bytes: 300, At: "pageable-host"})
+			a := reg(t, sys, system.Value{Name: "a", Bytes: 300, At: "pinned-host"})
+			b := reg(t, sys, system.Value{Name: "b", Bytes: 300, At: "pageable-host"})
 			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
-			_, err := sys.Execute(ctx, Plan{
-				Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
-				Enter:        []Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
+			_, err := sys.Execute(ctx, system.Plan{
+				Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
+				Enter:        []system.Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
 			})
 			return capture(t, sys, err, Operation{Kind: "execute"})
 		},
 		check: func(t *testing.T, d Diagnosis) {
 			e := d.Execution
 			require.NotNil(t, e)
-			assert.Equal(t, PhaseExecute, e.Phase)
+			assert.Equal(t, system.PhaseExecute, e.Phase)
 			assert.Equal(t, 1, e.FailedActionIndex)
 			require.NotNil(t, e.Cause)
 			assert.Equal(t, "Error", e.Cause.Class)
@@ -337,15 +338,15 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			a := reg(t, sys, Value{Name: "a", Bytes: 300, At: "pinned-host"})
-			b := reg(t, sys, Value{Name: "b", Bytes: 300, At: "pageable-host"})
-			v := reg(t, sys, Value{Name: "v", Bytes: 600, Mode: Replicable, At: "pageable-host"})
+			a := reg(t, sys, system.Value{Name: "a", Bytes: 300, At: "pinned-host"})
+			b := reg(t, sys, system.Value{Name: "b", Bytes: 300, At: "pageable-host"})
+			v := reg(t, sys, system.Value{Name: "v", Bytes: 600, Mode: system.Replicable, At: "pageable-host"})
 			require.NoError(t, sys.Place(ctx, v, "cuda:0"))
 			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
-			sc := sys.NewScope(Plan{
-				Reclaim:      []Action{{Handle: v, Location: "cuda:0"}},
-				Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
-				Enter:        []Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
+			sc := sys.NewScope(system.Plan{
+				Reclaim:      []system.Action{{Handle: v, Location: "cuda:0"}},
+				Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
+				Enter:        []system.Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
 			})
 			err := sc.Enter(ctx)
 			return capture(t, sys, err, Operation{Kind: "enter"})
@@ -353,7 +354,7 @@ func diagCases() []diagCase {
 		check: func(t *testing.T, d Diagnosis) {
 			e := d.Execution
 			require.NotNil(t, e)
-			assert.Equal(t, PhaseEnter, e.Phase)
+			assert.Equal(t, system.PhaseEnter, e.Phase)
 			assert.Len(t, e.Cleaned, 1)
 		},
 	}, {
@@ -361,11 +362,11 @@ func diagCases() []diagCase {
 		run: func(t *testing.T) Evidence {
 			sys := startDiag(t, 0)
 			defer closeDiag(t, sys)
-			x := reg(t, sys, Value{Name: "x", Bytes: 100, At: "pinned-host"})
-			y := reg(t, sys, Value{Name: "y", Bytes: 100, At: "pinned-host"})
-			sc := sys.NewScope(Plan{
-				Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 50}},
-				Enter:        []Action{{Handle: x, Location: "cuda:0"}, {Handle: y, Location: "cuda:1"}},
+			x := reg(t, sys, system.Value{Name: "x", Bytes: 100, At: "pinned-host"})
+			y := reg(t, sys, system.Value{Name: "y", Bytes: 100, At: "pinned-host"})
+			sc := sys.NewScope(system.Plan{
+				Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 50}},
+				Enter:        []system.Action{{Handle: x, Location: "cuda:0"}, {Handle: y, Location: "cuda:1"}},
 			})
 			require.NoError(t, sc.Enter(ctx))
 			// The scope's first lease is released behind its back.
@@ -376,7 +377,7 @@ func diagCases() []diagCase {
 		check: func(t *testing.T, d Diagnosis) {
 			e := d.Execution
 			require.NotNil(t, e)
-			assert.Equal(t, PhaseExit, e.Phase)
+			assert.Equal(t, system.PhaseExit, e.Phase)
 			require.NotNil(t, e.Cause)
 			assert.Equal(t, "InvalidInput", e.Cause.Class)
 		},
@@ -386,7 +387,7 @@ func diagCases() []diagCase {
 		check: func(t *testing.T, d Diagnosis) {
 			e := d.Execution
 			require.NotNil(t, e)
-			assert.Equal(t, PhaseReclaim, e.Phase)
+			assert.Equal(t, system.PhaseReclaim, e.Phase)
 			require.NotNil(t, e.Cause)
 			require.NotNil(t, e.Cause.Protection)
 			assert.Equal(t, 1, e.Cause.Protection.UseCount)
@@ -397,7 +398,7 @@ func diagCases() []diagCase {
 		check: func(t *testing.T, d Diagnosis) {
 			e := d.Execution
 			require.NotNil(t, e)
-			assert.Equal(t, PhaseReserve, e.Phase)
+			assert.Equal(t, system.PhaseReserve, e.Phase)
 			require.NotNil(t, e.Cause)
 			require.NotNil(t, e.Cause.Budget)
 			assert.Equal(t, ChargeReservation, e.Cause.Budget.Charge)
@@ -423,8 +424,8 @@ func diagCases() []diagCase {
 func ledgerRunFailure(t *testing.T, phase string) Evidence {
 	l, err := budget.New(budget.Config{ManagerID: "diag", TraceCapacity: 64, Locations: diagLocations()})
 	require.NoError(t, err)
-	reg := func(name string) Handle {
-		h, adm, err := l.Register(budget.ValueSpec{Name: name, Bytes: 300, Mode: Replicable, At: "pinned-host"})
+	reg := func(name string) system.Handle {
+		h, adm, err := l.Register(budget.ValueSpec{Name: name, Bytes: 300, Mode: system.Replicable, At: "pinned-host"})
 		require.NoError(t, err)
 		_, err = l.Complete(adm.ID)
 		require.NoError(t, err)
@@ -435,17 +436,17 @@ func ledgerRunFailure(t *testing.T, phase string) Evidence {
 		return h
 	}
 	a, b := reg("a"), reg("b")
-	var plan Plan
+	var plan system.Plan
 	var between func()
 	steps := 1
 	switch phase {
 	case "reclaim":
-		plan = Plan{Reclaim: []Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:0"}},
-			Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}}}
+		plan = system.Plan{Reclaim: []system.Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:0"}},
+			Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}}}
 		between = func() { _, err := l.Acquire(b, "cuda:0"); require.NoError(t, err) }
 	default:
-		plan = Plan{Reclaim: []Action{{Handle: a, Location: "cuda:0"}},
-			Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 300}, {Name: "kv", Location: "cuda:0", Bytes: 200}}}
+		plan = system.Plan{Reclaim: []system.Action{{Handle: a, Location: "cuda:0"}},
+			Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 300}, {Name: "kv", Location: "cuda:0", Bytes: 200}}}
 		between = func() { require.NoError(t, l.Reserve("cuda:0", "other", 250)) }
 		steps = 2
 	}
@@ -478,7 +479,7 @@ func TestDiagnoseGolden(t *testing.T) {
 				c.check(t, d)
 			}
 			got := d.String()
-			path := filepath.Join("testdata", "diagnose", c.name+".golden")
+			path := filepath.Join("testdata", c.name+".golden")
 			raw, err := os.ReadFile(path)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				require.NoError(t, err)
@@ -512,7 +513,7 @@ func splitGolden(s string) (header, body string) {
 }
 
 func TestDiagnoseNil(t *testing.T) {
-	d := Diagnose(nil, Snapshot{}, nil)
+	d := Diagnose(nil, system.Snapshot{}, nil)
 	assert.Equal(t, "", d.Class)
 	assert.Empty(t, d.Steps)
 	assert.Equal(t, "no error\n", d.String())
@@ -521,11 +522,11 @@ func TestDiagnoseNil(t *testing.T) {
 // A PlanExecutionError wrapped by the caller is still found, and its
 // cause's class is not mistaken for the outer class.
 func TestDiagnoseWrapped(t *testing.T) {
-	pe := &PlanExecutionError{Phase: PhaseExecute, FailedActionIndex: -1, FailedReservationIndex: -1,
-		Cause: &BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 8, RequestedBytes: 4}}
-	d := Diagnose(errors.Join(errors.New("loading shard 3"), pe), Snapshot{StateVersion: 1}, nil)
+	pe := &system.PlanExecutionError{Phase: system.PhaseExecute, FailedActionIndex: -1, FailedReservationIndex: -1,
+		Cause: &system.BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 8, RequestedBytes: 4}}
+	d := Diagnose(errors.Join(errors.New("loading shard 3"), pe), system.Snapshot{StateVersion: 1}, nil)
 	assert.Equal(t, "Error", d.Class, "errors.Join has no single Unwrap: not classified")
-	d = Diagnose(wrapErr{pe}, Snapshot{StateVersion: 1}, nil)
+	d = Diagnose(wrapErr{pe}, system.Snapshot{StateVersion: 1}, nil)
 	assert.Equal(t, "ResidencyPlanExecutionError", d.Class)
 	require.NotNil(t, d.Execution.Cause)
 	assert.Equal(t, "ResidencyBudgetError", d.Execution.Cause.Class)
@@ -540,9 +541,9 @@ func (w wrapErr) Unwrap() error { return w.err }
 // Capture after Close reads the final snapshot and no trace.
 func TestCaptureAfterClose(t *testing.T) {
 	sys := startDiag(t, 0)
-	reg(t, sys, Value{Name: "w", Bytes: 400, At: "pinned-host"})
+	reg(t, sys, system.Value{Name: "w", Bytes: 400, At: "pinned-host"})
 	closeDiag(t, sys)
-	ev, err := sys.Capture(context.Background(), ErrClosed, Operation{})
+	ev, err := Capture(context.Background(), sys, system.ErrClosed, Operation{})
 	require.NoError(t, err)
 	assert.Empty(t, ev.Trace)
 	assert.Equal(t, "diag", ev.Snapshot.ManagerID)
@@ -554,7 +555,7 @@ func TestCaptureAfterClose(t *testing.T) {
 // NVML observations appear next to a budget refusal as diagnostics and
 // never change the verdict of the admission arithmetic.
 func TestDiagnoseShowsDeviceObservations(t *testing.T) {
-	be := &BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: 900, ReservedBytes: 0, RequestedBytes: 200}
+	be := &system.BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: 900, ReservedBytes: 0, RequestedBytes: 200}
 	base := DiagnoseEvidence(Evidence{Err: be})
 	cases := map[string]struct {
 		dev  cuda.DeviceInfo

@@ -1,4 +1,4 @@
-package system_test
+package metrics_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/metrics"
 )
 
 // scrape gathers reg and indexes the samples by name and labels
@@ -98,7 +99,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 			_ = sys.Close(ctx)
 		}
 	}()
-	m := system.NewMetrics(sys)
+	m := metrics.NewMetrics(sys)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(m))
 
@@ -232,7 +233,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	for _, tr := range trace {
 		kinds[tr.Kind]++
 		if tr.Kind == "remove" {
-			removals[system.RemovalReason(tr.Detail)]++
+			removals[tr.Removal.String()]++
 		}
 	}
 	for k, n := range kinds {
@@ -321,7 +322,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(system.NewMetrics(sys))
+	reg.MustRegister(metrics.NewMetrics(sys))
 
 	for i := range 5 {
 		require.NoError(t, sys.Reserve(ctx, "cuda:0", "r"+string(rune('a'+i)), 1))
@@ -344,7 +345,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, off.Close(ctx)) }()
 	reg2 := prometheus.NewRegistry()
-	reg2.MustRegister(system.NewMetrics(off))
+	reg2.MustRegister(metrics.NewMetrics(off))
 	require.NoError(t, off.Reserve(ctx, "cuda:0", "x", 1))
 	require.NoError(t, off.Unreserve(ctx, "x"))
 	got, _ = scrape(t, reg2)
@@ -361,7 +362,7 @@ func TestMetricsLintClean(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(system.NewMetrics(sys)))
+	require.NoError(t, reg.Register(metrics.NewMetrics(sys)))
 	fams, err := reg.Gather()
 	require.NoError(t, err)
 	problems, err := promlint.NewWithMetricFamilies(fams).Lint()

@@ -1,6 +1,8 @@
-package system
+package diagnose
 
 import (
+	"errors"
+	"github.com/residency-go/residency/system"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +13,11 @@ import (
 )
 
 // replay.out.jsonl is `go run ./cmd/demo replay --json
-// testdata/diagnose/replay.jsonl`: three failures, each followed by a
+// testdata/replay.jsonl`: three failures, each followed by a
 // snapshot and a trace.
 func decodeReplay(t *testing.T, line int) Evidence {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "diagnose", "replay.out.jsonl"))
+	f, err := os.Open(filepath.Join("testdata", "replay.out.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
 	ev, err := DecodeEvidence(f, line)
@@ -25,7 +27,7 @@ func decodeReplay(t *testing.T, line int) Evidence {
 
 func TestDecodeEvidenceBudget(t *testing.T) {
 	ev := decodeReplay(t, 0) // the first failure: line 6
-	require.Equal(t, &BudgetError{Location: "pinned-host", BudgetBytes: 1000, UsedBytes: 500, RequestedBytes: 600}, ev.Err)
+	require.Equal(t, &system.BudgetError{Location: "pinned-host", BudgetBytes: 1000, UsedBytes: 500, RequestedBytes: 600}, ev.Err)
 	assert.Equal(t, "place", ev.Op.Kind)
 	assert.Equal(t, uint64(3), ev.Snapshot.StateVersion)
 	require.Len(t, ev.Trace, 3)
@@ -34,7 +36,7 @@ func TestDecodeEvidenceBudget(t *testing.T) {
 	assert.Equal(t, ChargeUnknown, d.Budget.Charge, "the replay output does not carry the op's arguments")
 	assert.Contains(t, d.Budget.ChargeReason, "temporary reconstruction charge fits big")
 	// With the endpoint from the script, the charge is known.
-	ev.Op = Operation{Kind: "place", Handle: Handle{Name: "big"}, Location: "cuda:0"}
+	ev.Op = Operation{Kind: "place", Handle: system.Handle{Name: "big"}, Location: "cuda:0"}
 	d = DiagnoseEvidence(ev)
 	assert.Equal(t, ChargeTemporary, d.Budget.Charge)
 	assert.Equal(t, int64(100), d.Budget.MissingBytes)
@@ -42,7 +44,7 @@ func TestDecodeEvidenceBudget(t *testing.T) {
 
 func TestDecodeEvidenceInUse(t *testing.T) {
 	ev := decodeReplay(t, 12)
-	require.Equal(t, &InUseError{Handle: "w", Location: "cuda:0", UseCount: 1}, ev.Err)
+	require.Equal(t, &system.InUseError{Handle: "w", Location: "cuda:0", UseCount: 1}, ev.Err)
 	d := DiagnoseEvidence(ev)
 	require.NotNil(t, d.Protection)
 	require.Len(t, d.Protection.Leases, 1)
@@ -52,9 +54,9 @@ func TestDecodeEvidenceInUse(t *testing.T) {
 
 func TestDecodeEvidenceExecution(t *testing.T) {
 	ev := decodeReplay(t, 16)
-	pe, ok := ev.Err.(*PlanExecutionError)
+	pe, ok := ev.Err.(*system.PlanExecutionError)
 	require.True(t, ok)
-	assert.Equal(t, PhaseExecute, pe.Phase)
+	assert.Equal(t, system.PhaseExecute, pe.Phase)
 	require.NotNil(t, pe.FailedAction)
 	assert.Equal(t, "w", pe.FailedAction.Handle.Name)
 	assert.Equal(t, 0, pe.FailedActionIndex)
@@ -67,15 +69,43 @@ func TestDecodeEvidenceExecution(t *testing.T) {
 	assert.Equal(t, "Error", d.Execution.Cause.Class)
 }
 
+// decodeCause decodes a plan execution error whose cause is the JSON
+// object cause.
+func decodeCause(t *testing.T, cause string) error {
+	t.Helper()
+	in := `{"line":1,"op":"execute","ok":false,"error":{"type":"ResidencyPlanExecutionError","message":"m","phase":"execute","cause":` + cause + `}}
+{"line":2,"op":"snapshot","ok":true,"snapshot":{"state_version":0,"manager_id":"m","locations":[],"values":[]}}`
+	ev, err := DecodeEvidence(strings.NewReader(in), 0)
+	require.NoError(t, err)
+	pe, ok := ev.Err.(*system.PlanExecutionError)
+	require.True(t, ok)
+	return pe.Cause
+}
+
+// TestDecodeEvidenceCause: a cause is read from its fields, never from its
+// message; a cause of an old file (type and message only) keeps its class.
 func TestDecodeEvidenceCause(t *testing.T) {
-	be := causeFromMessage("ResidencyBudgetError", (&BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 3, ReservedBytes: 2, RequestedBytes: 9}).Error())
-	assert.Equal(t, &BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 3, ReservedBytes: 2, RequestedBytes: 9}, be)
-	iu := causeFromMessage("ResidencyInUseError", (&InUseError{Handle: "a b", Location: "cuda:1", UseCount: 1, HoldCount: 2, PendingEventCount: 3}).Error())
-	assert.Equal(t, &InUseError{Handle: "a b", Location: "cuda:1", UseCount: 1, HoldCount: 2, PendingEventCount: 3}, iu)
-	st := causeFromMessage("ResidencyStaleStateError", (&StaleStateError{ExpectedVersion: 4, ActualVersion: 9}).Error())
-	assert.Equal(t, &StaleStateError{ExpectedVersion: 4, ActualVersion: 9}, st)
-	other := causeFromMessage("Error", "disk on fire")
-	assert.Equal(t, "Error", Diagnose(other, Snapshot{}, nil).Class)
+	be := decodeCause(t, `{"type":"ResidencyBudgetError","message":"whatever","location":"cuda:0","budget_bytes":10,"used_bytes":3,"reserved_bytes":2,"requested_bytes":9}`)
+	assert.Equal(t, &system.BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 3, ReservedBytes: 2, RequestedBytes: 9}, be)
+	iu := decodeCause(t, `{"type":"ResidencyInUseError","message":"","handle":"a b","location":"cuda:1","use_count":1,"hold_count":2,"pending_event_count":3}`)
+	assert.Equal(t, &system.InUseError{Handle: "a b", Location: "cuda:1", UseCount: 1, HoldCount: 2, PendingEventCount: 3}, iu)
+	st := decodeCause(t, `{"type":"ResidencyStaleStateError","message":"","expected_version":4,"actual_version":9}`)
+	assert.Equal(t, &system.StaleStateError{ExpectedVersion: 4, ActualVersion: 9}, st)
+	un := decodeCause(t, `{"type":"ResidencyUnavailableError","message":"","handle":"w","location":null,"detail":"d","reason":"in_flight"}`)
+	assert.Equal(t, &system.UnavailableError{Handle: "w", Detail: "d", Reason: system.UnavailableInFlight}, un)
+
+	old := (&system.BudgetError{Location: "cuda:0", BudgetBytes: 10, UsedBytes: 3, ReservedBytes: 2, RequestedBytes: 9}).Error()
+	oldCause := decodeCause(t, `{"type":"ResidencyBudgetError","message":"`+old+`"}`)
+	assert.Equal(t, system.ErrorBudget, system.ErrorClass(oldCause))
+	assert.Equal(t, old, oldCause.Error())
+	var typed *system.BudgetError
+	assert.False(t, errors.As(oldCause, &typed), "figures are never read from the message")
+	d := Diagnose(oldCause, system.Snapshot{}, nil)
+	assert.Equal(t, "ResidencyBudgetError", d.Class)
+	assert.Nil(t, d.Budget)
+
+	other := decodeCause(t, `{"type":"StagingFailedError","message":"disk on fire","task":"t"}`)
+	assert.Equal(t, "Error", Diagnose(other, system.Snapshot{}, nil).Class)
 }
 
 func TestDecodeEvidenceErrors(t *testing.T) {

@@ -1,4 +1,4 @@
-package system_test
+package diagnose_test
 
 import (
 	"math"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 )
 
 // TestDiagnoseEvidenceOverflow (issue 18, item 20): evidence read from a
@@ -20,9 +21,9 @@ func TestDiagnoseEvidenceOverflow(t *testing.T) {
 	const m = math.MaxInt64
 	berr := &system.BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: m, ReservedBytes: m, RequestedBytes: 500}
 	assert.Contains(t, berr.Error(), "(short by 18446744073709551114 bytes)")
-	ev := system.Evidence{Err: berr, Snapshot: system.Snapshot{StateVersion: 2, ManagerID: "m", Locations: []system.LocationRecord{
+	ev := diagnose.Evidence{Err: berr, Snapshot: system.Snapshot{StateVersion: 2, ManagerID: "m", Locations: []system.LocationRecord{
 		{Location: "cuda:0", HasBudget: true, BudgetBytes: 1000, UsedBytes: m, ReservedBytes: m}}}}
-	d := system.DiagnoseEvidence(ev)
+	d := diagnose.DiagnoseEvidence(ev)
 	out := d.String()
 	for _, want := range []string{
 		"used + reserved = 9223372036854775807 + 9223372036854775807 = 18446744073709551614 B",
@@ -44,7 +45,7 @@ func TestDiagnoseEvidenceOverflow(t *testing.T) {
 
 	// Ordinary figures are unchanged.
 	berr = &system.BudgetError{Location: "cuda:0", BudgetBytes: 1000, UsedBytes: 700, ReservedBytes: 100, RequestedBytes: 500}
-	d = system.DiagnoseEvidence(system.Evidence{Err: berr})
+	d = diagnose.DiagnoseEvidence(diagnose.Evidence{Err: berr})
 	assert.Equal(t, int64(800), d.Budget.CurrentCharged)
 	assert.Equal(t, int64(1300), d.Budget.NewPeak)
 	assert.Equal(t, int64(300), d.Budget.MissingBytes)

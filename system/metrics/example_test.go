@@ -1,4 +1,4 @@
-package system_test
+package metrics_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/metrics"
 )
 
 // Mount the runtime's metrics on a registry the application serves; here
@@ -22,7 +23,7 @@ func ExampleNewMetrics() {
 	defer closeExample(sys)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(system.NewMetrics(sys))
+	reg.MustRegister(metrics.NewMetrics(sys))
 	handler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
 	h, _ := sys.Register(ctx, system.Value{Name: "weights", Bytes: 48 << 10, At: "pinned-host"})
@@ -55,4 +56,27 @@ func ExampleNewMetrics() {
 	// residency_location_budget_bytes{location="cuda:0"} 65536
 	// residency_location_used_bytes{location="cuda:0"} 49152
 	// residency_transitions_total{kind="complete"} 2
+}
+
+// startExample starts a runtime with an unlimited pageable host, 1 MiB of
+// pinned host memory and two simulated 64 KiB devices.
+func startExample() *system.System {
+	sys, err := system.Start(context.Background(), system.Options{
+		Locations: []system.LocationConfig{
+			system.NoLimit("pageable-host"),
+			system.Limit("pinned-host", 1<<20),
+			system.Limit("cuda:0", 64<<10),
+			system.Limit("cuda:1", 64<<10),
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return sys
+}
+
+func closeExample(sys *system.System) {
+	if err := sys.Close(context.Background()); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -1,4 +1,4 @@
-package system
+package diagnose
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzEvidence$' -fuzztime 10m ./system/
 func FuzzEvidence(f *testing.F) {
-	seeds := []string{filepath.Join("testdata", "diagnose", "replay.out.jsonl")}
-	goldens, _ := filepath.Glob(filepath.Join("..", "cmd", "demo", "testdata", "*.golden"))
+	seeds := []string{filepath.Join("testdata", "replay.out.jsonl")}
+	goldens, _ := filepath.Glob(filepath.Join("..", "..", "cmd", "demo", "testdata", "*.golden"))
 	seeds = append(seeds, goldens...)
 	for _, path := range seeds {
 		b, err := os.ReadFile(path)

@@ -1,8 +1,9 @@
-package system
+package metrics
 
 import (
 	"context"
 	"errors"
+	"github.com/residency-go/residency/system"
 	"sort"
 	"sync"
 	"time"
@@ -46,10 +47,10 @@ import (
 //
 // Metrics is safe for concurrent use; scrapes are serialized.
 type Metrics struct {
-	sys *System
+	sys *system.System
 
 	mu     sync.Mutex // serializes scrapes and guards the fields below
-	caches []*Cache
+	caches []*system.Cache
 	// byKind and removals are the ledger's counts at the last scrape
 	// (removals keyed by reason), kept so a scrape that cannot read the
 	// runtime still reports them.
@@ -60,13 +61,13 @@ type Metrics struct {
 // NewMetrics returns the metrics collector of sys. Every counter counts
 // from Start, whenever the collector is created (the facade's counters
 // are kept by the runtime; transitions by kind are the ledger's).
-func NewMetrics(sys *System) *Metrics {
+func NewMetrics(sys *system.System) *Metrics {
 	m := &Metrics{sys: sys, byKind: map[string]uint64{}, removals: map[string]uint64{}}
 	for _, k := range transitionKinds {
 		m.byKind[k] = 0
 	}
-	for _, r := range removalReasons {
-		m.removals[r] = 0
+	for _, r := range system.RemovalKinds() {
+		m.removals[r.String()] = 0
 	}
 	return m
 }
@@ -75,7 +76,7 @@ func NewMetrics(sys *System) *Metrics {
 // Owner, and location). A closed cache (or any cache once the runtime is
 // closed) is dropped at the next scrape.
 // Watching a cache twice has no further effect.
-func (m *Metrics) WatchCache(c *Cache) {
+func (m *Metrics) WatchCache(c *system.Cache) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, x := range m.caches {
@@ -86,15 +87,12 @@ func (m *Metrics) WatchCache(c *Cache) {
 	m.caches = append(m.caches, c)
 }
 
-// The kinds of committed transitions (the trace's Kind) and the reasons
-// of removals, initialized to zero so that every series exists from the
+// The kinds of committed transitions (the trace's Kind), initialized to
+// zero (like the kinds of removal) so that every series exists from the
 // first scrape.
-var (
-	transitionKinds = []string{"register", "admit", "complete", "fail", "remove", "discard",
-		"acquire", "release", "record_event", "reap_event", "hold", "unhold",
-		"reserve", "unreserve", "resize"}
-	removalReasons = []string{"evict", "reclaim", "move_source", "discard", "shutdown", "other"}
-)
+var transitionKinds = []string{"register", "admit", "complete", "fail", "remove", "discard",
+	"acquire", "release", "record_event", "reap_event", "hold", "unhold",
+	"reserve", "unreserve", "resize"}
 
 const scrapeTimeout = 10 * time.Second
 
@@ -160,7 +158,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	s := m.sys
-	ch <- prometheus.MustNewConstMetric(mInfo, prometheus.GaugeValue, 1, s.managerID, s.backend.Name())
+	ch <- prometheus.MustNewConstMetric(mInfo, prometheus.GaugeValue, 1, s.ManagerID(), s.Backend().Name())
 
 	snap, err := s.Snapshot(ctx)
 	if err != nil {
@@ -171,23 +169,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		m.collectCaches(ctx, ch)
 	}
 	m.collectTrace(ch)
-	s.stats.collect(ch)
+	collectStats(ch, s.CallStats())
 }
 
 // count takes the ledger's cumulative transition counts from snap.
-func (m *Metrics) count(snap Snapshot) {
+func (m *Metrics) count(snap system.Snapshot) {
 	for k, n := range snap.TransitionCounts {
 		m.byKind[k] = n
 	}
-	for detail := range snap.RemovalCounts {
-		m.removals[RemovalReason(detail)] = 0
-	}
-	for detail, n := range snap.RemovalCounts {
-		m.removals[RemovalReason(detail)] += n
+	for kind, n := range snap.RemovalCounts {
+		m.removals[kind.String()] = n
 	}
 }
 
-func collectSnapshot(ch chan<- prometheus.Metric, snap Snapshot) {
+func collectSnapshot(ch chan<- prometheus.Metric, snap system.Snapshot) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -226,7 +221,7 @@ func collectSnapshot(ch chan<- prometheus.Metric, snap Snapshot) {
 		g(mTemporary, float64(l.TemporaryBytes), name)
 		g(mReservations, float64(len(l.Reservations)), name)
 		t := per[name]
-		for i, st := range []MatState{Entering, Resident, Leaving} {
+		for i, st := range []system.MatState{system.Entering, system.Resident, system.Leaving} {
 			g(mMats, float64(t.states[i]), name, st.String())
 		}
 		g(mProtections, float64(t.uses), name, "lease")
@@ -239,7 +234,7 @@ func (m *Metrics) collectCaches(ctx context.Context, ch chan<- prometheus.Metric
 	kept := m.caches[:0]
 	for _, c := range m.caches {
 		st, err := c.Statistics(ctx)
-		if errors.Is(err, ErrClosed) { // the cache or the runtime is closed
+		if errors.Is(err, system.ErrClosed) { // the cache or the runtime is closed
 			continue
 		}
 		kept = append(kept, c)
@@ -273,46 +268,37 @@ func (m *Metrics) collectTrace(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collect sends the facade's counters and histograms.
-func (c *callStats) collect(ch chan<- prometheus.Metric) {
+// collectStats sends the facade's counters and histograms.
+func collectStats(ch chan<- prometheus.Metric, st system.CallStats) {
 	cnt := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for op := range numOps {
-		cnt(mAdmissions, c.admissions[op].Load(), opNames[op])
-		cnt(mUnanswered, c.unanswered[op].Load(), opNames[op])
-		for cl := range numClasses {
-			if v := c.refused[op][cl].Load(); v > 0 {
-				cnt(mRefused, v, opNames[op], classNames[cl])
-			}
+	hist := func(d *prometheus.Desc, h system.Histogram, labels ...string) {
+		ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum, h.Buckets, labels...)
+	}
+	for _, op := range st.Ops {
+		cnt(mAdmissions, op.Answered, op.Op)
+		cnt(mUnanswered, op.Unanswered, op.Op)
+		for class, v := range op.Refused {
+			cnt(mRefused, v, op.Op, class.String())
 		}
 	}
-	for call := range numCalls {
-		name := callNames[call]
-		cnt(mDecisions, c.decisions[call].Load(), name)
-		cnt(mInexhaustive, c.inexhaustive[call].Load(), name)
-		cnt(mSearchLimit, c.searchLimit[call].Load(), name)
-		for cl := range numClasses {
-			if v := c.decisionsRefused[call][cl].Load(); v > 0 {
-				cnt(mDecRefused, v, name, classNames[cl])
-			}
+	for _, c := range st.Calls {
+		cnt(mDecisions, c.Decisions, c.Call)
+		cnt(mInexhaustive, c.Inexhaustive, c.Call)
+		cnt(mSearchLimit, c.SearchLimit, c.Call)
+		for class, v := range c.Refused {
+			cnt(mDecRefused, v, c.Call, class.String())
 		}
-	}
-	cnt(mStale, c.stale.Load())
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for call := range numCalls {
-		name := callNames[call]
-		cnt(mEvictedBytes, c.evictedBytes[call], name)
-		for _, r := range sortedKeys(c.evictions[call]) {
-			cnt(mEvictions, c.evictions[call][r], name, r)
+		cnt(mEvictedBytes, c.EvictedBytes, c.Call)
+		for kind, v := range c.Evictions {
+			cnt(mEvictions, v, c.Call, kind.String())
 		}
-		h := &c.explored[call]
-		ch <- prometheus.MustNewConstHistogram(mExplored, h.count, h.sum, h.cumulative(exploredBuckets), name)
+		hist(mExplored, c.ExploredStates, c.Call)
 	}
-	ch <- prometheus.MustNewConstHistogram(mDecideTime, c.decideTime.count, c.decideTime.sum, c.decideTime.cumulative(decideSecondsBuckets))
-	ch <- prometheus.MustNewConstHistogram(mAdmitTime, c.admitTime.count, c.admitTime.sum, c.admitTime.cumulative(decideSecondsBuckets))
+	cnt(mStale, st.Stale)
+	hist(mDecideTime, st.DecideSeconds)
+	hist(mAdmitTime, st.AdmitSeconds)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

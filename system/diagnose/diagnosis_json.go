@@ -1,29 +1,40 @@
-package main
+package diagnose
 
-import "github.com/residency-go/residency/system"
+import (
+	"bytes"
+	"encoding/json"
 
-// The JSON form of a diagnosis (`demo diagnose --json`): one object per
-// run, keys in snake_case, in the order below, every key always present.
+	"github.com/residency-go/residency/system"
+)
+
+// The JSON form of a diagnosis ([Diagnosis.MarshalJSON]; `demo diagnose
+// --json` prints it under "diagnosis"): keys in snake_case, in the order
+// below, every key always present.
 // A part that does not apply to the class is null (budget, protection,
 // search, stale, execution), a list with nothing in it is [], and a text
 // field that does not apply is null. Plans, transitions, materializations
 // and evictions have the shapes of the replay output (docs/replay.md).
 //
-//	{"line": N | null, "op": "place" | null, "diagnosis": {
-//	  "class", "message", "meaning", "first_action",
+//	{"class", "message", "meaning", "first_action",
 //	  "operation": {"kind", "handle", "location", "from", "reservation", "bytes"},
 //	  "state_version", "manager_id",
 //	  "capture": {"state_version", "trace_oldest", "trace_newest", "one_view", "at_failure", "differences"},
 //	  "steps": [{"number", "title", "findings": [{"what", "figures": [{"name", "value"}], "verdict"}]}],
-//	  "endpoints", "budget", "protection", "search", "stale", "execution"}}
+//	  "endpoints", "budget", "protection", "search", "stale", "execution"}
 //
 // execution.cause is a diagnosis of the same form (its capture is not
 // checked: zeros and nulls).
 
-type diagnoseOutputJSON struct {
-	Line      *int          `json:"line"`
-	Op        *string       `json:"op"`
-	Diagnosis diagnosisJSON `json:"diagnosis"`
+// MarshalJSON writes the diagnosis in its JSON form (above), without
+// HTML escaping. Text fields that do not apply are null.
+func (d Diagnosis) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(toDiagnosisJSON(d)); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 type diagnosisJSON struct {
@@ -189,7 +200,7 @@ func toMaterializationJSON(m system.MaterializationRecord) snapMaterializationJS
 		UseCount: m.UseCount, HoldCount: m.HoldCount, PendingEventCount: m.PendingEventCount}
 }
 
-func toLifetimesJSON(ls []system.Lifetime) []lifetimeJSON {
+func toLifetimesJSON(ls []Lifetime) []lifetimeJSON {
 	out := make([]lifetimeJSON, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, lifetimeJSON{Kind: l.Kind, ID: l.ID, Version: l.Version, Lease: nullable(l.Lease)})
@@ -197,10 +208,8 @@ func toLifetimesJSON(ls []system.Lifetime) []lifetimeJSON {
 	return out
 }
 
-// toDiagnosisJSON is d's JSON form. The diagnosis's names are already the
-// script's: nothing is rewritten here.
-func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
-	var none *runner // transitions as they are
+// toDiagnosisJSON is d's JSON form.
+func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 	out := diagnosisJSON{
 		Class: d.Class, Message: d.Message, Meaning: d.Meaning, FirstAction: d.FirstAction,
 		Operation: operationJSON{Kind: nullable(d.Op.Kind), Handle: nullable(d.Op.Handle.Name), Location: nullable(d.Op.Location),
@@ -243,59 +252,20 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 		out.Endpoints = append(out.Endpoints, ej)
 	}
 	if b := d.Budget; b != nil {
-		bj := &budgetJSON{Location: b.Location, BudgetBytes: b.BudgetBytes, UsedBytes: b.UsedBytes, ReservedBytes: b.ReservedBytes,
-			RequestedBytes: b.RequestedBytes, CurrentCharged: b.CurrentCharged, NewPeak: b.NewPeak, MissingBytes: b.MissingBytes,
-			Charge: string(b.Charge), ChargeReason: b.ChargeReason}
-		if l := b.Now; l != nil {
-			n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
-				ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
-			if l.HasBudget {
-				v := l.BudgetBytes
-				n.BudgetBytes = &v
-			}
-			for _, r := range l.Reservations {
-				n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
-			}
-			bj.Now = n
-		}
-		out.Budget = bj
+		out.Budget = toBudgetJSON(b)
 	}
 	if p := d.Protection; p != nil {
-		pj := &protectionJSON{Value: p.Value, Location: p.Location, UseCount: p.UseCount, HoldCount: p.HoldCount,
-			PendingEventCount: p.PendingEventCount, Leases: toLifetimesJSON(p.Leases), Holds: toLifetimesJSON(p.Holds),
-			Events: toLifetimesJSON(p.Events), Complete: p.Complete}
-		if p.Now != nil {
-			m := toMaterializationJSON(*p.Now)
-			pj.Now = &m
-		}
-		out.Protection = pj
+		out.Protection = toProtectionJSON(p)
 	}
 	if s := d.Search; s != nil {
-		sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
-			ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
-			Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
-		if s.StateLimit != 0 {
-			l := s.StateLimit
-			sj.StateLimit = &l
-		}
-		for _, e := range s.Evictions {
-			sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
-		}
-		if s.Plan != nil {
-			p := toPlan(*s.Plan)
-			sj.Plan = &p
-		}
-		for _, p := range s.PredictedPeaks {
-			sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON{Location: p.Location, Bytes: p.Bytes})
-		}
-		out.Search = sj
+		out.Search = toSearchJSON(s)
 	}
 	if s := d.Stale; s != nil {
 		out.Stale = &staleJSON{ExpectedVersion: s.ExpectedVersion, ActualVersion: s.ActualVersion,
-			Intervening: none.toTransitions(s.Intervening), Covered: s.Covered, Missing: s.Missing}
+			Intervening: toTransitions(s.Intervening), Covered: s.Covered, Missing: s.Missing}
 	}
 	if e := d.Execution; e != nil {
-		ej := &executionJSON{Phase: e.Phase, Committed: none.toTransitions(e.Committed),
+		ej := &executionJSON{Phase: e.Phase, Committed: toTransitions(e.Committed),
 			Kept: strs(e.Kept), Cleaned: strs(e.Cleaned), FailedStep: strs(e.FailedStep)}
 		if e.FailedAction != nil {
 			a := toAction(*e.FailedAction)
@@ -314,4 +284,55 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 		out.Execution = ej
 	}
 	return out
+}
+
+func toBudgetJSON(b *BudgetArithmetic) *budgetJSON {
+	bj := &budgetJSON{Location: b.Location, BudgetBytes: b.BudgetBytes, UsedBytes: b.UsedBytes, ReservedBytes: b.ReservedBytes,
+		RequestedBytes: b.RequestedBytes, CurrentCharged: b.CurrentCharged, NewPeak: b.NewPeak, MissingBytes: b.MissingBytes,
+		Charge: string(b.Charge), ChargeReason: b.ChargeReason}
+	if l := b.Now; l != nil {
+		n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
+			ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
+		if l.HasBudget {
+			v := l.BudgetBytes
+			n.BudgetBytes = &v
+		}
+		for _, r := range l.Reservations {
+			n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
+		}
+		bj.Now = n
+	}
+	return bj
+}
+
+func toProtectionJSON(p *ProtectionOwners) *protectionJSON {
+	pj := &protectionJSON{Value: p.Value, Location: p.Location, UseCount: p.UseCount, HoldCount: p.HoldCount,
+		PendingEventCount: p.PendingEventCount, Leases: toLifetimesJSON(p.Leases), Holds: toLifetimesJSON(p.Holds),
+		Events: toLifetimesJSON(p.Events), Complete: p.Complete}
+	if p.Now != nil {
+		m := toMaterializationJSON(*p.Now)
+		pj.Now = &m
+	}
+	return pj
+}
+
+func toSearchJSON(s *SearchEvidence) *searchJSON {
+	sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
+		ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
+		Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
+	if s.StateLimit != 0 {
+		l := s.StateLimit
+		sj.StateLimit = &l
+	}
+	for _, e := range s.Evictions {
+		sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
+	}
+	if s.Plan != nil {
+		p := toPlan(*s.Plan)
+		sj.Plan = &p
+	}
+	for _, p := range s.PredictedPeaks {
+		sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON{Location: p.Location, Bytes: p.Bytes})
+	}
+	return sj
 }

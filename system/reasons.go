@@ -1,0 +1,38 @@
+package system
+
+import "github.com/residency-go/residency/budget"
+
+// The kinds of reasons, re-exported from the ledger: a "remove"
+// transition's [Transition].Removal and a decision's [Eviction].Kind.
+// They are the data; Transition.Detail and Eviction.Reason say the same
+// in words, for people, and nothing parses those words.
+type (
+	RemovalKind  = budget.RemovalKind
+	EvictionKind = budget.EvictionKind
+)
+
+// Kinds of removal ([Transition].Removal; [Snapshot].RemovalCounts).
+const (
+	RemovalNone       = budget.RemovalNone
+	RemovalEvict      = budget.RemovalEvict
+	RemovalReclaim    = budget.RemovalReclaim
+	RemovalMoveSource = budget.RemovalMoveSource
+	RemovalDiscard    = budget.RemovalDiscard
+	RemovalShutdown   = budget.RemovalShutdown
+)
+
+// Kinds of eviction ([Eviction].Kind).
+const (
+	EvictionOther          = budget.EvictionOther
+	EvictionLowestPriority = budget.EvictionLowestPriority
+)
+
+// RemovalKinds lists every kind of removal (RemovalNone excluded).
+func RemovalKinds() []RemovalKind { return budget.RemovalKinds() }
+
+// ParseUnavailableReason reads an [*UnavailableError]'s reason as
+// UnavailableReason's String writes it ("endpoint", "location", "source",
+// "discarded", "foreign", "in_flight").
+func ParseUnavailableReason(s string) (UnavailableReason, bool) {
+	return budget.ParseUnavailableReason(s)
+}
