@@ -78,7 +78,7 @@ FUZZ_TARGETS := \
 	cmd/demo:FuzzNodeCommand \
 	cmd/demo:FuzzOffloadTrace \
 	cmd/demo:FuzzStagingScript \
-	system:FuzzEvidence
+	system/diagnose:FuzzEvidence
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
