@@ -15,7 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 // Residency is one materialization of a value on one node, as the
@@ -85,11 +85,11 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 		return err
 	}
 	n.cl.Gossip.SetState(summaryKey, n.summaryOf(snap))
-	cur := map[string]*messages.DirectoryUpdate{}
+	cur := map[string]*clusterpb.DirectoryUpdate{}
 	for _, v := range snap.Values {
-		u := &messages.DirectoryUpdate{Value: v.Handle.Name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+		u := &clusterpb.DirectoryUpdate{Value: v.Handle.Name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 		for _, m := range v.Materializations {
-			u.Residencies = append(u.Residencies, &messages.Residency{Location: m.Location + "@" + n.name, Node: n.name, Bytes: m.ChargedBytes, State: m.State.String()})
+			u.Residencies = append(u.Residencies, &clusterpb.Residency{Location: m.Location + "@" + n.name, Node: n.name, Bytes: m.ChargedBytes, State: m.State.String()})
 		}
 		cur[v.Handle.Name] = u
 	}
@@ -104,7 +104,7 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 	for name := range names {
 		u := cur[name]
 		if u == nil {
-			u = &messages.DirectoryUpdate{Value: name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+			u = &clusterpb.DirectoryUpdate{Value: name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 		}
 		sig := signature(u)
 		if !all && n.pub.sent[name] == sig {
@@ -131,7 +131,7 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 	return nil
 }
 
-func signature(u *messages.DirectoryUpdate) string {
+func signature(u *clusterpb.DirectoryUpdate) string {
 	var b strings.Builder
 	for _, r := range u.Residencies {
 		fmt.Fprintf(&b, "%s/%d/%s;", r.Location, r.Bytes, r.State)
@@ -139,10 +139,10 @@ func signature(u *messages.DirectoryUpdate) string {
 	return b.String()
 }
 
-func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
-	s := &messages.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+func (n *Node) summaryOf(snap Snapshot) *clusterpb.NodeSummary {
+	s := &clusterpb.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 	for _, l := range snap.Locations {
-		s.Locations = append(s.Locations, &messages.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
+		s.Locations = append(s.Locations, &clusterpb.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
 			BudgetBytes: l.BudgetBytes, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes})
 	}
 	return s
@@ -159,11 +159,11 @@ func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
 // accepts connections but does not answer); ctx's error when it is
 // cancelled.
 func (n *Node) WhereIs(ctx context.Context, value string) ([]Residency, error) {
-	r, err := n.grainRequest(ctx, value, directoryKind, &messages.WhereIs{Value: value})
+	r, err := n.grainRequest(ctx, value, directoryKind, &clusterpb.WhereIs{Value: value})
 	if err != nil {
 		return nil, err
 	}
-	rep, ok := r.(*messages.WhereIsReply)
+	rep, ok := r.(*clusterpb.WhereIsReply)
 	if !ok {
 		return nil, fmt.Errorf("residency: directory answered WhereIs with %T", r)
 	}
@@ -311,12 +311,12 @@ func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, 
 // directoryGrain is the directory entry of one value name: per node, the
 // newest update (by epoch, then state version) that node sent.
 type directoryGrain struct {
-	entries map[string]*messages.DirectoryUpdate
+	entries map[string]*clusterpb.DirectoryUpdate
 }
 
 func (g *directoryGrain) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.DirectoryUpdate:
+	case *clusterpb.DirectoryUpdate:
 		old := g.entries[m.Node]
 		if old == nil || m.Epoch > old.Epoch || (m.Epoch == old.Epoch && m.StateVersion >= old.StateVersion) {
 			if len(m.Residencies) == 0 {
@@ -325,8 +325,8 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 				g.entries[m.Node] = m
 			}
 		}
-		ctx.Respond(&messages.DirectoryAck{})
-	case *messages.WhereIs:
+		ctx.Respond(&clusterpb.DirectoryAck{})
+	case *clusterpb.WhereIs:
 		live := map[string]bool{}
 		for _, mem := range cluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
 			for _, k := range mem.Kinds {
@@ -335,7 +335,7 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 				}
 			}
 		}
-		rep := &messages.WhereIsReply{Value: m.Value}
+		rep := &clusterpb.WhereIsReply{Value: m.Value}
 		nodes := make([]string, 0, len(g.entries))
 		for node := range g.entries {
 			if live[node] {
@@ -353,11 +353,11 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 // ---- typed errors across nodes -------------------------------------------
 
 // toRemote turns an error into its wire form.
-func toRemote(err error) *messages.RemoteError {
+func toRemote(err error) *clusterpb.RemoteError {
 	if err == nil {
 		return nil
 	}
-	r := &messages.RemoteError{Message: err.Error()}
+	r := &clusterpb.RemoteError{Message: err.Error()}
 	var (
 		inv *budget.InvalidInputError
 		un  *budget.UnavailableError
@@ -366,20 +366,20 @@ func toRemote(err error) *messages.RemoteError {
 	)
 	switch {
 	case errors.As(err, &be):
-		r.Kind = messages.RemoteError_BUDGET
+		r.Kind = clusterpb.RemoteError_BUDGET
 		r.Location, r.HasBudget, r.BudgetBytes, r.UsedBytes, r.ReservedBytes, r.RequestedBytes = be.Location, true, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes
 	case errors.As(err, &iu):
-		r.Kind = messages.RemoteError_IN_USE
+		r.Kind = clusterpb.RemoteError_IN_USE
 		r.Handle, r.Location = iu.Handle, iu.Location
 		r.UseCount, r.HoldCount, r.PendingEventCount = int32(iu.UseCount), int32(iu.HoldCount), int32(iu.PendingEventCount)
 	case errors.As(err, &un):
-		r.Kind = messages.RemoteError_UNAVAILABLE
+		r.Kind = clusterpb.RemoteError_UNAVAILABLE
 		r.Handle, r.Location, r.Detail, r.Reason = un.Handle, un.Location, un.Detail, int32(un.Reason)
 	case errors.As(err, &inv):
-		r.Kind = messages.RemoteError_INVALID_INPUT
+		r.Kind = clusterpb.RemoteError_INVALID_INPUT
 		r.Message = inv.Message
 	case errors.Is(err, ErrClosed):
-		r.Kind = messages.RemoteError_CLOSED
+		r.Kind = clusterpb.RemoteError_CLOSED
 	}
 	return r
 }
@@ -387,17 +387,17 @@ func toRemote(err error) *messages.RemoteError {
 // fromRemote turns a wire error back into the Go type it was sent as. A
 // closed remote runtime is an [*UnavailableError] here (the local runtime
 // is not closed).
-func fromRemote(r *messages.RemoteError) error {
+func fromRemote(r *clusterpb.RemoteError) error {
 	switch r.Kind {
-	case messages.RemoteError_BUDGET:
+	case clusterpb.RemoteError_BUDGET:
 		return &budget.BudgetError{Location: r.Location, BudgetBytes: r.BudgetBytes, UsedBytes: r.UsedBytes, ReservedBytes: r.ReservedBytes, RequestedBytes: r.RequestedBytes}
-	case messages.RemoteError_IN_USE:
+	case clusterpb.RemoteError_IN_USE:
 		return &budget.InUseError{Handle: r.Handle, Location: r.Location, UseCount: int(r.UseCount), HoldCount: int(r.HoldCount), PendingEventCount: int(r.PendingEventCount)}
-	case messages.RemoteError_UNAVAILABLE:
+	case clusterpb.RemoteError_UNAVAILABLE:
 		return &budget.UnavailableError{Handle: r.Handle, Location: r.Location, Detail: r.Detail, Reason: budget.UnavailableReason(r.Reason)}
-	case messages.RemoteError_INVALID_INPUT:
+	case clusterpb.RemoteError_INVALID_INPUT:
 		return &budget.InvalidInputError{Message: r.Message}
-	case messages.RemoteError_CLOSED:
+	case clusterpb.RemoteError_CLOSED:
 		return &budget.UnavailableError{Reason: budget.UnavailableSource, Detail: "the remote runtime is closed: " + r.Message}
 	}
 	return errors.New(r.Message)

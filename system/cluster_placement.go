@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 // AnyNode is the node part of a location that any member may serve:
@@ -148,12 +148,12 @@ func (p *Placement) Release(ctx context.Context) error {
 	if !p.hold || p.released.Swap(true) {
 		return nil
 	}
-	r, err := p.from.request(ctx, p.Node, &messages.ReleasePlacement{PlacementId: p.id})
+	r, err := p.from.request(ctx, p.Node, &clusterpb.ReleasePlacement{PlacementId: p.id})
 	if err != nil {
 		p.released.Store(false)
 		return err
 	}
-	if rep, ok := r.(*messages.ReleasePlacementReply); ok && rep.Error != nil {
+	if rep, ok := r.(*clusterpb.ReleasePlacementReply); ok && rep.Error != nil {
 		return placementFromRemote(rep.Error)
 	}
 	return nil
@@ -358,8 +358,8 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 	}
 	type cand struct {
 		PlacementCandidate
-		reqs  []*messages.PlacementRequirement
-		resv  []*messages.PlacementReservation
+		reqs  []*clusterpb.PlacementRequirement
+		resv  []*clusterpb.PlacementReservation
 		known int // requirements resident
 	}
 	var cands []*cand
@@ -367,7 +367,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 		c := &cand{PlacementCandidate: PlacementCandidate{Node: node, TierRanks: make([]int, len(req.Requirements)), Fits: true}}
 		ok := true
 		for i, r := range req.Requirements {
-			pr := &messages.PlacementRequirement{Value: r.Value}
+			pr := &clusterpb.PlacementRequirement{Value: r.Value}
 			first := -1
 			for t, tier := range reqRefs[i] {
 				var locs []string
@@ -382,7 +382,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 				if first < 0 {
 					first = t
 				}
-				pr.Tiers = append(pr.Tiers, &messages.PlacementTier{Locations: locs})
+				pr.Tiers = append(pr.Tiers, &clusterpb.PlacementTier{Locations: locs})
 			}
 			if first < 0 {
 				ok = false
@@ -439,7 +439,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 				ok = false
 				break
 			}
-			c.resv = append(c.resv, &messages.PlacementReservation{Name: r.Name, Location: resvRefs[i].loc, Bytes: r.Bytes})
+			c.resv = append(c.resv, &clusterpb.PlacementReservation{Name: r.Name, Location: resvRefs[i].loc, Bytes: r.Bytes})
 		}
 		if !ok {
 			continue
@@ -497,7 +497,7 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 		callerDL, hasDL := ctx.Deadline()
 		callerBound := hasDL && !callerDL.After(attemptDL)
 		actx, cancel := context.WithDeadline(ctx, attemptDL)
-		msg := &messages.AdmitPlacement{PlacementId: id, Owner: n.name, Name: req.Name, Requirements: c.reqs, Reservations: c.resv,
+		msg := &clusterpb.AdmitPlacement{PlacementId: id, Owner: n.name, Name: req.Name, Requirements: c.reqs, Reservations: c.resv,
 			StateLimit: int32(req.StateLimit), TimeoutMs: t.Milliseconds(), Hold: req.Hold}
 		r, err := n.request(actx, c.Node, msg)
 		cancel()
@@ -515,12 +515,12 @@ func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, err
 			// The node may still admit after we stopped waiting: tell it
 			// to exit the placement when it does.
 			if pid, perr := n.endpointOf(c.Node); perr == nil {
-				n.csys.Root.Send(pid, &messages.ReleasePlacement{PlacementId: id})
+				n.csys.Root.Send(pid, &clusterpb.ReleasePlacement{PlacementId: id})
 			}
 			perr.Attempts = append(perr.Attempts, PlacementAttempt{Node: c.Node, Err: err})
 			continue
 		}
-		rep, ok := r.(*messages.AdmitPlacementReply)
+		rep, ok := r.(*clusterpb.AdmitPlacementReply)
 		if !ok {
 			perr.Attempts = append(perr.Attempts, PlacementAttempt{Node: c.Node, Err: fmt.Errorf("residency: node %q answered AdmitPlacement with %T", c.Node, r)})
 			continue
@@ -746,20 +746,20 @@ func (t *heldTable) releaseOrphans(ctx context.Context, n *Node, all bool) {
 // false for any other message.
 func (n *Node) receivePlacement(ctx actor.Context) bool {
 	switch m := ctx.Message().(type) {
-	case *messages.AdmitPlacement:
+	case *clusterpb.AdmitPlacement:
 		n.serveHeld(ctx, m.TimeoutMs, func(c context.Context, deadline time.Time) any { return n.admitPlacement(c, m, deadline) },
-			&messages.AdmitPlacementReply{PlacementId: m.PlacementId, Error: toRemote(ErrClosed)})
-	case *messages.ReleasePlacement:
+			&clusterpb.AdmitPlacementReply{PlacementId: m.PlacementId, Error: toRemote(ErrClosed)})
+	case *clusterpb.ReleasePlacement:
 		n.serveHeld(ctx, 0, func(c context.Context, _ time.Time) any {
-			return &messages.ReleasePlacementReply{Error: placementToRemote(n.held.drop(c, n, m.PlacementId))}
-		}, &messages.ReleasePlacementReply{})
-	case *messages.AcquireLease:
+			return &clusterpb.ReleasePlacementReply{Error: placementToRemote(n.held.drop(c, n, m.PlacementId))}
+		}, &clusterpb.ReleasePlacementReply{})
+	case *clusterpb.AcquireLease:
 		n.serveHeld(ctx, m.TimeoutMs, func(c context.Context, deadline time.Time) any { return n.acquireLease(c, m, deadline) },
-			&messages.AcquireLeaseReply{LeaseId: m.LeaseId, Error: toRemote(ErrClosed)})
-	case *messages.ReleaseLease:
+			&clusterpb.AcquireLeaseReply{LeaseId: m.LeaseId, Error: toRemote(ErrClosed)})
+	case *clusterpb.ReleaseLease:
 		n.serveHeld(ctx, 0, func(c context.Context, _ time.Time) any {
-			return &messages.ReleaseLeaseReply{Error: placementToRemote(n.held.drop(c, n, m.LeaseId))}
-		}, &messages.ReleaseLeaseReply{})
+			return &clusterpb.ReleaseLeaseReply{Error: placementToRemote(n.held.drop(c, n, m.LeaseId))}
+		}, &clusterpb.ReleaseLeaseReply{})
 	default:
 		return false
 	}
@@ -794,9 +794,9 @@ func (n *Node) serveHeld(ctx actor.Context, timeoutMs int64, handle func(context
 	}()
 }
 
-func (n *Node) admitPlacement(ctx context.Context, m *messages.AdmitPlacement, deadline time.Time) *messages.AdmitPlacementReply {
-	rep := &messages.AdmitPlacementReply{PlacementId: m.PlacementId}
-	fail := func(err error) *messages.AdmitPlacementReply { rep.Error = placementToRemote(err); return rep }
+func (n *Node) admitPlacement(ctx context.Context, m *clusterpb.AdmitPlacement, deadline time.Time) *clusterpb.AdmitPlacementReply {
+	rep := &clusterpb.AdmitPlacementReply{PlacementId: m.PlacementId}
+	fail := func(err error) *clusterpb.AdmitPlacementReply { rep.Error = placementToRemote(err); return rep }
 	req := Request{Name: m.Name}
 	for _, r := range m.Requirements {
 		h, err := n.sys.Lookup(ctx, r.Value)
@@ -825,7 +825,7 @@ func (n *Node) admitPlacement(ctx context.Context, m *messages.AdmitPlacement, d
 		rep.Enter = append(rep.Enter, a.String())
 	}
 	for _, e := range d.Evictions {
-		rep.Evictions = append(rep.Evictions, &messages.PlacementEviction{Value: e.Handle.Name, Location: e.Location + "@" + n.name, Bytes: e.Bytes, Reason: e.Reason})
+		rep.Evictions = append(rep.Evictions, &clusterpb.PlacementEviction{Value: e.Handle.Name, Location: e.Location + "@" + n.name, Bytes: e.Bytes, Reason: e.Reason})
 	}
 	if err != nil {
 		return fail(err)
@@ -875,15 +875,15 @@ func (n *Node) AcquireRemote(ctx context.Context, node string, h Handle, loc str
 	}
 	id := fmt.Sprintf("%s/%d/l%d", n.name, n.epoch, n.placeSeq.Add(1))
 	t := n.timeout(ctx)
-	r, err := n.request(ctx, node, &messages.AcquireLease{LeaseId: id, Owner: n.name, Location: loc, TimeoutMs: t.Milliseconds(),
-		Handle: &messages.HandleRef{ManagerId: h.Manager, Id: h.ID, Name: h.Name}})
+	r, err := n.request(ctx, node, &clusterpb.AcquireLease{LeaseId: id, Owner: n.name, Location: loc, TimeoutMs: t.Milliseconds(),
+		Handle: &clusterpb.HandleRef{ManagerId: h.Manager, Id: h.ID, Name: h.Name}})
 	if err != nil {
 		if pid, perr := n.endpointOf(node); perr == nil {
-			n.csys.Root.Send(pid, &messages.ReleaseLease{LeaseId: id})
+			n.csys.Root.Send(pid, &clusterpb.ReleaseLease{LeaseId: id})
 		}
 		return nil, err
 	}
-	rep, ok := r.(*messages.AcquireLeaseReply)
+	rep, ok := r.(*clusterpb.AcquireLeaseReply)
 	if !ok {
 		return nil, fmt.Errorf("residency: node %q answered AcquireLease with %T", node, r)
 	}
@@ -899,20 +899,20 @@ func (l *RemoteLease) Release(ctx context.Context) error {
 	if l.released.Swap(true) {
 		return nil
 	}
-	r, err := l.from.request(ctx, l.Node, &messages.ReleaseLease{LeaseId: l.id})
+	r, err := l.from.request(ctx, l.Node, &clusterpb.ReleaseLease{LeaseId: l.id})
 	if err != nil {
 		l.released.Store(false)
 		return err
 	}
-	if rep, ok := r.(*messages.ReleaseLeaseReply); ok && rep.Error != nil {
+	if rep, ok := r.(*clusterpb.ReleaseLeaseReply); ok && rep.Error != nil {
 		return placementFromRemote(rep.Error)
 	}
 	return nil
 }
 
-func (n *Node) acquireLease(ctx context.Context, m *messages.AcquireLease, deadline time.Time) *messages.AcquireLeaseReply {
-	rep := &messages.AcquireLeaseReply{LeaseId: m.LeaseId}
-	fail := func(err error) *messages.AcquireLeaseReply { rep.Error = placementToRemote(err); return rep }
+func (n *Node) acquireLease(ctx context.Context, m *clusterpb.AcquireLease, deadline time.Time) *clusterpb.AcquireLeaseReply {
+	rep := &clusterpb.AcquireLeaseReply{LeaseId: m.LeaseId}
+	fail := func(err error) *clusterpb.AcquireLeaseReply { rep.Error = placementToRemote(err); return rep }
 	if m.Handle == nil {
 		return fail(&budget.InvalidInputError{Message: "acquire lease: no handle"})
 	}
@@ -954,7 +954,7 @@ func (n *Node) acquireLease(ctx context.Context, m *messages.AcquireLease, deadl
 // ---- errors across nodes, placement kinds ----------------------------------
 
 // placementToRemote is toRemote with the controller's errors too.
-func placementToRemote(err error) *messages.RemoteError {
+func placementToRemote(err error) *clusterpb.RemoteError {
 	if err == nil {
 		return nil
 	}
@@ -965,23 +965,23 @@ func placementToRemote(err error) *messages.RemoteError {
 	)
 	switch {
 	case errors.As(err, &pe):
-		return &messages.RemoteError{Kind: messages.RemoteError_PLAN_EXECUTION, Message: err.Error(), Detail: pe.Phase, Cause: placementToRemote(pe.Cause)}
+		return &clusterpb.RemoteError{Kind: clusterpb.RemoteError_PLAN_EXECUTION, Message: err.Error(), Detail: pe.Phase, Cause: placementToRemote(pe.Cause)}
 	case errors.As(err, &sl):
-		return &messages.RemoteError{Kind: messages.RemoteError_SEARCH_LIMIT, Message: err.Error(), Handle: sl.RequestName,
+		return &clusterpb.RemoteError{Kind: clusterpb.RemoteError_SEARCH_LIMIT, Message: err.Error(), Handle: sl.RequestName,
 			RequestedBytes: int64(sl.StateLimit), UsedBytes: int64(sl.ExploredStates), Detail: sl.Detail}
 	case errors.As(err, &pl):
-		return &messages.RemoteError{Kind: messages.RemoteError_PLAN, Message: err.Error(), Detail: pl.Reason}
+		return &clusterpb.RemoteError{Kind: clusterpb.RemoteError_PLAN, Message: err.Error(), Detail: pl.Reason}
 	}
 	return toRemote(err)
 }
 
-func placementFromRemote(r *messages.RemoteError) error {
+func placementFromRemote(r *clusterpb.RemoteError) error {
 	switch r.Kind {
-	case messages.RemoteError_PLAN:
+	case clusterpb.RemoteError_PLAN:
 		return &budget.PlanError{Reason: r.Detail}
-	case messages.RemoteError_SEARCH_LIMIT:
+	case clusterpb.RemoteError_SEARCH_LIMIT:
 		return &budget.SearchLimitError{RequestName: r.Handle, StateLimit: int(r.RequestedBytes), ExploredStates: int(r.UsedBytes), Detail: r.Detail}
-	case messages.RemoteError_PLAN_EXECUTION:
+	case clusterpb.RemoteError_PLAN_EXECUTION:
 		e := &budget.PlanExecutionError{Phase: r.Detail, FailedActionIndex: -1, FailedReservationIndex: -1}
 		if r.Cause != nil {
 			e.Cause = placementFromRemote(r.Cause)
@@ -998,7 +998,7 @@ func placementFromRemote(r *messages.RemoteError) error {
 // instead of a request timeout).
 func probesFirst(msg any) bool {
 	switch msg.(type) {
-	case *messages.OpenStream, *messages.AdmitPlacement, *messages.AcquireLease:
+	case *clusterpb.OpenStream, *clusterpb.AdmitPlacement, *clusterpb.AcquireLease:
 		return true
 	}
 	return false
@@ -1029,7 +1029,7 @@ func (c *summaryCache) decode(member string, kv *cluster.GossipKeyValue) (NodeSu
 		ns.Locations = slices.Clone(ns.Locations) // the caller's to keep
 		return ns, true
 	}
-	var s messages.NodeSummary
+	var s clusterpb.NodeSummary
 	if err := anypb.UnmarshalTo(kv.Value, &s, proto.UnmarshalOptions{}); err != nil {
 		return NodeSummary{}, false
 	}

@@ -8,16 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 func gossipSummaries(t testing.TB, nodes int) map[string]*cluster.GossipKeyValue {
 	st := map[string]*cluster.GossipKeyValue{}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
-		s := &messages.NodeSummary{Node: name, Epoch: 1, StateVersion: 7}
+		s := &clusterpb.NodeSummary{Node: name, Epoch: 1, StateVersion: 7}
 		for d := range 10 {
-			s.Locations = append(s.Locations, &messages.LocationSummary{Location: fmt.Sprintf("cuda:%d@%s", d, name), HasBudget: true, BudgetBytes: 80 << 30, UsedBytes: 60 << 30})
+			s.Locations = append(s.Locations, &clusterpb.LocationSummary{Location: fmt.Sprintf("cuda:%d@%s", d, name), HasBudget: true, BudgetBytes: 80 << 30, UsedBytes: 60 << 30})
 		}
 		a, err := anypb.New(s)
 		require.NoError(t, err)
@@ -41,7 +41,7 @@ func TestSummaryCache(t *testing.T) {
 	require.Equal(t, int64(60<<30), again.Locations[0].UsedBytes)
 	// A new sequence number is decoded again.
 	changed := gossipSummaries(t, 3)["member-node-0002"]
-	s := &messages.NodeSummary{Node: "node-0001", StateVersion: 8}
+	s := &clusterpb.NodeSummary{Node: "node-0001", StateVersion: 8}
 	a, err := anypb.New(s)
 	require.NoError(t, err)
 	changed.Value, changed.SequenceNumber = a, 2

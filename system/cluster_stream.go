@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 // RemoteSource names a value on another node that a value of this node
@@ -62,14 +62,14 @@ func (n *Node) RegisterRemote(ctx context.Context, v Value, src RemoteSource) (H
 func (n *Node) remoteLoader(src RemoteSource) Loader {
 	return func(ctx context.Context, dst []byte) error {
 		total := int64(len(dst))
-		r, err := n.request(ctx, src.Node, &messages.OpenStream{
-			Handle:   &messages.HandleRef{ManagerId: src.Handle.Manager, Id: src.Handle.ID, Name: src.Handle.Name},
+		r, err := n.request(ctx, src.Node, &clusterpb.OpenStream{
+			Handle:   &clusterpb.HandleRef{ManagerId: src.Handle.Manager, Id: src.Handle.ID, Name: src.Handle.Name},
 			Location: src.Location, Bytes: total, Reader: n.name,
 		})
 		if err != nil {
 			return err
 		}
-		open, ok := r.(*messages.OpenStreamReply)
+		open, ok := r.(*clusterpb.OpenStreamReply)
 		if !ok {
 			return fmt.Errorf("residency: node %q answered OpenStream with %T", src.Node, r)
 		}
@@ -79,18 +79,18 @@ func (n *Node) remoteLoader(src RemoteSource) Loader {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
 			defer cancel()
-			_, _ = n.request(cctx, src.Node, &messages.CloseStream{StreamId: open.StreamId})
+			_, _ = n.request(cctx, src.Node, &clusterpb.CloseStream{StreamId: open.StreamId})
 		}()
 		var off int64
 		for off < total {
 			if n.opts.BeforeChunk != nil {
 				n.opts.BeforeChunk(src.Node, off, total)
 			}
-			r, err := n.request(ctx, src.Node, &messages.ReadChunk{StreamId: open.StreamId, Offset: off, MaxBytes: int32(n.opts.ChunkBytes)})
+			r, err := n.request(ctx, src.Node, &clusterpb.ReadChunk{StreamId: open.StreamId, Offset: off, MaxBytes: int32(n.opts.ChunkBytes)})
 			if err != nil {
 				return err
 			}
-			c, ok := r.(*messages.Chunk)
+			c, ok := r.(*clusterpb.Chunk)
 			if !ok {
 				return fmt.Errorf("residency: node %q answered ReadChunk with %T", src.Node, r)
 			}
@@ -131,14 +131,14 @@ type streamTable struct {
 // answer the sender from there; chunk reads answer at once.
 func (n *Node) receiveEndpoint(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.OpenStream:
+	case *clusterpb.OpenStream:
 		n.async(ctx, func(c context.Context) any { return n.openStream(c, m) })
-	case *messages.ReadChunk:
+	case *clusterpb.ReadChunk:
 		ctx.Respond(n.readChunk(m))
-	case *messages.CloseStream:
+	case *clusterpb.CloseStream:
 		n.async(ctx, func(c context.Context) any {
 			n.streams.close(c, n, m.StreamId)
-			return &messages.CloseStreamReply{}
+			return &clusterpb.CloseStreamReply{}
 		})
 	default:
 		n.receivePlacement(ctx)
@@ -151,7 +151,7 @@ func (n *Node) async(ctx actor.Context, handle func(context.Context) any) {
 	sender := ctx.Sender()
 	if n.closed.Load() {
 		if sender != nil {
-			ctx.Respond(&messages.OpenStreamReply{Error: toRemote(ErrClosed)})
+			ctx.Respond(&clusterpb.OpenStreamReply{Error: toRemote(ErrClosed)})
 		}
 		return
 	}
@@ -169,8 +169,8 @@ func (n *Node) async(ctx actor.Context, handle func(context.Context) any) {
 
 // openStream leases the value's materialization, charges the stream
 // buffer and reads the bytes.
-func (n *Node) openStream(ctx context.Context, m *messages.OpenStream) *messages.OpenStreamReply {
-	fail := func(err error) *messages.OpenStreamReply { return &messages.OpenStreamReply{Error: toRemote(err)} }
+func (n *Node) openStream(ctx context.Context, m *clusterpb.OpenStream) *clusterpb.OpenStreamReply {
+	fail := func(err error) *clusterpb.OpenStreamReply { return &clusterpb.OpenStreamReply{Error: toRemote(err)} }
 	if m.Handle == nil {
 		return fail(&budget.InvalidInputError{Message: "open stream: no handle"})
 	}
@@ -224,7 +224,7 @@ func (n *Node) openStream(ctx context.Context, m *messages.OpenStream) *messages
 	}
 	n.streams.m[st.id] = st
 	n.streams.mu.Unlock()
-	return &messages.OpenStreamReply{StreamId: st.id, Bytes: bytes, Location: loc}
+	return &clusterpb.OpenStreamReply{StreamId: st.id, Bytes: bytes, Location: loc}
 }
 
 // sourceOf picks the materialization a stream reads: loc if given, else
@@ -279,7 +279,7 @@ func preferenceRank(loc string) int {
 	}
 }
 
-func (n *Node) readChunk(m *messages.ReadChunk) *messages.Chunk {
+func (n *Node) readChunk(m *clusterpb.ReadChunk) *clusterpb.Chunk {
 	n.streams.mu.Lock()
 	st := n.streams.m[m.StreamId]
 	if st != nil {
@@ -287,18 +287,18 @@ func (n *Node) readChunk(m *messages.ReadChunk) *messages.Chunk {
 	}
 	n.streams.mu.Unlock()
 	if st == nil {
-		return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
+		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
 			Detail: fmt.Sprintf("node %q has no open stream %d (closed, or idle too long)", n.name, m.StreamId)})}
 	}
 	total := int64(len(st.data))
 	if m.Offset < 0 || m.Offset >= total || m.MaxBytes <= 0 {
-		return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})}
+		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})}
 	}
 	end := m.Offset + int64(m.MaxBytes)
 	if end > total {
 		end = total
 	}
-	return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: st.data[m.Offset:end], Last: end == total}
+	return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: st.data[m.Offset:end], Last: end == total}
 }
 
 func (n *Node) unreserve(ctx context.Context, st *serveStream) {

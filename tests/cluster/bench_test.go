@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 	"github.com/residency-go/residency/system"
 )
 
@@ -45,8 +45,8 @@ func startBareRemote(b *testing.B) *bareRemote {
 		br.systems, br.remotes = append(br.systems, sys), append(br.remotes, r)
 	}
 	_, err := br.systems[1].Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*messages.WhereIs); ok {
-			c.Respond(&messages.WhereIsReply{Value: m.Value})
+		if m, ok := c.Message().(*clusterpb.WhereIs); ok {
+			c.Respond(&clusterpb.WhereIsReply{Value: m.Value})
 		}
 	}), "echo")
 	require.NoError(b, err)
@@ -55,11 +55,11 @@ func startBareRemote(b *testing.B) *bareRemote {
 }
 
 func (br *bareRemote) request(b *testing.B) {
-	r, err := br.systems[0].Root.RequestFuture(br.echo, &messages.WhereIs{Value: "w"}, 10*time.Second).Result()
+	r, err := br.systems[0].Root.RequestFuture(br.echo, &clusterpb.WhereIs{Value: "w"}, 10*time.Second).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, ok := r.(*messages.WhereIsReply); !ok {
+	if _, ok := r.(*clusterpb.WhereIsReply); !ok {
 		b.Fatalf("reply %T", r)
 	}
 }
