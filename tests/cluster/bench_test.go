@@ -23,6 +23,7 @@ import (
 
 	"github.com/residency-go/residency/messages/clusterpb"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // bareRemote is two protoactor actor systems with remote on loopback and
@@ -80,8 +81,8 @@ func (br *bareRemote) stop() {
 // resident on the node asked.
 func BenchmarkClusterRemoteLease(b *testing.B) {
 	c := startNodes(b,
-		system.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<30))},
-		system.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<30))},
+		cluster.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
 	)
 	a, nb := c.nodes["node-a"], c.nodes["node-b"]
 	ctx := context.Background()
@@ -101,8 +102,8 @@ func BenchmarkClusterRemoteLease(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	req := system.PlacementRequest{Name: "bench", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
+	req := cluster.PlacementRequest{Name: "bench", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
 	place := func() {
 		p, err := nb.Place(ctx, req)
 		if err != nil {
@@ -216,9 +217,9 @@ func BenchmarkClusterCopy(b *testing.B) {
 		data[i] = byte(i * 31)
 	}
 	c := startNodes(b,
-		system.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, ChunkBytes: 1 << 20, Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-c", RefreshInterval: time.Hour, ChunkBytes: 3 << 20, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, ChunkBytes: 1 << 20, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-c", RefreshInterval: time.Hour, ChunkBytes: 3 << 20, Options: locs(system.NoLimit("pageable-host"))},
 	)
 	ctx := context.Background()
 	ha, err := c.nodes["node-a"].System().Register(ctx, system.Value{Name: "w", Bytes: size, At: "pageable-host", Data: data})
@@ -233,9 +234,9 @@ func BenchmarkClusterCopy(b *testing.B) {
 	dst := make([]byte, size)
 
 	grpcPull(b, conn, dst) // connect
-	copyVia := func(n *system.Node, i int) {
+	copyVia := func(n *cluster.Node, i int) {
 		h, err := n.RegisterRemote(ctx, system.Value{Name: fmt.Sprintf("w%d", i), Bytes: size, Source: "pageable-host"},
-			system.RemoteSource{Node: "node-a", Handle: ha})
+			cluster.RemoteSource{Node: "node-a", Handle: ha})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages/clusterpb"
+	"github.com/residency-go/residency/system"
 )
 
 // AnyNode is the node part of a location that any member may serve:
@@ -31,7 +32,7 @@ const DefaultPlacementAttempts = 3
 
 // PlacementRequirement asks for the value named Value to be resident at
 // one location of one of its tiers, in preference order (as a
-// [Requirement] does on one node). A location is node-qualified
+// [system.Requirement] does on one node). A location is node-qualified
 // ("cuda:0@node-b": that node only), for any member ("cuda:0@*"), or bare
 // ("cuda:0": the node placing the request). Values are named, not handled:
 // each node has its own handles, and the node asked looks the name up.
@@ -42,14 +43,14 @@ type PlacementRequirement struct {
 
 // PlacementRequest is a request the cluster places on one node: every
 // requirement resident and every reservation admitted there, decided and
-// entered by that node's controller in one step ([System.Admit]).
+// entered by that node's controller in one step ([system.System.Admit]).
 type PlacementRequest struct {
 	// Name names the request (required); the node's decision carries it.
 	Name         string
 	Requirements []PlacementRequirement
 	// Reservations' locations follow the requirements' rules (qualified,
 	// "@*" or bare).
-	Reservations []ReservationSpec
+	Reservations []system.ReservationSpec
 	// StateLimit is the node controller's search limit (0: the default).
 	StateLimit int
 	// Hold keeps the entered scope on the node (a lease on every entered
@@ -105,7 +106,7 @@ type PlacementEviction struct {
 }
 
 // NodeDecision is the node controller's decision, as evidence: the plan's
-// actions in words, its victims and the search work (see [Decision]).
+// actions in words, its victims and the search work (see [system.Decision]).
 type NodeDecision struct {
 	Node                 string
 	ExpectedStateVersion uint64
@@ -142,7 +143,7 @@ type Placement struct {
 // Release exits a held placement on its node: its leases and
 // reservations are released. A placement without Hold, or already
 // released, is a no-op. Errors: the node cannot be reached
-// ([*UnavailableError]; the node releases the placement itself when this
+// ([*system.UnavailableError]; the node releases the placement itself when this
 // node leaves the cluster).
 func (p *Placement) Release(ctx context.Context) error {
 	if !p.hold || p.released.Swap(true) {
@@ -162,8 +163,8 @@ func (p *Placement) Release(ctx context.Context) error {
 // PlacementError is a cluster request that no node admitted: every node
 // asked and its reason (Attempts, in order), and the candidates not asked
 // (the attempt bound or the caller's deadline). errors.As finds each
-// attempt's typed error ([*PlanError], [*BudgetError],
-// [*UnavailableError], …) and errors.Is the caller's context error.
+// attempt's typed error ([*system.PlanError], [*system.BudgetError],
+// [*system.UnavailableError], …) and errors.Is the caller's context error.
 type PlacementError struct {
 	Request    string
 	Candidates []PlacementCandidate
@@ -267,9 +268,9 @@ func (r locRef) on(self, node string) bool {
 // the caller's deadline (at most half the time left while other
 // candidates remain, so one hung node cannot use it all). It returns the
 // placement with its evidence, or a [*PlacementError] listing each node's
-// reason; [*InvalidInputError] for a malformed request (nothing asked).
+// reason; [*system.InvalidInputError] for a malformed request (nothing asked).
 // A node named in a location that is not a member is an attempt that
-// failed with [*UnavailableError] (nothing sent).
+// failed with [*system.UnavailableError] (nothing sent).
 func (n *Node) Place(ctx context.Context, req PlacementRequest) (*Placement, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -658,8 +659,8 @@ type heldTable struct {
 
 type heldEntry struct {
 	owner string
-	scope *Scope
-	lease *Lease
+	scope *system.Scope
+	lease *system.Lease
 }
 
 func (e *heldEntry) release(ctx context.Context) error {
@@ -686,7 +687,7 @@ func (t *heldTable) keep(ctx context.Context, n *Node, id string, e *heldEntry, 
 		return true
 	}
 	t.mu.Unlock()
-	if err := e.release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, ErrClosed) {
+	if err := e.release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, system.ErrClosed) {
 		n.log.Warn().Err(err).Str("id", id).Msg("residency node: releasing what a caller no longer waits for")
 	}
 	return false
@@ -736,7 +737,7 @@ func (t *heldTable) releaseOrphans(ctx context.Context, n *Node, all bool) {
 	}
 	t.mu.Unlock()
 	for _, e := range gone {
-		if err := e.release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, ErrClosed) {
+		if err := e.release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, system.ErrClosed) {
 			n.log.Warn().Err(err).Str("owner", e.owner).Msg("residency node: releasing what a departed node held")
 		}
 	}
@@ -748,14 +749,14 @@ func (n *Node) receivePlacement(ctx actor.Context) bool {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.AdmitPlacement:
 		n.serveHeld(ctx, m.TimeoutMs, func(c context.Context, deadline time.Time) any { return n.admitPlacement(c, m, deadline) },
-			&clusterpb.AdmitPlacementReply{PlacementId: m.PlacementId, Error: toRemote(ErrClosed)})
+			&clusterpb.AdmitPlacementReply{PlacementId: m.PlacementId, Error: toRemote(system.ErrClosed)})
 	case *clusterpb.ReleasePlacement:
 		n.serveHeld(ctx, 0, func(c context.Context, _ time.Time) any {
 			return &clusterpb.ReleasePlacementReply{Error: placementToRemote(n.held.drop(c, n, m.PlacementId))}
 		}, &clusterpb.ReleasePlacementReply{})
 	case *clusterpb.AcquireLease:
 		n.serveHeld(ctx, m.TimeoutMs, func(c context.Context, deadline time.Time) any { return n.acquireLease(c, m, deadline) },
-			&clusterpb.AcquireLeaseReply{LeaseId: m.LeaseId, Error: toRemote(ErrClosed)})
+			&clusterpb.AcquireLeaseReply{LeaseId: m.LeaseId, Error: toRemote(system.ErrClosed)})
 	case *clusterpb.ReleaseLease:
 		n.serveHeld(ctx, 0, func(c context.Context, _ time.Time) any {
 			return &clusterpb.ReleaseLeaseReply{Error: placementToRemote(n.held.drop(c, n, m.LeaseId))}
@@ -797,21 +798,21 @@ func (n *Node) serveHeld(ctx actor.Context, timeoutMs int64, handle func(context
 func (n *Node) admitPlacement(ctx context.Context, m *clusterpb.AdmitPlacement, deadline time.Time) *clusterpb.AdmitPlacementReply {
 	rep := &clusterpb.AdmitPlacementReply{PlacementId: m.PlacementId}
 	fail := func(err error) *clusterpb.AdmitPlacementReply { rep.Error = placementToRemote(err); return rep }
-	req := Request{Name: m.Name}
+	req := system.Request{Name: m.Name}
 	for _, r := range m.Requirements {
 		h, err := n.sys.Lookup(ctx, r.Value)
 		if err != nil {
 			return fail(&budget.UnavailableError{Handle: r.Value, Location: "@" + n.name, Reason: budget.UnavailableSource,
 				Detail: fmt.Sprintf("node %q has no value named %q: %v", n.name, r.Value, err)})
 		}
-		rq := Requirement{Handle: h}
+		rq := system.Requirement{Handle: h}
 		for _, t := range r.Tiers {
 			rq.Tiers = append(rq.Tiers, t.Locations)
 		}
 		req.Requirements = append(req.Requirements, rq)
 	}
 	for _, r := range m.Reservations {
-		req.Reservations = append(req.Reservations, ReservationSpec{Name: r.Name, Location: r.Location, Bytes: r.Bytes})
+		req.Reservations = append(req.Reservations, system.ReservationSpec{Name: r.Name, Location: r.Location, Bytes: r.Bytes})
 	}
 	sc, d, err := n.sys.AdmitWithLimit(ctx, req, int(m.StateLimit))
 	rep.ExpectedStateVersion, rep.ExploredStates, rep.Exhaustive = d.ExpectedStateVersion, int64(d.ExploredStates), d.Exhaustive
@@ -861,15 +862,15 @@ type RemoteLease struct {
 
 // AcquireRemote takes a lease on a resident materialization of a value of
 // node: while it is held, node keeps the materialization charged and
-// never evicts or moves it away (as [System.Acquire] on that node). h is
+// never evicts or moves it away (as [system.System.Acquire] on that node). h is
 // the owner's handle, or just a name (empty Manager). loc is the owner's
 // location, unqualified ("" = the first resident one in preference
 // order). The owner releases the lease on [RemoteLease.Release], when this
-// node leaves the cluster, or when it closes. Errors: [*UnavailableError]
+// node leaves the cluster, or when it closes. Errors: [*system.UnavailableError]
 // when node is not a member or does not answer within RequestTimeout (or
 // ctx's deadline), or has no such value resident; the owner's
-// [*InUseError]/[*UnavailableError] from Acquire.
-func (n *Node) AcquireRemote(ctx context.Context, node string, h Handle, loc string) (*RemoteLease, error) {
+// [*system.InUseError]/[*system.UnavailableError] from Acquire.
+func (n *Node) AcquireRemote(ctx context.Context, node string, h system.Handle, loc string) (*RemoteLease, error) {
 	if h.Name == "" {
 		return nil, &budget.InvalidInputError{Message: "acquire remote: the handle has no name"}
 	}
@@ -894,7 +895,7 @@ func (n *Node) AcquireRemote(ctx context.Context, node string, h Handle, loc str
 }
 
 // Release releases the lease on its node. Releasing twice is a no-op.
-// Errors: the node cannot be reached ([*UnavailableError]).
+// Errors: the node cannot be reached ([*system.UnavailableError]).
 func (l *RemoteLease) Release(ctx context.Context) error {
 	if l.released.Swap(true) {
 		return nil
@@ -916,7 +917,7 @@ func (n *Node) acquireLease(ctx context.Context, m *clusterpb.AcquireLease, dead
 	if m.Handle == nil {
 		return fail(&budget.InvalidInputError{Message: "acquire lease: no handle"})
 	}
-	h := Handle{Manager: m.Handle.ManagerId, ID: m.Handle.Id, Name: m.Handle.Name}
+	h := system.Handle{Manager: m.Handle.ManagerId, ID: m.Handle.Id, Name: m.Handle.Name}
 	loc := m.Location
 	if h.Manager == "" || loc == "" {
 		if h.Manager == "" {
@@ -1017,7 +1018,7 @@ type cachedSummary struct {
 	ns  NodeSummary
 }
 
-func (c *summaryCache) decode(member string, kv *cluster.GossipKeyValue) (NodeSummary, bool) {
+func (c *summaryCache) decode(member string, kv *protocluster.GossipKeyValue) (NodeSummary, bool) {
 	if kv == nil || kv.Value == nil {
 		return NodeSummary{}, false
 	}
@@ -1048,7 +1049,7 @@ func (c *summaryCache) decode(member string, kv *cluster.GossipKeyValue) (NodeSu
 }
 
 // prune forgets members that are no longer in the gossip state.
-func (c *summaryCache) prune(st map[string]*cluster.GossipKeyValue) {
+func (c *summaryCache) prune(st map[string]*protocluster.GossipKeyValue) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for m := range c.m {

@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages/clusterpb"
+	"github.com/residency-go/residency/system"
 )
 
 // Residency is one materialization of a value on one node, as the
@@ -57,7 +58,7 @@ type publisher struct {
 // now, as the refresh loop does at most once per RefreshInterval: it is
 // the way to make a change visible to [Node.WhereIs] and [Node.Summaries]
 // on every member without waiting. Errors: a directory grain that cannot
-// be reached ([*UnavailableError]), ctx's error.
+// be reached ([*system.UnavailableError]), ctx's error.
 func (n *Node) Refresh(ctx context.Context) error { return n.publish(ctx, true) }
 
 // publish sends the directory entries that changed since the last publish
@@ -139,7 +140,7 @@ func signature(u *clusterpb.DirectoryUpdate) string {
 	return b.String()
 }
 
-func (n *Node) summaryOf(snap Snapshot) *clusterpb.NodeSummary {
+func (n *Node) summaryOf(snap system.Snapshot) *clusterpb.NodeSummary {
 	s := &clusterpb.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 	for _, l := range snap.Locations {
 		s.Locations = append(s.Locations, &clusterpb.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
@@ -151,7 +152,7 @@ func (n *Node) summaryOf(snap Snapshot) *clusterpb.NodeSummary {
 // WhereIs asks the directory where the value named value is resident on
 // the nodes that are members now: one request, to the value's directory
 // grain. It reflects what each node last published (see [Node.Refresh]);
-// nil when no node reported the value. Errors: [*UnavailableError] at
+// nil when no node reported the value. Errors: [*system.UnavailableError] at
 // once when the member hosting the grain is gone (its port refuses
 // connections, or it left the member list while the request waited) and
 // the member list names no other member for it yet, or when the grain
@@ -209,7 +210,7 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 // [Node.grainOwner]), asks that member's activator for the grain's PID and
 // sends msg there, watching the member as requests to a node do: a member
 // whose port refuses connections (crashed: kill -9) or that left the
-// member list makes the request an [*UnavailableError] at once, or within
+// member list makes the request an [*system.UnavailableError] at once, or within
 // about livenessInterval while it waits, instead of at the deadline —
 // protoactor's own lookup waits 5 s for a dead member's activator and
 // sends to it until the member list drops it. When the member list then
@@ -221,7 +222,7 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any) (any, error) {
 	t := n.timeout(ctx)
 	deadline := time.Now().Add(t)
-	ci := cluster.NewClusterIdentity(identity, kind)
+	ci := protocluster.NewClusterIdentity(identity, kind)
 	var last error
 	tried := map[string]bool{} // owners found gone
 	for attempt := 0; ; attempt++ {
@@ -269,8 +270,8 @@ func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any)
 // this node's member list: protoactor's partition rule (disthash, the
 // identity lookup the node joins with: rendezvous hashing of the members
 // that host the kind). "" when no member hosts the kind.
-func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
-	r := cluster.NewRendezvous()
+func (n *Node) grainOwner(ci *protocluster.ClusterIdentity) string {
+	r := protocluster.NewRendezvous()
 	r.UpdateMembers(n.cl.MemberList.Members().Members())
 	return r.GetByClusterIdentity(ci)
 }
@@ -279,7 +280,7 @@ func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
 // itself, nor a member probed within livenessInterval), asks
 // its activator for the grain's PID (unless cached) and sends msg there,
 // watching the member while it waits.
-func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
+func (n *Node) grainAsk(ctx context.Context, ci *protocluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
 	if addr != n.csys.Address() && !n.probed.fresh(addr) {
 		if err := n.probe(addr, min(left, dialTimeout)); err != nil {
 			n.probed.set(addr, false)
@@ -294,11 +295,11 @@ func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, 
 	pid, _ := n.cl.PidCache.Get(ci.Identity, ci.Kind)
 	if pid == nil || pid.Address != addr {
 		r, err := n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
-			&cluster.ActivationRequest{ClusterIdentity: ci}, left))
+			&protocluster.ActivationRequest{ClusterIdentity: ci}, left))
 		if err != nil {
 			return nil, err
 		}
-		rep, ok := r.(*cluster.ActivationResponse)
+		rep, ok := r.(*protocluster.ActivationResponse)
 		if !ok || rep.Pid == nil {
 			return nil, fmt.Errorf("member %s (%s) did not activate grain %s/%s (answer %T)", name, addr, ci.Kind, ci.Identity, r)
 		}
@@ -328,7 +329,7 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 		ctx.Respond(&clusterpb.DirectoryAck{})
 	case *clusterpb.WhereIs:
 		live := map[string]bool{}
-		for _, mem := range cluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
+		for _, mem := range protocluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
 			for _, k := range mem.Kinds {
 				if strings.HasPrefix(k, nodeKindPrefix) {
 					live[strings.TrimPrefix(k, nodeKindPrefix)] = true
@@ -378,14 +379,14 @@ func toRemote(err error) *clusterpb.RemoteError {
 	case errors.As(err, &inv):
 		r.Kind = clusterpb.RemoteError_INVALID_INPUT
 		r.Message = inv.Message
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, system.ErrClosed):
 		r.Kind = clusterpb.RemoteError_CLOSED
 	}
 	return r
 }
 
 // fromRemote turns a wire error back into the Go type it was sent as. A
-// closed remote runtime is an [*UnavailableError] here (the local runtime
+// closed remote runtime is an [*system.UnavailableError] here (the local runtime
 // is not closed).
 func fromRemote(r *clusterpb.RemoteError) error {
 	switch r.Kind {

@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type abandoned struct{}
 // awaitReply waits for fut's answer from node (listed at addr). Every
 // livenessInterval it checks that node is still a member at addr and that
 // addr accepts connections: a node that crashed (kill -9: its port is
-// closed at once) or left makes the request an [*UnavailableError] within
+// closed at once) or left makes the request an [*system.UnavailableError] within
 // about one interval, instead of at the request's timeout — protoactor
 // drops a message to an unreachable member silently. A node that accepts
 // connections but does not answer still costs the whole timeout. When ctx
@@ -79,7 +79,7 @@ func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() 
 	}
 }
 
-// reachable reports an [*UnavailableError] when node is no longer a
+// reachable reports an [*system.UnavailableError] when node is no longer a
 // member listed at addr or addr refuses connections.
 func (n *Node) reachable(node, addr string) error {
 	pid, err := n.endpointOf(node)
@@ -99,7 +99,7 @@ func (n *Node) reachable(node, addr string) error {
 	return nil
 }
 
-// grainMemberReachable reports an [*UnavailableError] when no member
+// grainMemberReachable reports an [*system.UnavailableError] when no member
 // hosting kind is listed at addr any more, or addr refuses connections:
 // the member that hosts a grain (see [Node.grainOwner]) crashed or left.
 func (n *Node) grainMemberReachable(kind, identity, addr, name string) error {

@@ -1,18 +1,18 @@
-package system
+package cluster
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/residency-go/residency/messages/clusterpb"
 )
 
-func gossipSummaries(t testing.TB, nodes int) map[string]*cluster.GossipKeyValue {
-	st := map[string]*cluster.GossipKeyValue{}
+func gossipSummaries(t testing.TB, nodes int) map[string]*protocluster.GossipKeyValue {
+	st := map[string]*protocluster.GossipKeyValue{}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
 		s := &clusterpb.NodeSummary{Node: name, Epoch: 1, StateVersion: 7}
@@ -21,7 +21,7 @@ func gossipSummaries(t testing.TB, nodes int) map[string]*cluster.GossipKeyValue
 		}
 		a, err := anypb.New(s)
 		require.NoError(t, err)
-		st["member-"+name] = &cluster.GossipKeyValue{SequenceNumber: 1, Value: a}
+		st["member-"+name] = &protocluster.GossipKeyValue{SequenceNumber: 1, Value: a}
 	}
 	return st
 }
@@ -48,7 +48,7 @@ func TestSummaryCache(t *testing.T) {
 	ns, ok = c.decode("member-node-0001", changed)
 	require.True(t, ok)
 	require.Equal(t, uint64(8), ns.StateVersion)
-	_, ok = c.decode("member-x", &cluster.GossipKeyValue{SequenceNumber: 1})
+	_, ok = c.decode("member-x", &protocluster.GossipKeyValue{SequenceNumber: 1})
 	require.False(t, ok, "no value")
 	delete(st, "member-node-0001")
 	c.prune(st)
