@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 // livenessInterval is how often a request waiting for another node's
@@ -177,4 +178,15 @@ func (c *probeCache) set(addr string, ok bool) {
 		}
 	}
 	c.ok[addr] = now
+}
+
+// probesFirst: the requests before which a node checks that the member's
+// port answers (a crashed member's port is closed: an answer at once
+// instead of a request timeout).
+func probesFirst(msg any) bool {
+	switch msg.(type) {
+	case *clusterpb.OpenStream, *clusterpb.AdmitPlacement, *clusterpb.AcquireLease:
+		return true
+	}
+	return false
 }
