@@ -125,7 +125,7 @@ func (k ErrorKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 //     failed), [*AllocTimeoutError] (an allocation did not finish in
 //     time; matches context.DeadlineExceeded), [*OutstandingError] (Close
 //     released leases, holds or events the application forgot),
-//     [*PlacementError] (no node of a cluster admitted a placement), and
+//     *cluster.PlacementError (package system/cluster) (no node of a cluster admitted a placement), and
 //     the sentinel [ErrClosed];
 //   - the categories for [errors.Is]: [ErrPlan] (plan, search-limit and
 //     stale-state errors), [ErrBusy] (in-use errors, unavailable errors

@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
+	"github.com/residency-go/residency/system"
 )
 
 // Residency is one materialization of a value on one node, as the
@@ -57,7 +58,7 @@ type publisher struct {
 // now, as the refresh loop does at most once per RefreshInterval: it is
 // the way to make a change visible to [Node.WhereIs] and [Node.Summaries]
 // on every member without waiting. Errors: a directory grain that cannot
-// be reached ([*UnavailableError]), ctx's error.
+// be reached ([*system.UnavailableError]), ctx's error.
 func (n *Node) Refresh(ctx context.Context) error { return n.publish(ctx, true) }
 
 // publish sends the directory entries that changed since the last publish
@@ -85,11 +86,11 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 		return err
 	}
 	n.cl.Gossip.SetState(summaryKey, n.summaryOf(snap))
-	cur := map[string]*messages.DirectoryUpdate{}
+	cur := map[string]*clusterpb.DirectoryUpdate{}
 	for _, v := range snap.Values {
-		u := &messages.DirectoryUpdate{Value: v.Handle.Name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+		u := &clusterpb.DirectoryUpdate{Value: v.Handle.Name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 		for _, m := range v.Materializations {
-			u.Residencies = append(u.Residencies, &messages.Residency{Location: m.Location + "@" + n.name, Node: n.name, Bytes: m.ChargedBytes, State: m.State.String()})
+			u.Residencies = append(u.Residencies, &clusterpb.Residency{Location: m.Location + "@" + n.name, Node: n.name, Bytes: m.ChargedBytes, State: m.State.String()})
 		}
 		cur[v.Handle.Name] = u
 	}
@@ -104,7 +105,7 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 	for name := range names {
 		u := cur[name]
 		if u == nil {
-			u = &messages.DirectoryUpdate{Value: name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+			u = &clusterpb.DirectoryUpdate{Value: name, Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 		}
 		sig := signature(u)
 		if !all && n.pub.sent[name] == sig {
@@ -131,7 +132,7 @@ func (n *Node) publish(ctx context.Context, force bool) error {
 	return nil
 }
 
-func signature(u *messages.DirectoryUpdate) string {
+func signature(u *clusterpb.DirectoryUpdate) string {
 	var b strings.Builder
 	for _, r := range u.Residencies {
 		fmt.Fprintf(&b, "%s/%d/%s;", r.Location, r.Bytes, r.State)
@@ -139,10 +140,10 @@ func signature(u *messages.DirectoryUpdate) string {
 	return b.String()
 }
 
-func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
-	s := &messages.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
+func (n *Node) summaryOf(snap system.Snapshot) *clusterpb.NodeSummary {
+	s := &clusterpb.NodeSummary{Node: n.name, Epoch: n.epoch, StateVersion: snap.StateVersion}
 	for _, l := range snap.Locations {
-		s.Locations = append(s.Locations, &messages.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
+		s.Locations = append(s.Locations, &clusterpb.LocationSummary{Location: l.Location + "@" + n.name, HasBudget: l.HasBudget,
 			BudgetBytes: l.BudgetBytes, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes})
 	}
 	return s
@@ -151,7 +152,7 @@ func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
 // WhereIs asks the directory where the value named value is resident on
 // the nodes that are members now: one request, to the value's directory
 // grain. It reflects what each node last published (see [Node.Refresh]);
-// nil when no node reported the value. Errors: [*UnavailableError] at
+// nil when no node reported the value. Errors: [*system.UnavailableError] at
 // once when the member hosting the grain is gone (its port refuses
 // connections, or it left the member list while the request waited) and
 // the member list names no other member for it yet, or when the grain
@@ -159,11 +160,11 @@ func (n *Node) summaryOf(snap Snapshot) *messages.NodeSummary {
 // accepts connections but does not answer); ctx's error when it is
 // cancelled.
 func (n *Node) WhereIs(ctx context.Context, value string) ([]Residency, error) {
-	r, err := n.grainRequest(ctx, value, directoryKind, &messages.WhereIs{Value: value})
+	r, err := n.grainRequest(ctx, value, directoryKind, &clusterpb.WhereIs{Value: value})
 	if err != nil {
 		return nil, err
 	}
-	rep, ok := r.(*messages.WhereIsReply)
+	rep, ok := r.(*clusterpb.WhereIsReply)
 	if !ok {
 		return nil, fmt.Errorf("residency: directory answered WhereIs with %T", r)
 	}
@@ -209,7 +210,7 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 // [Node.grainOwner]), asks that member's activator for the grain's PID and
 // sends msg there, watching the member as requests to a node do: a member
 // whose port refuses connections (crashed: kill -9) or that left the
-// member list makes the request an [*UnavailableError] at once, or within
+// member list makes the request an [*system.UnavailableError] at once, or within
 // about livenessInterval while it waits, instead of at the deadline —
 // protoactor's own lookup waits 5 s for a dead member's activator and
 // sends to it until the member list drops it. When the member list then
@@ -221,7 +222,7 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any) (any, error) {
 	t := n.timeout(ctx)
 	deadline := time.Now().Add(t)
-	ci := cluster.NewClusterIdentity(identity, kind)
+	ci := protocluster.NewClusterIdentity(identity, kind)
 	var last error
 	tried := map[string]bool{} // owners found gone
 	for attempt := 0; ; attempt++ {
@@ -269,8 +270,8 @@ func (n *Node) grainRequest(ctx context.Context, identity, kind string, msg any)
 // this node's member list: protoactor's partition rule (disthash, the
 // identity lookup the node joins with: rendezvous hashing of the members
 // that host the kind). "" when no member hosts the kind.
-func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
-	r := cluster.NewRendezvous()
+func (n *Node) grainOwner(ci *protocluster.ClusterIdentity) string {
+	r := protocluster.NewRendezvous()
 	r.UpdateMembers(n.cl.MemberList.Members().Members())
 	return r.GetByClusterIdentity(ci)
 }
@@ -279,7 +280,7 @@ func (n *Node) grainOwner(ci *cluster.ClusterIdentity) string {
 // itself, nor a member probed within livenessInterval), asks
 // its activator for the grain's PID (unless cached) and sends msg there,
 // watching the member while it waits.
-func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
+func (n *Node) grainAsk(ctx context.Context, ci *protocluster.ClusterIdentity, addr, name string, msg any, left time.Duration) (any, error) {
 	if addr != n.csys.Address() && !n.probed.fresh(addr) {
 		if err := n.probe(addr, min(left, dialTimeout)); err != nil {
 			n.probed.set(addr, false)
@@ -294,11 +295,11 @@ func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, 
 	pid, _ := n.cl.PidCache.Get(ci.Identity, ci.Kind)
 	if pid == nil || pid.Address != addr {
 		r, err := n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
-			&cluster.ActivationRequest{ClusterIdentity: ci}, left))
+			&protocluster.ActivationRequest{ClusterIdentity: ci}, left))
 		if err != nil {
 			return nil, err
 		}
-		rep, ok := r.(*cluster.ActivationResponse)
+		rep, ok := r.(*protocluster.ActivationResponse)
 		if !ok || rep.Pid == nil {
 			return nil, fmt.Errorf("member %s (%s) did not activate grain %s/%s (answer %T)", name, addr, ci.Kind, ci.Identity, r)
 		}
@@ -311,12 +312,12 @@ func (n *Node) grainAsk(ctx context.Context, ci *cluster.ClusterIdentity, addr, 
 // directoryGrain is the directory entry of one value name: per node, the
 // newest update (by epoch, then state version) that node sent.
 type directoryGrain struct {
-	entries map[string]*messages.DirectoryUpdate
+	entries map[string]*clusterpb.DirectoryUpdate
 }
 
 func (g *directoryGrain) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.DirectoryUpdate:
+	case *clusterpb.DirectoryUpdate:
 		old := g.entries[m.Node]
 		if old == nil || m.Epoch > old.Epoch || (m.Epoch == old.Epoch && m.StateVersion >= old.StateVersion) {
 			if len(m.Residencies) == 0 {
@@ -325,17 +326,17 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 				g.entries[m.Node] = m
 			}
 		}
-		ctx.Respond(&messages.DirectoryAck{})
-	case *messages.WhereIs:
+		ctx.Respond(&clusterpb.DirectoryAck{})
+	case *clusterpb.WhereIs:
 		live := map[string]bool{}
-		for _, mem := range cluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
+		for _, mem := range protocluster.GetCluster(ctx.ActorSystem()).MemberList.Members().Members() {
 			for _, k := range mem.Kinds {
 				if strings.HasPrefix(k, nodeKindPrefix) {
 					live[strings.TrimPrefix(k, nodeKindPrefix)] = true
 				}
 			}
 		}
-		rep := &messages.WhereIsReply{Value: m.Value}
+		rep := &clusterpb.WhereIsReply{Value: m.Value}
 		nodes := make([]string, 0, len(g.entries))
 		for node := range g.entries {
 			if live[node] {
@@ -348,57 +349,4 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(rep)
 	}
-}
-
-// ---- typed errors across nodes -------------------------------------------
-
-// toRemote turns an error into its wire form.
-func toRemote(err error) *messages.RemoteError {
-	if err == nil {
-		return nil
-	}
-	r := &messages.RemoteError{Message: err.Error()}
-	var (
-		inv *budget.InvalidInputError
-		un  *budget.UnavailableError
-		be  *budget.BudgetError
-		iu  *budget.InUseError
-	)
-	switch {
-	case errors.As(err, &be):
-		r.Kind = messages.RemoteError_BUDGET
-		r.Location, r.HasBudget, r.BudgetBytes, r.UsedBytes, r.ReservedBytes, r.RequestedBytes = be.Location, true, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes
-	case errors.As(err, &iu):
-		r.Kind = messages.RemoteError_IN_USE
-		r.Handle, r.Location = iu.Handle, iu.Location
-		r.UseCount, r.HoldCount, r.PendingEventCount = int32(iu.UseCount), int32(iu.HoldCount), int32(iu.PendingEventCount)
-	case errors.As(err, &un):
-		r.Kind = messages.RemoteError_UNAVAILABLE
-		r.Handle, r.Location, r.Detail, r.Reason = un.Handle, un.Location, un.Detail, int32(un.Reason)
-	case errors.As(err, &inv):
-		r.Kind = messages.RemoteError_INVALID_INPUT
-		r.Message = inv.Message
-	case errors.Is(err, ErrClosed):
-		r.Kind = messages.RemoteError_CLOSED
-	}
-	return r
-}
-
-// fromRemote turns a wire error back into the Go type it was sent as. A
-// closed remote runtime is an [*UnavailableError] here (the local runtime
-// is not closed).
-func fromRemote(r *messages.RemoteError) error {
-	switch r.Kind {
-	case messages.RemoteError_BUDGET:
-		return &budget.BudgetError{Location: r.Location, BudgetBytes: r.BudgetBytes, UsedBytes: r.UsedBytes, ReservedBytes: r.ReservedBytes, RequestedBytes: r.RequestedBytes}
-	case messages.RemoteError_IN_USE:
-		return &budget.InUseError{Handle: r.Handle, Location: r.Location, UseCount: int(r.UseCount), HoldCount: int(r.HoldCount), PendingEventCount: int(r.PendingEventCount)}
-	case messages.RemoteError_UNAVAILABLE:
-		return &budget.UnavailableError{Handle: r.Handle, Location: r.Location, Detail: r.Detail, Reason: budget.UnavailableReason(r.Reason)}
-	case messages.RemoteError_INVALID_INPUT:
-		return &budget.InvalidInputError{Message: r.Message}
-	case messages.RemoteError_CLOSED:
-		return &budget.UnavailableError{Reason: budget.UnavailableSource, Detail: "the remote runtime is closed: " + r.Message}
-	}
-	return errors.New(r.Message)
 }

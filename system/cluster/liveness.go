@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
 // livenessInterval is how often a request waiting for another node's
@@ -24,7 +25,7 @@ type abandoned struct{}
 // awaitReply waits for fut's answer from node (listed at addr). Every
 // livenessInterval it checks that node is still a member at addr and that
 // addr accepts connections: a node that crashed (kill -9: its port is
-// closed at once) or left makes the request an [*UnavailableError] within
+// closed at once) or left makes the request an [*system.UnavailableError] within
 // about one interval, instead of at the request's timeout — protoactor
 // drops a message to an unreachable member silently. A node that accepts
 // connections but does not answer still costs the whole timeout. When ctx
@@ -79,7 +80,7 @@ func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() 
 	}
 }
 
-// reachable reports an [*UnavailableError] when node is no longer a
+// reachable reports an [*system.UnavailableError] when node is no longer a
 // member listed at addr or addr refuses connections.
 func (n *Node) reachable(node, addr string) error {
 	pid, err := n.endpointOf(node)
@@ -99,7 +100,7 @@ func (n *Node) reachable(node, addr string) error {
 	return nil
 }
 
-// grainMemberReachable reports an [*UnavailableError] when no member
+// grainMemberReachable reports an [*system.UnavailableError] when no member
 // hosting kind is listed at addr any more, or addr refuses connections:
 // the member that hosts a grain (see [Node.grainOwner]) crashed or left.
 func (n *Node) grainMemberReachable(kind, identity, addr, name string) error {
@@ -177,4 +178,15 @@ func (c *probeCache) set(addr string, ok bool) {
 		}
 	}
 	c.ok[addr] = now
+}
+
+// probesFirst: the requests before which a node checks that the member's
+// port answers (a crashed member's port is closed: an answer at once
+// instead of a request timeout).
+func probesFirst(msg any) bool {
+	switch msg.(type) {
+	case *clusterpb.OpenStream, *clusterpb.AdmitPlacement, *clusterpb.AcquireLease:
+		return true
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package system
+package providers
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestEtcdProviderUnreachable(t *testing.T) {
 	addr := closedPort(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := EtcdProvider(EtcdOptions{Endpoints: []string{addr}, DialTimeout: 500 * time.Millisecond})
+		_, err := Etcd(EtcdOptions{Endpoints: []string{addr}, DialTimeout: 500 * time.Millisecond})
 		done <- err
 	}()
 	var err error
@@ -44,7 +44,7 @@ func TestEtcdProviderUnreachable(t *testing.T) {
 	require.Contains(t, err.Error(), "cannot reach etcd")
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 
-	_, err = EtcdProvider(EtcdOptions{})
+	_, err = Etcd(EtcdOptions{})
 	require.ErrorContains(t, err, "no endpoints")
 }
 
@@ -52,13 +52,13 @@ func TestEtcdProviderUnreachable(t *testing.T) {
 // port, port 0 (the peers must know it), no host, malformed peers.
 func TestAutomanagedProviderRefusals(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1", "127.0.0.1:0", ":6330", "127.0.0.1:x", "127.0.0.1:70000"} {
-		_, err := AutomanagedProvider(AutomanagedOptions{Addr: addr})
+		_, err := Automanaged(AutomanagedOptions{Addr: addr})
 		require.Error(t, err, addr)
 		require.Contains(t, err.Error(), strconv.Quote(addr))
 	}
-	_, err := AutomanagedProvider(AutomanagedOptions{Addr: "127.0.0.1:6331", Peers: []string{"nohostport"}})
+	_, err := Automanaged(AutomanagedOptions{Addr: "127.0.0.1:6331", Peers: []string{"nohostport"}})
 	require.ErrorContains(t, err, `peer "nohostport"`)
-	p, err := AutomanagedProvider(AutomanagedOptions{Peers: []string{"127.0.0.1:6331"}})
+	p, err := Automanaged(AutomanagedOptions{Peers: []string{"127.0.0.1:6331"}})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:6330", p.(*automanagedProvider).addr, "loopback by default")
 }

@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -17,14 +17,15 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
+	"github.com/residency-go/residency/system"
 )
 
 // Names a node announces in the cluster.
@@ -55,7 +56,7 @@ type NodeOptions struct {
 	// Provider finds the other members: protoactor's in-memory test
 	// provider (several nodes in one process), automanaged or etcd.
 	// Required.
-	Provider cluster.ClusterProvider
+	Provider protocluster.ClusterProvider
 	// Addr is the host:port the node listens on for other members
 	// (default "127.0.0.1:0": loopback, a free port).
 	Addr string
@@ -71,7 +72,7 @@ type NodeOptions struct {
 	// Options configures the node's own runtime: its Locations are this
 	// node's memory, unqualified or qualified with Name (`cuda:0@Name`); a
 	// location qualified with another node is refused.
-	Options
+	system.Options
 	// RequestTimeout bounds one request to another node when the caller's
 	// context has no earlier deadline (default 10s).
 	RequestTimeout time.Duration
@@ -92,15 +93,15 @@ type NodeOptions struct {
 	BeforeChunk func(source string, offset, total int64)
 }
 
-// Node is a runtime that is a member of a cluster: its own [System] (own
+// Node is a runtime that is a member of a cluster: its own [system.System] (own
 // ledger, manager id and state version) plus an endpoint that every other
 // member reaches through protoactor's cluster. All methods are safe for
 // concurrent use. Close it with [Node.Close].
 type Node struct {
 	name    string
-	sys     *System
+	sys     *system.System
 	csys    *actor.ActorSystem
-	cl      *cluster.Cluster
+	cl      *protocluster.Cluster
 	epoch   uint64
 	log     zerolog.Logger
 	opts    NodeOptions
@@ -120,14 +121,14 @@ type Node struct {
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the
-// node's own runtime (as [Start] would, with the node's locations
+// node's own runtime (as [system.Start] would, with the node's locations
 // unqualified), then joins the cluster through opts.Provider, listening on
 // opts.Addr. It returns once this node is a member (protoactor's
 // StartMember takes about a second); other members appear in
 // [Node.Members] as the provider reports them ([Node.WaitMembers] waits).
-// Errors: [*InvalidInputError] for a missing or malformed name, a missing
+// Errors: [*system.InvalidInputError] for a missing or malformed name, a missing
 // provider, a non-loopback-free address that cannot be listened on, a
-// location qualified with another node, and whatever [Start] refuses.
+// location qualified with another node, and whatever [system.Start] refuses.
 func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 		_, _ = rand.Read(b[:])
 		rt.ManagerID = "rm-" + opts.Name + "-" + hex.EncodeToString(b[:])
 	}
-	sys, err := Start(ctx, rt)
+	sys, err := system.Start(ctx, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +190,7 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 		name:  opts.Name,
 		sys:   sys,
 		epoch: uint64(time.Now().UnixNano()),
-		log:   sys.log.With().Str("node", opts.Name).Logger(),
+		log:   runtimeLogger(rt).With().Str("node", opts.Name).Logger(),
 		opts:  opts,
 		stop:  make(chan struct{}),
 	}
@@ -209,11 +210,20 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	return n, nil
 }
 
+// runtimeLogger is the logger the node's runtime logs to (as [system.Start]
+// picks it): the node logs there too, with its name.
+func runtimeLogger(rt system.Options) zerolog.Logger {
+	if rt.Logger != nil {
+		return *rt.Logger
+	}
+	return zerolog.Nop()
+}
+
 // localLocations turns a node's configured locations into its runtime's:
 // qualified with the node's own name → unqualified; with another node →
 // refused.
-func localLocations(node string, in []LocationConfig) ([]LocationConfig, error) {
-	out := make([]LocationConfig, len(in))
+func localLocations(node string, in []system.LocationConfig) ([]system.LocationConfig, error) {
+	out := make([]system.LocationConfig, len(in))
 	for i, l := range in {
 		out[i] = l
 		ln, err := budget.ParseLocation(l.Name)
@@ -236,13 +246,13 @@ func localLocations(node string, in []LocationConfig) ([]LocationConfig, error) 
 func (n *Node) join(host string, port int) (err error) {
 	logger := n.log.With().Str("component", "protoactor-cluster").Logger()
 	n.csys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		if n.sys.log.GetLevel() == zerolog.Disabled {
+		if n.log.GetLevel() == zerolog.Disabled {
 			return slog.New(slog.NewTextHandler(io.Discard, nil))
 		}
 		return slog.New(cleanStopHandler{zerolog.NewSlogHandler(logger)})
 	}))
 	endpoint := actor.PropsFromFunc(n.receiveEndpoint)
-	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*messages.DirectoryUpdate{}} })
+	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*clusterpb.DirectoryUpdate{}} })
 	// Dial other members blocking, with a bound, and try once: protoactor's
 	// endpoint writer otherwise leaves a gRPC connection reconnecting
 	// forever behind each failed attempt to reach a dead member.
@@ -257,13 +267,13 @@ func (n *Node) join(host string, port int) (err error) {
 		grpc.FailOnNonTempDialError(true),
 	), remote.WithServerOptions(serverOpts...))
 	rcfg.MaxRetryCount = 1
-	cfg := cluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
+	cfg := protocluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
-		cluster.WithKinds(
-			cluster.NewKind(nodeKindPrefix+n.name, endpoint),
-			cluster.NewKind(directoryKind, directory),
+		protocluster.WithKinds(
+			protocluster.NewKind(nodeKindPrefix+n.name, endpoint),
+			protocluster.NewKind(directoryKind, directory),
 		))
-	n.cl = cluster.New(n.csys, cfg)
+	n.cl = protocluster.New(n.csys, cfg)
 	defer func() {
 		if r := recover(); r != nil {
 			// StartMember panics when it cannot listen or the provider
@@ -281,7 +291,7 @@ func (n *Node) join(host string, port int) (err error) {
 	}
 	n.cl.StartMember()
 	n.csys.EventStream.Subscribe(func(evt any) {
-		if _, ok := evt.(*cluster.ClusterTopology); ok {
+		if _, ok := evt.(*protocluster.ClusterTopology); ok {
 			n.pub.forceAll.Store(true)
 		}
 	})
@@ -293,7 +303,7 @@ func (n *Node) Name() string { return n.name }
 
 // System returns the node's own runtime: register, place and read values
 // on this node's locations with it (unqualified names).
-func (n *Node) System() *System { return n.sys }
+func (n *Node) System() *system.System { return n.sys }
 
 // Address returns the host:port other members reach this node at.
 func (n *Node) Address() string { return n.csys.Address() }
@@ -340,7 +350,7 @@ func (n *Node) WaitMembers(ctx context.Context, names ...string) error {
 }
 
 // endpointOf returns the PID of node's endpoint, or an
-// [*UnavailableError] when no member runs that node.
+// [*system.UnavailableError] when no member runs that node.
 func (n *Node) endpointOf(node string) (*actor.PID, error) {
 	kind := nodeKindPrefix + node
 	for _, m := range n.cl.MemberList.Members().Members() {
@@ -369,7 +379,7 @@ func (n *Node) timeout(ctx context.Context) time.Duration {
 
 // request sends msg to node's endpoint and waits for the reply, at most
 // until ctx's deadline or RequestTimeout. A node that is not a member,
-// does not answer in time or is gone is an [*UnavailableError].
+// does not answer in time or is gone is an [*system.UnavailableError].
 func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -429,7 +439,7 @@ func (n *Node) loop() {
 // Close leaves the cluster and closes the node's runtime: requests in
 // flight finish, streams this node serves are closed (their protections
 // released), the node leaves the member list (protoactor's graceful
-// shutdown: about 2 s), then the runtime closes as [System.Close] does and
+// shutdown: about 2 s), then the runtime closes as [system.System.Close] does and
 // its error is returned. Idempotent.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeMu.Lock()

@@ -1,4 +1,4 @@
-package messages
+package clusterpb
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func sizingSummary(node int) *NodeSummary {
 // in the Any that gossip carries) and the time to decode 1,000 of them,
 // what Node.Summaries does per placement in a 1,000-node cluster.
 //
-//	go test ./messages -run '^$' -bench NodeSummarySizing -benchmem
+//	go test ./messages/clusterpb -run '^$' -bench NodeSummarySizing -benchmem
 func BenchmarkNodeSummarySizing(b *testing.B) {
 	const nodes = 1000
 	wire := make([]*anypb.Any, nodes)

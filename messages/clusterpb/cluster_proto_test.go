@@ -1,4 +1,4 @@
-package messages
+package clusterpb
 
 import (
 	"crypto/sha256"
@@ -25,16 +25,16 @@ func fileSHA256(t *testing.T, path string) string {
 // without running make proto fails here.
 func TestClusterProtoUpToDate(t *testing.T) {
 	require.Equal(t, clusterProtoSHA256, fileSHA256(t, "cluster.proto"),
-		"messages/cluster.proto changed since make proto: run make proto and commit cluster.pb.go and cluster_proto_stamp.go")
+		"messages/clusterpb/cluster.proto changed since make proto: run make proto and commit cluster.pb.go and cluster_proto_stamp.go")
 	require.Equal(t, clusterPBSHA256, fileSHA256(t, "cluster.pb.go"),
-		"messages/cluster.pb.go is not what make proto generated: run make proto")
+		"messages/clusterpb/cluster.pb.go is not what make proto generated: run make proto")
 	// The generator is the version of google.golang.org/protobuf that
 	// go.mod requires (the runtime the generated code runs on).
 	pb, err := os.ReadFile("cluster.pb.go")
 	require.NoError(t, err)
 	gen := regexp.MustCompile(`(?m)^// \tprotoc-gen-go (v\S+)$`).FindSubmatch(pb)
 	require.NotNil(t, gen, "no protoc-gen-go version in cluster.pb.go")
-	mod, err := os.ReadFile("../go.mod")
+	mod, err := os.ReadFile("../../go.mod")
 	require.NoError(t, err)
 	req := regexp.MustCompile(`(?m)^\s*google\.golang\.org/protobuf (v\S+)`).FindSubmatch(mod)
 	require.NotNil(t, req, "go.mod does not require google.golang.org/protobuf")

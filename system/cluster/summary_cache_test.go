@@ -1,27 +1,27 @@
-package system
+package cluster
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 )
 
-func gossipSummaries(t testing.TB, nodes int) map[string]*cluster.GossipKeyValue {
-	st := map[string]*cluster.GossipKeyValue{}
+func gossipSummaries(t testing.TB, nodes int) map[string]*protocluster.GossipKeyValue {
+	st := map[string]*protocluster.GossipKeyValue{}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
-		s := &messages.NodeSummary{Node: name, Epoch: 1, StateVersion: 7}
+		s := &clusterpb.NodeSummary{Node: name, Epoch: 1, StateVersion: 7}
 		for d := range 10 {
-			s.Locations = append(s.Locations, &messages.LocationSummary{Location: fmt.Sprintf("cuda:%d@%s", d, name), HasBudget: true, BudgetBytes: 80 << 30, UsedBytes: 60 << 30})
+			s.Locations = append(s.Locations, &clusterpb.LocationSummary{Location: fmt.Sprintf("cuda:%d@%s", d, name), HasBudget: true, BudgetBytes: 80 << 30, UsedBytes: 60 << 30})
 		}
 		a, err := anypb.New(s)
 		require.NoError(t, err)
-		st["member-"+name] = &cluster.GossipKeyValue{SequenceNumber: 1, Value: a}
+		st["member-"+name] = &protocluster.GossipKeyValue{SequenceNumber: 1, Value: a}
 	}
 	return st
 }
@@ -41,14 +41,14 @@ func TestSummaryCache(t *testing.T) {
 	require.Equal(t, int64(60<<30), again.Locations[0].UsedBytes)
 	// A new sequence number is decoded again.
 	changed := gossipSummaries(t, 3)["member-node-0002"]
-	s := &messages.NodeSummary{Node: "node-0001", StateVersion: 8}
+	s := &clusterpb.NodeSummary{Node: "node-0001", StateVersion: 8}
 	a, err := anypb.New(s)
 	require.NoError(t, err)
 	changed.Value, changed.SequenceNumber = a, 2
 	ns, ok = c.decode("member-node-0001", changed)
 	require.True(t, ok)
 	require.Equal(t, uint64(8), ns.StateVersion)
-	_, ok = c.decode("member-x", &cluster.GossipKeyValue{SequenceNumber: 1})
+	_, ok = c.decode("member-x", &protocluster.GossipKeyValue{SequenceNumber: 1})
 	require.False(t, ok, "no value")
 	delete(st, "member-node-0001")
 	c.prune(st)

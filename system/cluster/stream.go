@@ -1,4 +1,4 @@
-package system
+package cluster
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
+	"github.com/residency-go/residency/system"
 )
 
 // RemoteSource names a value on another node that a value of this node
@@ -20,7 +21,7 @@ type RemoteSource struct {
 	Node string
 	// Handle is the value's handle on the owning node. With an empty
 	// Manager, the owner looks the value up by Handle.Name.
-	Handle Handle
+	Handle system.Handle
 	// Location is the owner's location to read from ("" = the first
 	// resident materialization in preference order).
 	Location string
@@ -37,21 +38,21 @@ type RemoteSource struct {
 // one; both end when the stream closes, whether it completed or failed.
 //
 // Registration asks nothing of the owner; a later Place that reconstructs
-// the value fails with a [*PlanExecutionError] whose cause is an
-// [*UnavailableError] when the owner is not a member, does not answer
+// the value fails with a [*system.PlanExecutionError] whose cause is an
+// [*system.UnavailableError] when the owner is not a member, does not answer
 // within the request timeout (or the caller's deadline, whichever is
-// earlier), or no longer has the value; with a [*BudgetError] when the
-// owner cannot charge the stream buffer; with an [*InvalidInputError] when
+// earlier), or no longer has the value; with a [*system.BudgetError] when the
+// owner cannot charge the stream buffer; with an [*system.InvalidInputError] when
 // the owner's value has another size.
-func (n *Node) RegisterRemote(ctx context.Context, v Value, src RemoteSource) (Handle, error) {
+func (n *Node) RegisterRemote(ctx context.Context, v system.Value, src RemoteSource) (system.Handle, error) {
 	if v.Loader != nil {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source brings its own loader", v.Name)}
+		return system.Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source brings its own loader", v.Name)}
 	}
 	if v.Source == "" {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source needs a local Source location for the temporary buffer", v.Name)}
+		return system.Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source needs a local Source location for the temporary buffer", v.Name)}
 	}
 	if src.Node == "" || src.Handle.Name == "" {
-		return Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source needs a node and a handle (or at least a value name)", v.Name)}
+		return system.Handle{}, &budget.InvalidInputError{Message: fmt.Sprintf("value %q: a remote source needs a node and a handle (or at least a value name)", v.Name)}
 	}
 	v.Loader = n.remoteLoader(src)
 	return n.sys.Register(ctx, v)
@@ -59,17 +60,17 @@ func (n *Node) RegisterRemote(ctx context.Context, v Value, src RemoteSource) (H
 
 // remoteLoader streams src into dst: open (the owner leases the value),
 // read chunks, close (always).
-func (n *Node) remoteLoader(src RemoteSource) Loader {
+func (n *Node) remoteLoader(src RemoteSource) system.Loader {
 	return func(ctx context.Context, dst []byte) error {
 		total := int64(len(dst))
-		r, err := n.request(ctx, src.Node, &messages.OpenStream{
-			Handle:   &messages.HandleRef{ManagerId: src.Handle.Manager, Id: src.Handle.ID, Name: src.Handle.Name},
+		r, err := n.request(ctx, src.Node, &clusterpb.OpenStream{
+			Handle:   &clusterpb.HandleRef{ManagerId: src.Handle.Manager, Id: src.Handle.ID, Name: src.Handle.Name},
 			Location: src.Location, Bytes: total, Reader: n.name,
 		})
 		if err != nil {
 			return err
 		}
-		open, ok := r.(*messages.OpenStreamReply)
+		open, ok := r.(*clusterpb.OpenStreamReply)
 		if !ok {
 			return fmt.Errorf("residency: node %q answered OpenStream with %T", src.Node, r)
 		}
@@ -79,18 +80,18 @@ func (n *Node) remoteLoader(src RemoteSource) Loader {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
 			defer cancel()
-			_, _ = n.request(cctx, src.Node, &messages.CloseStream{StreamId: open.StreamId})
+			_, _ = n.request(cctx, src.Node, &clusterpb.CloseStream{StreamId: open.StreamId})
 		}()
 		var off int64
 		for off < total {
 			if n.opts.BeforeChunk != nil {
 				n.opts.BeforeChunk(src.Node, off, total)
 			}
-			r, err := n.request(ctx, src.Node, &messages.ReadChunk{StreamId: open.StreamId, Offset: off, MaxBytes: int32(n.opts.ChunkBytes)})
+			r, err := n.request(ctx, src.Node, &clusterpb.ReadChunk{StreamId: open.StreamId, Offset: off, MaxBytes: int32(n.opts.ChunkBytes)})
 			if err != nil {
 				return err
 			}
-			c, ok := r.(*messages.Chunk)
+			c, ok := r.(*clusterpb.Chunk)
 			if !ok {
 				return fmt.Errorf("residency: node %q answered ReadChunk with %T", src.Node, r)
 			}
@@ -114,7 +115,7 @@ func (n *Node) remoteLoader(src RemoteSource) Loader {
 type serveStream struct {
 	id          uint64
 	reader      string
-	lease       *Lease
+	lease       *system.Lease
 	reservation string // "" when the owner has no pageable-host
 	data        []byte
 	last        time.Time
@@ -131,14 +132,14 @@ type streamTable struct {
 // answer the sender from there; chunk reads answer at once.
 func (n *Node) receiveEndpoint(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.OpenStream:
+	case *clusterpb.OpenStream:
 		n.async(ctx, func(c context.Context) any { return n.openStream(c, m) })
-	case *messages.ReadChunk:
+	case *clusterpb.ReadChunk:
 		ctx.Respond(n.readChunk(m))
-	case *messages.CloseStream:
+	case *clusterpb.CloseStream:
 		n.async(ctx, func(c context.Context) any {
 			n.streams.close(c, n, m.StreamId)
-			return &messages.CloseStreamReply{}
+			return &clusterpb.CloseStreamReply{}
 		})
 	default:
 		n.receivePlacement(ctx)
@@ -151,7 +152,7 @@ func (n *Node) async(ctx actor.Context, handle func(context.Context) any) {
 	sender := ctx.Sender()
 	if n.closed.Load() {
 		if sender != nil {
-			ctx.Respond(&messages.OpenStreamReply{Error: toRemote(ErrClosed)})
+			ctx.Respond(&clusterpb.OpenStreamReply{Error: toRemote(system.ErrClosed)})
 		}
 		return
 	}
@@ -169,12 +170,12 @@ func (n *Node) async(ctx actor.Context, handle func(context.Context) any) {
 
 // openStream leases the value's materialization, charges the stream
 // buffer and reads the bytes.
-func (n *Node) openStream(ctx context.Context, m *messages.OpenStream) *messages.OpenStreamReply {
-	fail := func(err error) *messages.OpenStreamReply { return &messages.OpenStreamReply{Error: toRemote(err)} }
+func (n *Node) openStream(ctx context.Context, m *clusterpb.OpenStream) *clusterpb.OpenStreamReply {
+	fail := func(err error) *clusterpb.OpenStreamReply { return &clusterpb.OpenStreamReply{Error: toRemote(err)} }
 	if m.Handle == nil {
 		return fail(&budget.InvalidInputError{Message: "open stream: no handle"})
 	}
-	h := Handle{Manager: m.Handle.ManagerId, ID: m.Handle.Id, Name: m.Handle.Name}
+	h := system.Handle{Manager: m.Handle.ManagerId, ID: m.Handle.Id, Name: m.Handle.Name}
 	if h.Manager == "" {
 		var err error
 		if h, err = n.sys.Lookup(ctx, m.Handle.Name); err != nil {
@@ -220,16 +221,16 @@ func (n *Node) openStream(ctx context.Context, m *messages.OpenStream) *messages
 	if n.closed.Load() {
 		n.streams.mu.Unlock()
 		n.releaseStream(ctx, st)
-		return fail(ErrClosed)
+		return fail(system.ErrClosed)
 	}
 	n.streams.m[st.id] = st
 	n.streams.mu.Unlock()
-	return &messages.OpenStreamReply{StreamId: st.id, Bytes: bytes, Location: loc}
+	return &clusterpb.OpenStreamReply{StreamId: st.id, Bytes: bytes, Location: loc}
 }
 
 // sourceOf picks the materialization a stream reads: loc if given, else
 // the first resident one in preference order.
-func sourceOf(snap Snapshot, h Handle, loc, node string) (string, int64, error) {
+func sourceOf(snap system.Snapshot, h system.Handle, loc, node string) (string, int64, error) {
 	for _, v := range snap.Values {
 		if v.Handle != h {
 			continue
@@ -279,7 +280,7 @@ func preferenceRank(loc string) int {
 	}
 }
 
-func (n *Node) readChunk(m *messages.ReadChunk) *messages.Chunk {
+func (n *Node) readChunk(m *clusterpb.ReadChunk) *clusterpb.Chunk {
 	n.streams.mu.Lock()
 	st := n.streams.m[m.StreamId]
 	if st != nil {
@@ -287,23 +288,23 @@ func (n *Node) readChunk(m *messages.ReadChunk) *messages.Chunk {
 	}
 	n.streams.mu.Unlock()
 	if st == nil {
-		return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
+		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
 			Detail: fmt.Sprintf("node %q has no open stream %d (closed, or idle too long)", n.name, m.StreamId)})}
 	}
 	total := int64(len(st.data))
 	if m.Offset < 0 || m.Offset >= total || m.MaxBytes <= 0 {
-		return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})}
+		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})}
 	}
 	end := m.Offset + int64(m.MaxBytes)
 	if end > total {
 		end = total
 	}
-	return &messages.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: st.data[m.Offset:end], Last: end == total}
+	return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: st.data[m.Offset:end], Last: end == total}
 }
 
 func (n *Node) unreserve(ctx context.Context, st *serveStream) {
 	if st.reservation != "" {
-		if err := n.sys.Unreserve(context.WithoutCancel(ctx), st.reservation); err != nil && !errors.Is(err, ErrClosed) {
+		if err := n.sys.Unreserve(context.WithoutCancel(ctx), st.reservation); err != nil && !errors.Is(err, system.ErrClosed) {
 			n.log.Warn().Err(err).Uint64("stream", st.id).Msg("residency node: releasing a stream's reservation")
 		}
 	}
@@ -312,7 +313,7 @@ func (n *Node) unreserve(ctx context.Context, st *serveStream) {
 // releaseStream releases a stream's lease and reservation.
 func (n *Node) releaseStream(ctx context.Context, st *serveStream) {
 	if st.lease != nil {
-		if err := st.lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, ErrClosed) {
+		if err := st.lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, system.ErrClosed) {
 			n.log.Warn().Err(err).Uint64("stream", st.id).Msg("residency node: releasing a stream's lease")
 		}
 	}
