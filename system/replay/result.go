@@ -1,10 +1,11 @@
-package main
+package replay
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/residency-go/residency/system"
 )
@@ -14,66 +15,77 @@ import (
 // leaves empty because it does not apply (a reservation's handle, an
 // unavailable location, a feasible plan's reason) is written as null.
 
-type result struct {
-	Line         int               `json:"line"`
-	Op           string            `json:"op"`
-	OK           bool              `json:"ok"`
-	StateVersion uint64            `json:"state_version"`
-	Error        *errorJSON        `json:"error,omitempty"`
-	Explanation  *explanationJSON  `json:"explanation,omitempty"`
-	Report       *reportJSON       `json:"report,omitempty"`
-	Decision     *decisionJSON     `json:"decision,omitempty"`
-	Snapshot     *snapshotJSON     `json:"snapshot,omitempty"`
-	Trace        *[]transitionJSON `json:"trace,omitempty"`
-	Load         *loadJSON         `json:"load,omitempty"`
-	Evicted      *bool             `json:"evicted,omitempty"`
-	Stats        *cacheStatsJSON   `json:"stats,omitempty"`
-	Staging      *stagingJSON      `json:"staging,omitempty"`
+// Result is the outcome of one op: its line, op, success and the state
+// version after it, then at most one payload (or the error). Field order
+// is the order of the JSON contract.
+type Result struct {
+	Line         int           `json:"line"`
+	Op           string        `json:"op"`
+	OK           bool          `json:"ok"`
+	StateVersion uint64        `json:"state_version"`
+	Error        *Error        `json:"error,omitempty"`
+	Explanation  *Explanation  `json:"explanation,omitempty"`
+	Report       *Report       `json:"report,omitempty"`
+	Decision     *Decision     `json:"decision,omitempty"`
+	Snapshot     *Snapshot     `json:"snapshot,omitempty"`
+	Trace        *[]Transition `json:"trace,omitempty"`
+	Load         *Load         `json:"load,omitempty"`
+	Evicted      *bool         `json:"evicted,omitempty"`
+	Stats        *CacheStats   `json:"stats,omitempty"`
+	Staging      *Staging      `json:"staging,omitempty"`
 	// TaskTransitions: the write pipeline's task moves during a staging
 	// op (staging_ops.go), shown whatever the op's outcome.
-	TaskTransitions []taskTransitionJSON `json:"task_transitions,omitempty"`
+	TaskTransitions []TaskTransition `json:"task_transitions,omitempty"`
 
-	// Not printed: the error itself (for the table) and whether the
-	// line's expectation held.
-	err         error
-	expectation string
+	// Expect is the line's expectation when it is checked (see Matches);
+	// it is not part of the JSON.
+	Expect string `json:"-"`
+
+	err error // the op's error (Err)
 }
 
-// errorJSON is {type, message, field…}: the error's fields follow type and
+// Err returns the op's error, nil when it succeeded. Error is the same
+// error as the JSON shows it.
+func (r *Result) Err() error { return r.err }
+
+// Error is {type, message, field…}: the error's fields follow type and
 // message in the order the contract lists them.
-type errorJSON struct {
+type Error struct {
 	Type    string
 	Message string
-	Fields  []kv
+	Fields  []Field
 }
 
-type kv struct {
+// Field is one member of an ordered JSON object.
+type Field struct {
 	Key   string
 	Value any
 }
 
-func (e *errorJSON) MarshalJSON() ([]byte, error) {
-	o := append([]kv{{"type", e.Type}, {"message", e.Message}}, e.Fields...)
-	return orderedObject(o).MarshalJSON()
+// MarshalJSON writes {"type":…,"message":…, fields…}.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	o := append([]Field{{"type", e.Type}, {"message", e.Message}}, e.Fields...)
+	return Object(o).MarshalJSON()
 }
 
-// orderedObject marshals as a JSON object with keys in slice order.
-type orderedObject []kv
+// Object marshals as a JSON object with keys in slice order.
+type Object []Field
 
-func (o orderedObject) MarshalJSON() ([]byte, error) {
+// MarshalJSON writes the fields in order.
+func (o Object) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, f := range o {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, err := marshal(f.Key)
+		k, err := Marshal(f.Key)
 		if err != nil {
 			return nil, err
 		}
 		b.Write(k)
 		b.WriteByte(':')
-		v, err := marshal(f.Value)
+		v, err := Marshal(f.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -83,9 +95,9 @@ func (o orderedObject) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// marshal is json.Marshal without HTML escaping: messages such as
+// Marshal is json.Marshal without HTML escaping: messages such as
 // "used 3 + requested 6 > budget 8" stay readable.
-func marshal(v any) ([]byte, error) {
+func Marshal(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -118,7 +130,7 @@ func escapeJSONControls(b []byte) []byte {
 		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
 			out = append(out, fmt.Sprintf(`\u%04x`, b[i+1])...)
 			i++
-		case b[i] == 0xe2 && i+2 < len(b) && needsEscape(decodeRune3(b[i:i+3])):
+		case b[i] == 0xe2 && i+2 < len(b) && bidiOrSeparator(decodeRune3(b[i:i+3])):
 			out = append(out, fmt.Sprintf(`\u%04x`, decodeRune3(b[i:i+3]))...)
 			i += 2
 		default:
@@ -126,6 +138,12 @@ func escapeJSONControls(b []byte) []byte {
 		}
 	}
 	return out
+}
+
+// bidiOrSeparator: the line and paragraph separators and the
+// bidirectional overrides, which a terminal may obey.
+func bidiOrSeparator(c rune) bool {
+	return c == '\u2028' || c == '\u2029' || (c >= '\u202a' && c <= '\u202e') || (c >= '\u2066' && c <= '\u2069')
 }
 
 // decodeRune3 decodes a three-byte UTF-8 sequence (or returns 0).
@@ -136,18 +154,18 @@ func decodeRune3(b []byte) rune {
 	return rune(b[0]&0x0f)<<12 | rune(b[1]&0x3f)<<6 | rune(b[2]&0x3f)
 }
 
-// locationInts marshals a map from location to bytes in location order.
-type locationInts map[string]int64
+// locationBytes marshals a map from location to bytes in location order.
+type locationBytes map[string]int64
 
-func (m locationInts) MarshalJSON() ([]byte, error) {
+func (m locationBytes) MarshalJSON() ([]byte, error) {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sortLocations(keys)
-	o := make(orderedObject, len(keys))
+	o := make(Object, len(keys))
 	for i, k := range keys {
-		o[i] = kv{k, m[k]}
+		o[i] = Field{k, m[k]}
 	}
 	return o.MarshalJSON()
 }
@@ -160,31 +178,31 @@ func nullable(s string) *string {
 	return &s
 }
 
-type actionJSON struct {
+type Action struct {
 	Handle   string  `json:"handle"`
 	Location string  `json:"location"`
 	From     *string `json:"from,omitempty"`
 }
 
-type reservationJSON struct {
+type Reservation struct {
 	Name     string `json:"name"`
 	Location string `json:"location"`
 	Bytes    int64  `json:"bytes"`
 }
 
-type planJSON struct {
-	Reclaim      []actionJSON      `json:"reclaim"`
-	Reservations []reservationJSON `json:"reservations"`
-	Enter        []actionJSON      `json:"enter"`
+type Plan struct {
+	Reclaim      []Action      `json:"reclaim"`
+	Reservations []Reservation `json:"reservations"`
+	Enter        []Action      `json:"enter"`
 }
 
-type explanationJSON struct {
-	Feasible           bool         `json:"feasible"`
-	Reason             *string      `json:"reason"`
-	PredictedPeakBytes locationInts `json:"predicted_peak_bytes"`
+type Explanation struct {
+	Feasible           bool          `json:"feasible"`
+	Reason             *string       `json:"reason"`
+	PredictedPeakBytes locationBytes `json:"predicted_peak_bytes"`
 }
 
-type transitionJSON struct {
+type Transition struct {
 	Version  uint64  `json:"version"`
 	Kind     string  `json:"kind"`
 	Handle   *string `json:"handle"`
@@ -193,42 +211,42 @@ type transitionJSON struct {
 	Detail   string  `json:"detail"`
 }
 
-type reportJSON struct {
-	Transitions []transitionJSON `json:"transitions"`
+type Report struct {
+	Transitions []Transition `json:"transitions"`
 }
 
-type evictionJSON struct {
+type Eviction struct {
 	Handle   string `json:"handle"`
 	Location string `json:"location"`
 	Bytes    int64  `json:"bytes"`
 	Reason   string `json:"reason"`
 }
 
-type decisionJSON struct {
-	ExpectedStateVersion uint64          `json:"expected_state_version"`
-	ExploredStates       int             `json:"explored_states"`
-	Evictions            []evictionJSON  `json:"evictions"`
-	Plan                 planJSON        `json:"plan"`
-	Explanation          explanationJSON `json:"explanation"`
-	Exhaustive           bool            `json:"exhaustive"`
+type Decision struct {
+	ExpectedStateVersion uint64      `json:"expected_state_version"`
+	ExploredStates       int         `json:"explored_states"`
+	Evictions            []Eviction  `json:"evictions"`
+	Plan                 Plan        `json:"plan"`
+	Explanation          Explanation `json:"explanation"`
+	Exhaustive           bool        `json:"exhaustive"`
 }
 
-type snapReservationJSON struct {
+type SnapshotReservation struct {
 	Name  string  `json:"name"`
 	Bytes int64   `json:"bytes"`
 	Owner *string `json:"owner,omitempty"` // a scope or a cache, in the script's words
 }
 
-type snapLocationJSON struct {
+type SnapshotLocation struct {
 	Location      string                `json:"location"`
 	BudgetBytes   *int64                `json:"budget_bytes"`
 	UsedBytes     int64                 `json:"used_bytes"`
 	ReservedBytes int64                 `json:"reserved_bytes"`
 	PeakBytes     int64                 `json:"peak_bytes"`
-	Reservations  []snapReservationJSON `json:"reservations"`
+	Reservations  []SnapshotReservation `json:"reservations"`
 }
 
-type snapMaterializationJSON struct {
+type SnapshotMaterialization struct {
 	Location          string `json:"location"`
 	State             string `json:"state"`
 	ChargedBytes      int64  `json:"charged_bytes"`
@@ -237,7 +255,7 @@ type snapMaterializationJSON struct {
 	PendingEventCount int    `json:"pending_event_count"`
 }
 
-type snapValueJSON struct {
+type SnapshotValue struct {
 	Handle           string                    `json:"handle"`
 	Bytes            int64                     `json:"bytes"`
 	ReplicaMode      string                    `json:"replica_mode"`
@@ -245,25 +263,26 @@ type snapValueJSON struct {
 	SourceLocation   *string                   `json:"source_location"`
 	Discarded        bool                      `json:"discarded"`
 	Recoverable      bool                      `json:"recoverable"`
-	Materializations []snapMaterializationJSON `json:"materializations"`
+	Materializations []SnapshotMaterialization `json:"materializations"`
 }
 
-type snapshotJSON struct {
+type Snapshot struct {
 	StateVersion uint64             `json:"state_version"`
 	ManagerID    string             `json:"manager_id"`
-	Locations    []snapLocationJSON `json:"locations"`
-	Values       []snapValueJSON    `json:"values"`
+	Locations    []SnapshotLocation `json:"locations"`
+	Values       []SnapshotValue    `json:"values"`
 }
 
-func toAction(a system.Action) actionJSON {
-	return actionJSON{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From)}
+func toAction(a system.Action) Action {
+	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From)}
 }
 
-func toPlan(p system.Plan) planJSON {
-	out := planJSON{
-		Reclaim:      make([]actionJSON, 0, len(p.Reclaim)),
-		Reservations: make([]reservationJSON, 0, len(p.Reservations)),
-		Enter:        make([]actionJSON, 0, len(p.Enter)),
+// PlanOf is p in the JSON form of a decision's plan.
+func PlanOf(p system.Plan) Plan {
+	out := Plan{
+		Reclaim:      make([]Action, 0, len(p.Reclaim)),
+		Reservations: make([]Reservation, 0, len(p.Reservations)),
+		Enter:        make([]Action, 0, len(p.Enter)),
 	}
 	for _, a := range p.Reclaim {
 		out.Reclaim = append(out.Reclaim, toAction(a))
@@ -277,39 +296,41 @@ func toPlan(p system.Plan) planJSON {
 	return out
 }
 
-func toReservation(r system.ReservationSpec) reservationJSON {
-	return reservationJSON{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
+func toReservation(r system.ReservationSpec) Reservation {
+	return Reservation{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
 }
 
 // wording puts the runtime's words into the script's: its ids of leases,
-// holds, events and scopes become the script's names (see runner.words).
-// A nil *runner leaves everything as the runtime wrote it.
-func (r *runner) message(s string) string {
+// holds, events and scopes become the script's names (see Runner.words).
+// A nil *Runner leaves everything as the runtime wrote it.
+func (r *Runner) message(s string) string {
 	if r == nil {
 		return s
 	}
 	return r.words(s)
 }
 
-func (r *runner) detail(s string) string {
+func (r *Runner) detail(s string) string {
 	if r == nil {
 		return s
 	}
 	return r.detailWords(s)
 }
 
-func (r *runner) toExplanation(e system.Explanation) explanationJSON {
-	peaks := locationInts{}
+func (r *Runner) toExplanation(e system.Explanation) Explanation {
+	peaks := locationBytes{}
 	for k, v := range e.PredictedPeakBytes {
 		peaks[k] = v
 	}
-	return explanationJSON{Feasible: e.Feasible, Reason: nullable(r.message(e.Reason)), PredictedPeakBytes: peaks}
+	return Explanation{Feasible: e.Feasible, Reason: nullable(r.message(e.Reason)), PredictedPeakBytes: peaks}
 }
 
-func (r *runner) toTransitions(ts []system.Transition) []transitionJSON {
-	out := make([]transitionJSON, 0, len(ts))
+// Transitions is ts in the JSON form of a trace op, in the script's
+// words (leases, holds and events by their script names).
+func (r *Runner) Transitions(ts []system.Transition) []Transition {
+	out := make([]Transition, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, transitionJSON{
+		out = append(out, Transition{
 			Version: t.Version, Kind: t.Kind, Handle: nullable(t.Handle),
 			Location: nullable(t.Location), Bytes: t.Bytes, Detail: r.detail(t.Detail),
 		})
@@ -317,59 +338,59 @@ func (r *runner) toTransitions(ts []system.Transition) []transitionJSON {
 	return out
 }
 
-func (r *runner) toReport(rep system.Report) *reportJSON {
-	return &reportJSON{Transitions: r.toTransitions(rep.Transitions)}
+func (r *Runner) toReport(rep system.Report) *Report {
+	return &Report{Transitions: r.Transitions(rep.Transitions)}
 }
 
-func (r *runner) toDecision(d system.Decision) *decisionJSON {
-	out := &decisionJSON{
+func (r *Runner) toDecision(d system.Decision) *Decision {
+	out := &Decision{
 		ExpectedStateVersion: d.ExpectedStateVersion,
 		ExploredStates:       d.ExploredStates,
-		Evictions:            make([]evictionJSON, 0, len(d.Evictions)),
-		Plan:                 toPlan(d.Plan),
+		Evictions:            make([]Eviction, 0, len(d.Evictions)),
+		Plan:                 PlanOf(d.Plan),
 		Explanation:          r.toExplanation(d.Explanation),
 		Exhaustive:           d.Exhaustive,
 	}
 	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason)})
+		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason)})
 	}
 	return out
 }
 
-// toSnapshot is the snapshot in the script's words: reservations owned by
+// Snapshot is s in the JSON form of a snapshot op, in the script's words: reservations owned by
 // a scope or a cache name their owner as the script does.
-func (rn *runner) toSnapshot(s system.Snapshot) *snapshotJSON {
-	out := &snapshotJSON{
+func (rn *Runner) Snapshot(s system.Snapshot) *Snapshot {
+	out := &Snapshot{
 		StateVersion: s.StateVersion,
 		ManagerID:    s.ManagerID,
-		Locations:    make([]snapLocationJSON, 0, len(s.Locations)),
-		Values:       make([]snapValueJSON, 0, len(s.Values)),
+		Locations:    make([]SnapshotLocation, 0, len(s.Locations)),
+		Values:       make([]SnapshotValue, 0, len(s.Values)),
 	}
 	for _, l := range s.Locations {
-		lj := snapLocationJSON{
+		lj := SnapshotLocation{
 			Location: l.Location, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes,
-			PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations)),
+			PeakBytes: l.PeakBytes, Reservations: make([]SnapshotReservation, 0, len(l.Reservations)),
 		}
 		if l.HasBudget {
 			b := l.BudgetBytes
 			lj.BudgetBytes = &b
 		}
 		for _, res := range l.Reservations {
-			lj.Reservations = append(lj.Reservations, snapReservationJSON{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.message(res.Owner))})
+			lj.Reservations = append(lj.Reservations, SnapshotReservation{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.message(res.Owner))})
 		}
 		out.Locations = append(out.Locations, lj)
 	}
 	for _, v := range s.Values {
-		vj := snapValueJSON{
+		vj := SnapshotValue{
 			Handle: v.Handle.Name, Bytes: v.Bytes, ReplicaMode: v.ReplicaMode.String(),
 			HasSource: v.HasSource, Discarded: v.Discarded, Recoverable: v.Recoverable,
-			Materializations: make([]snapMaterializationJSON, 0, len(v.Materializations)),
+			Materializations: make([]SnapshotMaterialization, 0, len(v.Materializations)),
 		}
 		if v.HasSource {
 			vj.SourceLocation = nullable(v.SourceLocation)
 		}
 		for _, m := range v.Materializations {
-			vj.Materializations = append(vj.Materializations, snapMaterializationJSON{
+			vj.Materializations = append(vj.Materializations, SnapshotMaterialization{
 				Location: m.Location, State: m.State.String(), ChargedBytes: m.ChargedBytes,
 				UseCount: m.UseCount, HoldCount: m.HoldCount, PendingEventCount: m.PendingEventCount,
 			})
@@ -415,25 +436,25 @@ func classify(err error) (string, error) {
 
 // errorObject renders err as the contract's error object, in the
 // script's words.
-func (r *runner) errorObject(err error) *errorJSON {
+func (r *Runner) errorObject(err error) *Error {
 	typ, e := classify(err)
-	out := &errorJSON{Type: typ, Message: r.message(err.Error())}
+	out := &Error{Type: typ, Message: r.message(err.Error())}
 	switch x := e.(type) {
 	case *system.BudgetError:
-		out.Fields = []kv{{"location", x.Location}, {"budget_bytes", x.BudgetBytes}, {"used_bytes", x.UsedBytes},
+		out.Fields = []Field{{"location", x.Location}, {"budget_bytes", x.BudgetBytes}, {"used_bytes", x.UsedBytes},
 			{"reserved_bytes", x.ReservedBytes}, {"requested_bytes", x.RequestedBytes}}
 	case *system.PlanError:
-		out.Fields = []kv{{"reason", x.Reason}}
+		out.Fields = []Field{{"reason", x.Reason}}
 	case *system.SearchLimitError:
-		out.Fields = []kv{{"request_name", x.RequestName}, {"state_limit", x.StateLimit},
+		out.Fields = []Field{{"request_name", x.RequestName}, {"state_limit", x.StateLimit},
 			{"explored_states", x.ExploredStates}, {"detail", x.Detail}}
 	case *system.StaleStateError:
-		out.Fields = []kv{{"expected_version", x.ExpectedVersion}, {"actual_version", x.ActualVersion}}
+		out.Fields = []Field{{"expected_version", x.ExpectedVersion}, {"actual_version", x.ActualVersion}}
 	case *system.InUseError:
-		out.Fields = []kv{{"handle", x.Handle}, {"location", x.Location}, {"use_count", x.UseCount},
+		out.Fields = []Field{{"handle", x.Handle}, {"location", x.Location}, {"use_count", x.UseCount},
 			{"hold_count", x.HoldCount}, {"pending_event_count", x.PendingEventCount}}
 	case *system.UnavailableError:
-		out.Fields = []kv{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}}
+		out.Fields = []Field{{"handle", nullable(x.Handle)}, {"location", nullable(x.Location)}, {"detail", x.Detail}}
 	case *system.PlanExecutionError:
 		out.Fields = r.planExecutionFields(x)
 	default:
@@ -445,7 +466,7 @@ func (r *runner) errorObject(err error) *errorJSON {
 	return out
 }
 
-func (r *runner) planExecutionFields(x *system.PlanExecutionError) []kv {
+func (r *Runner) planExecutionFields(x *system.PlanExecutionError) []Field {
 	var action, actionIndex, resv, resvIndex any
 	if x.FailedAction != nil {
 		a := toAction(*x.FailedAction)
@@ -463,9 +484,9 @@ func (r *runner) planExecutionFields(x *system.PlanExecutionError) []kv {
 	var cause any
 	if x.Cause != nil {
 		typ, _ := classify(x.Cause)
-		cause = orderedObject{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+		cause = Object{{"type", typ}, {"message", r.message(x.Cause.Error())}}
 	}
-	return []kv{
+	return []Field{
 		{"phase", x.Phase},
 		{"failed_action", action},
 		{"failed_action_index", actionIndex},
@@ -476,9 +497,9 @@ func (r *runner) planExecutionFields(x *system.PlanExecutionError) []kv {
 	}
 }
 
-// matches reports whether a result satisfies an expectation. An expected
+// Matches reports whether a result satisfies an expectation. An expected
 // ResidencyPlanError also accepts its two specializations.
-func matches(expect string, r *result) bool {
+func Matches(expect string, r *Result) bool {
 	if expect == "ok" {
 		return r.OK
 	}
@@ -491,3 +512,40 @@ func matches(expect string, r *result) bool {
 	}
 	return expect == "ResidencyPlanError" && (got == "ResidencySearchLimitError" || got == "ResidencyStaleStateError")
 }
+
+// SnapshotOf is s in the JSON form of a snapshot op, in the runtime's words.
+func SnapshotOf(s system.Snapshot) *Snapshot { return (*Runner)(nil).Snapshot(s) }
+
+// TransitionsOf is ts in the JSON form of a trace op, in the runtime's
+// words.
+func TransitionsOf(ts []system.Transition) []Transition { return (*Runner)(nil).Transitions(ts) }
+
+// errorTypes are the names an expect may use besides "ok".
+var errorTypes = []string{
+	"ResidencyBudgetError",
+	"ResidencyPlanError",
+	"ResidencySearchLimitError",
+	"ResidencyStaleStateError",
+	"ResidencyInUseError",
+	"ResidencyUnavailableError",
+	"ResidencyPlanExecutionError",
+	"InvalidInput",
+	"Error",
+	// The loader cache's (ops_cache.go).
+	"ResidencyCacheBusyError",
+	"ResidencyCacheLoadError",
+	// The write pipeline's (ops_staging.go).
+	"StagingConfigError",
+	"StagingSlotOverflowError",
+	"StagingSlotTimeoutError",
+	"StagingDropError",
+	"StagingAppendRefusedError",
+	"StagingFailedError",
+	"StagingNoRowError",
+	"StagingStepReleasedError",
+	"StagingClosedError",
+}
+
+// ErrorTypes returns the error types of the contract: the values of an
+// error's "type", and of an expect besides "ok".
+func ErrorTypes() []string { return slices.Clone(errorTypes) }

@@ -1,9 +1,10 @@
-package main
+package replay
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/residency-go/residency/internal/jsonline"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 
 // The write pipeline ops of a replay script (package staging: a
 // device→host KV-cache offload). They are kept here so that the dispatch
-// in script.go, runner.go and output.go stays a line per hook. Only the
+// in script.go, Runner.go and output.go stays a line per hook. Only the
 // exported staging API is used.
 //
 // A pipeline works asynchronously (a copy queue and a committer), so a
@@ -42,52 +43,8 @@ import (
 // Stats.WaitingAppends and Stats.WaitingStages.
 //
 // Staging buffers hold real bytes: a slot, a device buffer and the CPU
-// block pool each hold at most replayBufferLimit (1 MiB), checked before
+// block pool each hold at most BufferLimit (1 MiB), checked before
 // anything is allocated.
-
-// stagingOpFields lists the staging ops and their required and optional
-// fields, in document order.
-var stagingOpFields = map[string]struct{ required, optional []string }{
-	"staging_start": {[]string{"name", "device", "slots", "slot_bytes", "keys", "pool_slots", "row_bytes"},
-		[]string{"claim_timeout_ms", "clone_budget", "eager"}},
-	"stage":         {[]string{"pipeline", "step", "bytes"}, []string{"fill", "freeze"}},
-	"step_release":  {[]string{"step"}, nil},
-	"freeze":        {[]string{"event"}, nil},
-	"task_open":     {[]string{"pipeline", "task", "req", "mode"}, []string{"write_n"}},
-	"append":        {[]string{"task", "rows"}, []string{"step", "device_bytes", "fill", "freeze", "no_wait"}},
-	"submit":        {[]string{"tasks"}, nil},
-	"prioritize":    {[]string{"tasks"}, nil},
-	"wait":          {[]string{"task", "until"}, nil},
-	"read_row":      {[]string{"task", "key", "slot"}, nil},
-	"read_pool":     {[]string{"pipeline", "key", "slot"}, nil},
-	"staging_stats": {[]string{"pipeline"}, nil},
-	"staging_close": {[]string{"pipeline"}, nil},
-}
-
-// stagingErrorTypes are the expect names of the pipeline's errors.
-var stagingErrorTypes = []string{
-	"StagingConfigError",
-	"StagingSlotOverflowError",
-	"StagingSlotTimeoutError",
-	"StagingDropError",
-	"StagingAppendRefusedError",
-	"StagingFailedError",
-	"StagingNoRowError",
-	"StagingStepReleasedError",
-	"StagingClosedError",
-}
-
-func init() {
-	for name, spec := range stagingOpFields {
-		opFields[name] = spec
-	}
-	errorTypes = append(errorTypes, stagingErrorTypes...)
-}
-
-func isStagingOp(name string) bool {
-	_, ok := stagingOpFields[name]
-	return ok
-}
 
 // stagingSpec holds the fields of a staging op.
 type stagingSpec struct {
@@ -106,139 +63,130 @@ type rowSpec struct {
 	slot, offset int64
 }
 
-// fillStaging reads a staging op's fields (presence of required ones was
-// checked).
-func (o *op) fillStaging(f *fields) {
+func parseStagingStart(o *Op, f *jsonline.Fields) {
 	s := &stagingSpec{}
 	o.staging = s
-	switch o.name {
-	case "staging_start":
-		s.name, s.device = f.str("name"), f.str("device")
-		s.slots, s.slotBytes = f.int("slots"), f.bytes("slot_bytes")
-		if v := f.optInt("claim_timeout_ms"); v != nil {
-			s.claimTimeoutMS = *v
-		}
-		s.keys = f.strings("keys")
-		s.poolSlots, s.rowBytes = f.int("pool_slots"), f.bytes("row_bytes")
-		if f.obj.has("clone_budget") {
-			s.cloneBudget = f.bytes("clone_budget")
-		}
-		s.eager = f.optBool("eager")
-	case "stage":
-		s.pipeline, s.step, s.bytes = f.str("pipeline"), f.str("step"), f.bytes("bytes")
-		s.fill = f.fillValue()
-		s.freeze, _ = f.optStr("freeze")
-	case "step_release":
-		s.step = f.str("step")
-	case "freeze":
-		s.event = f.str("event")
-	case "task_open":
-		s.pipeline, s.task, s.req, s.mode = f.str("pipeline"), f.str("task"), f.str("req"), f.str("mode")
-		s.writeN = 1
-		if v := f.optInt("write_n"); v != nil {
-			s.writeN = *v
-		}
-	case "append":
-		s.task = f.str("task")
-		step, hasStep := f.optStr("step")
-		s.hasDevice = f.obj.has("device_bytes")
-		switch {
-		case hasStep && s.hasDevice:
-			f.fail(fmt.Errorf("give either \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH), not both"))
-		case !hasStep && !s.hasDevice:
-			f.fail(fmt.Errorf("needs \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH)"))
-		case hasStep:
-			for _, k := range []string{"fill", "freeze", "no_wait"} {
-				if f.obj.has(k) {
-					f.fail(fmt.Errorf("field %q goes with \"device_bytes\" (JOIN_ON_FINISH), not with \"step\"", k))
-				}
+	s.name, s.device = f.Str("name"), f.Str("device")
+	s.slots, s.slotBytes = f.Int("slots"), f.Bytes("slot_bytes")
+	if v := f.OptInt("claim_timeout_ms"); v != nil {
+		s.claimTimeoutMS = *v
+	}
+	s.keys = f.Strings("keys")
+	s.poolSlots, s.rowBytes = f.Int("pool_slots"), f.Bytes("row_bytes")
+	if f.Obj.Has("clone_budget") {
+		s.cloneBudget = f.Bytes("clone_budget")
+	}
+	s.eager = f.OptBool("eager")
+}
+
+func parseStage(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.pipeline, s.step, s.bytes = f.Str("pipeline"), f.Str("step"), f.Bytes("bytes")
+	s.fill = readFill(f)
+	s.freeze, _ = f.OptStr("freeze")
+}
+
+func parseStep(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.step = f.Str("step")
+}
+
+func parseFreeze(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.event = f.Str("event")
+}
+
+func parseTaskOpen(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.pipeline, s.task, s.req, s.mode = f.Str("pipeline"), f.Str("task"), f.Str("req"), f.Str("mode")
+	s.writeN = 1
+	if v := f.OptInt("write_n"); v != nil {
+		s.writeN = *v
+	}
+}
+
+func parseAppend(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.task = f.Str("task")
+	step, hasStep := f.OptStr("step")
+	s.hasDevice = f.Obj.Has("device_bytes")
+	switch {
+	case hasStep && s.hasDevice:
+		f.Fail(fmt.Errorf("give either \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH), not both"))
+	case !hasStep && !s.hasDevice:
+		f.Fail(fmt.Errorf("needs \"step\" (JOIN_NEXT_STEP) or \"device_bytes\" (JOIN_ON_FINISH)"))
+	case hasStep:
+		for _, k := range []string{"fill", "freeze", "no_wait"} {
+			if f.Obj.Has(k) {
+				f.Fail(fmt.Errorf("field %q goes with \"device_bytes\" (JOIN_ON_FINISH), not with \"step\"", k))
 			}
 		}
-		s.step = step
-		if s.hasDevice {
-			s.bytes = f.bytes("device_bytes")
-		}
-		s.fill = f.fillValue()
-		s.freeze, _ = f.optStr("freeze")
-		s.noWait = f.optBool("no_wait")
-		s.rows = f.rows("rows")
-	case "submit", "prioritize":
-		s.tasks = f.strings("tasks")
-	case "wait":
-		s.task, s.until = f.str("task"), f.str("until")
-	case "read_row":
-		s.task, s.key, s.slot = f.str("task"), f.str("key"), f.int("slot")
-	case "read_pool":
-		s.pipeline, s.key, s.slot = f.str("pipeline"), f.str("key"), f.int("slot")
-	case "staging_stats", "staging_close":
-		s.pipeline = f.str("pipeline")
 	}
+	s.step = step
+	if s.hasDevice {
+		s.bytes = f.Bytes("device_bytes")
+	}
+	s.fill = readFill(f)
+	s.freeze, _ = f.OptStr("freeze")
+	s.noWait = f.OptBool("no_wait")
+	s.rows = readRows(f, "rows")
 }
 
-func (f *fields) int(key string) int64 {
-	if !f.obj.has(key) {
-		f.missing(key)
-		return 0
-	}
-	if v := f.optInt(key); v != nil {
-		return *v
-	}
-	return 0
+func parseTasks(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.tasks = f.Strings("tasks")
 }
 
-func (f *fields) optBool(key string) bool {
-	v, ok := f.obj.get(key)
-	if !ok {
-		return false
-	}
-	if v.kind != jBool {
-		f.mistyped(key, "true or false", v)
-		return false
-	}
-	return v.b
+func parseWait(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.task, s.until = f.Str("task"), f.Str("until")
 }
 
-// fillValue reads the optional "fill" byte (0 to 255).
-func (f *fields) fillValue() int64 {
-	v := f.optInt("fill")
+func parseReadRow(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.task, s.key, s.slot = f.Str("task"), f.Str("key"), f.Int("slot")
+}
+
+func parseReadPool(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.pipeline, s.key, s.slot = f.Str("pipeline"), f.Str("key"), f.Int("slot")
+}
+
+func parsePipeline(o *Op, f *jsonline.Fields) {
+	s := &stagingSpec{}
+	o.staging = s
+	s.pipeline = f.Str("pipeline")
+}
+
+// readFill reads the optional "fill" byte (0 to 255).
+func readFill(f *jsonline.Fields) int64 {
+	v := f.OptInt("fill")
 	if v == nil {
 		return 0
 	}
 	if *v < 0 || *v > 255 {
-		f.fail(fmt.Errorf("field %q: a byte value, 0 to 255, got %d", f.path+"fill", *v))
+		f.Fail(fmt.Errorf("field %q: a byte value, 0 to 255, got %d", f.Path+"fill", *v))
 	}
 	return *v
 }
 
-func (f *fields) strings(key string) []string {
-	v, ok := f.obj.get(key)
-	if !ok {
-		f.missing(key)
-		return nil
-	}
-	if v.kind != jArray {
-		f.mistyped(key, "an array of strings", v)
-		return nil
-	}
-	out := make([]string, 0, len(v.items))
-	for i := range v.items {
-		if v.items[i].kind != jString {
-			f.fail(fmt.Errorf("field %q: want a string, got %s", fmt.Sprintf("%s%s[%d]", f.path, key, i), v.items[i].kindName()))
-			return nil
-		}
-		out = append(out, v.items[i].s)
-	}
-	return out
-}
-
-func (f *fields) rows(key string) []rowSpec {
+func readRows(f *jsonline.Fields, key string) []rowSpec {
 	var out []rowSpec
-	for _, it := range f.objects(key) {
-		r := rowSpec{key: it.str("key"), slot: it.int("slot")}
-		if v := it.optInt("offset"); v != nil {
+	for _, it := range f.Objects(key) {
+		r := rowSpec{key: it.Str("key"), slot: it.Int("slot")}
+		if v := it.OptInt("offset"); v != nil {
 			r.offset = *v
 		}
-		f.done(it, "key", "slot", "offset")
+		f.Done(it, "key", "slot", "offset")
 		out = append(out, r)
 	}
 	return out
@@ -312,7 +260,7 @@ type replayTask struct {
 	opened bool // "opened" not reported yet
 }
 
-func (r *runner) stagingState() *stagingState {
+func (r *Runner) stagingState() *stagingState {
 	if r.staging == nil {
 		r.staging = &stagingState{pipes: map[string]*replayPipe{}, steps: map[string]*replayStep{},
 			events: map[string]*freezeEvent{}, tasks: map[string]*replayTask{}}
@@ -536,13 +484,13 @@ func (ss *stagingState) settle(ctx context.Context) error {
 }
 
 // transitions lists every task's lifecycle moves since the last report.
-func (ss *stagingState) transitions() []taskTransitionJSON {
-	var out []taskTransitionJSON
+func (ss *stagingState) transitions() []TaskTransition {
+	var out []TaskTransition
 	for _, t := range ss.order {
 		now := t.t.State()
 		if t.opened {
 			t.opened = false
-			out = append(out, taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: nil, To: staging.Pending.String()})
+			out = append(out, TaskTransition{Pipeline: t.pipe.name, Task: t.name, From: nil, To: staging.Pending.String()})
 		}
 		if now == t.last {
 			continue
@@ -562,11 +510,11 @@ func (ss *stagingState) transitions() []taskTransitionJSON {
 		}
 		for s := t.last; s < target; s++ {
 			from := s.String()
-			out = append(out, taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: &from, To: (s + 1).String()})
+			out = append(out, TaskTransition{Pipeline: t.pipe.name, Task: t.name, From: &from, To: (s + 1).String()})
 		}
 		if now == staging.Failed {
 			from := target.String()
-			tr := taskTransitionJSON{Pipeline: t.pipe.name, Task: t.name, From: &from, To: now.String()}
+			tr := TaskTransition{Pipeline: t.pipe.name, Task: t.name, From: &from, To: now.String()}
 			if err := t.t.Wait(context.Background()); err != nil {
 				tr.Cause = taskWords(t.pipe, err.Error())
 			}
@@ -577,7 +525,7 @@ func (ss *stagingState) transitions() []taskTransitionJSON {
 	return out
 }
 
-type taskTransitionJSON struct {
+type TaskTransition struct {
 	Pipeline string  `json:"pipeline"`
 	Task     string  `json:"task"`
 	From     *string `json:"from"`
@@ -585,61 +533,61 @@ type taskTransitionJSON struct {
 	Cause    string  `json:"cause,omitempty"`
 }
 
-// stagingJSON is the payload of a staging op's result.
-type stagingJSON struct {
-	Step  *stagedStepJSON   `json:"step,omitempty"`
-	Row   *rowJSON          `json:"row,omitempty"`
-	State *string           `json:"state,omitempty"`
-	Stats *stagingStatsJSON `json:"stats,omitempty"`
+// Staging is the payload of a staging op's result.
+type Staging struct {
+	Step  *StagedStep   `json:"step,omitempty"`
+	Row   *Row          `json:"row,omitempty"`
+	State *string       `json:"state,omitempty"`
+	Stats *StagingStats `json:"stats,omitempty"`
 }
 
-type stagedStepJSON struct {
+type StagedStep struct {
 	Name  string `json:"name"`
 	Slot  int    `json:"slot"`
 	Bytes int64  `json:"bytes"`
 }
 
-// rowJSON is a row read back: its length, and its byte value when every
+// Row is a row read back: its length, and its byte value when every
 // byte is the same (rows are filled that way), else null.
-type rowJSON struct {
+type Row struct {
 	Key   string `json:"key"`
 	Slot  int64  `json:"slot"`
 	Bytes int    `json:"bytes"`
 	Value *int   `json:"value"`
 }
 
-type stagingStatsJSON struct {
-	Slots            int           `json:"slots"`
-	FreeSlots        int           `json:"free_slots"`
-	SlotHolders      int           `json:"slot_holders"`
-	SlotClaims       int64         `json:"slot_claims"`
-	SlotWaits        int64         `json:"slot_waits"`
-	CloneBytes       int64         `json:"clone_bytes"`
-	CloneBudgetBytes int64         `json:"clone_budget_bytes"`
-	PeakCloneBytes   int64         `json:"peak_clone_bytes"`
-	Flushes          int64         `json:"flushes"`
-	Drops            orderedObject `json:"drops"`
-	Tasks            orderedObject `json:"tasks"`
-	Opened           int64         `json:"opened"`
-	Written          int64         `json:"written"`
-	Failed           int64         `json:"failed"`
-	StepsStaged      int64         `json:"steps_staged"`
-	LiveSteps        int64         `json:"live_steps"`
-	CommittedBytes   int64         `json:"committed_bytes"`
-	Failure          *string       `json:"failure"`
+type StagingStats struct {
+	Slots            int     `json:"slots"`
+	FreeSlots        int     `json:"free_slots"`
+	SlotHolders      int     `json:"slot_holders"`
+	SlotClaims       int64   `json:"slot_claims"`
+	SlotWaits        int64   `json:"slot_waits"`
+	CloneBytes       int64   `json:"clone_bytes"`
+	CloneBudgetBytes int64   `json:"clone_budget_bytes"`
+	PeakCloneBytes   int64   `json:"peak_clone_bytes"`
+	Flushes          int64   `json:"flushes"`
+	Drops            Object  `json:"drops"`
+	Tasks            Object  `json:"tasks"`
+	Opened           int64   `json:"opened"`
+	Written          int64   `json:"written"`
+	Failed           int64   `json:"failed"`
+	StepsStaged      int64   `json:"steps_staged"`
+	LiveSteps        int64   `json:"live_steps"`
+	CommittedBytes   int64   `json:"committed_bytes"`
+	Failure          *string `json:"failure"`
 }
 
-func (r *runner) toStagingStats(st staging.Stats) *stagingStatsJSON {
-	out := &stagingStatsJSON{
+func (r *Runner) toStagingStats(st staging.Stats) *StagingStats {
+	out := &StagingStats{
 		Slots: st.Slots, FreeSlots: st.FreeSlots, SlotHolders: st.SlotHolders, SlotClaims: st.SlotClaims, SlotWaits: st.SlotWaits,
 		CloneBytes: st.CloneBytes, CloneBudgetBytes: st.CloneBudgetBytes, PeakCloneBytes: st.PeakCloneBytes,
 		Flushes: st.Flushes,
-		Drops:   orderedObject{{staging.DropBudget, st.Drops[staging.DropBudget]}, {staging.DropLocation, st.Drops[staging.DropLocation]}},
+		Drops:   Object{{staging.DropBudget, st.Drops[staging.DropBudget]}, {staging.DropLocation, st.Drops[staging.DropLocation]}},
 		Opened:  st.Opened, Written: st.Written, Failed: st.Failed, StepsStaged: st.StepsStaged, LiveSteps: st.LiveSteps,
 		CommittedBytes: st.CommittedBytes,
 	}
 	for _, s := range []staging.TaskState{staging.Pending, staging.Queued, staging.Copying, staging.HostReady} {
-		out.Tasks = append(out.Tasks, kv{s.String(), st.Tasks[s]})
+		out.Tasks = append(out.Tasks, Field{s.String(), st.Tasks[s]})
 	}
 	if st.Failure != nil {
 		out.Failure = nullable(r.message(st.Failure.Error()))
@@ -657,8 +605,8 @@ func stepFill(n, rowBytes, fill int64) []byte {
 	return b
 }
 
-func toRow(key string, slot int64, b []byte) *rowJSON {
-	out := &rowJSON{Key: key, Slot: slot, Bytes: len(b)}
+func toRow(key string, slot int64, b []byte) *Row {
+	out := &Row{Key: key, Slot: slot, Bytes: len(b)}
 	if len(b) > 0 {
 		v := int(b[0])
 		for _, c := range b {
@@ -673,9 +621,9 @@ func toRow(key string, slot int64, b []byte) *rowJSON {
 
 // deviceBuffer allocates and fills a save's device buffer (the "kernel"
 // of the script).
-func (r *runner) deviceBuffer(ctx context.Context, p *replayPipe, loc string, n, fill int64) (cuda.Buffer, error) {
-	if n > replayBufferLimit {
-		return nil, invalid("a save holds real bytes: at most %s in a replay, got %s", formatBytes(replayBufferLimit), formatBytes(n))
+func (r *Runner) deviceBuffer(ctx context.Context, p *replayPipe, loc string, n, fill int64) (cuda.Buffer, error) {
+	if n > BufferLimit {
+		return nil, invalid("a save holds real bytes: at most %s in a replay, got %s", jsonline.FormatBytes(BufferLimit), jsonline.FormatBytes(n))
 	}
 	be := r.sys.Backend()
 	buf, err := be.Allocate(ctx, loc, n)
@@ -690,21 +638,26 @@ func (r *runner) deviceBuffer(ctx context.Context, p *replayPipe, loc string, n,
 	return buf, nil
 }
 
-// execStaging runs a staging op; reached says whether it got to the
-// runtime. Every op ends with the pipelines settled and the task
-// transitions reported, whatever its outcome.
-func (r *runner) execStaging(ctx context.Context, o op, res *result) (reached bool, err error) {
-	ss := r.stagingState()
-	ss.cur = nil
-	reached, err = r.stagingOp(ctx, ss, o, res)
-	if serr := ss.settle(ctx); serr != nil && err == nil {
-		err = serr
+// stagingExec runs one staging op with the replay's pipelines.
+type stagingExec func(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error)
+
+// staged makes a staging op's handler: every staging op ends with the
+// pipelines settled and the task transitions reported, whatever its
+// outcome; reached says whether it got to the runtime.
+func staged(fn stagingExec) func(r *Runner, ctx context.Context, o Op, res *Result) (bool, error) {
+	return func(r *Runner, ctx context.Context, o Op, res *Result) (bool, error) {
+		ss := r.stagingState()
+		ss.cur = nil
+		reached, err := fn(r, ctx, ss, o, res)
+		if serr := ss.settle(ctx); serr != nil && err == nil {
+			err = serr
+		}
+		res.TaskTransitions = ss.transitions()
+		if err != nil {
+			err = ss.asRecord(err)
+		}
+		return reached || len(ss.pipes) > 0, err
 	}
-	res.TaskTransitions = ss.transitions()
-	if err != nil {
-		err = ss.asRecord(err)
-	}
-	return reached || len(ss.pipes) > 0, err
 }
 
 // asRecord returns the pipeline's failure record for the failure of the
@@ -722,308 +675,337 @@ func (ss *stagingState) asRecord(err error) error {
 	return err
 }
 
-func (r *runner) stagingOp(ctx context.Context, ss *stagingState, o op, res *result) (bool, error) {
+func execStagingStart(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
 	s := o.staging
-	switch o.name {
-	case "staging_start":
-		// Fields: name, device, slots, slot_bytes, claim_timeout_ms, keys,
-		// pool_slots, row_bytes, clone_budget. The name binds on success.
-		switch _, dup := ss.pipes[s.name]; {
-		case s.name == "":
-			return false, invalid("a pipeline name must not be empty")
-		case dup:
-			return false, invalid("duplicate pipeline name %q", s.name)
-		case s.slotBytes > replayBufferLimit:
-			return false, invalid("slot_bytes %s: a staging slot holds real bytes, at most %s in a replay", formatBytes(s.slotBytes), formatBytes(replayBufferLimit))
-		case s.rowBytes > 0 && s.poolSlots > 0 && int64(len(s.keys))*s.poolSlots > replayBufferLimit/s.rowBytes:
-			return false, invalid("the CPU block pool (%d keys × %d slots × %s) holds real bytes, at most %s in a replay",
-				len(s.keys), s.poolSlots, formatBytes(s.rowBytes), formatBytes(replayBufferLimit))
-		}
-		rp := &replayPipe{name: s.name, device: s.device, eager: s.eager, rowB: s.rowBytes, byID: map[staging.TaskID]*replayTask{},
-			failedFrom: map[staging.TaskID]staging.TaskState{}, started: map[staging.TaskID]bool{}}
-		cfg := staging.Config{
-			Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
-			ClaimTimeout: time.Duration(s.claimTimeoutMS) * time.Millisecond,
-			Keys:         s.keys, PoolSlots: int(s.poolSlots), RowBytes: s.rowBytes,
-			CloneBudgetBytes: s.cloneBudget, Eager: s.eager,
-			OnCommit: func(id staging.TaskID, err error) {
-				if err == nil {
-					return
-				}
-				rp.mu.Lock()
-				if t := rp.byID[id]; t != nil {
-					rp.failedFrom[id] = t.t.State() // Copying or HostReady: not failed yet
-				}
-				rp.mu.Unlock()
-			},
-			OnCopyStarted: func(id staging.TaskID) {
-				rp.mu.Lock()
-				rp.started[id] = true
-				rp.mu.Unlock()
-			},
-		}
-		if _, err := cuda.ParseLocationName(s.device); err == nil && !r.locations[s.device] {
-			return false, &system.UnavailableError{Location: s.device, Detail: "location is not configured"}
-		}
-		p, err := staging.New(ctx, r.sys, cfg)
-		if err != nil {
-			return true, err
-		}
-		rp.p = p
-		ss.pipes[s.name] = rp
-		return true, nil
-	case "stage":
-		// Fields: pipeline, step, bytes, fill, freeze.
-		rp, err := ss.pipe(s.pipeline)
-		if err != nil {
-			return false, err
-		}
-		if _, dup := ss.steps[s.step]; dup {
-			return false, invalid("duplicate step name %q", s.step)
-		}
-		if s.bytes < 0 {
-			return false, invalid("bytes must be ≥ 0 (0: a leftover-only save), got %d", s.bytes)
-		}
-		ev := ss.event(s.freeze)
-		if rp.eager && ev.pending() && s.bytes > 0 {
-			return false, invalid("pipeline %q is eager: its copy would wait here for freeze event %q forever (complete it first)", s.pipeline, s.freeze)
-		}
-		var dev cuda.Buffer
-		if s.bytes > 0 {
-			if dev, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
-				return false, err
-			}
-		}
-		var step *staging.Step
-		err = ss.watch(ctx, rp, func(ctx context.Context) (err error) {
-			step, err = rp.p.Stage(ctx, dev, ev.cuda())
-			return err
-		}, func(st staging.Stats) string {
-			if st.WaitingStages == 0 || s.claimTimeoutMS > 0 {
-				return "" // a positive claim timeout ends the wait
-			}
-			return fmt.Sprintf("staging step %q would wait forever: the free slots' buffers have another size and their last copies wait for freeze event %q (complete it with freeze)", s.step, ss.blockingEvent(rp))
-		})
-		if err != nil {
-			return true, err
-		}
-		st := &replayStep{name: s.step, pipe: rp, s: step, dev: dev}
-		if dev != nil {
-			st.entry = &d2hEntry{freeze: ev, step: st}
-			rp.entries = append(rp.entries, st.entry)
-		}
-		ss.steps[s.step] = st
-		res.Staging = &stagingJSON{Step: &stagedStepJSON{Name: s.step, Slot: step.Slot(), Bytes: step.Bytes()}}
-		return true, nil
-	case "step_release":
-		st, ok := ss.steps[s.step]
-		switch {
-		case !ok:
-			return false, invalid("unknown step %q", s.step)
-		case st.released:
-			return false, invalid("step %q was already released", s.step)
-		}
-		ss.cur = st.pipe
-		if err := st.s.Release(); err != nil {
-			return true, err
-		}
-		st.released = true
-		return true, nil
-	case "freeze":
-		e, ok := ss.events[s.event]
-		switch {
-		case !ok:
-			return false, invalid("unknown freeze event %q (a stage or append names it first)", s.event)
-		case e.completed:
-			return false, invalid("freeze event %q was already completed", s.event)
-		}
-		e.completed = true
-		e.ev.Complete()
-		return true, nil
-	case "task_open":
-		// Fields: pipeline, task, req, write_n, mode.
-		rp, err := ss.pipe(s.pipeline)
-		if err != nil {
-			return false, err
-		}
-		if _, dup := ss.tasks[s.task]; dup {
-			return false, invalid("duplicate task name %q", s.task)
-		}
-		var mode staging.JoinMode
-		switch s.mode {
-		case "next_step":
-			mode = staging.JoinNextStep
-		case "on_finish":
-			mode = staging.JoinOnFinish
-		default:
-			return false, invalid("unknown join mode %q (use next_step or on_finish)", s.mode)
-		}
-		t, err := rp.p.Open(ctx, staging.TaskSpec{ReqID: s.req, WriteN: int(s.writeN), Mode: mode})
-		if err != nil {
-			return true, err
-		}
-		rt := &replayTask{name: s.task, pipe: rp, t: t, last: staging.Pending, opened: true}
-		rp.mu.Lock()
-		rp.byID[t.ID()] = rt
-		rp.mu.Unlock()
-		ss.tasks[s.task] = rt
-		ss.order = append(ss.order, rt)
-		return true, nil
-	case "append":
-		// Fields: task, step or device_bytes, fill, freeze, rows, no_wait.
-		t, err := ss.task(s.task)
-		if err != nil {
-			return false, err
-		}
-		rp := t.pipe
-		c := staging.Chunk{NoWait: s.noWait}
-		var st *replayStep
-		if s.step != "" {
-			var ok bool
-			if st, ok = ss.steps[s.step]; !ok {
-				return false, invalid("unknown step %q", s.step)
-			}
-			c.Step = st.s
-		}
-		for _, row := range s.rows {
-			c.Rows = append(c.Rows, staging.Row{Key: row.key, Slot: int(row.slot), Offset: row.offset})
-		}
-		var ev *freezeEvent
-		if s.hasDevice {
-			if s.bytes <= 0 {
-				return false, invalid("device_bytes must be > 0, got %d", s.bytes)
-			}
-			ev = ss.event(s.freeze)
-			if rp.eager && ev.pending() {
-				return false, invalid("pipeline %q is eager: its clone would wait here for freeze event %q forever (complete it first)", rp.name, s.freeze)
-			}
-			if c.Device, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
-				return false, err
-			}
-			c.Freeze = ev.cuda()
-		}
-		err = ss.watch(ctx, rp, func(ctx context.Context) error { return t.t.Append(ctx, c) }, func(st staging.Stats) string {
-			if st.WaitingAppends == 0 {
-				return ""
-			}
-			return fmt.Sprintf("appending to task %q would wait forever: the clone budget is full and the clones that could free it wait for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(rp))
-		})
-		if err != nil {
-			return true, err
-		}
-		if st != nil {
-			t.steps = append(t.steps, st)
-		} else {
-			cd := &cloneDep{index: len(rp.clones), freeze: ev, bytes: s.bytes}
-			rp.clones = append(rp.clones, cd)
-			t.clones = append(t.clones, cd)
-		}
-		if t.rows == nil {
-			t.rows = map[[2]any]bool{}
-		}
-		for _, row := range s.rows {
-			t.rows[[2]any{row.key, row.slot}] = true
-		}
-		return true, nil
-	case "submit", "prioritize":
-		tasks := make([]*replayTask, 0, len(s.tasks))
-		for _, name := range s.tasks {
-			t, err := ss.task(name)
-			if err != nil {
-				return false, err
-			}
-			tasks = append(tasks, t)
-		}
-		for _, t := range tasks {
-			ss.cur = t.pipe
-			var err error
-			if o.name == "submit" {
-				err = t.pipe.p.Submit(ctx, t.t)
-			} else {
-				err = t.pipe.p.Prioritize(ctx, t.t.ID())
-			}
-			if err != nil {
-				return true, err
-			}
-		}
-		return len(tasks) > 0, nil
-	case "wait":
-		t, err := ss.task(s.task)
-		if err != nil {
-			return false, err
-		}
-		if s.until != "host_ready" && s.until != "written" {
-			return false, invalid("unknown wait %q (use host_ready or written)", s.until)
-		}
-		// The pipelines are settled: what has not happened yet cannot
-		// happen without a later op.
-		st := t.t.State()
-		if !t.done && (s.until == "written" || st < staging.HostReady) && ss.stuck(t, st) {
-			return false, invalid("task %q would wait forever: it is %s and %s", s.task, st, ss.why(t, st))
-		}
-		if s.until == "host_ready" {
-			err = t.t.WaitHostReady(ctx)
-		} else {
-			err = t.t.Wait(ctx)
-		}
-		if err != nil {
-			return true, err
-		}
-		name := t.t.State().String()
-		res.Staging = &stagingJSON{State: &name}
-		return true, nil
-	case "read_row":
-		t, err := ss.task(s.task)
-		if err != nil {
-			return false, err
-		}
-		st := t.t.State()
-		switch {
-		case t.done, !t.rows[[2]any{s.key, s.slot}]: // done, or a row it never had: no wait
-		case t.t.Mode() == staging.JoinNextStep && ss.stuck(t, st):
-			return false, invalid("reading task %q would wait forever for its pool write: it is %s and %s", s.task, st, ss.why(t, st))
-		case st < staging.HostReady && t.cloneWaits():
-			return false, invalid("reading task %q would wait forever: its device clone waits for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(t.pipe))
-		}
-		b, err := t.t.ReadRow(ctx, s.key, int(s.slot))
-		if err != nil {
-			return true, err
-		}
-		res.Staging = &stagingJSON{Row: toRow(s.key, s.slot, b)}
-		return true, nil
-	case "read_pool":
-		rp, err := ss.pipe(s.pipeline)
-		if err != nil {
-			return false, err
-		}
-		b, err := rp.p.ReadPool(s.key, int(s.slot))
-		if err != nil {
-			return true, err
-		}
-		res.Staging = &stagingJSON{Row: toRow(s.key, s.slot, b)}
-		return true, nil
-	case "staging_stats":
-		rp, err := ss.pipe(s.pipeline)
-		if err != nil {
-			return false, err
-		}
-		res.Staging = &stagingJSON{Stats: r.toStagingStats(rp.p.Stats())}
-		return false, nil
-	case "staging_close":
-		rp, err := ss.pipe(s.pipeline)
-		if err != nil {
-			return false, err
-		}
-		if rp.closed {
-			return false, invalid("pipeline %q was already closed", s.pipeline)
-		}
-		if ev := ss.blockingEvent(rp); ev != "" {
-			return false, invalid("closing pipeline %q would wait forever: freeze event %q is not complete (complete it first with freeze)", s.pipeline, ev)
-		}
-		rp.closed = true
-		return true, rp.close(ctx, r.sys.Backend())
+	// Fields: name, device, slots, slot_bytes, claim_timeout_ms, keys,
+	// pool_slots, row_bytes, clone_budget. The name binds on success.
+	switch _, dup := ss.pipes[s.name]; {
+	case s.name == "":
+		return false, invalid("a pipeline name must not be empty")
+	case dup:
+		return false, invalid("duplicate pipeline name %q", s.name)
+	case s.slotBytes > BufferLimit:
+		return false, invalid("slot_bytes %s: a staging slot holds real bytes, at most %s in a replay", jsonline.FormatBytes(s.slotBytes), jsonline.FormatBytes(BufferLimit))
+	case s.rowBytes > 0 && s.poolSlots > 0 && int64(len(s.keys))*s.poolSlots > BufferLimit/s.rowBytes:
+		return false, invalid("the CPU block pool (%d keys × %d slots × %s) holds real bytes, at most %s in a replay",
+			len(s.keys), s.poolSlots, jsonline.FormatBytes(s.rowBytes), jsonline.FormatBytes(BufferLimit))
 	}
-	return false, fmt.Errorf("op %q is not implemented", o.name)
+	rp := &replayPipe{name: s.name, device: s.device, eager: s.eager, rowB: s.rowBytes, byID: map[staging.TaskID]*replayTask{},
+		failedFrom: map[staging.TaskID]staging.TaskState{}, started: map[staging.TaskID]bool{}}
+	cfg := staging.Config{
+		Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
+		ClaimTimeout: time.Duration(s.claimTimeoutMS) * time.Millisecond,
+		Keys:         s.keys, PoolSlots: int(s.poolSlots), RowBytes: s.rowBytes,
+		CloneBudgetBytes: s.cloneBudget, Eager: s.eager,
+		OnCommit: func(id staging.TaskID, err error) {
+			if err == nil {
+				return
+			}
+			rp.mu.Lock()
+			if t := rp.byID[id]; t != nil {
+				rp.failedFrom[id] = t.t.State() // Copying or HostReady: not failed yet
+			}
+			rp.mu.Unlock()
+		},
+		OnCopyStarted: func(id staging.TaskID) {
+			rp.mu.Lock()
+			rp.started[id] = true
+			rp.mu.Unlock()
+		},
+	}
+	if _, err := cuda.ParseLocationName(s.device); err == nil && !r.locations[s.device] {
+		return false, &system.UnavailableError{Location: s.device, Detail: "location is not configured"}
+	}
+	p, err := staging.New(ctx, r.sys, cfg)
+	if err != nil {
+		return true, err
+	}
+	rp.p = p
+	ss.pipes[s.name] = rp
+	return true, nil
+}
+
+func execStage(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	// Fields: pipeline, step, bytes, fill, freeze.
+	rp, err := ss.pipe(s.pipeline)
+	if err != nil {
+		return false, err
+	}
+	if _, dup := ss.steps[s.step]; dup {
+		return false, invalid("duplicate step name %q", s.step)
+	}
+	if s.bytes < 0 {
+		return false, invalid("bytes must be ≥ 0 (0: a leftover-only save), got %d", s.bytes)
+	}
+	ev := ss.event(s.freeze)
+	if rp.eager && ev.pending() && s.bytes > 0 {
+		return false, invalid("pipeline %q is eager: its copy would wait here for freeze event %q forever (complete it first)", s.pipeline, s.freeze)
+	}
+	var dev cuda.Buffer
+	if s.bytes > 0 {
+		if dev, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
+			return false, err
+		}
+	}
+	var step *staging.Step
+	err = ss.watch(ctx, rp, func(ctx context.Context) (err error) {
+		step, err = rp.p.Stage(ctx, dev, ev.cuda())
+		return err
+	}, func(st staging.Stats) string {
+		if st.WaitingStages == 0 || s.claimTimeoutMS > 0 {
+			return "" // a positive claim timeout ends the wait
+		}
+		return fmt.Sprintf("staging step %q would wait forever: the free slots' buffers have another size and their last copies wait for freeze event %q (complete it with freeze)", s.step, ss.blockingEvent(rp))
+	})
+	if err != nil {
+		return true, err
+	}
+	st := &replayStep{name: s.step, pipe: rp, s: step, dev: dev}
+	if dev != nil {
+		st.entry = &d2hEntry{freeze: ev, step: st}
+		rp.entries = append(rp.entries, st.entry)
+	}
+	ss.steps[s.step] = st
+	res.Staging = &Staging{Step: &StagedStep{Name: s.step, Slot: step.Slot(), Bytes: step.Bytes()}}
+	return true, nil
+}
+
+func execStepRelease(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	st, ok := ss.steps[s.step]
+	switch {
+	case !ok:
+		return false, invalid("unknown step %q", s.step)
+	case st.released:
+		return false, invalid("step %q was already released", s.step)
+	}
+	ss.cur = st.pipe
+	if err := st.s.Release(); err != nil {
+		return true, err
+	}
+	st.released = true
+	return true, nil
+}
+
+func execFreeze(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	e, ok := ss.events[s.event]
+	switch {
+	case !ok:
+		return false, invalid("unknown freeze event %q (a stage or append names it first)", s.event)
+	case e.completed:
+		return false, invalid("freeze event %q was already completed", s.event)
+	}
+	e.completed = true
+	e.ev.Complete()
+	return true, nil
+}
+
+func execTaskOpen(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	// Fields: pipeline, task, req, write_n, mode.
+	rp, err := ss.pipe(s.pipeline)
+	if err != nil {
+		return false, err
+	}
+	if _, dup := ss.tasks[s.task]; dup {
+		return false, invalid("duplicate task name %q", s.task)
+	}
+	var mode staging.JoinMode
+	switch s.mode {
+	case "next_step":
+		mode = staging.JoinNextStep
+	case "on_finish":
+		mode = staging.JoinOnFinish
+	default:
+		return false, invalid("unknown join mode %q (use next_step or on_finish)", s.mode)
+	}
+	t, err := rp.p.Open(ctx, staging.TaskSpec{ReqID: s.req, WriteN: int(s.writeN), Mode: mode})
+	if err != nil {
+		return true, err
+	}
+	rt := &replayTask{name: s.task, pipe: rp, t: t, last: staging.Pending, opened: true}
+	rp.mu.Lock()
+	rp.byID[t.ID()] = rt
+	rp.mu.Unlock()
+	ss.tasks[s.task] = rt
+	ss.order = append(ss.order, rt)
+	return true, nil
+}
+
+func execAppend(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	// Fields: task, step or device_bytes, fill, freeze, rows, no_wait.
+	t, err := ss.task(s.task)
+	if err != nil {
+		return false, err
+	}
+	rp := t.pipe
+	c := staging.Chunk{NoWait: s.noWait}
+	var st *replayStep
+	if s.step != "" {
+		var ok bool
+		if st, ok = ss.steps[s.step]; !ok {
+			return false, invalid("unknown step %q", s.step)
+		}
+		c.Step = st.s
+	}
+	for _, row := range s.rows {
+		c.Rows = append(c.Rows, staging.Row{Key: row.key, Slot: int(row.slot), Offset: row.offset})
+	}
+	var ev *freezeEvent
+	if s.hasDevice {
+		if s.bytes <= 0 {
+			return false, invalid("device_bytes must be > 0, got %d", s.bytes)
+		}
+		ev = ss.event(s.freeze)
+		if rp.eager && ev.pending() {
+			return false, invalid("pipeline %q is eager: its clone would wait here for freeze event %q forever (complete it first)", rp.name, s.freeze)
+		}
+		if c.Device, err = r.deviceBuffer(ctx, rp, rp.deviceLoc(), s.bytes, s.fill); err != nil {
+			return false, err
+		}
+		c.Freeze = ev.cuda()
+	}
+	err = ss.watch(ctx, rp, func(ctx context.Context) error { return t.t.Append(ctx, c) }, func(st staging.Stats) string {
+		if st.WaitingAppends == 0 {
+			return ""
+		}
+		return fmt.Sprintf("appending to task %q would wait forever: the clone budget is full and the clones that could free it wait for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(rp))
+	})
+	if err != nil {
+		return true, err
+	}
+	if st != nil {
+		t.steps = append(t.steps, st)
+	} else {
+		cd := &cloneDep{index: len(rp.clones), freeze: ev, bytes: s.bytes}
+		rp.clones = append(rp.clones, cd)
+		t.clones = append(t.clones, cd)
+	}
+	if t.rows == nil {
+		t.rows = map[[2]any]bool{}
+	}
+	for _, row := range s.rows {
+		t.rows[[2]any{row.key, row.slot}] = true
+	}
+	return true, nil
+}
+
+func execQueueTasks(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	tasks := make([]*replayTask, 0, len(s.tasks))
+	for _, name := range s.tasks {
+		t, err := ss.task(name)
+		if err != nil {
+			return false, err
+		}
+		tasks = append(tasks, t)
+	}
+	for _, t := range tasks {
+		ss.cur = t.pipe
+		var err error
+		if o.Name == "submit" {
+			err = t.pipe.p.Submit(ctx, t.t)
+		} else {
+			err = t.pipe.p.Prioritize(ctx, t.t.ID())
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+	return len(tasks) > 0, nil
+}
+
+func execWait(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	t, err := ss.task(s.task)
+	if err != nil {
+		return false, err
+	}
+	if s.until != "host_ready" && s.until != "written" {
+		return false, invalid("unknown wait %q (use host_ready or written)", s.until)
+	}
+	// The pipelines are settled: what has not happened yet cannot
+	// happen without a later op.
+	st := t.t.State()
+	if !t.done && (s.until == "written" || st < staging.HostReady) && ss.stuck(t, st) {
+		return false, invalid("task %q would wait forever: it is %s and %s", s.task, st, ss.why(t, st))
+	}
+	if s.until == "host_ready" {
+		err = t.t.WaitHostReady(ctx)
+	} else {
+		err = t.t.Wait(ctx)
+	}
+	if err != nil {
+		return true, err
+	}
+	name := t.t.State().String()
+	res.Staging = &Staging{State: &name}
+	return true, nil
+}
+
+func execReadRow(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	t, err := ss.task(s.task)
+	if err != nil {
+		return false, err
+	}
+	st := t.t.State()
+	switch {
+	case t.done, !t.rows[[2]any{s.key, s.slot}]: // done, or a row it never had: no wait
+	case t.t.Mode() == staging.JoinNextStep && ss.stuck(t, st):
+		return false, invalid("reading task %q would wait forever for its pool write: it is %s and %s", s.task, st, ss.why(t, st))
+	case st < staging.HostReady && t.cloneWaits():
+		return false, invalid("reading task %q would wait forever: its device clone waits for freeze event %q (complete it with freeze)", s.task, ss.blockingEvent(t.pipe))
+	}
+	b, err := t.t.ReadRow(ctx, s.key, int(s.slot))
+	if err != nil {
+		return true, err
+	}
+	res.Staging = &Staging{Row: toRow(s.key, s.slot, b)}
+	return true, nil
+}
+
+func execReadPool(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	rp, err := ss.pipe(s.pipeline)
+	if err != nil {
+		return false, err
+	}
+	b, err := rp.p.ReadPool(s.key, int(s.slot))
+	if err != nil {
+		return true, err
+	}
+	res.Staging = &Staging{Row: toRow(s.key, s.slot, b)}
+	return true, nil
+}
+
+func execStagingStats(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	rp, err := ss.pipe(s.pipeline)
+	if err != nil {
+		return false, err
+	}
+	res.Staging = &Staging{Stats: r.toStagingStats(rp.p.Stats())}
+	return false, nil
+}
+
+func execStagingClose(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Result) (bool, error) {
+	s := o.staging
+	rp, err := ss.pipe(s.pipeline)
+	if err != nil {
+		return false, err
+	}
+	if rp.closed {
+		return false, invalid("pipeline %q was already closed", s.pipeline)
+	}
+	if ev := ss.blockingEvent(rp); ev != "" {
+		return false, invalid("closing pipeline %q would wait forever: freeze event %q is not complete (complete it first with freeze)", s.pipeline, ev)
+	}
+	rp.closed = true
+	return true, rp.close(ctx, r.sys.Backend())
 }
 
 // watch runs call, which may wait for the pipeline, and returns its error.
@@ -1124,7 +1106,7 @@ func (rp *replayPipe) close(ctx context.Context, be cuda.Backend) error {
 // closeStaging ends the script's pipelines before the runtime closes:
 // every freeze event still pending is completed, then every open
 // pipeline is closed (it writes what it holds).
-func (r *runner) closeStaging(ctx context.Context) {
+func (r *Runner) closeStaging(ctx context.Context) {
 	if r.staging == nil {
 		return
 	}
@@ -1218,43 +1200,43 @@ func classifyStaging(e error) (string, bool) {
 }
 
 // stagingErrorFields are the JSON fields of the pipeline's errors.
-func (r *runner) stagingErrorFields(e error) []kv {
+func (r *Runner) stagingErrorFields(e error) []Field {
 	cause := func(err error) any {
 		if err == nil {
 			return nil
 		}
 		typ, _ := classify(err)
-		return orderedObject{{"type", typ}, {"message", r.message(err.Error())}}
+		return Object{{"type", typ}, {"message", r.message(err.Error())}}
 	}
 	switch x := e.(type) {
 	case *staging.FailedError:
-		return []kv{{"task", r.staging.taskName(x.Task)}, {"cause", cause(x.Err)}}
+		return []Field{{"task", r.staging.taskName(x.Task)}, {"cause", cause(x.Err)}}
 	case *staging.DropError:
-		return []kv{{"reason", x.Reason}, {"requested_bytes", x.Requested}, {"cause", cause(x.Err)}}
+		return []Field{{"reason", x.Reason}, {"requested_bytes", x.Requested}, {"cause", cause(x.Err)}}
 	case *staging.AppendRefusedError:
-		return []kv{{"task", r.staging.taskName(x.Task)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
+		return []Field{{"task", r.staging.taskName(x.Task)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
 	case *staging.SlotTimeoutError:
-		return []kv{{"slots", x.Slots}, {"timeout_ms", x.Timeout.Milliseconds()}}
+		return []Field{{"slots", x.Slots}, {"timeout_ms", x.Timeout.Milliseconds()}}
 	case *staging.SlotOverflowError:
-		return []kv{{"step_bytes", x.StepBytes}, {"slot_bytes", x.SlotBytes}}
+		return []Field{{"step_bytes", x.StepBytes}, {"slot_bytes", x.SlotBytes}}
 	}
 	return nil
 }
 
 // stagingDetail is the table's summary of a staging op's payload and
 // task transitions.
-func stagingDetail(r *result) (string, bool) {
+func stagingDetail(r *Result) (string, bool) {
 	var parts []string
 	if s := r.Staging; s != nil {
 		switch {
 		case s.Step != nil:
-			parts = append(parts, fmt.Sprintf("step %s in slot %d, %s", strconv.Quote(s.Step.Name), s.Step.Slot, bytesText(s.Step.Bytes)))
+			parts = append(parts, fmt.Sprintf("step %s in slot %d, %s", strconv.Quote(s.Step.Name), s.Step.Slot, jsonline.BytesText(s.Step.Bytes)))
 		case s.Row != nil:
 			v := "mixed bytes"
 			if s.Row.Value != nil {
 				v = fmt.Sprintf("every byte %d", *s.Row.Value)
 			}
-			parts = append(parts, fmt.Sprintf("row (%s, %d): %s, %s", strconv.Quote(s.Row.Key), s.Row.Slot, bytesText(int64(s.Row.Bytes)), v))
+			parts = append(parts, fmt.Sprintf("row (%s, %d): %s, %s", strconv.Quote(s.Row.Key), s.Row.Slot, jsonline.BytesText(int64(s.Row.Bytes)), v))
 		case s.State != nil:
 			parts = append(parts, "task "+*s.State)
 		case s.Stats != nil:
@@ -1264,9 +1246,9 @@ func stagingDetail(r *result) (string, bool) {
 				failure = "; failed: " + *st.Failure
 			}
 			parts = append(parts, fmt.Sprintf("slots %d free of %d (%d holders, %d claims, %d waits); clones %s of %s (peak %s), %d flushes, drops %d (gpu-budget) %d (location-budget); tasks opened %d written %d failed %d; committed %s%s",
-				st.FreeSlots, st.Slots, st.SlotHolders, st.SlotClaims, st.SlotWaits, bytesText(st.CloneBytes), bytesText(st.CloneBudgetBytes),
-				bytesText(st.PeakCloneBytes), st.Flushes, st.Drops[0].Value, st.Drops[1].Value, st.Opened, st.Written, st.Failed,
-				bytesText(st.CommittedBytes), failure))
+				st.FreeSlots, st.Slots, st.SlotHolders, st.SlotClaims, st.SlotWaits, jsonline.BytesText(st.CloneBytes), jsonline.BytesText(st.CloneBudgetBytes),
+				jsonline.BytesText(st.PeakCloneBytes), st.Flushes, st.Drops[0].Value, st.Drops[1].Value, st.Opened, st.Written, st.Failed,
+				jsonline.BytesText(st.CommittedBytes), failure))
 		}
 	}
 	if len(r.TaskTransitions) > 0 {
