@@ -7,11 +7,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"os"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/residency-go/residency/internal/jsonerr"
 	"github.com/residency-go/residency/system"
@@ -84,37 +82,39 @@ there and prints the diagnosis. The second diagnoses evidence saved earlier.
 // the evidence captured there.
 type diagnoser struct {
 	target int // the line to diagnose; 0: the first failed op
-	runner *runner
+	runner *replay.Runner
 	ev     *system.Evidence
-	cerr   error // Capture's error
-	at     *op   // the op it stopped at
-	atRes  *result
+	cerr   error      // Capture's error
+	at     *replay.Op // the op it stopped at
+	atRes  *replay.Result
 }
 
 func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, stdin io.Reader, stdout, stderr io.Writer) int {
 	d := &diagnoser{target: target}
 	h := &replayHooks{cmd: "diagnose", quiet: true}
-	h.setup = func(r *runner) {
+	h.setup = func(r *replay.Runner) {
 		d.runner = r
-		r.explainFirst = func(o op) bool { return d.target == 0 || o.line == d.target }
-		r.onFail = d.capture
+		r.SetHooks(replay.Hooks{
+			ExplainFirst: func(o replay.Op) bool { return d.target == 0 || o.Line == d.target },
+			OnFail:       d.capture,
+		})
 	}
-	h.after = func(o op, res *result) bool {
+	h.after = func(o replay.Op, res *replay.Result) bool {
 		if d.target == 0 && d.ev == nil && d.cerr == nil {
 			return false
 		}
-		if d.target != 0 && o.line < d.target {
+		if d.target != 0 && o.Line < d.target {
 			return false
 		}
 		oo, rr := o, *res
 		d.at, d.atRes = &oo, &rr
 		return true
 	}
-	var info scriptInfo
-	code := runScript(ctx, path, stdin, stderr, h, func(i scriptInfo) resultWriter {
+	var info replay.Info
+	code := runScript(ctx, path, stdin, stderr, h, func(i replay.Info) resultWriter {
 		info = i
 		if !asJSON {
-			h.progress = newProgress(stderr, i.ops, "diagnose "+path)
+			h.progress = newProgress(stderr, i.Ops, "diagnose "+path)
 		}
 		return discardWriter{}
 	})
@@ -123,49 +123,39 @@ func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, s
 	}
 	switch {
 	case d.cerr != nil:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d: capturing the evidence: %s\n", escapeText(path), d.at.line, escapeText(d.cerr.Error()))
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d: capturing the evidence: %s\n", escapeText(path), d.at.Line, escapeText(d.cerr.Error()))
 		if ctx.Err() != nil {
 			return exitInterrupted
 		}
 		return 1
 	case d.at == nil && d.target == 0:
-		fmt.Fprintf(stderr, "demo diagnose: %s: no op failed (%d ops ran): nothing to diagnose\n", escapeText(path), info.ops)
+		fmt.Fprintf(stderr, "demo diagnose: %s: no op failed (%d ops ran): nothing to diagnose\n", escapeText(path), info.Ops)
 		return 1
-	case d.at == nil || d.at.line != d.target && d.target != 0:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d is not an op of the script (its ops are on lines up to %d; blank and # lines are not ops)\n", escapeText(path), d.target, info.lastLine)
+	case d.at == nil || d.at.Line != d.target && d.target != 0:
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d is not an op of the script (its ops are on lines up to %d; blank and # lines are not ops)\n", escapeText(path), d.target, info.LastLine)
 		return 2
 	case d.ev == nil:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.line, d.at.name)
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.Line, d.at.Name)
 		return 1
 	}
 	diag := system.DiagnoseEvidence(*d.ev)
-	line, name := d.at.line, d.at.name
+	line, name := d.at.Line, d.at.Name
 	return printDiagnosis(diag, &line, name, asJSON, stdout, stderr)
 }
 
 // capture is the runner's onFail: it takes the evidence of the op to
 // diagnose right after the op returned, before anything else runs.
-func (d *diagnoser) capture(ctx context.Context, o op, err error) {
-	if d.target != 0 && o.line != d.target || d.target == 0 && (d.ev != nil || d.cerr != nil) {
+func (d *diagnoser) capture(ctx context.Context, o replay.Op, err error) {
+	if d.target != 0 && o.Line != d.target || d.target == 0 && (d.ev != nil || d.cerr != nil) {
 		return
 	}
 	r := d.runner
-	ev, cerr := r.sys.Capture(ctx, err, r.operation(o))
+	ev, cerr := r.System().Capture(ctx, err, r.Operation(o))
 	if cerr != nil {
 		d.cerr = cerr
 		return
 	}
-	switch {
-	case o.name == "enter" && o.decision != "":
-		if dec, ok := r.decisions[o.decision]; ok {
-			ev.Decision = &dec
-		}
-	case (o.name == "execute" || o.name == "enter") && o.plan != nil:
-		p := r.plan(o.plan)
-		ev.Plan = &p
-		ev.Explanation = r.explained
-	}
-	ev = r.scriptEvidence(ev)
+	ev = r.Evidence(o, ev) // the op's decision or plan, in the script's words
 	d.ev = &ev
 }
 
@@ -173,15 +163,15 @@ func (d *diagnoser) capture(ctx context.Context, o op, err error) {
 // failure print nothing.
 type discardWriter struct{}
 
-func (discardWriter) write(*result) error { return nil }
-func (discardWriter) flush() error        { return nil }
+func (discardWriter) Write(*replay.Result) error { return nil }
+func (discardWriter) Flush() error               { return nil }
 
 // printDiagnosis prints d as text or JSON; line and op say which line of
 // a script it explains (nil and "" for evidence files).
 func printDiagnosis(d system.Diagnosis, line *int, opName string, asJSON bool, stdout, stderr io.Writer) int {
 	var b bytes.Buffer
 	if asJSON {
-		out, err := marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: toDiagnosisJSON(d)})
+		out, err := replay.Marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: toDiagnosisJSON(d)})
 		if err != nil {
 			fmt.Fprintf(stderr, "demo diagnose: %v\n", err)
 			return 2
@@ -242,7 +232,7 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 	}
 	var lines [][]byte
 	add := func(op string, ok bool, key string, v json.RawMessage) {
-		b, _ := marshal(orderedObject{{"line", len(lines) + 1}, {"op", op}, {"ok", ok}, {key, v}})
+		b, _ := replay.Marshal(replay.Object{{"line", len(lines) + 1}, {"op", op}, {"ok", ok}, {key, v}})
 		lines = append(lines, b)
 	}
 	if f.decision != "" {
@@ -337,7 +327,7 @@ func readSnapshot(path string) (json.RawMessage, string, error) {
 			if err := json.Unmarshal(b, &s); err != nil {
 				return nil, "", fmt.Errorf("a snapshot as package system encodes it (system.Snapshot): %w", jsonerr.Words(err))
 			}
-			out, err := marshal((*runner)(nil).toSnapshot(s))
+			out, err := replay.Marshal(replay.SnapshotOf(s))
 			return out, "", err
 		}
 	}
@@ -372,7 +362,7 @@ func readTrace(path string) (json.RawMessage, error) {
 			if err := json.Unmarshal(b, &ts); err != nil {
 				return nil, fmt.Errorf("transitions as package system encodes them (system.Transition): %w", jsonerr.Words(err))
 			}
-			return marshal((*runner)(nil).toTransitions(ts))
+			return replay.Marshal(replay.TransitionsOf(ts))
 		}
 	}
 	return b, nil

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/residency-go/residency/system"
+import (
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/replay"
+)
 
 // The JSON form of a diagnosis (`demo diagnose --json`): one object per
 // run, keys in snake_case, in the order below, every key always present.
@@ -80,27 +83,27 @@ type figureJSON struct {
 }
 
 type endpointJSON struct {
-	Value            string                    `json:"value"`
-	Location         *string                   `json:"location"`
-	Live             bool                      `json:"live"`
-	Gone             *string                   `json:"gone"`
-	Bytes            int64                     `json:"bytes"`
-	ReplicaMode      *string                   `json:"replica_mode"` // null when not live
-	Recoverable      bool                      `json:"recoverable"`
-	HasSource        bool                      `json:"has_source"`
-	SourceLocation   *string                   `json:"source_location"`
-	Materializations []snapMaterializationJSON `json:"materializations"`
-	AtLocation       *snapMaterializationJSON  `json:"at_location"`
+	Value            string                           `json:"value"`
+	Location         *string                          `json:"location"`
+	Live             bool                             `json:"live"`
+	Gone             *string                          `json:"gone"`
+	Bytes            int64                            `json:"bytes"`
+	ReplicaMode      *string                          `json:"replica_mode"` // null when not live
+	Recoverable      bool                             `json:"recoverable"`
+	HasSource        bool                             `json:"has_source"`
+	SourceLocation   *string                          `json:"source_location"`
+	Materializations []replay.SnapshotMaterialization `json:"materializations"`
+	AtLocation       *replay.SnapshotMaterialization  `json:"at_location"`
 }
 
 type locationNowJSON struct {
-	Location       string                `json:"location"`
-	BudgetBytes    *int64                `json:"budget_bytes"`
-	UsedBytes      int64                 `json:"used_bytes"`
-	TemporaryBytes int64                 `json:"temporary_bytes"`
-	ReservedBytes  int64                 `json:"reserved_bytes"`
-	PeakBytes      int64                 `json:"peak_bytes"`
-	Reservations   []snapReservationJSON `json:"reservations"`
+	Location       string                       `json:"location"`
+	BudgetBytes    *int64                       `json:"budget_bytes"`
+	UsedBytes      int64                        `json:"used_bytes"`
+	TemporaryBytes int64                        `json:"temporary_bytes"`
+	ReservedBytes  int64                        `json:"reserved_bytes"`
+	PeakBytes      int64                        `json:"peak_bytes"`
+	Reservations   []replay.SnapshotReservation `json:"reservations"`
 }
 
 type budgetJSON struct {
@@ -125,16 +128,16 @@ type lifetimeJSON struct {
 }
 
 type protectionJSON struct {
-	Value             string                   `json:"value"`
-	Location          string                   `json:"location"`
-	UseCount          int                      `json:"use_count"`
-	HoldCount         int                      `json:"hold_count"`
-	PendingEventCount int                      `json:"pending_event_count"`
-	Leases            []lifetimeJSON           `json:"leases"`
-	Holds             []lifetimeJSON           `json:"holds"`
-	Events            []lifetimeJSON           `json:"events"`
-	Complete          bool                     `json:"complete"`
-	Now               *snapMaterializationJSON `json:"now"`
+	Value             string                          `json:"value"`
+	Location          string                          `json:"location"`
+	UseCount          int                             `json:"use_count"`
+	HoldCount         int                             `json:"hold_count"`
+	PendingEventCount int                             `json:"pending_event_count"`
+	Leases            []lifetimeJSON                  `json:"leases"`
+	Holds             []lifetimeJSON                  `json:"holds"`
+	Events            []lifetimeJSON                  `json:"events"`
+	Complete          bool                            `json:"complete"`
+	Now               *replay.SnapshotMaterialization `json:"now"`
 }
 
 type locationBytesJSON struct {
@@ -149,32 +152,32 @@ type searchJSON struct {
 	Exhaustive           bool                `json:"exhaustive"`
 	ExpectedStateVersion uint64              `json:"expected_state_version"`
 	Detail               *string             `json:"detail"`
-	Evictions            []evictionJSON      `json:"evictions"`
-	Plan                 *planJSON           `json:"plan"`
+	Evictions            []replay.Eviction   `json:"evictions"`
+	Plan                 *replay.Plan        `json:"plan"`
 	Feasible             bool                `json:"feasible"`
 	Reason               *string             `json:"reason"`
 	PredictedPeaks       []locationBytesJSON `json:"predicted_peaks"`
 }
 
 type staleJSON struct {
-	ExpectedVersion uint64           `json:"expected_version"`
-	ActualVersion   uint64           `json:"actual_version"`
-	Intervening     []transitionJSON `json:"intervening"`
-	Covered         bool             `json:"covered"`
-	Missing         uint64           `json:"missing"`
+	ExpectedVersion uint64              `json:"expected_version"`
+	ActualVersion   uint64              `json:"actual_version"`
+	Intervening     []replay.Transition `json:"intervening"`
+	Covered         bool                `json:"covered"`
+	Missing         uint64              `json:"missing"`
 }
 
 type executionJSON struct {
-	Phase                  string           `json:"phase"`
-	FailedAction           *actionJSON      `json:"failed_action"`
-	FailedActionIndex      *int             `json:"failed_action_index"`
-	FailedReservation      *reservationJSON `json:"failed_reservation"`
-	FailedReservationIndex *int             `json:"failed_reservation_index"`
-	Committed              []transitionJSON `json:"committed"`
-	Kept                   []string         `json:"kept"`
-	Cleaned                []string         `json:"cleaned"`
-	FailedStep             []string         `json:"failed_step"`
-	Cause                  *diagnosisJSON   `json:"cause"`
+	Phase                  string              `json:"phase"`
+	FailedAction           *replay.Action      `json:"failed_action"`
+	FailedActionIndex      *int                `json:"failed_action_index"`
+	FailedReservation      *replay.Reservation `json:"failed_reservation"`
+	FailedReservationIndex *int                `json:"failed_reservation_index"`
+	Committed              []replay.Transition `json:"committed"`
+	Kept                   []string            `json:"kept"`
+	Cleaned                []string            `json:"cleaned"`
+	FailedStep             []string            `json:"failed_step"`
+	Cause                  *diagnosisJSON      `json:"cause"`
 }
 
 func strs(ss []string) []string {
@@ -184,8 +187,8 @@ func strs(ss []string) []string {
 	return ss
 }
 
-func toMaterializationJSON(m system.MaterializationRecord) snapMaterializationJSON {
-	return snapMaterializationJSON{Location: m.Location, State: m.State.String(), ChargedBytes: m.ChargedBytes,
+func toMaterializationJSON(m system.MaterializationRecord) replay.SnapshotMaterialization {
+	return replay.SnapshotMaterialization{Location: m.Location, State: m.State.String(), ChargedBytes: m.ChargedBytes,
 		UseCount: m.UseCount, HoldCount: m.HoldCount, PendingEventCount: m.PendingEventCount}
 }
 
@@ -200,7 +203,6 @@ func toLifetimesJSON(ls []system.Lifetime) []lifetimeJSON {
 // toDiagnosisJSON is d's JSON form. The diagnosis's names are already the
 // script's: nothing is rewritten here.
 func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
-	var none *runner // transitions as they are
 	out := diagnosisJSON{
 		Class: d.Class, Message: d.Message, Meaning: d.Meaning, FirstAction: d.FirstAction,
 		Operation: operationJSON{Kind: nullable(d.Op.Kind), Handle: nullable(d.Op.Handle.Name), Location: nullable(d.Op.Location),
@@ -229,7 +231,7 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 	for _, e := range d.Endpoints {
 		ej := endpointJSON{Value: e.Value, Location: nullable(e.Location), Live: e.Live, Gone: nullable(e.Gone), Bytes: e.Bytes,
 			Recoverable: e.Recoverable, HasSource: e.HasSource, SourceLocation: nullable(e.SourceLocation),
-			Materializations: make([]snapMaterializationJSON, 0, len(e.Materializations))}
+			Materializations: make([]replay.SnapshotMaterialization, 0, len(e.Materializations))}
 		if e.Live {
 			ej.ReplicaMode = nullable(e.ReplicaMode.String())
 		}
@@ -248,13 +250,13 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 			Charge: string(b.Charge), ChargeReason: b.ChargeReason}
 		if l := b.Now; l != nil {
 			n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
-				ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
+				ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]replay.SnapshotReservation, 0, len(l.Reservations))}
 			if l.HasBudget {
 				v := l.BudgetBytes
 				n.BudgetBytes = &v
 			}
 			for _, r := range l.Reservations {
-				n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
+				n.Reservations = append(n.Reservations, replay.SnapshotReservation{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
 			}
 			bj.Now = n
 		}
@@ -272,17 +274,17 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 	}
 	if s := d.Search; s != nil {
 		sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
-			ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
+			ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]replay.Eviction, 0, len(s.Evictions)),
 			Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
 		if s.StateLimit != 0 {
 			l := s.StateLimit
 			sj.StateLimit = &l
 		}
 		for _, e := range s.Evictions {
-			sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
+			sj.Evictions = append(sj.Evictions, replay.Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
 		}
 		if s.Plan != nil {
-			p := toPlan(*s.Plan)
+			p := replay.PlanOf(*s.Plan)
 			sj.Plan = &p
 		}
 		for _, p := range s.PredictedPeaks {
@@ -292,18 +294,18 @@ func toDiagnosisJSON(d system.Diagnosis) diagnosisJSON {
 	}
 	if s := d.Stale; s != nil {
 		out.Stale = &staleJSON{ExpectedVersion: s.ExpectedVersion, ActualVersion: s.ActualVersion,
-			Intervening: none.toTransitions(s.Intervening), Covered: s.Covered, Missing: s.Missing}
+			Intervening: replay.TransitionsOf(s.Intervening), Covered: s.Covered, Missing: s.Missing}
 	}
 	if e := d.Execution; e != nil {
-		ej := &executionJSON{Phase: e.Phase, Committed: none.toTransitions(e.Committed),
+		ej := &executionJSON{Phase: e.Phase, Committed: replay.TransitionsOf(e.Committed),
 			Kept: strs(e.Kept), Cleaned: strs(e.Cleaned), FailedStep: strs(e.FailedStep)}
 		if e.FailedAction != nil {
-			a := toAction(*e.FailedAction)
+			a := replay.ActionOf(*e.FailedAction)
 			i := e.FailedActionIndex
 			ej.FailedAction, ej.FailedActionIndex = &a, &i
 		}
 		if e.FailedReservation != nil {
-			r := toReservation(*e.FailedReservation)
+			r := replay.ReservationOf(*e.FailedReservation)
 			i := e.FailedReservationIndex
 			ej.FailedReservation, ej.FailedReservationIndex = &r, &i
 		}

@@ -470,38 +470,6 @@ func (r *Runner) cacheResName(name string) string {
 	return e.owner + rest
 }
 
-// cacheDetail is the table's summary of a cache op's payload.
-func cacheDetail(r *Result) (string, bool) {
-	switch {
-	case r.Load != nil:
-		what := "loaded"
-		if r.Load.Hit {
-			what = "hit"
-		}
-		s := fmt.Sprintf("%s %s, %s resident", what, strconv.Quote(r.Load.Key), jsonline.BytesText(r.Load.Bytes))
-		if r.Load.Lease != nil {
-			s += ", lease " + strconv.Quote(*r.Load.Lease)
-		} else {
-			s += ", lease released"
-		}
-		return s, true
-	case r.Evicted != nil:
-		if *r.Evicted {
-			return "evicted", true
-		}
-		return "not cached: nothing evicted", true
-	case r.Stats != nil:
-		st := r.Stats
-		b := "no budget"
-		if st.BudgetBytes != nil {
-			b = "budget " + jsonline.BytesText(*st.BudgetBytes)
-		}
-		return fmt.Sprintf("%s %s: cache reserved %s, %d resources, %d evictions; location used %s reserved %s",
-			st.Location, b, jsonline.BytesText(st.ReservedBytes), st.Resources, st.Evictions,
-			jsonline.BytesText(st.LocationUsedBytes), jsonline.BytesText(st.LocationReservedBytes)), true
-	}
-	return "", false
-}
 
 // cacheOutstanding lists the cache leases and pins the script still
 // holds ("" for none), in the script's names.

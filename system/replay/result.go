@@ -162,7 +162,7 @@ func (m locationBytes) MarshalJSON() ([]byte, error) {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortLocations(keys)
+	SortLocations(keys)
 	o := make(Object, len(keys))
 	for i, k := range keys {
 		o[i] = Field{k, m[k]}
@@ -273,7 +273,8 @@ type Snapshot struct {
 	Values       []SnapshotValue    `json:"values"`
 }
 
-func toAction(a system.Action) Action {
+// ActionOf is a in the JSON form of a plan's action.
+func ActionOf(a system.Action) Action {
 	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From)}
 }
 
@@ -285,18 +286,19 @@ func PlanOf(p system.Plan) Plan {
 		Enter:        make([]Action, 0, len(p.Enter)),
 	}
 	for _, a := range p.Reclaim {
-		out.Reclaim = append(out.Reclaim, toAction(a))
+		out.Reclaim = append(out.Reclaim, ActionOf(a))
 	}
 	for _, r := range p.Reservations {
-		out.Reservations = append(out.Reservations, toReservation(r))
+		out.Reservations = append(out.Reservations, ReservationOf(r))
 	}
 	for _, a := range p.Enter {
-		out.Enter = append(out.Enter, toAction(a))
+		out.Enter = append(out.Enter, ActionOf(a))
 	}
 	return out
 }
 
-func toReservation(r system.ReservationSpec) Reservation {
+// ReservationOf is r in the JSON form of a plan's reservation.
+func ReservationOf(r system.ReservationSpec) Reservation {
 	return Reservation{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
 }
 
@@ -469,14 +471,14 @@ func (r *Runner) errorObject(err error) *Error {
 func (r *Runner) planExecutionFields(x *system.PlanExecutionError) []Field {
 	var action, actionIndex, resv, resvIndex any
 	if x.FailedAction != nil {
-		a := toAction(*x.FailedAction)
+		a := ActionOf(*x.FailedAction)
 		action = a
 		if x.FailedActionIndex >= 0 {
 			actionIndex = x.FailedActionIndex
 		}
 	}
 	if x.FailedReservation != nil {
-		resv = toReservation(*x.FailedReservation)
+		resv = ReservationOf(*x.FailedReservation)
 		if x.FailedReservationIndex >= 0 {
 			resvIndex = x.FailedReservationIndex
 		}

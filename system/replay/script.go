@@ -445,7 +445,8 @@ func locationLess(a, b string) bool {
 	}
 }
 
-// sortLocations sorts location names in location order.
-func sortLocations(names []string) {
+// SortLocations sorts location names in the order of a snapshot's
+// locations: pageable-host, pinned-host, cuda:0, cuda:1, … (numeric).
+func SortLocations(names []string) {
 	sort.Slice(names, func(i, j int) bool { return locationLess(names[i], names[j]) })
 }
