@@ -232,7 +232,7 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 	}
 	var lines [][]byte
 	add := func(op string, ok bool, key string, v json.RawMessage) {
-		b, _ := replay.Marshal(replay.Object{{"line", len(lines) + 1}, {"op", op}, {"ok", ok}, {key, v}})
+		b, _ := replay.Marshal(replay.Object{{Key: "line", Value: len(lines) + 1}, {Key: "op", Value: op}, {Key: "ok", Value: ok}, {Key: key, Value: v}})
 		lines = append(lines, b)
 	}
 	if f.decision != "" {

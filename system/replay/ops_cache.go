@@ -470,7 +470,6 @@ func (r *Runner) cacheResName(name string) string {
 	return e.owner + rest
 }
 
-
 // cacheOutstanding lists the cache leases and pins the script still
 // holds ("" for none), in the script's names.
 func (cs *cacheState) cacheOutstanding() string {

@@ -1222,4 +1222,3 @@ func (r *Runner) stagingErrorFields(e error) []Field {
 	}
 	return nil
 }
-

@@ -551,3 +551,7 @@ var errorTypes = []string{
 // ErrorTypes returns the error types of the contract: the values of an
 // error's "type", and of an expect besides "ok".
 func ErrorTypes() []string { return slices.Clone(errorTypes) }
+
+// ErrorOf is err as the error object of a failed op, in the runtime's
+// words (what a result's Error would show for it).
+func ErrorOf(err error) *Error { return (*Runner)(nil).errorObject(err) }

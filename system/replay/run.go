@@ -14,6 +14,8 @@ import (
 type Options struct {
 	// Hooks are set on the runner before the first op runs.
 	Hooks Hooks
+
+	afterExec func() // tests: Runner.afterExec
 }
 
 // Summary is what Run reports of a script that ran.
@@ -59,6 +61,7 @@ func Run(ctx context.Context, script io.Reader, w io.Writer, opts Options) (Summ
 		return sum, fmt.Errorf("line %d: bad start: %w", start.Line, err)
 	}
 	r.SetHooks(opts.Hooks)
+	r.afterExec = opts.afterExec
 	out := NewJSONWriter(w)
 	runErr := runOps(ctx, r, sr, start, out, &sum)
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)

@@ -140,15 +140,15 @@ func (o Op) RequestName() string {
 	return o.request.name
 }
 
-// maxLineBytes bounds one line of a script. An op is a few hundred bytes;
+// MaxLineBytes bounds one line of a script (1 MiB). An op is a few hundred bytes;
 // a plan or request with thousands of entries still fits.
-const maxLineBytes = 1 << 20
+const MaxLineBytes = 1 << 20
 
 // utf8BOM is the byte order mark some editors put at the start of a file.
 const utf8BOM = "\xef\xbb\xbf"
 
 // Reader reads a script one op at a time, each op checked. Memory is bounded by the
-// longest line (maxLineBytes), whatever the number of lines.
+// longest line (MaxLineBytes), whatever the number of lines.
 type Reader struct {
 	ctx  context.Context
 	br   *bufio.Reader
@@ -181,8 +181,8 @@ func (s *Reader) readLine() (text []byte, ok bool, err error) {
 				return nil, false, fmt.Errorf("keeping a copy of the script: %w", werr)
 			}
 		}
-		if len(s.buf)+len(chunk) > maxLineBytes+2 { // +2: the line ending
-			return nil, false, &ScriptError{s.line + 1, fmt.Sprintf("the line is longer than %s, the most one line may hold", jsonline.FormatBytes(maxLineBytes))}
+		if len(s.buf)+len(chunk) > MaxLineBytes+2 { // +2: the line ending
+			return nil, false, &ScriptError{s.line + 1, fmt.Sprintf("the line is longer than %s, the most one line may hold", jsonline.FormatBytes(MaxLineBytes))}
 		}
 		s.buf = append(s.buf, chunk...)
 		switch {
