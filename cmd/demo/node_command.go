@@ -20,7 +20,7 @@ import (
 )
 
 // The command lines of `demo node` are read by the replay's JSON reader
-// (jsonline.go) and typed field readers (script.go): one parser for both,
+// and typed field readers (internal/jsonline): one parser for both,
 // so a node refuses what a replay script refuses — a duplicate key, an
 // unknown or mistyped field, a line nested deeper than maxDepth — and
 // names the field. A command line is at most maxCommandLine bytes.

@@ -454,18 +454,8 @@ func playScript(ctx context.Context, path string, sr *replay.Reader, info replay
 		fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 		failed++
 	}
-	if err := closeSys(); err != nil {
-		var oe *system.OutstandingError
-		switch {
-		case errors.As(err, &oe) && h.quiet:
-		case errors.As(err, &oe):
-			// Scripts may end with leases or holds still taken; Close
-			// releases them. Say so, but it is not a failure.
-			fmt.Fprintf(stderr, "demo %s: note: %s\n", cmd, escapeText(err.Error()))
-		default:
-			fmt.Fprintf(stderr, "demo %s: closing the runtime: %s\n", cmd, escapeText(err.Error()))
-			failed++
-		}
+	if !closeNote(closeSys(), h, stderr) {
+		failed++
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "demo %s: %s: %d failed expectation(s)\n", cmd, escapeText(path), failed)
@@ -476,4 +466,21 @@ func playScript(ctx context.Context, path string, sr *replay.Reader, info replay
 
 func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// closeNote reports the outcome of closing the runtime at the end of a
+// script; false when it failed. Scripts may end with leases or holds
+// still taken; Close releases them. That is said (unless h is quiet), but
+// it is not a failure.
+func closeNote(err error, h *replayHooks, stderr io.Writer) bool {
+	var oe *system.OutstandingError
+	switch {
+	case err == nil, errors.As(err, &oe) && h.quiet:
+	case errors.As(err, &oe):
+		fmt.Fprintf(stderr, "demo %s: note: %s\n", h.cmd, escapeText(err.Error()))
+	default:
+		fmt.Fprintf(stderr, "demo %s: closing the runtime: %s\n", h.cmd, escapeText(err.Error()))
+		return false
+	}
+	return true
 }
