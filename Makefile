@@ -73,11 +73,11 @@ bench:
 # another (go test fuzzes one target per run). PKG:NAME pairs.
 FUZZ_TARGETS := \
 	budget:FuzzLedger \
-	cmd/demo:FuzzReplayScript \
-	cmd/demo:FuzzByteSize \
+	system/replay:FuzzReplayScript \
+	internal/jsonline:FuzzByteSize \
 	cmd/demo:FuzzNodeCommand \
 	cmd/demo:FuzzOffloadTrace \
-	cmd/demo:FuzzStagingScript \
+	system/replay:FuzzStagingScript \
 	system/diagnose:FuzzEvidence
 
 fuzz:
@@ -98,7 +98,7 @@ SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
 	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
-	cmd/demo:TestNamesChecker
+	system/replay:TestNamesChecker
 
 soak:
 	@mkdir -p $(SOAK_DIR); pids=""; \

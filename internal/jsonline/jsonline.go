@@ -1,4 +1,14 @@
-package main
+// Package jsonline is the strict JSON reader of the project's JSON-lines
+// inputs: replay scripts (system/replay) and the command lines of
+// `demo node`. One parser for both, so a node refuses what a replay
+// script refuses.
+//
+// encoding/json would accept an
+// object with the same key twice (the last one wins) and decodes into maps
+// that forget the order of keys; a script line with "handle" twice is
+// ambiguous, so this reader rejects duplicate keys, names the key, and
+// bounds how deep a line may nest. Everything else follows RFC 8259.
+package jsonline
 
 import (
 	"encoding/json"
@@ -8,81 +18,74 @@ import (
 	"unicode/utf8"
 )
 
-// A small JSON reader for script lines. encoding/json would accept an
-// object with the same key twice (the last one wins) and decodes into maps
-// that forget the order of keys; a script line with "handle" twice is
-// ambiguous, so this reader rejects duplicate keys, names the key, and
-// bounds how deep a line may nest. Everything else follows RFC 8259.
-
-// maxLineBytes bounds one line of a script. An op is a few hundred bytes;
-// a plan or request with thousands of entries still fits.
-const maxLineBytes = 1 << 20
-
-// maxDepth bounds the nesting of arrays and objects in one line. The
+// MaxDepth bounds the nesting of arrays and objects in one line. The
 // deepest legitimate op (a request's tiers) nests four levels.
-const maxDepth = 32
+const MaxDepth = 32
 
-type jkind uint8
+// Kind is the kind of a JSON value.
+type Kind uint8
 
+// The kinds of JSON values.
 const (
-	jNull jkind = iota
-	jBool
-	jNumber
-	jString
-	jArray
-	jObject
+	Null Kind = iota
+	Bool
+	Number
+	String
+	Array
+	Object
 )
 
-// jval is one parsed JSON value.
-type jval struct {
-	kind  jkind
-	b     bool     // a boolean's value
-	s     string   // a string's value, or a number's text as written
-	items []jval   // array elements, or object member values
-	keys  []string // object member names, in order (parallel to items)
-	col   int      // 1-based column of the value's first byte
+// Value is one parsed JSON value.
+type Value struct {
+	Kind  Kind
+	Bool  bool     // a boolean's value
+	Text  string   // a string's value, or a number's text as written
+	Items []Value  // array elements, or object member values
+	Keys  []string // object member names, in order (parallel to Items)
+	Col   int      // 1-based column of the value's first byte
 }
 
-// get returns the member named key of an object.
-func (v *jval) get(key string) (*jval, bool) {
-	for i, k := range v.keys {
+// Get returns the member named key of an object.
+func (v *Value) Get(key string) (*Value, bool) {
+	for i, k := range v.Keys {
 		if k == key {
-			return &v.items[i], true
+			return &v.Items[i], true
 		}
 	}
 	return nil, false
 }
 
-func (v *jval) has(key string) bool {
-	_, ok := v.get(key)
+// Has reports whether an object has a member named key.
+func (v *Value) Has(key string) bool {
+	_, ok := v.Get(key)
 	return ok
 }
 
-// kindName says what a value is, for messages ("got a number").
-func (v *jval) kindName() string {
-	switch v.kind {
-	case jNull:
+// KindName says what a value is, for messages ("got a number").
+func (v *Value) KindName() string {
+	switch v.Kind {
+	case Null:
 		return "null"
-	case jBool:
+	case Bool:
 		return "a boolean"
-	case jNumber:
+	case Number:
 		return "a number"
-	case jString:
+	case String:
 		return "a string"
-	case jArray:
+	case Array:
 		return "an array"
 	default:
 		return "an object"
 	}
 }
 
-// jsonError is a syntax error at a column of the line.
-type jsonError struct {
+// SyntaxError is a syntax error at a column of the line.
+type SyntaxError struct {
 	col int
 	msg string
 }
 
-func (e *jsonError) Error() string { return fmt.Sprintf("column %d: %s", e.col, e.msg) }
+func (e *SyntaxError) Error() string { return fmt.Sprintf("column %d: %s", e.col, e.msg) }
 
 type jparser struct {
 	data  []byte
@@ -92,7 +95,7 @@ type jparser struct {
 	// copies its own out when it ends, so its slices are allocated once,
 	// at their exact size.
 	keys  []string
-	items []jval
+	items []Value
 }
 
 // internKeys are the keys of script ops: decoding one of them as a key
@@ -108,23 +111,23 @@ var internKeys = func() map[string]string {
 	return m
 }()
 
-// parseJSON parses one complete JSON value (a script line).
-func parseJSON(data []byte) (jval, error) {
+// Parse parses one complete JSON value (a script line).
+func Parse(data []byte) (Value, error) {
 	p := &jparser{data: data}
 	p.space()
 	v, err := p.value()
 	if err != nil {
-		return jval{}, err
+		return Value{}, err
 	}
 	p.space()
 	if p.pos < len(p.data) {
-		return jval{}, p.errorf("unexpected %s after the end of the JSON value", p.describe())
+		return Value{}, p.errorf("unexpected %s after the end of the JSON value", p.describe())
 	}
 	return v, nil
 }
 
 func (p *jparser) errorf(format string, args ...any) error {
-	return &jsonError{col: p.pos + 1, msg: fmt.Sprintf(format, args...)}
+	return &SyntaxError{col: p.pos + 1, msg: fmt.Sprintf(format, args...)}
 }
 
 // describe names the byte at pos for a message.
@@ -150,9 +153,9 @@ func (p *jparser) space() {
 	}
 }
 
-func (p *jparser) value() (jval, error) {
+func (p *jparser) value() (Value, error) {
 	if p.pos >= len(p.data) {
-		return jval{}, p.errorf("unexpected end of line: want a value")
+		return Value{}, p.errorf("unexpected end of line: want a value")
 	}
 	col := p.pos + 1
 	switch c := p.data[p.pos]; {
@@ -162,17 +165,17 @@ func (p *jparser) value() (jval, error) {
 		return p.array()
 	case c == '"':
 		s, err := p.str()
-		return jval{kind: jString, s: s, col: col}, err
+		return Value{Kind: String, Text: s, Col: col}, err
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
-		return jval{kind: jBool, b: true, col: col}, p.literal("true")
+		return Value{Kind: Bool, Bool: true, Col: col}, p.literal("true")
 	case c == 'f':
-		return jval{kind: jBool, col: col}, p.literal("false")
+		return Value{Kind: Bool, Col: col}, p.literal("false")
 	case c == 'n':
-		return jval{kind: jNull, col: col}, p.literal("null")
+		return Value{Kind: Null, Col: col}, p.literal("null")
 	}
-	return jval{}, p.errorf("unexpected %s: want a value (object, array, string, number, true, false or null)", p.describe())
+	return Value{}, p.errorf("unexpected %s: want a value (object, array, string, number, true, false or null)", p.describe())
 }
 
 func (p *jparser) literal(word string) error {
@@ -185,14 +188,14 @@ func (p *jparser) literal(word string) error {
 
 func (p *jparser) enter() error {
 	p.depth++
-	if p.depth > maxDepth {
-		return p.errorf("nested more than %d levels deep", maxDepth)
+	if p.depth > MaxDepth {
+		return p.errorf("nested more than %d levels deep", MaxDepth)
 	}
 	return nil
 }
 
-func (p *jparser) object() (jval, error) {
-	v := jval{kind: jObject, col: p.pos + 1}
+func (p *jparser) object() (Value, error) {
+	v := Value{Kind: Object, Col: p.pos + 1}
 	if err := p.enter(); err != nil {
 		return v, err
 	}
@@ -228,7 +231,7 @@ func (p *jparser) object() (jval, error) {
 			}
 		}
 		if dup {
-			return v, &jsonError{col: keyCol, msg: fmt.Sprintf("duplicate key %q in one object (each key may appear once)", key)}
+			return v, &SyntaxError{col: keyCol, msg: fmt.Sprintf("duplicate key %q in one object (each key may appear once)", key)}
 		}
 		if len(p.keys)-base == 16 {
 			seen = make(map[string]bool, 32)
@@ -260,8 +263,8 @@ func (p *jparser) object() (jval, error) {
 			case '}':
 				p.pos++
 				p.depth--
-				v.keys = append([]string(nil), p.keys[base:]...)
-				v.items = append([]jval(nil), p.items[base:]...)
+				v.Keys = append([]string(nil), p.keys[base:]...)
+				v.Items = append([]Value(nil), p.items[base:]...)
 				return v, nil
 			}
 		}
@@ -295,8 +298,8 @@ func indexQuote(b []byte, from int) int {
 	return -1
 }
 
-func (p *jparser) array() (jval, error) {
-	v := jval{kind: jArray, col: p.pos + 1}
+func (p *jparser) array() (Value, error) {
+	v := Value{Kind: Array, Col: p.pos + 1}
 	if err := p.enter(); err != nil {
 		return v, err
 	}
@@ -313,7 +316,7 @@ func (p *jparser) array() (jval, error) {
 		if err != nil {
 			return v, err
 		}
-		v.items = append(v.items, item)
+		v.Items = append(v.Items, item)
 		p.space()
 		if p.pos < len(p.data) {
 			switch p.data[p.pos] {
@@ -348,7 +351,7 @@ func (p *jparser) str() (string, error) {
 			// decoded by encoding/json.
 			var s string
 			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
-				return "", &jsonError{col: start + 1, msg: "bad string: " + strings.TrimPrefix(err.Error(), "json: ")}
+				return "", &SyntaxError{col: start + 1, msg: "bad string: " + strings.TrimPrefix(err.Error(), "json: ")}
 			}
 			return s, nil
 		case c == '\\':
@@ -363,7 +366,7 @@ func (p *jparser) str() (string, error) {
 			p.pos++
 		}
 	}
-	return "", &jsonError{col: start + 1, msg: "unterminated string (no closing '\"' on this line)"}
+	return "", &SyntaxError{col: start + 1, msg: "unterminated string (no closing '\"' on this line)"}
 }
 
 func hasByte(b []byte, c byte) bool {
@@ -376,7 +379,7 @@ func hasByte(b []byte, c byte) bool {
 }
 
 // number reads a number per the JSON grammar and keeps its text.
-func (p *jparser) number() (jval, error) {
+func (p *jparser) number() (Value, error) {
 	start := p.pos
 	digits := func() int {
 		n := 0
@@ -392,12 +395,12 @@ func (p *jparser) number() (jval, error) {
 	if p.pos < len(p.data) && p.data[p.pos] == '0' {
 		p.pos++
 	} else if digits() == 0 {
-		return jval{}, p.errorf("bad number: want a digit after '-'")
+		return Value{}, p.errorf("bad number: want a digit after '-'")
 	}
 	if p.pos < len(p.data) && p.data[p.pos] == '.' {
 		p.pos++
 		if digits() == 0 {
-			return jval{}, p.errorf("bad number: want a digit after '.'")
+			return Value{}, p.errorf("bad number: want a digit after '.'")
 		}
 	}
 	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
@@ -406,34 +409,35 @@ func (p *jparser) number() (jval, error) {
 			p.pos++
 		}
 		if digits() == 0 {
-			return jval{}, p.errorf("bad number: want a digit in the exponent")
+			return Value{}, p.errorf("bad number: want a digit in the exponent")
 		}
 	}
 	if p.pos < len(p.data) {
 		if c := p.data[p.pos]; c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+' {
-			return jval{}, p.errorf("bad number %q", string(p.data[start:p.pos+1]))
+			return Value{}, p.errorf("bad number %q", string(p.data[start:p.pos+1]))
 		}
 	}
-	return jval{kind: jNumber, s: string(p.data[start:p.pos]), col: start + 1}, nil
+	return Value{Kind: Number, Text: string(p.data[start:p.pos]), Col: start + 1}, nil
 }
 
-// numberProblem says why a JSON number is not an int64.
-type numberProblem int
+// NumberProblem says why a JSON number is not an int64.
+type NumberProblem int
 
+// The problems a number may have.
 const (
-	numberOK numberProblem = iota
-	numberFractional
-	numberTooLarge
-	numberTooSmall
+	NumberOK NumberProblem = iota
+	NumberFractional
+	NumberTooLarge
+	NumberTooSmall
 )
 
-// jsonInt converts the text of a JSON number (already checked against the
+// ParseInt converts the text of a JSON number (already checked against the
 // grammar) to an int64, exactly: "1e3" is 1000 and "2.50e1" is 25, while
 // "1.5" is fractional and "1e30" too large. Huge exponents are decided
 // without computing the number.
-func jsonInt(text string) (int64, numberProblem) {
+func ParseInt(text string) (int64, NumberProblem) {
 	if n, err := strconv.ParseInt(text, 10, 64); err == nil {
-		return n, numberOK
+		return n, NumberOK
 	}
 	neg := strings.HasPrefix(text, "-")
 	t := strings.TrimPrefix(text, "-")
@@ -462,16 +466,16 @@ func jsonInt(text string) (int64, numberProblem) {
 		exp++
 	}
 	if digits == "" {
-		return 0, numberOK // a zero, however written
+		return 0, NumberOK // a zero, however written
 	}
 	if exp < 0 {
-		return 0, numberFractional
+		return 0, NumberFractional
 	}
-	big := func() numberProblem {
+	big := func() NumberProblem {
 		if neg {
-			return numberTooSmall
+			return NumberTooSmall
 		}
-		return numberTooLarge
+		return NumberTooLarge
 	}
 	if len(digits)+exp > 19 {
 		return 0, big()
@@ -484,5 +488,5 @@ func jsonInt(text string) (int64, numberProblem) {
 	if err != nil {
 		return 0, big()
 	}
-	return n, numberOK
+	return n, NumberOK
 }

@@ -1,8 +1,10 @@
-package main
+package jsonline
 
 import (
 	"encoding/json"
 	"math/big"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +18,10 @@ import (
 // general one, and finishes in bounded time (the digits' count decides a
 // too large or fractional size before any arithmetic); a JSON number's
 // integer value (jsonInt) agrees with a rational model; the formatters
-// never panic. Seeds: every byte field of cmd/demo/testdata/*.jsonl, and
+// never panic. Seeds: every byte field of cmd/demo/testdata/*.jsonl (the replay scripts), and
 // edge cases.
 //
-//	go test -run '^$' -fuzz '^FuzzByteSize$' -fuzztime 10m ./cmd/demo/
+//	go test -run '^$' -fuzz '^FuzzByteSize$' -fuzztime 10m ./internal/jsonline/
 func FuzzByteSize(f *testing.F) {
 	for _, s := range []string{"0", "1", "-1", "1.5KiB", "1.3B", "40GiB", "1 MB", " 2 tb ", "+7kib", "9223372036854775807",
 		"9223372036854775808", "8EiB", "8388608TiB", "8388607.99999999TiB", "0.0000000001KB", "1e3", "1.5e3", "-0", "1e30",
@@ -31,36 +33,36 @@ func FuzzByteSize(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		start := time.Now()
-		got, err := parseByteString(s)
+		got, err := ParseBytes(s)
 		if d := time.Since(start); d > time.Second && !raceEnabled {
-			t.Errorf("parseByteString(%d bytes) took %v", len(s), d)
+			t.Errorf("ParseBytes(%d bytes) took %v", len(s), d)
 		}
 		want, ok := modelByteString(s)
 		switch {
 		case ok && err != nil:
-			t.Fatalf("parseByteString(%q) = %v, the model says %d", s, err, want)
+			t.Fatalf("ParseBytes(%q) = %v, the model says %d", s, err, want)
 		case !ok && err == nil:
-			t.Fatalf("parseByteString(%q) = %d, the model refuses it", s, got)
+			t.Fatalf("ParseBytes(%q) = %d, the model refuses it", s, got)
 		case ok && got != want:
-			t.Fatalf("parseByteString(%q) = %d, the model says %d", s, got, want)
+			t.Fatalf("ParseBytes(%q) = %d, the model says %d", s, got, want)
 		}
 		if err != nil && !strings.Contains(err.Error(), "byte size") {
-			t.Fatalf("parseByteString(%q): the message does not say what it read: %v", s, err)
+			t.Fatalf("ParseBytes(%q): the message does not say what it read: %v", s, err)
 		}
 		if q, ok := quickByteString(s); ok && (err != nil || q != got) {
 			t.Fatalf("quickByteString(%q) = %d, the general path %d, %v", s, q, got, err)
 		}
 		if err == nil {
-			if back, err := parseByteString(strconv.FormatInt(got, 10)); err != nil || back != got {
+			if back, err := ParseBytes(strconv.FormatInt(got, 10)); err != nil || back != got {
 				t.Fatalf("%d does not read back: %d, %v", got, back, err)
 			}
-			_ = bytesText(got)
+			_ = BytesText(got)
 		}
 		// The same text as a JSON number.
 		if isJSONNumber(s) {
-			n, p := jsonInt(s)
-			if mn, mp, known := modelJSONInt(s); known && (mp != p || mp == numberOK && mn != n) {
-				t.Fatalf("jsonInt(%q) = %d, %v; the model says %d, %v", s, n, p, mn, mp)
+			n, p := ParseInt(s)
+			if mn, mp, known := modelJSONInt(s); known && (mp != p || mp == NumberOK && mn != n) {
+				t.Fatalf("ParseInt(%q) = %d, %v; the model says %d, %v", s, n, p, mn, mp)
 			}
 		}
 	})
@@ -156,7 +158,7 @@ func isJSONNumber(s string) bool {
 
 // modelJSONInt is jsonInt's rule on exact rationals, for exponents small
 // enough to compute (known is false otherwise).
-func modelJSONInt(s string) (n int64, p numberProblem, known bool) {
+func modelJSONInt(s string) (n int64, p NumberProblem, known bool) {
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
 		if err != nil || e > 400 || e < -400 {
@@ -169,13 +171,13 @@ func modelJSONInt(s string) (n int64, p numberProblem, known bool) {
 	}
 	switch {
 	case !r.IsInt():
-		return 0, numberFractional, true
+		return 0, NumberFractional, true
 	case r.Num().IsInt64():
-		return r.Num().Int64(), numberOK, true
+		return r.Num().Int64(), NumberOK, true
 	case r.Sign() < 0:
-		return 0, numberTooSmall, true
+		return 0, NumberTooSmall, true
 	}
-	return 0, numberTooLarge, true
+	return 0, NumberTooLarge, true
 }
 
 // TestByteStringLongDigits: a byte string of a million digits (a line
@@ -192,7 +194,7 @@ func TestByteStringLongDigits(t *testing.T) {
 		{"0." + strings.Repeat("0", 1<<20) + "1KiB", "is not a whole number of bytes"},
 	} {
 		start := time.Now()
-		_, err := parseByteString(tc.in)
+		_, err := ParseBytes(tc.in)
 		took := time.Since(start)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%.20s…: %v, want %q", tc.in, err, tc.want)
@@ -201,8 +203,26 @@ func TestByteStringLongDigits(t *testing.T) {
 			t.Errorf("%.20s…: took %v", tc.in, took)
 		}
 	}
-	n, err := parseByteString(strings.Repeat("0", 1<<20) + "1.5" + strings.Repeat("0", 1<<20) + "KiB")
+	n, err := ParseBytes(strings.Repeat("0", 1<<20) + "1.5" + strings.Repeat("0", 1<<20) + "KiB")
 	if err != nil || n != 1536 {
 		t.Errorf("leading and trailing zeros: %d, %v", n, err)
 	}
+}
+
+// fuzzScripts returns the replay scripts of cmd/demo/testdata/*.jsonl,
+// whose byte fields seed FuzzByteSize.
+func fuzzScripts(f *testing.F) [][]byte {
+	paths, err := filepath.Glob(filepath.Join("..", "..", "cmd", "demo", "testdata", "*.jsonl"))
+	if err != nil || len(paths) == 0 {
+		f.Fatalf("no scripts in cmd/demo/testdata: %v", err)
+	}
+	var out [][]byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
 }

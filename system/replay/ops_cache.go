@@ -1,9 +1,10 @@
-package main
+package replay
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/residency-go/residency/internal/jsonline"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,37 +14,12 @@ import (
 
 // The loader cache ops of a replay script (system.NewCache, system.Load,
 // Cache.Evict, Cache.Statistics, Cache.Close and the cache's leases and
-// pins). They are kept here so that the dispatch in script.go, runner.go
+// pins). They are kept here so that the dispatch in script.go, Runner.go
 // and output.go stays a line per hook.
 //
 // A cached value stands for its bytes: the loader returns a small struct
 // and reports the script's "resident" figure, so a script about 40 GiB of
 // weights holds a few bytes of real memory.
-
-// cacheOpFields lists the cache ops and their required and optional
-// fields, in document order (the order in which their problems are
-// reported).
-var cacheOpFields = map[string]struct{ required, optional []string }{
-	"cache_open":    {[]string{"name", "location"}, nil},
-	"load":          {[]string{"cache", "key", "peak", "resident"}, []string{"as"}},
-	"load_fail":     {[]string{"cache", "key", "peak", "mode"}, nil},
-	"cache_release": {[]string{"lease"}, nil},
-	"cache_pin":     {[]string{"lease", "as"}, nil},
-	"cache_unpin":   {[]string{"pin"}, nil},
-	"cache_evict":   {[]string{"cache", "key"}, nil},
-	"cache_stats":   {[]string{"cache"}, nil},
-	"cache_close":   {[]string{"cache"}, nil},
-}
-
-// cacheErrorTypes are the expect names of the cache's errors.
-var cacheErrorTypes = []string{"ResidencyCacheBusyError", "ResidencyCacheLoadError"}
-
-func init() {
-	for name, spec := range cacheOpFields {
-		opFields[name] = spec
-	}
-	errorTypes = append(errorTypes, cacheErrorTypes...)
-}
 
 // cacheSpec holds the fields of a cache op.
 type cacheSpec struct {
@@ -52,30 +28,42 @@ type cacheSpec struct {
 	peak, resident       int64
 }
 
-// fillCache reads a cache op's fields (presence of required ones was
-// checked).
-func (o *op) fillCache(f *fields) {
+func parseCacheOpen(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.resName, o.location = f.Str("name"), f.Str("location")
+}
+
+func parseLoad(o *Op, f *jsonline.Fields) {
 	c := &cacheSpec{}
 	o.cache = c
-	switch o.name {
-	case "cache_open":
-		o.resName, o.location = f.str("name"), f.str("location")
-	case "load":
-		c.cache, c.key, c.peak, c.resident = f.str("cache"), f.str("key"), f.bytes("peak"), f.bytes("resident")
-		c.as, c.hasAs = f.optStr("as")
-	case "load_fail":
-		c.cache, c.key, c.peak, c.mode = f.str("cache"), f.str("key"), f.bytes("peak"), f.str("mode")
-	case "cache_release":
-		o.lease = f.str("lease")
-	case "cache_pin":
-		o.lease, c.as = f.str("lease"), f.str("as")
-	case "cache_unpin":
-		o.hold = f.str("pin")
-	case "cache_evict":
-		c.cache, c.key = f.str("cache"), f.str("key")
-	case "cache_stats", "cache_close":
-		c.cache = f.str("cache")
-	}
+	c.cache, c.key, c.peak, c.resident = f.Str("cache"), f.Str("key"), f.Bytes("peak"), f.Bytes("resident")
+	c.as, c.hasAs = f.OptStr("as")
+}
+
+func parseLoadFail(o *Op, f *jsonline.Fields) {
+	c := &cacheSpec{}
+	o.cache = c
+	c.cache, c.key, c.peak, c.mode = f.Str("cache"), f.Str("key"), f.Bytes("peak"), f.Str("mode")
+}
+
+func parseCachePin(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.lease, o.cache.as = f.Str("lease"), f.Str("as")
+}
+
+func parseCacheUnpin(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.hold = f.Str("pin")
+}
+
+func parseCacheKey(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.cache.cache, o.cache.key = f.Str("cache"), f.Str("key")
+}
+
+func parseCache(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.cache.cache = f.Str("cache")
 }
 
 // cachedValue is what a replay caches: a stand-in for resident bytes.
@@ -119,7 +107,7 @@ const replayCacheName = "replay"
 // a number follows.
 const replayOwnerPrefix = "cache:" + replayCacheName + "#"
 
-func (r *runner) cacheState() *cacheState {
+func (r *Runner) cacheState() *cacheState {
 	if r.caches == nil {
 		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}, owners: map[string]string{}}
 	}
@@ -141,7 +129,7 @@ func (cs *cacheState) openCache(name string) (*system.Cache, error) {
 
 // unknownLease is release's refusal of a name it does not know; a cache
 // lease's name says which op releases it.
-func (r *runner) unknownLease(name string) error {
+func (r *Runner) unknownLease(name string) error {
 	if r.caches != nil {
 		if _, ok := r.caches.leases[name]; ok {
 			return invalid("unknown lease %q: it is a cache lease, release it with cache_release", name)
@@ -150,176 +138,196 @@ func (r *runner) unknownLease(name string) error {
 	return invalid("unknown lease %q", name)
 }
 
-// execCache runs a cache op; reached says whether it got to the runtime.
-func (r *runner) execCache(ctx context.Context, o op, res *result) (reached bool, err error) {
+func (r *Runner) execCacheOpen(ctx context.Context, o Op, res *Result) (bool, error) {
 	cs := r.cacheState()
-	c := o.cache
-	switch o.name {
-	case "cache_open":
-		// Fields: name, location. The name binds only on success; a cache
-		// name stays bound after cache_close (its reservations keep its
-		// name in snapshots and the trace).
-		switch _, dup := cs.caches[o.resName]; {
-		case o.resName == "":
-			return false, invalid("a cache name must not be empty")
-		case dup:
-			return false, invalid("duplicate cache name %q", o.resName)
-		}
-		// The runtime knows every cache of a replay by one name, so its
-		// owner names ("cache:replay#3") say nothing of the script's
-		// names: a script name can neither look like another cache's
-		// owner (`x#1` and the first `x`) nor like anything else.
-		sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: replayCacheName})
-		if err != nil {
-			return true, err
-		}
-		cs.caches[o.resName] = &replayCache{c: sc, owner: sc.Owner()}
-		cs.owners[sc.Owner()] = fmt.Sprintf("cache %q", o.resName)
-		return true, nil
-	case "load", "load_fail":
-		// Fields: cache, key, peak, then resident or mode, then as. The
-		// key and peak are checked here, in that order, with the
-		// runtime's own words (it checks the peak first).
-		sc, err := cs.openCache(c.cache)
-		if err != nil {
-			return false, err
-		}
-		switch {
-		case c.key == "":
-			return false, invalid("cache key is empty")
-		case c.peak <= 0:
-			return false, invalid("cache key %q: peak bytes must be positive, got %d", c.key, c.peak)
-		}
-		if o.name == "load_fail" && c.mode != "error" && c.mode != "panic" {
-			return false, invalid("unknown load_fail mode %q (use error or panic)", c.mode)
-		}
-		if c.hasAs {
-			if c.as == "" {
-				return false, invalid(`a cache lease name must not be empty (leave "as" out to release the lease at once)`)
-			}
-			if _, dup := cs.leases[c.as]; dup {
-				return false, invalid("duplicate cache lease name %q", c.as)
-			}
-		}
-		ran := false
-		loader := func(context.Context) (*cachedValue, int64, error) {
-			ran = true
-			switch {
-			case o.name == "load":
-				return &cachedValue{key: c.key, resident: c.resident}, c.resident, nil
-			case c.mode == "panic":
-				panic("the script's loader panicked (load_fail mode \"panic\")")
-			}
-			return nil, 0, errLoaderFailed
-		}
-		l, err := system.Load(ctx, sc, c.key, c.peak, nil, loader)
-		if err != nil {
-			return true, err
-		}
-		out := &loadJSON{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
-		if c.hasAs {
-			cs.leases[c.as] = &cacheLeaseEntry{lease: l}
-			out.Lease = &c.as
-		} else if err := l.Release(); err != nil {
-			// Without as (and for load_fail, which found the key
-			// resident), the lease is released at once.
-			return true, err
-		}
-		res.Load = out
-		return true, nil
-	case "cache_release":
-		e, ok := cs.leases[o.lease]
-		switch {
-		case !ok:
-			if _, runtimeLease := r.leases[o.lease]; runtimeLease {
-				return false, invalid("unknown cache lease %q: it is a lease of acquire, release it with release", o.lease)
-			}
-			return false, invalid("unknown cache lease %q", o.lease)
-		case e.released:
-			return false, invalid("cache lease %q was already released", o.lease)
-		}
-		e.released = true
-		// Releasing the last reference of a closed cache's entry releases
-		// its charge (a state version).
-		return true, e.lease.Release()
-	case "cache_pin":
-		// Fields: lease, then as.
-		e, ok := cs.leases[o.lease]
-		switch {
-		case !ok:
-			return false, invalid("unknown cache lease %q", o.lease)
-		case e.released:
-			return false, invalid("cannot pin through cache lease %q: it was released", o.lease)
-		}
-		if c.as == "" {
-			return false, invalid("a cache pin name must not be empty")
-		}
-		if _, dup := cs.pins[c.as]; dup {
-			return false, invalid("duplicate cache pin name %q", c.as)
-		}
-		cs.pins[c.as] = &cachePinEntry{pin: e.lease.Pin()}
-		return false, nil
-	case "cache_unpin":
-		e, ok := cs.pins[o.hold]
-		switch {
-		case !ok:
-			return false, invalid("unknown cache pin %q", o.hold)
-		case e.released:
-			return false, invalid("cache pin %q was already released", o.hold)
-		}
-		e.released = true
-		return true, e.pin.Release()
-	case "cache_evict":
-		sc, err := cs.openCache(c.cache)
-		if err != nil {
-			return false, err
-		}
-		evicted, err := sc.Evict(ctx, c.key)
-		if err != nil {
-			return true, err
-		}
-		res.Evicted = &evicted
-		return true, nil
-	case "cache_stats":
-		// Statistics also answer for a closed cache: what it still
-		// charges (entries leased when it closed).
-		e, ok := cs.caches[c.cache]
-		if !ok {
-			return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
-		}
-		st, err := e.c.Statistics(ctx)
-		if err != nil {
-			return true, err
-		}
-		res.Stats = toCacheStats(st)
-		return true, nil
-	case "cache_close":
-		e, ok := cs.caches[c.cache]
-		switch {
-		case !ok:
-			return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
-		case e.closed:
-			return false, invalid("cache %q was already closed", c.cache)
-		}
-		if err := e.c.Close(ctx); err != nil {
-			return true, err
-		}
-		e.closed = true
-		return true, nil
+	// Fields: name, location. The name binds only on success; a cache
+	// name stays bound after cache_close (its reservations keep its
+	// name in snapshots and the trace).
+	switch _, dup := cs.caches[o.resName]; {
+	case o.resName == "":
+		return false, invalid("a cache name must not be empty")
+	case dup:
+		return false, invalid("duplicate cache name %q", o.resName)
 	}
-	return false, fmt.Errorf("op %q is not implemented", o.name)
+	// The runtime knows every cache of a replay by one name, so its
+	// owner names ("cache:replay#3") say nothing of the script's
+	// names: a script name can neither look like another cache's
+	// owner (`x#1` and the first `x`) nor like anything else.
+	sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: replayCacheName})
+	if err != nil {
+		return true, err
+	}
+	cs.caches[o.resName] = &replayCache{c: sc, owner: sc.Owner()}
+	cs.owners[sc.Owner()] = fmt.Sprintf("cache %q", o.resName)
+	return true, nil
 }
 
-// loadJSON is the result of load (and of a load_fail that found its key
+func (r *Runner) execLoad(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Fields: cache, key, peak, then resident or mode, then as. The
+	// key and peak are checked here, in that order, with the
+	// runtime's own words (it checks the peak first).
+	sc, err := cs.openCache(c.cache)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case c.key == "":
+		return false, invalid("cache key is empty")
+	case c.peak <= 0:
+		return false, invalid("cache key %q: peak bytes must be positive, got %d", c.key, c.peak)
+	}
+	if o.Name == "load_fail" && c.mode != "error" && c.mode != "panic" {
+		return false, invalid("unknown load_fail mode %q (use error or panic)", c.mode)
+	}
+	if c.hasAs {
+		if c.as == "" {
+			return false, invalid(`a cache lease name must not be empty (leave "as" out to release the lease at once)`)
+		}
+		if _, dup := cs.leases[c.as]; dup {
+			return false, invalid("duplicate cache lease name %q", c.as)
+		}
+	}
+	ran := false
+	loader := func(context.Context) (*cachedValue, int64, error) {
+		ran = true
+		switch {
+		case o.Name == "load":
+			return &cachedValue{key: c.key, resident: c.resident}, c.resident, nil
+		case c.mode == "panic":
+			panic("the script's loader panicked (load_fail mode \"panic\")")
+		}
+		return nil, 0, errLoaderFailed
+	}
+	l, err := system.Load(ctx, sc, c.key, c.peak, nil, loader)
+	if err != nil {
+		return true, err
+	}
+	out := &Load{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
+	if c.hasAs {
+		cs.leases[c.as] = &cacheLeaseEntry{lease: l}
+		out.Lease = &c.as
+	} else if err := l.Release(); err != nil {
+		// Without as (and for load_fail, which found the key
+		// resident), the lease is released at once.
+		return true, err
+	}
+	res.Load = out
+	return true, nil
+}
+
+func (r *Runner) execCacheRelease(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	e, ok := cs.leases[o.lease]
+	switch {
+	case !ok:
+		if _, runtimeLease := r.leases[o.lease]; runtimeLease {
+			return false, invalid("unknown cache lease %q: it is a lease of acquire, release it with release", o.lease)
+		}
+		return false, invalid("unknown cache lease %q", o.lease)
+	case e.released:
+		return false, invalid("cache lease %q was already released", o.lease)
+	}
+	e.released = true
+	// Releasing the last reference of a closed cache's entry releases
+	// its charge (a state version).
+	return true, e.lease.Release()
+}
+
+func (r *Runner) execCachePin(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Fields: lease, then as.
+	e, ok := cs.leases[o.lease]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache lease %q", o.lease)
+	case e.released:
+		return false, invalid("cannot pin through cache lease %q: it was released", o.lease)
+	}
+	if c.as == "" {
+		return false, invalid("a cache pin name must not be empty")
+	}
+	if _, dup := cs.pins[c.as]; dup {
+		return false, invalid("duplicate cache pin name %q", c.as)
+	}
+	cs.pins[c.as] = &cachePinEntry{pin: e.lease.Pin()}
+	return false, nil
+}
+
+func (r *Runner) execCacheUnpin(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	e, ok := cs.pins[o.hold]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache pin %q", o.hold)
+	case e.released:
+		return false, invalid("cache pin %q was already released", o.hold)
+	}
+	e.released = true
+	return true, e.pin.Release()
+}
+
+func (r *Runner) execCacheEvict(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	sc, err := cs.openCache(c.cache)
+	if err != nil {
+		return false, err
+	}
+	evicted, err := sc.Evict(ctx, c.key)
+	if err != nil {
+		return true, err
+	}
+	res.Evicted = &evicted
+	return true, nil
+}
+
+func (r *Runner) execCacheStats(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Statistics also answer for a closed cache: what it still
+	// charges (entries leased when it closed).
+	e, ok := cs.caches[c.cache]
+	if !ok {
+		return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+	}
+	st, err := e.c.Statistics(ctx)
+	if err != nil {
+		return true, err
+	}
+	res.Stats = toCacheStats(st)
+	return true, nil
+}
+
+func (r *Runner) execCacheClose(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	e, ok := cs.caches[c.cache]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+	case e.closed:
+		return false, invalid("cache %q was already closed", c.cache)
+	}
+	if err := e.c.Close(ctx); err != nil {
+		return true, err
+	}
+	e.closed = true
+	return true, nil
+}
+
+// Load is the result of load (and of a load_fail that found its key
 // resident).
-type loadJSON struct {
+type Load struct {
 	Key   string  `json:"key"`
 	Bytes int64   `json:"bytes"`
 	Hit   bool    `json:"hit"`
 	Lease *string `json:"lease"`
 }
 
-type cacheStatsJSON struct {
+type CacheStats struct {
 	Location              string `json:"location"`
 	BudgetBytes           *int64 `json:"budget_bytes"`
 	ReservedBytes         int64  `json:"reserved_bytes"`
@@ -329,8 +337,8 @@ type cacheStatsJSON struct {
 	LocationReservedBytes int64  `json:"location_reserved_bytes"`
 }
 
-func toCacheStats(st system.CacheStats) *cacheStatsJSON {
-	out := &cacheStatsJSON{
+func toCacheStats(st system.CacheStats) *CacheStats {
+	out := &CacheStats{
 		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
 		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
 	}
@@ -342,25 +350,25 @@ func toCacheStats(st system.CacheStats) *cacheStatsJSON {
 }
 
 // cacheErrorFields are the JSON fields of the cache's errors.
-func (r *runner) cacheErrorFields(e error) []kv {
+func (r *Runner) cacheErrorFields(e error) []Field {
 	switch x := e.(type) {
 	case *system.CacheBusyError:
 		var refusal any
 		if b := x.Refusal; b != nil {
-			refusal = orderedObject{{"location", b.Location}, {"budget_bytes", b.BudgetBytes}, {"used_bytes", b.UsedBytes},
+			refusal = Object{{"location", b.Location}, {"budget_bytes", b.BudgetBytes}, {"used_bytes", b.UsedBytes},
 				{"reserved_bytes", b.ReservedBytes}, {"requested_bytes", b.RequestedBytes}}
 		}
-		return []kv{{"key", nullable(x.Key)}, {"location", x.Location}, {"refusal", refusal}}
+		return []Field{{"key", nullable(x.Key)}, {"location", x.Location}, {"refusal", refusal}}
 	case *system.CacheLoadError:
 		var cause, panicked any
 		if x.Cause != nil {
 			typ, _ := classify(x.Cause)
-			cause = orderedObject{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+			cause = Object{{"type", typ}, {"message", r.message(x.Cause.Error())}}
 		}
 		if x.Panic != nil {
 			panicked = r.message(fmt.Sprint(x.Panic))
 		}
-		return []kv{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
+		return []Field{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
 	}
 	return nil
 }
@@ -434,7 +442,7 @@ func (cs *cacheState) ownerWords(s string) string {
 // it: a cache's charge written as snapshots show it (`cache "m"/a#1`)
 // is that charge ("cache:replay#3/a#1"), so that unreserve and the like
 // get the runtime's own answer about it. Any other name is unchanged.
-func (r *runner) cacheResName(name string) string {
+func (r *Runner) cacheResName(name string) string {
 	if r.caches == nil || !strings.HasPrefix(name, `cache "`) {
 		return name
 	}
@@ -449,39 +457,6 @@ func (r *runner) cacheResName(name string) string {
 		return name
 	}
 	return e.owner + rest
-}
-
-// cacheDetail is the table's summary of a cache op's payload.
-func cacheDetail(r *result) (string, bool) {
-	switch {
-	case r.Load != nil:
-		what := "loaded"
-		if r.Load.Hit {
-			what = "hit"
-		}
-		s := fmt.Sprintf("%s %s, %s resident", what, strconv.Quote(r.Load.Key), bytesText(r.Load.Bytes))
-		if r.Load.Lease != nil {
-			s += ", lease " + strconv.Quote(*r.Load.Lease)
-		} else {
-			s += ", lease released"
-		}
-		return s, true
-	case r.Evicted != nil:
-		if *r.Evicted {
-			return "evicted", true
-		}
-		return "not cached: nothing evicted", true
-	case r.Stats != nil:
-		st := r.Stats
-		b := "no budget"
-		if st.BudgetBytes != nil {
-			b = "budget " + bytesText(*st.BudgetBytes)
-		}
-		return fmt.Sprintf("%s %s: cache reserved %s, %d resources, %d evictions; location used %s reserved %s",
-			st.Location, b, bytesText(st.ReservedBytes), st.Resources, st.Evictions,
-			bytesText(st.LocationUsedBytes), bytesText(st.LocationReservedBytes)), true
-	}
-	return "", false
 }
 
 // cacheOutstanding lists the cache leases and pins the script still
@@ -536,7 +511,7 @@ func quoteList(names []string) string {
 // holds, they are released at close, and it is not a failure. The result
 // is an *system.OutstandingError (errors.As) whenever err is one or
 // only cache leases and pins were left; any other error is unchanged.
-func (r *runner) closeNote(err error) error {
+func (r *Runner) closeNote(err error) error {
 	held := r.caches.cacheOutstanding()
 	if held == "" {
 		return err
@@ -560,3 +535,8 @@ type outstandingNote struct {
 
 func (e *outstandingNote) Error() string { return e.text }
 func (e *outstandingNote) Unwrap() error { return e.base }
+
+func parseCacheRelease(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.lease = f.Str("lease")
+}

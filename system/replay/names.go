@@ -1,7 +1,7 @@
-package main
+package replay
 
 // A replay's memory follows what is alive in the runtime, not the length
-// of the script. The runner keeps a script name while what it names is
+// of the script. The Runner keeps a script name while what it names is
 // alive (a registered value, a lease or hold not released, an event not
 // completed, a scope entered and not exited, a decision the state has not
 // moved past). Once finished, a name is still remembered for a while, so
@@ -86,7 +86,7 @@ func (f *finishedIDs) add(forget func()) {
 
 // finishHandle remembers that the value named name (handle h) was
 // discarded.
-func (r *runner) finishHandle(name string, id uint64) {
+func (r *Runner) finishHandle(name string, id uint64) {
 	r.done.add(len(name), func() {
 		if h, ok := r.handles[name]; ok && uint64(h.ID) == id {
 			delete(r.handles, name)
@@ -96,7 +96,7 @@ func (r *runner) finishHandle(name string, id uint64) {
 
 // finishLease remembers that lease name was released; its id's script
 // name follows once its events are completed too.
-func (r *runner) finishLease(name string, e *leaseEntry) {
+func (r *Runner) finishLease(name string, e *leaseEntry) {
 	r.done.add(len(name), func() {
 		if r.leases[name] == e {
 			delete(r.leases, name)
@@ -107,11 +107,11 @@ func (r *runner) finishLease(name string, e *leaseEntry) {
 	}
 }
 
-func (r *runner) finishLeaseID(id uint64) {
+func (r *Runner) finishLeaseID(id uint64) {
 	r.doneIDs.add(func() { delete(r.leaseNames, id) })
 }
 
-func (r *runner) finishHold(name string, e *holdEntry) {
+func (r *Runner) finishHold(name string, e *holdEntry) {
 	r.done.add(len(name), func() {
 		if r.holds[name] == e {
 			delete(r.holds, name)
@@ -121,7 +121,7 @@ func (r *runner) finishHold(name string, e *holdEntry) {
 	r.doneIDs.add(func() { delete(r.holdNames, id) })
 }
 
-func (r *runner) finishEvent(name string, e *scriptEvent) {
+func (r *Runner) finishEvent(name string, e *scriptEvent) {
 	r.done.add(len(name), func() {
 		if r.events[name] == e {
 			delete(r.events, name)
@@ -139,7 +139,7 @@ func (r *runner) finishEvent(name string, e *scriptEvent) {
 
 // finishScope remembers that scope name is done (exited, or its entry
 // failed): its leases' and its own runtime names follow the trace.
-func (r *runner) finishScope(name string, e *scopeEntry) {
+func (r *Runner) finishScope(name string, e *scopeEntry) {
 	r.done.add(len(name), func() {
 		if r.scopes[name] == e {
 			delete(r.scopes, name)
@@ -161,7 +161,7 @@ func (r *runner) finishScope(name string, e *scopeEntry) {
 
 // sweepDecisions is called after every op: a decision the state version
 // has moved past can only be stale when entered, so it is a finished name.
-func (r *runner) sweepDecisions() {
+func (r *Runner) sweepDecisions() {
 	keep := r.fresh[:0]
 	for _, name := range r.fresh {
 		d, ok := r.decisions[name]
@@ -179,8 +179,8 @@ func (r *runner) sweepDecisions() {
 	r.fresh = keep
 }
 
-// namesKept counts the script names the runner holds (tests).
-func (r *runner) namesKept() int {
+// namesKept counts the script names the Runner holds (tests).
+func (r *Runner) namesKept() int {
 	return len(r.handles) + len(r.leases) + len(r.holds) + len(r.events) + len(r.decisions) + len(r.scopes) +
 		len(r.leaseNames) + len(r.holdNames) + len(r.eventNames) + len(r.scopeNames)
 }

@@ -1,4 +1,4 @@
-package main
+package jsonline
 
 import (
 	"fmt"
@@ -26,11 +26,11 @@ var byteUnits = map[string]int64{
 
 var decimalRE = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
 
-// parseByteString parses a size such as "40GiB", "1.5 MB", "512b" or
+// ParseBytes parses a size such as "40GiB", "1.5 MB", "512b" or
 // "4096" into an exact number of bytes. The number may be negative or zero
 // (the runtime, not the parser, refuses sizes ≤ 0) and may have a
 // fraction, as long as the result is a whole number of bytes.
-func parseByteString(s string) (int64, error) {
+func ParseBytes(s string) (int64, error) {
 	if n, ok := quickByteString(s); ok {
 		return n, nil
 	}
@@ -129,9 +129,9 @@ func quickByteString(s string) (int64, bool) {
 	return n * mult, true
 }
 
-// formatBytes renders n for people: exact bytes below 1 KiB, otherwise a
+// FormatBytes renders n for people: exact bytes below 1 KiB, otherwise a
 // binary unit with up to two decimals ("1.50 MiB").
-func formatBytes(n int64) string {
+func FormatBytes(n int64) string {
 	abs := n
 	if abs < 0 {
 		abs = -abs
@@ -150,12 +150,12 @@ func formatBytes(n int64) string {
 	return s + " " + units[u]
 }
 
-// bytesText renders a byte figure for a table: the size for people and,
+// BytesText renders a byte figure for a table: the size for people and,
 // from 1 KiB on, the exact integer too ("26 GiB (27917287424)"), so that
 // a figure can be checked against the script and the JSON output.
-func bytesText(n int64) string {
+func BytesText(n int64) string {
 	if n > -1<<10 && n < 1<<10 {
-		return formatBytes(n)
+		return FormatBytes(n)
 	}
-	return formatBytes(n) + " (" + strconv.FormatInt(n, 10) + ")"
+	return FormatBytes(n) + " (" + strconv.FormatInt(n, 10) + ")"
 }

@@ -1,4 +1,4 @@
-package main
+package replay
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // TestNamesChecker drives a replay runner with random ops on a small pool
 // of names (register, discard, acquire, release, hold, unhold,
 // record_event, complete_event), with a small window of finished names,
-// and checks every result against a reference model of the rules of
+// and checks every Result against a reference model of the rules of
 // docs/replay.md's "Limits": a name is kept while what it names is alive;
 // once finished it is remembered among the latest `window` finished
 // names, answering precisely (a discarded value is unavailable, a
@@ -107,7 +107,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 	name := func(prefix string, n int) string { return fmt.Sprint(prefix, rng.IntN(n)) }
 	mostKept := 0
 	for step := range steps {
-		var o op
+		var o Op
 		var want string // "ok", "InvalidInput", "ResidencyUnavailableError", "ResidencyInUseError"
 		var wantMsg string
 		var apply func()
@@ -122,7 +122,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 		switch k := rng.IntN(8); k {
 		case 0: // register
 			v := name("v", 6)
-			o = op{name: "register", handle: v, bytes: 16, at: "cuda:0"}
+			o = Op{Name: "register", handle: v, bytes: 16, at: "cuda:0"}
 			mv := m.values[v]
 			if mv != nil && mv.live {
 				want, wantMsg = "InvalidInput", "duplicate value name"
@@ -132,7 +132,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 			}
 		case 1: // discard
 			v := name("v", 6)
-			o = op{name: "discard", handle: v}
+			o = Op{Name: "discard", handle: v}
 			mv := m.values[v]
 			switch {
 			case mv == nil || gone(mv.live, mv.finishedAt):
@@ -151,7 +151,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 			if k == 4 {
 				kind = "hold"
 			}
-			o = op{name: kind, handle: v, location: "cuda:0", as: as}
+			o = Op{Name: kind, handle: v, location: "cuda:0", as: as}
 			mv := m.values[v]
 			var dup bool
 			if kind == "acquire" {
@@ -184,12 +184,12 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 			as := name("n", 12)
 			var life *modelLife
 			if k == 3 {
-				o = op{name: "release", lease: as}
+				o = Op{Name: "release", lease: as}
 				if l := m.leases[as]; l != nil {
 					life = &l.modelLife
 				}
 			} else {
-				o = op{name: "unhold", hold: as}
+				o = Op{Name: "unhold", hold: as}
 				life = m.holds[as]
 			}
 			switch {
@@ -210,7 +210,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 			}
 		case 6: // record_event
 			l, e := name("n", 12), name("e", 10)
-			o = op{name: "record_event", lease: l, event: e}
+			o = Op{Name: "record_event", lease: l, event: e}
 			ml, me := m.leases[l], m.events[e]
 			switch {
 			case ml == nil || gone(ml.live, ml.finishedAt):
@@ -228,7 +228,7 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 			}
 		case 7: // complete_event
 			e := name("e", 10)
-			o = op{name: "complete_event", event: e}
+			o = Op{Name: "complete_event", event: e}
 			me := m.events[e]
 			switch {
 			case me == nil || gone(me.live, me.finishedAt):
@@ -243,22 +243,22 @@ func checkNames(t *testing.T, seed uint64, steps int, hits map[string]int) {
 				}
 			}
 		}
-		o.line = step + 2
-		res := r.run(ctx, o)
+		o.Line = step + 2
+		res := r.Do(ctx, o)
 		got, msg := "ok", ""
 		if res.Error != nil {
 			got, msg = res.Error.Type, res.Error.Message
 		}
 		if got != want || wantMsg != "" && !strings.Contains(msg, wantMsg) {
-			t.Fatalf("seed %d, step %d: %s %+v: got %s %q, the model says %s (%q)", seed, step, o.name, o, got, msg, want, wantMsg)
+			t.Fatalf("seed %d, step %d: %s %+v: got %s %q, the model says %s (%q)", seed, step, o.Name, o, got, msg, want, wantMsg)
 		}
 		if apply != nil {
 			apply()
 		}
 		if forgotten {
-			hits[o.name+" forgotten"]++
+			hits[o.Name+" forgotten"]++
 		} else {
-			hits[o.name+" "+want]++
+			hits[o.Name+" "+want]++
 		}
 		// Bound: every live name, plus the window of finished names, plus
 		// the window of finished runtime ids (and the live ones' ids).

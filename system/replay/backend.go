@@ -1,15 +1,18 @@
-package main
+package replay
 
 import (
 	"context"
 	"fmt"
+	"github.com/residency-go/residency/internal/jsonline"
 
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/soft"
 )
 
-// replayBufferLimit is the most real memory a replay keeps per buffer.
-const replayBufferLimit = 1 << 20
+// BufferLimit is the most real memory a replay keeps per buffer (1 MiB):
+// a larger value or staging buffer is accounted at its full size, but
+// only its first BufferLimit bytes are kept.
+const BufferLimit = 1 << 20
 
 // truncatingBackend is the device backend of a replay: the soft backend
 // (an honest simulation in Go memory, streams, events and fault injection
@@ -25,12 +28,12 @@ type truncatingBackend struct {
 	limit int64
 }
 
-func newReplayBackend(locations []string) (*truncatingBackend, error) {
+func newBackend(locations []string) (*truncatingBackend, error) {
 	b, err := soft.New(soft.Config{Locations: locations})
 	if err != nil {
 		return nil, err
 	}
-	return &truncatingBackend{inner: b, limit: replayBufferLimit}, nil
+	return &truncatingBackend{inner: b, limit: BufferLimit}, nil
 }
 
 // truncBuffer is a buffer of logical size size backed by a smaller (or
@@ -54,7 +57,7 @@ func unwrap(buf cuda.Buffer) (cuda.Buffer, error) {
 }
 
 func (t *truncatingBackend) Name() string {
-	return fmt.Sprintf("%s, keeping at most %s of each buffer", t.inner.Name(), formatBytes(t.limit))
+	return fmt.Sprintf("%s, keeping at most %s of each buffer", t.inner.Name(), jsonline.FormatBytes(t.limit))
 }
 
 func (t *truncatingBackend) Simulated() bool { return true }
