@@ -4,16 +4,49 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/system"
 )
+
+// Every command of the demo runs on the soft backend (package cuda/soft):
+// simulated devices, asked for by name here, because the runtime has no
+// default backend. Each command says so in what it prints. The backend is
+// behind the fault injector of package cuda/faulty, so that the scenario
+// and replay scripts can make device operations fail.
+
+// newSoftBackend opens the soft backend over the local names of locs
+// (budget.LocalNames), behind the fault injector. The caller closes it
+// after the runtime. Malformed names are left to the runtime to refuse.
+func newSoftBackend(locs []system.LocationConfig) (*faulty.Backend, error) {
+	names := budget.LocalNames(locs)
+	if len(names) == 0 {
+		names = []string{"pageable-host"} // the runtime refuses locs anyway
+	}
+	b, err := soft.New(soft.Config{Locations: names})
+	if err != nil {
+		return nil, err
+	}
+	return faulty.Wrap(b, soft.ErrorPrefix), nil
+}
+
+// faultsOf returns the fault injector of a runtime started on
+// newSoftBackend or newReplayBackend.
+func faultsOf(sys *system.System) *cuda.Faults {
+	if t, ok := sys.Backend().(*truncatingBackend); ok {
+		return t.Faults()
+	}
+	return faulty.Of(sys.Backend())
+}
 
 // replayBufferLimit is the most real memory a replay keeps per buffer.
 const replayBufferLimit = 1 << 20
 
 // truncatingBackend is the device backend of a replay: the soft backend
-// (an honest simulation in Go memory, streams, events and fault injection
-// included), except that every buffer keeps at most limit real bytes
+// (an honest simulation in Go memory, streams and events) behind the fault
+// injector, except that every buffer keeps at most limit real bytes
 // while reporting its full size. A capacity what-if with "80GiB" budgets
 // and "14GiB" values thus runs on a laptop: the ledger accounts every
 // byte exactly, as always, and copies, loads and faults go through the
@@ -21,7 +54,7 @@ const replayBufferLimit = 1 << 20
 // bytes of a large value are not kept. Values up to limit bytes are kept
 // whole.
 type truncatingBackend struct {
-	inner cuda.Backend
+	inner *faulty.Backend
 	limit int64
 }
 
@@ -30,8 +63,11 @@ func newReplayBackend(locations []string) (*truncatingBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &truncatingBackend{inner: b, limit: replayBufferLimit}, nil
+	return &truncatingBackend{inner: faulty.Wrap(b, soft.ErrorPrefix), limit: replayBufferLimit}, nil
 }
+
+// Faults returns the injector of the replay's fault op.
+func (t *truncatingBackend) Faults() *cuda.Faults { return t.inner.Faults() }
 
 // truncBuffer is a buffer of logical size size backed by a smaller (or
 // equal) real buffer.
@@ -57,7 +93,8 @@ func (t *truncatingBackend) Name() string {
 	return fmt.Sprintf("%s, keeping at most %s of each buffer", t.inner.Name(), formatBytes(t.limit))
 }
 
-func (t *truncatingBackend) Simulated() bool { return true }
+// Simulated reports true: the soft backend simulates every device.
+func (t *truncatingBackend) Simulated() bool { return cuda.IsSimulated(t.inner) }
 
 func (t *truncatingBackend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
 	n := min(bytes, t.limit)
@@ -115,7 +152,6 @@ func (t *truncatingBackend) Write(ctx context.Context, buf cuda.Buffer, data []b
 }
 
 func (t *truncatingBackend) MemInfo(loc string) (cuda.MemInfo, error) { return t.inner.MemInfo(loc) }
-func (t *truncatingBackend) Faults() *cuda.Faults                     { return t.inner.Faults() }
 func (t *truncatingBackend) Close() error                             { return t.inner.Close() }
 
 // truncStream unwraps buffers on their way to the soft stream.
@@ -136,4 +172,7 @@ func (s *truncStream) CopyAsync(dst, src cuda.Buffer) error {
 	return s.Stream.CopyAsync(d, r)
 }
 
-var _ cuda.Backend = (*truncatingBackend)(nil)
+var (
+	_ cuda.Backend   = (*truncatingBackend)(nil)
+	_ cuda.Simulator = (*truncatingBackend)(nil)
+)

@@ -291,10 +291,16 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	gib := func(n int64) int64 { return n << 30 / scale }
 	budgets := map[string]int64{"pageable-host": gib(192), "pinned-host": gib(64), "cuda:0": gib(80)}
 	poolSlots := int(gib(128) / rowBytes)
-	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
+	locs := []system.LocationConfig{
 		system.Limit("pageable-host", budgets["pageable-host"]), system.Limit("pinned-host", budgets["pinned-host"]),
 		system.Limit("cuda:0", budgets["cuda:0"]),
-	}})
+	}
+	backend, err := newSoftBackend(locs) // simulated devices, asked for by name
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: locs, Backend: backend})
 	if err != nil {
 		return nil, err
 	}

@@ -556,7 +556,7 @@ func (r *runner) exec(ctx context.Context, o op, res *result) (reached bool, err
 		if !r.locations[o.location] {
 			return false, &system.UnavailableError{Location: o.location, Detail: "location is not configured"}
 		}
-		r.sys.Faults().Arm(kind, o.location)
+		faultsOf(r.sys).Arm(kind, o.location)
 		return false, nil
 	case "cache_open", "load", "load_fail", "cache_release", "cache_pin", "cache_unpin", "cache_evict", "cache_stats", "cache_close":
 		return r.execCache(ctx, o, res)

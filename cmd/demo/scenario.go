@@ -110,7 +110,12 @@ func (s *scenario) run() error {
 		system.Limit("cuda:1", 8*miB),
 	}
 	s.say("Start the runtime with four locations; the GPUs get strict budgets of 8 MiB each.")
-	sys, err := system.Start(ctx, system.Options{ManagerID: "demo", Locations: locs})
+	backend, err := newSoftBackend(locs) // simulated devices, asked for by name
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	sys, err := system.Start(ctx, system.Options{ManagerID: "demo", Locations: locs, Backend: backend})
 	if err != nil {
 		return err
 	}
@@ -256,7 +261,7 @@ func (s *scenario) run() error {
 	}
 
 	s.say("Inject a fault: the next copy into cuda:1 fails (soft backend fault injection). Then run a scope that needs it.")
-	sys.Faults().Arm(cuda.FaultCopy, "cuda:1")
+	backend.Faults().Arm(cuda.FaultCopy, "cuda:1")
 	plan := system.Plan{
 		Reservations: []system.ReservationSpec{{Name: "warmup", Location: "cuda:1", Bytes: 512 * kiB}},
 		Enter: []system.Action{

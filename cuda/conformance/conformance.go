@@ -18,9 +18,10 @@
 // configured capacity, the order of input checks, byte-exact copies in
 // every direction between the given locations on streams of either end,
 // FIFO order within a stream, event ordering across two streams through
-// WaitEvent, errors after Free (use after free), fault injection through
-// [cuda.Faults] (alloc, copy, reconstruct; each consumed once and reported
-// once), loaders (errors wrapped, panics recovered), stream and backend
+// WaitEvent, errors after Free (use after free), fault injection by the
+// decorator of package cuda/faulty over the backend (alloc, copy,
+// reconstruct; each consumed once and reported once, in stream order with
+// the backend's own failures), loaders (errors wrapped, panics recovered), stream and backend
 // Close, and concurrent use under the race detector. It never relies on
 // timing: it waits on events, and checks only orderings that must hold
 // whatever the speed of the device. Every subtest ends with a goroutine
@@ -39,6 +40,7 @@ import (
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -108,6 +110,19 @@ func (s *suite) backend(t *testing.T, capacity map[string]int64) cuda.Backend {
 	require.NotNil(t, b, "Factory returned nil")
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })
 	return b
+}
+
+// faulty returns a backend (closed when the subtest ends) behind the
+// fault-injecting decorator, and its injector. A Factory that returns a
+// decorated backend already gets it back as it is.
+func (s *suite) faulty(t *testing.T, capacity map[string]int64) (cuda.Backend, *cuda.Faults) {
+	t.Helper()
+	b := s.backend(t, capacity)
+	if f := faulty.Of(b); f != nil {
+		return b, f
+	}
+	fb := faulty.Wrap(b, "")
+	return fb, fb.Faults()
 }
 
 // deviceLocs returns the cuda:N locations, or all locations if there are
@@ -251,7 +266,6 @@ func uniq(s []string) []string {
 func (s *suite) identity(t *testing.T) {
 	b := s.backend(t, nil)
 	assert.NotEmpty(t, b.Name())
-	assert.NotNil(t, b.Faults())
 	for _, l := range s.locs {
 		st := stream(t, b, l)
 		require.NoError(t, st.Synchronize(bg), "Synchronize of an empty stream")
@@ -535,8 +549,7 @@ func (s *suite) useAfterFree(t *testing.T) {
 
 func (s *suite) allocFault(t *testing.T) {
 	target := s.locs[len(s.locs)-1]
-	b := s.backend(t, map[string]int64{target: 100})
-	f := b.Faults()
+	b, f := s.faulty(t, map[string]int64{target: 100})
 	f.Arm(cuda.FaultAlloc, target)
 	f.Arm(cuda.FaultAlloc, target)
 	// Other locations, and calls that fail their input checks, leave it armed.
@@ -556,7 +569,7 @@ func (s *suite) allocFault(t *testing.T) {
 }
 
 func (s *suite) copyFault(t *testing.T) {
-	b := s.backend(t, nil)
+	b, f := s.faulty(t, nil)
 	dev := s.deviceLocs()[0]
 	host := s.hostLoc()
 	st := stream(t, b, dev)
@@ -567,17 +580,17 @@ func (s *suite) copyFault(t *testing.T) {
 	old := pattern(11, n)
 	write(t, b, dst, old)
 
-	b.Faults().Arm(cuda.FaultCopy, dev)
+	f.Arm(cuda.FaultCopy, dev)
 	if host != dev { // a copy out of dev is not a copy into it
 		out := alloc(t, b, host, n)
 		copyAsync(t, st, out, dst)
 		wait(t, record(t, st))
 	}
 	require.ErrorIs(t, st.CopyAsync(dst, alloc(t, b, host, n+1)), cuda.ErrInvalid) // bad input consumes nothing
-	require.Equal(t, 1, b.Faults().Armed(cuda.FaultCopy, dev))
+	require.Equal(t, 1, f.Armed(cuda.FaultCopy, dev))
 
 	require.NoError(t, st.CopyAsync(dst, src), "a copy with an armed fault is refused only later")
-	require.Zero(t, b.Faults().Armed(cuda.FaultCopy, dev), "the fault is consumed at enqueue")
+	require.Zero(t, f.Armed(cuda.FaultCopy, dev), "the fault is consumed at enqueue")
 	ev := record(t, st)
 	wantInjected(t, ev.Wait(bg), cuda.FaultCopy, dev)
 	wantInjected(t, ev.Err(), cuda.FaultCopy, dev)
@@ -592,13 +605,13 @@ func (s *suite) copyFault(t *testing.T) {
 // A failure is reported to the first event or Synchronize after it, once;
 // one nobody collected comes back from Stream.Close.
 func (s *suite) failureOnce(t *testing.T) {
-	b := s.backend(t, nil)
+	b, f := s.faulty(t, nil)
 	dev := s.deviceLocs()[0]
 	st, err := b.NewStream(dev)
 	require.NoError(t, err)
 	src, dst := alloc(t, b, s.hostLoc(), 64), alloc(t, b, dev, 64)
-	b.Faults().Arm(cuda.FaultCopy, dev)
-	b.Faults().Arm(cuda.FaultCopy, dev)
+	f.Arm(cuda.FaultCopy, dev)
+	f.Arm(cuda.FaultCopy, dev)
 	copyAsync(t, st, dst, src) // fails
 	copyAsync(t, st, dst, src) // fails too; the first failure is the one reported
 	copyAsync(t, st, dst, src) // succeeds
@@ -606,14 +619,14 @@ func (s *suite) failureOnce(t *testing.T) {
 	require.NoError(t, st.Synchronize(bg), "second Synchronize")
 	wait(t, record(t, st))
 
-	b.Faults().Arm(cuda.FaultCopy, dev)
+	f.Arm(cuda.FaultCopy, dev)
 	copyAsync(t, st, dst, src)
 	wantInjected(t, st.Close(), cuda.FaultCopy, dev)
 	require.NoError(t, st.Close(), "second Close")
 }
 
 func (s *suite) reconstructFault(t *testing.T) {
-	b := s.backend(t, nil)
+	b, f := s.faulty(t, nil)
 	dev := s.deviceLocs()[0]
 	tmp := alloc(t, b, s.hostLoc(), 64) // a temporary buffer for dev
 	old := pattern(20, 64)
@@ -628,14 +641,14 @@ func (s *suite) reconstructFault(t *testing.T) {
 	if other == dev {
 		other = "cuda:999998"
 	}
-	b.Faults().Arm(cuda.FaultReconstruct, dev)
+	f.Arm(cuda.FaultReconstruct, dev)
 	if tmp.Location() != dev {
 		require.NoError(t, b.Load(bg, tmp, "", fill)) // target = the buffer's own location
 	}
 	require.NoError(t, b.Load(bg, tmp, other, fill)) // any well-formed target keys the fault
 	require.ErrorIs(t, b.Load(bg, tmp, dev, nil), cuda.ErrInvalid)
 	require.ErrorIs(t, b.Load(bg, tmp, "gpu:0", fill), cuda.ErrInvalid)
-	require.Equal(t, 1, b.Faults().Armed(cuda.FaultReconstruct, dev))
+	require.Equal(t, 1, f.Armed(cuda.FaultReconstruct, dev))
 
 	before := calls
 	write(t, b, tmp, old)
@@ -752,8 +765,6 @@ func (s *suite) backendClose(t *testing.T) {
 	for _, st := range streams {
 		require.NoError(t, st.Close(), "Stream.Close after Backend.Close")
 	}
-	b.Faults().Arm(cuda.FaultAlloc, dev) // the fault injector outlives the backend
-	require.True(t, b.Faults().Take(cuda.FaultAlloc, dev))
 }
 
 // Many goroutines allocate, write, copy on their own streams, wait, read
