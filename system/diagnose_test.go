@@ -14,6 +14,7 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 var updateDiagnose = flag.Bool("update-diagnose", false, "rewrite the bodies of testdata/diagnose/*.golden (their hand-checked headers are kept)")
@@ -26,7 +27,7 @@ func diagLocations() []LocationConfig {
 
 func startDiag(t *testing.T, traceCap int) *System {
 	t.Helper()
-	sys, err := Start(context.Background(), Options{ManagerID: "diag", Locations: diagLocations(), TraceCapacity: traceCap})
+	sys, err := startSoft(t, context.Background(), Options{ManagerID: "diag", Locations: diagLocations(), TraceCapacity: traceCap})
 	require.NoError(t, err)
 	return sys
 }
@@ -317,7 +318,7 @@ func diagCases() []diagCase {
 			defer closeDiag(t, sys)
 			a := reg(t, sys, Value{Name: "a", Bytes: 300, At: "pinned-host"})
 			b := reg(t, sys, Value{Name: "b", Bytes: 300, At: "pageable-host"})
-			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
+			testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:1")
 			_, err := sys.Execute(ctx, Plan{
 				Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
 				Enter:        []Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
@@ -341,7 +342,7 @@ func diagCases() []diagCase {
 			b := reg(t, sys, Value{Name: "b", Bytes: 300, At: "pageable-host"})
 			v := reg(t, sys, Value{Name: "v", Bytes: 600, Mode: Replicable, At: "pageable-host"})
 			require.NoError(t, sys.Place(ctx, v, "cuda:0"))
-			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
+			testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:1")
 			sc := sys.NewScope(Plan{
 				Reclaim:      []Action{{Handle: v, Location: "cuda:0"}},
 				Reservations: []ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},

@@ -40,7 +40,7 @@ func ExampleAutomanagedProvider() {
 		panic(err)
 	}
 	a, err := system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: pa,
-		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+		Options: simulated(system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})})
 	if err != nil {
 		panic(err)
 	}

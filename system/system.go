@@ -17,6 +17,7 @@ import (
 	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/internal/testhooks"
 	"github.com/residency-go/residency/messages"
 )
@@ -278,6 +279,22 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 
 // ManagerID returns the runtime's manager id.
 func (s *System) ManagerID() string { return s.managerID }
+
+// SoftBackend opens the soft backend (package cuda/soft) for locs: every
+// location simulated in ordinary Go memory, with real bytes, goroutine
+// streams and real events; no GPU or driver is touched. It is how a
+// program asks for simulated devices by name: pass it as Options.Backend,
+// say so in what the program prints, and close it after [System.Close].
+//
+// cfg gives the simulated capacities, bandwidth and delay (see
+// soft.Config); its Locations are set to the distinct well-formed names
+// of locs, each without its node (a node's runtime knows its own
+// locations by their local names). Errors are soft.New's, such as a
+// capacity for a location not in locs.
+func SoftBackend(locs []LocationConfig, cfg soft.Config) (*soft.Backend, error) {
+	cfg.Locations = budget.LocalNames(locs)
+	return soft.New(cfg)
+}
 
 // errNoBackend is the message of Start's refusal of a nil Backend.
 const errNoBackend = "no device backend: set Options.Backend to a backend opened over the locations " +
