@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
@@ -17,15 +16,10 @@ import (
 // behind the fault injector of package cuda/faulty, so that the scenario
 // and replay scripts can make device operations fail.
 
-// newSoftBackend opens the soft backend over the local names of locs
-// (budget.LocalNames), behind the fault injector. The caller closes it
-// after the runtime. Malformed names are left to the runtime to refuse.
+// newSoftBackend opens the soft backend for locs (system.SoftBackend),
+// behind the fault injector. The caller closes it after the runtime.
 func newSoftBackend(locs []system.LocationConfig) (*faulty.Backend, error) {
-	names := budget.LocalNames(locs)
-	if len(names) == 0 {
-		names = []string{"pageable-host"} // the runtime refuses locs anyway
-	}
-	b, err := soft.New(soft.Config{Locations: names})
+	b, err := system.SoftBackend(locs, soft.Config{})
 	if err != nil {
 		return nil, err
 	}
