@@ -175,10 +175,10 @@ type Options struct {
 	// Backend carries out allocations and copies at Locations. Required:
 	// there is no default, so that a program never runs on simulated
 	// devices because an option was forgotten. Open it over the names of
-	// Locations: cu.New (package cuda/cu, build tag cuda) for real GPUs,
-	// soft.New (package cuda/soft) to simulate every location in Go
-	// memory. The System uses it and never closes it: close it after
-	// [System.Close].
+	// Locations (a cluster node's without their node qualification):
+	// cu.New (package cuda/cu, build tag cuda) for real GPUs, or
+	// [SoftBackend] to simulate every location in Go memory. The System
+	// uses it and never closes it: close it after [System.Close].
 	Backend cuda.Backend
 	// Logger receives structured logs (the runtime's and protoactor's).
 	// Default: none.
