@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/residency-go/residency/internal/testhooks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/testhooks"
 )
 
 // An Acquire, a Release and a ReleaseByID that find the supervisor busy

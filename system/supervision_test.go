@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/residency-go/residency/internal/testhooks"
 	"sync/atomic"
 	"testing"
+
+	"github.com/residency-go/residency/internal/testhooks"
 )
 
 // A location actor that crashes while allocating must fail the transfer
