@@ -31,7 +31,7 @@ func startTwo(ctx context.Context, gpu int64) (a, b *cluster.Node, close func())
 		wg.Go(func() {
 			n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: name, Provider: testprovider.NewTestProvider(agent),
 				RefreshInterval: 50 * time.Millisecond,
-				Options:         system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", gpu)}}})
+				Options:         simulated(system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", gpu)}})})
 			if err != nil {
 				panic(err)
 			}

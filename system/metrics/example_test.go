@@ -61,14 +61,14 @@ func ExampleNewMetrics() {
 // startExample starts a runtime with an unlimited pageable host, 1 MiB of
 // pinned host memory and two simulated 64 KiB devices.
 func startExample() *system.System {
-	sys, err := system.Start(context.Background(), system.Options{
+	sys, err := system.Start(context.Background(), simulated(system.Options{
 		Locations: []system.LocationConfig{
 			system.NoLimit("pageable-host"),
 			system.Limit("pinned-host", 1<<20),
 			system.Limit("cuda:0", 64<<10),
 			system.Limit("cuda:1", 64<<10),
 		},
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func ExampleAutomanaged() {
 		panic(err)
 	}
 	a, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "node-a", Provider: pa,
-		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+		Options: simulated(system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})})
 	if err != nil {
 		panic(err)
 	}
