@@ -38,6 +38,9 @@ type Eviction struct {
 	Reason   string
 	// Kind is the reason's kind, for programs (Reason says it in words).
 	Kind EvictionKind
+	// To is the spill target the victim is demoted to ("" when it is
+	// dropped); its reclaim action carries the same To (spill.go).
+	To string
 }
 
 // Decision is the controller's answer to a request.
@@ -391,17 +394,10 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	l := d.l
 	victims := slices.Clone(ev.victims)
 	slices.SortStableFunc(victims, func(a, b victim) int { return a.loc - b.loc })
+	targets := d.demotions(chosen, victims)
 	plan := Plan{}
 	var evictions []Eviction
-	for _, vc := range victims {
-		h := l.handle(l.valueByID(vc.c.id))
-		name := l.locs[vc.loc].name
-		plan.Reclaim = append(plan.Reclaim, Action{Handle: h, Location: name})
-		evictions = append(evictions, Eviction{Handle: h, Location: name, Bytes: vc.c.bytes,
-			Reason: fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; evicted to free %d bytes of the %d-byte shortfall for request %q",
-				vc.c.prio, vc.c.lastUse, name, vc.c.bytes, vc.n, d.req.Name),
-			Kind: EvictionLowestPriority})
-	}
+	plan.Reclaim, evictions = d.reclaims(victims, targets)
 	if len(d.req.Reservations) > 0 {
 		plan.Reservations = slices.Clone(d.req.Reservations)
 	}
@@ -413,6 +409,12 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	// the final simulated state; with one enter per requirement at its
 	// chosen location, a feasible explanation is exactly the assertion.
 	ex, err := decideExplain(l, plan)
+	if (err != nil || !ex.Feasible) && targets != nil {
+		// Not expected (spill.go keeps demotions within every charge the
+		// plan makes); the victims stay, dropped as without spill.
+		plan.Reclaim, evictions = d.reclaims(victims, nil)
+		ex, err = decideExplain(l, plan)
+	}
 	if err != nil || !ex.Feasible {
 		return Decision{}, "internal: the controller's arithmetic admitted a plan that Explain finds infeasible: " + ex.Reason
 	}

@@ -22,6 +22,8 @@ type location struct {
 	// category.
 	cands    candIndex
 	catBytes [numCats]int64
+	// spill is the index of the location's spill target, -1 for none.
+	spill int
 }
 
 type mat struct {
@@ -159,7 +161,7 @@ func New(cfg Config) (*Ledger, error) {
 		if lc.HasBudget && lc.BudgetBytes <= 0 {
 			return nil, invalidf("budget of %s must be positive, got %d", lc.Name, lc.BudgetBytes)
 		}
-		parsed = append(parsed, location{name: lc.Name, parsed: n, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+		parsed = append(parsed, location{name: lc.Name, parsed: n, hasBudget: lc.HasBudget, budget: lc.BudgetBytes, spill: -1})
 	}
 	sort.SliceStable(parsed, func(i, j int) bool { return locationLess(parsed[i].parsed, parsed[j].parsed) })
 	l := &Ledger{
@@ -177,6 +179,9 @@ func New(cfg Config) (*Ledger, error) {
 	}
 	for i := range l.locs {
 		l.locIndex[l.locs[i].name] = i
+	}
+	if err := l.configureSpill(cfg.Locations); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
