@@ -745,6 +745,9 @@ func (m *refModel) validate(p Plan) string {
 				return e
 			}
 		}
+		if a.To != "" {
+			return m.validateTo(a, reclaim)
+		}
 		return ""
 	}
 	for _, a := range p.Reclaim {
@@ -823,6 +826,12 @@ func (m *refModel) Explain(p Plan) (bool, map[string]int64) {
 func (m *refModel) simulate(p Plan) bool {
 	for _, a := range p.Reclaim {
 		v, _ := m.resolve(a.Handle)
+		if a.To != "" {
+			if m.demotion(v, a, false) != "" {
+				return false
+			}
+			continue
+		}
 		if m.evict(v, a.Location) != "" {
 			return false
 		}
@@ -859,7 +868,8 @@ type refRunResult struct {
 
 // Run executes p as the ledger's StartRun/Next/Complete/Finish would with
 // nothing else happening between steps; the enter step failAt (−1: none)
-// fails after admission.
+// fails after admission, and so does the reclaim step failAt when it is a
+// demotion.
 func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64, failAt int) refRunResult {
 	if checkVersion && expected != m.version {
 		return refRunResult{err: refStale(expected, m.version)}
@@ -893,7 +903,13 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 	}
 	for i, a := range p.Reclaim {
 		v, e := m.resolve(a.Handle)
-		if e == "" {
+		switch {
+		case e == "" && a.To != "":
+			// A demotion; the reclaim step failAt fails its copy.
+			if e = m.demotion(v, a, i == failAt); e == refDemotionLost {
+				e = "injected"
+			}
+		case e == "":
 			e = m.evict(v, a.Location)
 		}
 		if e != "" {
@@ -937,6 +953,9 @@ func refExec(phase string, a *Action, ai int, r *ReservationSpec, ri int, report
 	act, res := "-", "-"
 	if a != nil {
 		act = fmt.Sprintf("%s@%s<%s", a.Handle.Name, a.Location, a.From)
+		if a.To != "" {
+			act += ">" + a.To
+		}
 	}
 	if r != nil {
 		res = fmt.Sprintf("%s@%s:%d", r.Name, r.Location, r.Bytes)
