@@ -73,11 +73,11 @@ bench:
 # another (go test fuzzes one target per run). PKG:NAME pairs.
 FUZZ_TARGETS := \
 	budget:FuzzLedger \
-	cmd/demo:FuzzReplayScript \
-	cmd/demo:FuzzByteSize \
+	system/replay:FuzzReplayScript \
+	internal/jsonline:FuzzByteSize \
 	cmd/demo:FuzzNodeCommand \
 	cmd/demo:FuzzOffloadTrace \
-	cmd/demo:FuzzStagingScript \
+	system/replay:FuzzStagingScript \
 	system/diagnose:FuzzEvidence
 
 fuzz:
@@ -98,7 +98,7 @@ SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
 	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
-	cmd/demo:TestNamesChecker
+	system/replay:TestNamesChecker
 
 soak:
 	@mkdir -p $(SOAK_DIR); pids=""; \
@@ -121,8 +121,9 @@ tidy:
 	$(GO) mod tidy
 
 # Regenerate the protobuf code of the messages that cross cluster nodes
-# (messages/cluster.proto → messages/cluster.pb.go, committed) and its stamp
-# (messages/cluster_proto_stamp.go, which a test checks without protoc).
+# (messages/clusterpb/cluster.proto → messages/clusterpb/cluster.pb.go,
+# committed) and its stamp (messages/clusterpb/cluster_proto_stamp.go, which
+# a test checks without protoc).
 # protoc comes from Debian's protobuf-compiler, installed with apt when
 # absent (root only); protoc-gen-go is installed with `go install` into
 # PROTO_BIN at the version of google.golang.org/protobuf in go.mod. CI does
@@ -139,8 +140,8 @@ proto:
 		echo "make: protoc is missing and only root can install it (apt-get install -y protobuf-compiler)" >&2; exit 1; \
 	fi
 	GOBIN="$(PROTO_BIN)" $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOBUF_VERSION)
-	PATH="$(PROTO_BIN):$$PATH" protoc -I . --go_out=. --go_opt=module=github.com/residency-go/residency messages/cluster.proto
-	messages/stamp.sh
+	PATH="$(PROTO_BIN):$$PATH" protoc -I . --go_out=. --go_opt=module=github.com/residency-go/residency messages/clusterpb/cluster.proto
+	messages/clusterpb/stamp.sh
 
 # The CUDA backend (build tag `cuda`, package cuda/cu) without a GPU: cuda.h
 # and the driver's link-time stub come from Debian's nvidia-cuda-dev (CUDA

@@ -125,8 +125,8 @@ func (k ErrorKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 //     failed), [*AllocTimeoutError] (an allocation did not finish in
 //     time; matches context.DeadlineExceeded), [*OutstandingError] (Close
 //     released leases, holds or events the application forgot),
-//     [*PlacementError] (no node of a cluster admitted a placement), and
-//     the sentinel [ErrClosed];
+//     the sentinel [ErrClosed], and, from package system/cluster,
+//     *cluster.PlacementError (no node admitted a placement);
 //   - the categories for [errors.Is]: [ErrPlan] (plan, search-limit and
 //     stale-state errors), [ErrBusy] (in-use errors, unavailable errors
 //     with reason UnavailableInFlight, cache-busy errors),

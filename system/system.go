@@ -230,7 +230,7 @@ type System struct {
 // Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
 // no locations, a malformed or duplicate location, a budget ≤ 0, a
 // node-qualified location such as `cuda:0@node-b`, which only a cluster
-// node can name: see [StartNode]).
+// node can name: see package system/cluster).
 func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"os"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/residency-go/residency/internal/jsonerr"
 	"github.com/residency-go/residency/system"
@@ -85,37 +83,39 @@ there and prints the diagnosis. The second diagnoses evidence saved earlier.
 // the evidence captured there.
 type diagnoser struct {
 	target int // the line to diagnose; 0: the first failed op
-	runner *runner
+	runner *replay.Runner
 	ev     *diagnose.Evidence
-	cerr   error // Capture's error
-	at     *op   // the op it stopped at
-	atRes  *result
+	cerr   error      // Capture's error
+	at     *replay.Op // the op it stopped at
+	atRes  *replay.Result
 }
 
 func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, stdin io.Reader, stdout, stderr io.Writer) int {
 	d := &diagnoser{target: target}
 	h := &replayHooks{cmd: "diagnose", quiet: true}
-	h.setup = func(r *runner) {
+	h.setup = func(r *replay.Runner) {
 		d.runner = r
-		r.explainFirst = func(o op) bool { return d.target == 0 || o.line == d.target }
-		r.onFail = d.capture
+		r.SetHooks(replay.Hooks{
+			ExplainFirst: func(o replay.Op) bool { return d.target == 0 || o.Line == d.target },
+			OnFail:       d.capture,
+		})
 	}
-	h.after = func(o op, res *result) bool {
+	h.after = func(o replay.Op, res *replay.Result) bool {
 		if d.target == 0 && d.ev == nil && d.cerr == nil {
 			return false
 		}
-		if d.target != 0 && o.line < d.target {
+		if d.target != 0 && o.Line < d.target {
 			return false
 		}
 		oo, rr := o, *res
 		d.at, d.atRes = &oo, &rr
 		return true
 	}
-	var info scriptInfo
-	code := runScript(ctx, path, stdin, stderr, h, func(i scriptInfo) resultWriter {
+	var info replay.Info
+	code := runScript(ctx, path, stdin, stderr, h, func(i replay.Info) resultWriter {
 		info = i
 		if !asJSON {
-			h.progress = newProgress(stderr, i.ops, "diagnose "+path)
+			h.progress = newProgress(stderr, i.Ops, "diagnose "+path)
 		}
 		return discardWriter{}
 	})
@@ -124,225 +124,48 @@ func diagnoseScript(ctx context.Context, path string, target int, asJSON bool, s
 	}
 	switch {
 	case d.cerr != nil:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d: capturing the evidence: %s\n", escapeText(path), d.at.line, escapeText(d.cerr.Error()))
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d: capturing the evidence: %s\n", escapeText(path), d.at.Line, escapeText(d.cerr.Error()))
 		if ctx.Err() != nil {
 			return exitInterrupted
 		}
 		return 1
 	case d.at == nil && d.target == 0:
-		fmt.Fprintf(stderr, "demo diagnose: %s: no op failed (%d ops ran): nothing to diagnose\n", escapeText(path), info.ops)
+		fmt.Fprintf(stderr, "demo diagnose: %s: no op failed (%d ops ran): nothing to diagnose\n", escapeText(path), info.Ops)
 		return 1
-	case d.at == nil || d.at.line != d.target && d.target != 0:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d is not an op of the script (its ops are on lines up to %d; blank and # lines are not ops)\n", escapeText(path), d.target, info.lastLine)
+	case d.at == nil || d.at.Line != d.target && d.target != 0:
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d is not an op of the script (its ops are on lines up to %d; blank and # lines are not ops)\n", escapeText(path), d.target, info.LastLine)
 		return 2
 	case d.ev == nil:
-		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.line, d.at.name)
+		fmt.Fprintf(stderr, "demo diagnose: %s: line %d (%s) succeeded: nothing to diagnose\n", escapeText(path), d.at.Line, d.at.Name)
 		return 1
 	}
 	diag := diagnose.DiagnoseEvidence(*d.ev)
-	line, name := d.at.line, d.at.name
+	line, name := d.at.Line, d.at.Name
 	return printDiagnosis(diag, &line, name, asJSON, stdout, stderr)
 }
 
 // capture is the runner's onFail: it takes the evidence of the op to
 // diagnose right after the op returned, before anything else runs.
-func (d *diagnoser) capture(ctx context.Context, o op, err error) {
-	if d.target != 0 && o.line != d.target || d.target == 0 && (d.ev != nil || d.cerr != nil) {
+func (d *diagnoser) capture(ctx context.Context, o replay.Op, err error) {
+	if d.target != 0 && o.Line != d.target || d.target == 0 && (d.ev != nil || d.cerr != nil) {
 		return
 	}
 	r := d.runner
-	ev, cerr := diagnose.Capture(ctx, r.sys, err, r.operation(o))
+	ev, cerr := diagnose.Capture(ctx, r.System(), err, r.Operation(o))
 	if cerr != nil {
 		d.cerr = cerr
 		return
 	}
-	switch {
-	case o.name == "enter" && o.decision != "":
-		if dec, ok := r.decisions[o.decision]; ok {
-			ev.Decision = &dec
-		}
-	case (o.name == "execute" || o.name == "enter") && o.plan != nil:
-		p := r.plan(o.plan)
-		ev.Plan = &p
-		ev.Explanation = r.explained
-	}
-	ev = r.scriptEvidence(ev)
+	ev = r.Evidence(o, ev) // the op's decision or plan, in the script's words
 	d.ev = &ev
-}
-
-// operation is the call op made, in the diagnosis's terms.
-func (r *runner) operation(o op) diagnose.Operation {
-	out := diagnose.Operation{Kind: o.name}
-	h := func(name string) system.Handle {
-		if hd, ok := r.handles[name]; ok {
-			return hd
-		}
-		return system.Handle{Name: name}
-	}
-	switch o.name {
-	case "register":
-		out.Handle, out.Location = system.Handle{Name: o.handle}, o.at
-	case "place", "evict", "acquire", "hold":
-		out.Handle, out.Location = h(o.handle), o.location
-	case "discard":
-		out.Handle = h(o.handle)
-	case "copy", "move":
-		out.Handle, out.From, out.Location = h(o.handle), o.from, o.to
-	case "reserve":
-		out.Location, out.Reservation, out.Bytes = o.location, o.resName, o.bytes
-	// unreserve: its name is in the error's message (an Operation's
-	// reservation would print with a size it does not have).
-	case "release", "record_event":
-		if e, ok := r.leases[o.lease]; ok {
-			out.Handle, out.Location = e.lease.Handle(), e.lease.Location()
-		}
-	case "fail_next":
-		out.Location = o.location
-	}
-	return out
-}
-
-// scriptEvidence puts evidence in the script's words, as the replay output
-// does: lease, hold and event ids become the script's names, scopes and
-// caches their script names, an unknown handle "register it first".
-func (r *runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
-	// A scope's leases share one script name; a message names one of
-	// them, so it also gets its endpoint, from the trace's acquire.
-	r.leaseEndpoints = map[uint64]string{}
-	for _, t := range ev.Trace {
-		if t.Kind != "acquire" {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimPrefix(t.Detail, "lease "), 10, 64); err == nil {
-			r.leaseEndpoints[n] = t.Handle + " at " + t.Location
-		}
-	}
-	ev.Err = r.scriptError(ev.Err)
-	s := ev.Snapshot
-	locs := make([]system.LocationRecord, len(s.Locations))
-	for i, l := range s.Locations {
-		l.Reservations = append([]system.ReservationRecord(nil), l.Reservations...)
-		for j := range l.Reservations {
-			l.Reservations[j].Name = r.message(l.Reservations[j].Name)
-			l.Reservations[j].Owner = r.message(l.Reservations[j].Owner)
-		}
-		locs[i] = l
-	}
-	s.Locations = locs
-	ev.Snapshot = s
-	ev.Trace = r.scriptTransitions(ev.Trace)
-	if ev.Decision != nil {
-		d := *ev.Decision
-		d.Evictions = append([]system.Eviction(nil), d.Evictions...)
-		for i := range d.Evictions {
-			d.Evictions[i].Reason = r.message(d.Evictions[i].Reason)
-		}
-		d.Explanation.Reason = r.message(d.Explanation.Reason)
-		ev.Decision = &d
-	}
-	if ev.Explanation != nil {
-		x := *ev.Explanation
-		x.Reason = r.message(x.Reason)
-		ev.Explanation = &x
-	}
-	return ev
-}
-
-func (r *runner) scriptTransitions(ts []system.Transition) []system.Transition {
-	if ts == nil {
-		return nil
-	}
-	out := make([]system.Transition, len(ts))
-	for i, t := range ts {
-		t.Detail = r.detail(t.Detail)
-		out[i] = t
-	}
-	return out
-}
-
-// lifetimeIDs finds the runtime's lease, hold and event ids in a message
-// ("lease 3 is not active").
-var lifetimeIDs = regexp.MustCompile(`\b(lease|hold|event) ([0-9]+)\b`)
-
-// scriptMessage is runner.message, and lease, hold and event ids by their
-// script names (the trace's details name them so).
-func (r *runner) scriptMessage(msg string) string {
-	msg = r.message(msg)
-	return lifetimeIDs.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := lifetimeIDs.FindStringSubmatch(m)
-		n, err := strconv.ParseUint(sub[2], 10, 64)
-		if err != nil {
-			return m
-		}
-		var names map[uint64]string
-		switch sub[1] {
-		case "lease":
-			names = r.leaseNames
-		case "hold":
-			names = r.holdNames
-		default:
-			names = r.eventNames
-		}
-		name, ok := names[n]
-		if !ok {
-			return m
-		}
-		if ep, ok := r.leaseEndpoints[n]; ok && sub[1] == "lease" && strings.HasPrefix(name, "lease of scope ") {
-			name += " on " + ep
-		}
-		return name
-	})
-}
-
-// scriptWordsError is an error in the script's words: its message is
-// rewritten, and it unwraps to a copy of the structured error whose text
-// fields are rewritten too (so the diagnosis's figures match).
-type scriptWordsError struct {
-	msg string
-	err error
-}
-
-func (e *scriptWordsError) Error() string { return e.msg }
-func (e *scriptWordsError) Unwrap() error { return e.err }
-
-func (r *runner) scriptError(err error) error {
-	if err == nil {
-		return nil
-	}
-	_, e := classify(err)
-	inner := e
-	switch x := e.(type) {
-	case *system.PlanError:
-		c := *x
-		c.Reason = r.scriptMessage(c.Reason)
-		inner = &c
-	case *system.SearchLimitError:
-		c := *x
-		c.Detail = r.scriptMessage(c.Detail)
-		inner = &c
-	case *system.UnavailableError:
-		c := *x
-		c.Detail = r.scriptMessage(c.Detail)
-		inner = &c
-	case *system.InvalidInputError:
-		c := *x
-		c.Message = r.scriptMessage(c.Message)
-		inner = &c
-	case *system.PlanExecutionError:
-		c := *x
-		c.PartialReport.Transitions = r.scriptTransitions(x.PartialReport.Transitions)
-		c.Cause = r.scriptError(x.Cause)
-		inner = &c
-	}
-	return &scriptWordsError{msg: r.scriptMessage(err.Error()), err: inner}
 }
 
 // discardWriter is the result writer of diagnose: the ops before the
 // failure print nothing.
 type discardWriter struct{}
 
-func (discardWriter) write(*result) error { return nil }
-func (discardWriter) flush() error        { return nil }
+func (discardWriter) Write(*replay.Result) error { return nil }
+func (discardWriter) Flush() error               { return nil }
 
 // diagnoseOutputJSON is the output of `demo diagnose --json`: which line
 // of a script the diagnosis explains (null for evidence files), and the
@@ -358,7 +181,7 @@ type diagnoseOutputJSON struct {
 func printDiagnosis(d diagnose.Diagnosis, line *int, opName string, asJSON bool, stdout, stderr io.Writer) int {
 	var b bytes.Buffer
 	if asJSON {
-		out, err := marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: d})
+		out, err := replay.Marshal(diagnoseOutputJSON{Line: line, Op: nullable(opName), Diagnosis: d})
 		if err != nil {
 			fmt.Fprintf(stderr, "demo diagnose: %v\n", err)
 			return 2
@@ -419,7 +242,7 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 	}
 	var lines [][]byte
 	add := func(op string, ok bool, key string, v json.RawMessage) {
-		b, _ := marshal(orderedObject{{"line", len(lines) + 1}, {"op", op}, {"ok", ok}, {key, v}})
+		b, _ := replay.Marshal(replay.Object{{Key: "line", Value: len(lines) + 1}, {Key: "op", Value: op}, {Key: "ok", Value: ok}, {Key: key, Value: v}})
 		lines = append(lines, b)
 	}
 	if f.decision != "" {
@@ -514,7 +337,7 @@ func readSnapshot(path string) (json.RawMessage, string, error) {
 			if err := json.Unmarshal(b, &s); err != nil {
 				return nil, "", fmt.Errorf("a snapshot as package system encodes it (system.Snapshot): %w", jsonerr.Words(err))
 			}
-			out, err := marshal((*runner)(nil).toSnapshot(s))
+			out, err := replay.Marshal(replay.SnapshotOf(s))
 			return out, "", err
 		}
 	}
@@ -549,7 +372,7 @@ func readTrace(path string) (json.RawMessage, error) {
 			if err := json.Unmarshal(b, &ts); err != nil {
 				return nil, fmt.Errorf("transitions as package system encodes them (system.Transition): %w", jsonerr.Words(err))
 			}
-			return marshal((*runner)(nil).toTransitions(ts))
+			return replay.Marshal(replay.TransitionsOf(ts))
 		}
 	}
 	return b, nil

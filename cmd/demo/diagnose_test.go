@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"github.com/residency-go/residency/system/replay"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,7 +300,7 @@ func TestDiagnoseEvidenceFromTheAPI(t *testing.T) {
 	require.NoError(t, sys.Close(ctx))
 
 	dir := t.TempDir()
-	eb, err := marshal((*runner)(nil).errorObject(failure))
+	eb, err := replay.Marshal(replay.ErrorOf(failure))
 	require.NoError(t, err)
 	sb, err := json.Marshal(ev.Snapshot)
 	require.NoError(t, err)

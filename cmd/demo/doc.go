@@ -289,7 +289,7 @@
 // first op whose result is an error (whatever its "expect" says), or with
 // --line N up to the op at line N (failures before it are run past). Right
 // when that op returns, before anything else runs, it captures a snapshot
-// and the trace with system.Capture and diagnoses them with
+// and the trace with diagnose.Capture and diagnoses them with
 // diagnose.DiagnoseEvidence (docs/diagnose.md): the failed call (its kind
 // and endpoint, from the script's fields), the decision of an "enter" of a
 // decided scope, and the plan of an "execute" or an "enter" of a plan with

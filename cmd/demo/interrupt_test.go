@@ -81,8 +81,7 @@ func (c *cancelAfter) Write(p []byte) (int, error) {
 // TestInterruptedOp: an op cut short by Ctrl-C has no result; the replay
 // stops with 130.
 func TestInterruptedOp(t *testing.T) {
-	r := &result{err: fmt.Errorf("wrapped: %w", context.Canceled)}
-	assert.True(t, isContextError(r.err))
+	assert.True(t, isContextError(fmt.Errorf("wrapped: %w", context.Canceled)))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errb bytes.Buffer

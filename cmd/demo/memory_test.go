@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/residency-go/residency/system"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,35 +42,4 @@ func TestReplayMemoryPerBuffer(t *testing.T) {
 	// 9 values × 3 locations + a reconstruction: 28 buffers and a temporary
 	// one of at most 1 MiB each, plus the runtime's own bookkeeping.
 	assert.Less(t, allocated, uint64(96<<20), "the replay allocated %d MiB", allocated>>20)
-}
-
-// TestRegisteredBytes: a value registered with "at" up to the buffer
-// limit holds its deterministic bytes; a larger one starts zero-filled
-// (only its first replayBufferLimit bytes are kept at all).
-func TestRegisteredBytes(t *testing.T) {
-	ctx := context.Background()
-	backend, err := newReplayBackend([]string{"pageable-host"})
-	require.NoError(t, err)
-	defer backend.Close()
-	sys, err := system.Start(ctx, system.Options{ManagerID: replayManagerID, Backend: backend,
-		Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})
-	require.NoError(t, err)
-	defer sys.Close(ctx)
-	r := newRunner(sys, []locationSpec{{name: "pageable-host"}})
-	for _, tc := range []struct {
-		name  string
-		bytes int64
-	}{{"small", 1000}, {"at-limit", replayBufferLimit}, {"large", 3 * replayBufferLimit}} {
-		res := r.run(ctx, op{line: 1, name: "register", handle: tc.name, bytes: tc.bytes, at: "pageable-host"})
-		require.True(t, res.OK, "%s: %+v", tc.name, res.Error)
-		got, err := sys.Read(ctx, r.handles[tc.name], "pageable-host")
-		require.NoError(t, err)
-		kept := min(tc.bytes, replayBufferLimit)
-		require.Len(t, got, int(kept), tc.name)
-		want := make([]byte, kept)
-		if tc.bytes <= replayBufferLimit {
-			fill(tc.name, 0, want)
-		}
-		assert.Equal(t, want, got, tc.name)
-	}
 }

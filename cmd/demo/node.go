@@ -23,6 +23,8 @@ import (
 
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
+	"github.com/residency-go/residency/system/cluster/providers"
 )
 
 // nodeConfig is `demo node`'s flags.
@@ -210,7 +212,7 @@ func isLoopbackHost(addr string) bool {
 // leaves the cluster when ctx ends.
 func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerolog.Logger, stdin io.Reader, stdout io.Writer) int {
 	log := rtLog.With().Str("node", c.name).Logger()
-	opts := system.NodeOptions{
+	opts := cluster.NodeOptions{
 		Name: c.name, ClusterName: c.clusterName, Addr: c.addr, TLS: tlsConf,
 		Options:        system.Options{Locations: c.locations, Logger: &rtLog},
 		RequestTimeout: c.requestTimeout, RefreshInterval: c.refresh,
@@ -219,7 +221,7 @@ func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerol
 	case "etcd":
 		eps := strings.Split(c.etcd, ",")
 		log.Info().Strs("endpoints", eps).Dur("dial_timeout", c.etcdDialTimeout).Msg("connecting to etcd")
-		p, err := system.EtcdProvider(system.EtcdOptions{Endpoints: eps, DialTimeout: c.etcdDialTimeout})
+		p, err := providers.Etcd(providers.EtcdOptions{Endpoints: eps, DialTimeout: c.etcdDialTimeout})
 		if err != nil {
 			log.Error().Err(err).Msg("cannot start the node")
 			return 1
@@ -230,7 +232,7 @@ func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerol
 		if c.peers != "" {
 			peers = strings.Split(c.peers, ",")
 		}
-		p, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: c.autoAddr, Peers: peers, RefreshInterval: c.autoRefresh})
+		p, err := providers.Automanaged(providers.AutomanagedOptions{Addr: c.autoAddr, Peers: peers, RefreshInterval: c.autoRefresh})
 		if err != nil {
 			log.Error().Err(err).Msg("cannot start the node")
 			return 1
@@ -240,7 +242,7 @@ func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerol
 		log.Error().Str("provider", c.provider).Msg("unknown provider: want etcd or automanaged")
 		return 2
 	}
-	n, err := system.StartNode(ctx, opts)
+	n, err := cluster.StartNode(ctx, opts)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start the node")
 		return 1
@@ -303,13 +305,13 @@ func (r *replyWriter) write(v any) error {
 }
 
 type nodeCommands struct {
-	n   *system.Node
+	n   *cluster.Node
 	out *replyWriter
 	log zerolog.Logger
 
 	mu      sync.Mutex
 	stopped bool
-	held    map[string]*system.Placement // held placements, by request name
+	held    map[string]*cluster.Placement // held placements, by request name
 	wg      sync.WaitGroup
 }
 
@@ -416,7 +418,7 @@ func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc
 			remote = cmd.Name
 		}
 		h, err := c.n.RegisterRemote(ctx, system.Value{Name: cmd.Name, Bytes: cmd.Bytes, Source: src},
-			system.RemoteSource{Node: cmd.From, Handle: system.Handle{Name: remote}, Location: cmd.Location})
+			cluster.RemoteSource{Node: cmd.From, Handle: system.Handle{Name: remote}, Location: cmd.Location})
 		if err != nil {
 			return err
 		}
@@ -502,10 +504,10 @@ func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodep
 			return &system.InvalidInputError{Message: fmt.Sprintf("place: placement %q is held already (release it first)", cmd.Name)}
 		}
 	}
-	p, err := c.n.Place(ctx, system.PlacementRequest{Name: cmd.Name, Hold: cmd.Hold, MaxAttempts: cmd.MaxAttempts,
-		Requirements: []system.PlacementRequirement{{Value: cmd.Value, Tiers: cmd.Tiers}}})
+	p, err := c.n.Place(ctx, cluster.PlacementRequest{Name: cmd.Name, Hold: cmd.Hold, MaxAttempts: cmd.MaxAttempts,
+		Requirements: []cluster.PlacementRequirement{{Value: cmd.Value, Tiers: cmd.Tiers}}})
 	if err != nil {
-		var pe *system.PlacementError
+		var pe *cluster.PlacementError
 		if errors.As(err, &pe) {
 			r.Placement = &nodeproc.Placement{Request: pe.Request, Candidates: pe.Candidates, Attempts: attempts(pe.Attempts), NotTried: pe.NotTried, Directory: pe.Directory, Stage: pe.Stage}
 		}
@@ -516,7 +518,7 @@ func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodep
 	if cmd.Hold {
 		c.mu.Lock()
 		if c.held == nil {
-			c.held = map[string]*system.Placement{}
+			c.held = map[string]*cluster.Placement{}
 		}
 		_, dup := c.held[cmd.Name]
 		if !dup {
@@ -531,7 +533,7 @@ func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodep
 	return nil
 }
 
-func attempts(as []system.PlacementAttempt) []nodeproc.Attempt {
+func attempts(as []cluster.PlacementAttempt) []nodeproc.Attempt {
 	out := make([]nodeproc.Attempt, len(as))
 	for i, a := range as {
 		out[i] = nodeproc.Attempt{Node: a.Node}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/residency-go/residency/internal/jsonline"
 	"io"
 	"math"
 	"sort"
@@ -19,7 +20,7 @@ import (
 )
 
 // The command lines of `demo node` are read by the replay's JSON reader
-// (jsonline.go) and typed field readers (script.go): one parser for both,
+// and typed field readers (internal/jsonline): one parser for both,
 // so a node refuses what a replay script refuses — a duplicate key, an
 // unknown or mistyped field, a line nested deeper than maxDepth — and
 // names the field. A command line is at most maxCommandLine bytes.
@@ -89,7 +90,7 @@ func (e *nodeCommandError) reply() nodeproc.Reply {
 // of the replay's JSON reader: a small multiple of the line's length.
 func parseNodeCommand(line []byte) (nodeproc.Command, error) {
 	var cmd nodeproc.Command
-	v, err := parseJSON(line)
+	v, err := jsonline.Parse(line)
 	if err != nil {
 		e := &nodeCommandError{op: "?", msg: "malformed command: " + err.Error()}
 		// The reply carries the line's id when a lenient reading finds
@@ -106,15 +107,15 @@ func parseNodeCommand(line []byte) (nodeproc.Command, error) {
 		}
 		return cmd, e
 	}
-	if v.kind != jObject {
-		return cmd, &nodeCommandError{op: "?", msg: fmt.Sprintf(`malformed command: not a JSON object: the line holds %s; each line is one command, an object like {"id":1,"op":"members"}`, v.kindName())}
+	if v.Kind != jsonline.Object {
+		return cmd, &nodeCommandError{op: "?", msg: fmt.Sprintf(`malformed command: not a JSON object: the line holds %s; each line is one command, an object like {"id":1,"op":"members"}`, v.KindName())}
 	}
-	f := &fields{obj: &v}
-	if id := f.optInt("id"); id != nil {
+	f := &jsonline.Fields{Obj: &v}
+	if id := f.OptInt("id"); id != nil {
 		cmd.ID = *id
 	}
-	if f.err != nil {
-		return nodeproc.Command{}, &nodeCommandError{op: "?", msg: "malformed command: " + f.err.Error()}
+	if f.Err != nil {
+		return nodeproc.Command{}, &nodeCommandError{op: "?", msg: "malformed command: " + f.Err.Error()}
 	}
 	fail := func(err error) (nodeproc.Command, error) {
 		op := cmd.Op
@@ -123,68 +124,68 @@ func parseNodeCommand(line []byte) (nodeproc.Command, error) {
 		}
 		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: op, msg: fmt.Sprintf("malformed command: op %q: %v", cmd.Op, err)}
 	}
-	cmd.Op = f.str("op")
-	if f.err != nil {
-		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: "?", msg: "malformed command: " + f.err.Error()}
+	cmd.Op = f.Str("op")
+	if f.Err != nil {
+		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: "?", msg: "malformed command: " + f.Err.Error()}
 	}
 	spec, ok := nodeOpFields[cmd.Op]
 	if !ok {
 		return nodeproc.Command{}, &nodeCommandError{id: cmd.ID, op: "?", msg: fmt.Sprintf("malformed command: unknown op %q (known: %s)", cmd.Op, nodeOpNames())}
 	}
 	for _, k := range spec.required {
-		if !v.has(k) {
-			f.fail(fmt.Errorf("needs field %q", k))
+		if !v.Has(k) {
+			f.Fail(fmt.Errorf("needs field %q", k))
 		}
 	}
-	if f.err == nil {
-		f.rejectUnknown(nodeCommonKeys, spec.required, spec.optional)
+	if f.Err == nil {
+		f.RejectUnknown(nodeCommonKeys, spec.required, spec.optional)
 	}
-	if f.err != nil {
-		return fail(f.err)
+	if f.Err != nil {
+		return fail(f.Err)
 	}
-	if t := f.optInt("timeout_ms"); t != nil {
+	if t := f.OptInt("timeout_ms"); t != nil {
 		if *t < 0 || *t > maxCommandTimeoutMS {
-			f.fail(fmt.Errorf("field \"timeout_ms\": %d is outside 0 (the default, 30 s) to %d (one day)", *t, maxCommandTimeoutMS))
+			f.Fail(fmt.Errorf("field \"timeout_ms\": %d is outside 0 (the default, 30 s) to %d (one day)", *t, maxCommandTimeoutMS))
 		}
 		cmd.TimeoutMS = *t
 	}
 	str := func(key string) string {
-		s, _ := f.optStr(key)
+		s, _ := f.OptStr(key)
 		return s
 	}
 	cmd.Name = str("name")
 	cmd.At, cmd.Source = str("at"), str("source")
 	cmd.From, cmd.Remote, cmd.Location = str("from"), str("remote"), str("location")
 	cmd.Value = str("value")
-	if v.has("bytes") {
-		cmd.Bytes = f.bytes("bytes")
-		if f.err == nil && cmd.Bytes <= 0 {
-			f.fail(fmt.Errorf("field \"bytes\": must be > 0, got %d", cmd.Bytes))
+	if v.Has("bytes") {
+		cmd.Bytes = f.Bytes("bytes")
+		if f.Err == nil && cmd.Bytes <= 0 {
+			f.Fail(fmt.Errorf("field \"bytes\": must be > 0, got %d", cmd.Bytes))
 		}
 	}
-	if s := f.optInt("seed"); s != nil {
+	if s := f.OptInt("seed"); s != nil {
 		cmd.Seed = *s
 	}
-	if v.has("tiers") {
-		cmd.Tiers = f.tiers("tiers")
+	if v.Has("tiers") {
+		cmd.Tiers = f.Tiers("tiers")
 	}
-	if b, ok := f.obj.get("hold"); ok {
-		if b.kind != jBool {
-			f.mistyped("hold", "true or false", b)
+	if b, ok := f.Obj.Get("hold"); ok {
+		if b.Kind != jsonline.Bool {
+			f.Mistyped("hold", "true or false", b)
 		}
-		cmd.Hold = b.b
+		cmd.Hold = b.Bool
 	}
-	if n := f.optInt("max_attempts"); n != nil {
+	if n := f.OptInt("max_attempts"); n != nil {
 		if *n < 0 || *n > math.MaxInt32 {
-			f.fail(fmt.Errorf("field \"max_attempts\": %d is outside 0 (the default) to %d", *n, math.MaxInt32))
+			f.Fail(fmt.Errorf("field \"max_attempts\": %d is outside 0 (the default) to %d", *n, math.MaxInt32))
 		}
 		cmd.MaxAttempts = int(*n)
 	}
-	if f.err == nil && cmd.Op == "register" && (cmd.At == "") == (cmd.Source == "") {
-		f.fail(fmt.Errorf(`needs exactly one of "at" (resident there) and "source" (loaded through it when placed)`))
+	if f.Err == nil && cmd.Op == "register" && (cmd.At == "") == (cmd.Source == "") {
+		f.Fail(fmt.Errorf(`needs exactly one of "at" (resident there) and "source" (loaded through it when placed)`))
 	}
-	if f.err != nil {
-		return fail(f.err)
+	if f.Err != nil {
+		return fail(f.Err)
 	}
 	return cmd, nil
 }

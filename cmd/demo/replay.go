@@ -3,27 +3,21 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/system"
 )
 
-// replayManagerID is the manager id of every replay runtime, so that the
-// output of a script is the same on every run.
-const replayManagerID = "replay"
-
-// opTimeout bounds one op: a runtime that stops answering fails the op
-// (type "Error") instead of hanging a user's CI.
+// opTimeout bounds the closing of a replay's runtime (the replay bounds
+// each op to as much).
 const opTimeout = time.Minute
 
 // exitInterrupted is the exit status of a replay stopped by Ctrl-C
@@ -53,13 +47,13 @@ func replayMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	path := files[0]
 	h := replayHooks{cmd: "replay"}
-	return runScript(ctx, path, stdin, stderr, &h, func(info scriptInfo) resultWriter {
+	return runScript(ctx, path, stdin, stderr, &h, func(info replay.Info) resultWriter {
 		if *asJSON {
-			return newJSONWriter(stdout)
+			return replay.NewJSONWriter(stdout)
 		}
 		// A progress bar on a terminal (never with --json); rows written
 		// to the same terminal clear it first.
-		h.progress = newProgress(stderr, info.ops, "replay "+path)
+		h.progress = newProgress(stderr, info.Ops, "replay "+path)
 		return newTableWriter(h.progress.writer(stdout), info)
 	})
 }
@@ -87,7 +81,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
 
 // runScript opens and checks a script (pass 1), then runs it (pass 2)
 // with the result writer that writer returns for it.
-func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writer, h *replayHooks, writer func(scriptInfo) resultWriter) int {
+func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writer, h *replayHooks, writer func(replay.Info) resultWriter) int {
 	src, err := openScript(ctx, path, stdin)
 	if err != nil {
 		if ctx.Err() != nil && isContextError(err) {
@@ -99,7 +93,7 @@ func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writ
 	defer src.close()
 
 	// Pass 1: the whole script is checked before anything runs.
-	info, err := checkScript(ctx, src.first, src.tee)
+	info, err := replay.Check(ctx, src.first, src.tee)
 	if err != nil {
 		return commandScriptFailure(ctx, stderr, h.cmd, path, err, "while reading the script; nothing ran")
 	}
@@ -109,7 +103,7 @@ func runScript(ctx context.Context, path string, stdin io.Reader, stderr io.Writ
 		return 2
 	}
 	out := writer(info)
-	code := replay(ctx, path, newScriptReader(ctx, r, nil), info, out, h.progress.writer(stderr), h)
+	code := playScript(ctx, path, replay.NewReader(ctx, r, nil), info, out, h.progress.writer(stderr), h)
 	h.progress.finish()
 	return code
 }
@@ -122,11 +116,11 @@ type replayHooks struct {
 	// whatever the line expected) and Close's note is not printed.
 	quiet bool
 	// setup is called with the runner before the first op runs.
-	setup func(*runner)
+	setup func(*replay.Runner)
 	// after is called with each op's result once it is written; true
 	// stops the replay there (the rest of the script does not run) with
 	// status 0.
-	after func(o op, res *result) bool
+	after func(o replay.Op, res *replay.Result) bool
 	// progress is the progress bar (nil: none).
 	progress *progress
 }
@@ -156,31 +150,6 @@ func commandScriptFailure(ctx context.Context, stderr io.Writer, cmd, path strin
 	return 2
 }
 
-// scriptInfo is what checking a script learns, for the table's layout.
-type scriptInfo struct {
-	ops      int
-	lastLine int // line of the last op
-	opWidth  int // longest op name used
-}
-
-// checkScript reads a whole script and checks every op (pass 1).
-func checkScript(ctx context.Context, r io.Reader, tee io.Writer) (scriptInfo, error) {
-	sr := newScriptReader(ctx, r, tee)
-	var info scriptInfo
-	for {
-		o, ok, err := sr.next()
-		if err != nil {
-			return info, err
-		}
-		if !ok {
-			return info, nil
-		}
-		info.ops++
-		info.lastLine = o.line
-		info.opWidth = max(info.opWidth, len(o.name))
-	}
-}
-
 // scriptSource gives a script twice: once to check it whole (first, with
 // tee receiving a copy when the input cannot be read again), then again
 // to run it.
@@ -202,7 +171,7 @@ func errSpoolFull(path string) error {
 	if path == "-" {
 		what = "standard input"
 	}
-	return &scriptError{msg: fmt.Sprintf("%s is longer than %s, the most kept of a script that is not a regular file "+
+	return &replay.ScriptError{Msg: fmt.Sprintf("%s is longer than %s, the most kept of a script that is not a regular file "+
 		"(it is copied to a temporary file so that it can be checked before it runs); save the script to a file and pass its path",
 		what, formatBytes(maxSpoolBytes))}
 }
@@ -254,6 +223,13 @@ func openScript(ctx context.Context, path string, stdin io.Reader) (*scriptSourc
 		},
 		close: func() { spool.Close(); closeIn() },
 	}, nil
+}
+
+// resultWriter prints results as they come (replay.JSONWriter, the table,
+// or nothing for diagnose).
+type resultWriter interface {
+	Write(*replay.Result) error
+	Flush() error
 }
 
 // boundedWriter passes at most left bytes to w, then fails with full.
@@ -385,74 +361,40 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	}
 }
 
-// replay runs a checked script against a fresh runtime, writing one
+// playScript runs a checked script against a fresh runtime, writing one
 // result per op as it finishes. It returns the exit status: 0 when every
-// expectation held, 1 otherwise, 2 when the runtime refused the start op
+// expectation held, 1 otherwise, 2 when the runtime refused the start replay.Op
 // (or the script changed between its check and its run), 130 when ctx
 // ended (Ctrl-C). h adapts it to its command (see replayHooks).
-func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo, out resultWriter, stderr io.Writer, h *replayHooks) int {
+func playScript(ctx context.Context, path string, sr *replay.Reader, info replay.Info, out resultWriter, stderr io.Writer, h *replayHooks) int {
 	cmd := h.cmd
-	start, ok, err := sr.next()
+	start, ok, err := sr.Next()
 	if err != nil || !ok {
 		if err == nil {
 			err = errors.New("the script changed after it was checked: it has no ops now")
 		}
 		return commandScriptFailure(ctx, stderr, cmd, path, err, "before the runtime started; nothing ran")
 	}
-	opts := system.Options{ManagerID: replayManagerID}
-	for _, l := range start.locations {
-		if l.hasBudget {
-			opts.Locations = append(opts.Locations, system.Limit(l.name, l.budget))
-		} else {
-			opts.Locations = append(opts.Locations, system.NoLimit(l.name))
-		}
-	}
-	if start.trace != nil {
-		if *start.trace == 0 {
-			opts.DisableTrace = true
-		} else {
-			opts.TraceCapacity = int(*start.trace)
-		}
-	}
-	if start.stateLimit != nil {
-		opts.StateLimit = int(*start.stateLimit)
-	}
-	names := make([]string, len(start.locations))
-	for i, l := range start.locations {
-		names[i] = l.name
-	}
-	backend, err := newReplayBackend(names)
-	if err != nil {
-		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.line, err)
-		return 2
-	}
-	defer backend.Close()
-	opts.Backend = backend
-	sys, err := system.Start(ctx, opts)
+	r, err := replay.Start(ctx, start)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "demo %s: %s: interrupted before the runtime started; nothing ran\n", cmd, escapeText(path))
 			return exitInterrupted
 		}
-		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.line, err)
+		fmt.Fprintf(stderr, "demo %s: %s: line %d: bad start: %v\n", cmd, escapeText(path), start.Line, err)
 		return 2
-	}
-	r := newRunner(sys, start.locations)
-	if opts.TraceCapacity > 0 {
-		r.setTraceCapacity(opts.TraceCapacity)
 	}
 	closeSys := func() error {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		r.closeStaging(closeCtx)                // the script's write pipelines first (staging_ops.go)
-		return r.closeNote(sys.Close(closeCtx)) // cache leases and pins join the note (cache_ops.go)
+		return r.Close(closeCtx) // the write pipelines, then the runtime; cache leases and pins join the note
 	}
 	if h.setup != nil {
 		h.setup(r)
 	}
 	failed, done := 0, 0
 	stop := func(code int, format string, args ...any) int {
-		if err := out.flush(); err != nil {
+		if err := out.Flush(); err != nil {
 			fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 		}
 		_ = closeSys()
@@ -461,30 +403,30 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 	}
 	o := start
 	for {
-		var res result
+		var res replay.Result
 		if done == 0 {
-			res = result{Line: o.line, Op: o.name, OK: true}
+			res = replay.Result{Line: o.Line, Op: o.Name, OK: true}
 		} else {
-			res = r.run(ctx, o)
+			res = r.Do(ctx, o)
 		}
-		if ctx.Err() != nil && res.err != nil && isContextError(res.err) {
+		if ctx.Err() != nil && res.Err() != nil && isContextError(res.Err()) {
 			// The op was cut short by Ctrl-C: it has no result to show.
-			return stop(exitInterrupted, "interrupted at line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
+			return stop(exitInterrupted, "interrupted at line %d (%s): %d of %d ops finished, the rest did not run", o.Line, o.Name, done, info.Ops)
 		}
 		done++
 		h.progress.step()
-		if o.expect != "" && !h.quiet {
-			res.expectation = o.expect
-			if !matches(o.expect, &res) {
+		if o.Expect != "" && !h.quiet {
+			res.Expect = o.Expect
+			if !replay.Matches(o.Expect, &res) {
 				failed++
 				got := "ok"
 				if !res.OK {
 					got = res.Error.Type + ": " + res.Error.Message
 				}
-				fmt.Fprintf(stderr, "demo %s: %s: line %d: %s: expected %s, got %s\n", cmd, escapeText(path), o.line, o.name, o.expect, escapeText(got))
+				fmt.Fprintf(stderr, "demo %s: %s: line %d: %s: expected %s, got %s\n", cmd, escapeText(path), o.Line, o.Name, o.Expect, escapeText(got))
 			}
 		}
-		if err := out.write(&res); err != nil {
+		if err := out.Write(&res); err != nil {
 			fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 			_ = closeSys()
 			return 1
@@ -492,15 +434,15 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 		if h.after != nil && h.after(o, &res) {
 			break
 		}
-		if ctx.Err() != nil && done < info.ops {
-			return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", o.line, o.name, done, info.ops)
+		if ctx.Err() != nil && done < info.Ops {
+			return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", o.Line, o.Name, done, info.Ops)
 		}
 		prev := o
 		var ok bool
-		o, ok, err = sr.next()
+		o, ok, err = sr.Next()
 		if err != nil {
 			if ctx.Err() != nil {
-				return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", prev.line, prev.name, done, info.ops)
+				return stop(exitInterrupted, "interrupted after line %d (%s): %d of %d ops finished, the rest did not run", prev.Line, prev.Name, done, info.Ops)
 			}
 			return stop(2, "the script changed after it was checked: %v", err)
 		}
@@ -508,22 +450,12 @@ func replay(ctx context.Context, path string, sr *scriptReader, info scriptInfo,
 			break
 		}
 	}
-	if err := out.flush(); err != nil {
+	if err := out.Flush(); err != nil {
 		fmt.Fprintf(stderr, "demo %s: writing output: %v\n", cmd, err)
 		failed++
 	}
-	if err := closeSys(); err != nil {
-		var oe *system.OutstandingError
-		switch {
-		case errors.As(err, &oe) && h.quiet:
-		case errors.As(err, &oe):
-			// Scripts may end with leases or holds still taken; Close
-			// releases them. Say so, but it is not a failure.
-			fmt.Fprintf(stderr, "demo %s: note: %s\n", cmd, escapeText(err.Error()))
-		default:
-			fmt.Fprintf(stderr, "demo %s: closing the runtime: %s\n", cmd, escapeText(err.Error()))
-			failed++
-		}
+	if !closeNote(closeSys(), h, stderr) {
+		failed++
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "demo %s: %s: %d failed expectation(s)\n", cmd, escapeText(path), failed)
@@ -536,125 +468,19 @@ func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// fill writes the deterministic content of value name at offset off into
-// dst. A value is a sequence of 4 KiB blocks of 8-byte little-endian
-// words: word j of block b is base(j) XOR key(b), both mixes (SplitMix64's
-// finalizer) of j or b with the FNV-1a hash of the name. So a replay
-// produces the same bytes every time, every value and every block of a
-// value has different bytes, and a value is filled at the speed of
-// memory: one base block per call, then a load, a XOR and a store per
-// word, with no allocation.
-func fill(name string, off int64, dst []byte) {
-	seed := uint64(14695981039346656037) // FNV-1a offset basis
-	for i := 0; i < len(name); i++ {
-		seed ^= uint64(name[i])
-		seed *= 1099511628211
+// closeNote reports the outcome of closing the runtime at the end of a
+// script; false when it failed. Scripts may end with leases or holds
+// still taken; Close releases them. That is said (unless h is quiet), but
+// it is not a failure.
+func closeNote(err error, h *replayHooks, stderr io.Writer) bool {
+	var oe *system.OutstandingError
+	switch {
+	case err == nil, errors.As(err, &oe) && h.quiet:
+	case errors.As(err, &oe):
+		fmt.Fprintf(stderr, "demo %s: note: %s\n", h.cmd, escapeText(err.Error()))
+	default:
+		fmt.Fprintf(stderr, "demo %s: closing the runtime: %s\n", h.cmd, escapeText(err.Error()))
+		return false
 	}
-	word := func(w uint64) uint64 {
-		return fillMix(seed, w%fillBlockWords) ^ fillMix(^seed, w/fillBlockWords)
-	}
-	i := 0
-	// A head up to the first word boundary, byte by byte.
-	for ; i < len(dst) && (off+int64(i))%8 != 0; i++ {
-		pos := uint64(off + int64(i))
-		dst[i] = byte(word(pos/8) >> (8 * (pos % 8)))
-	}
-	w := uint64(off+int64(i)) / 8
-	if len(dst)-i >= 2*fillBlockWords*8 {
-		// Long: the words up to a block boundary, then whole blocks from
-		// the base block.
-		for ; w%fillBlockWords != 0; w++ {
-			binary.LittleEndian.PutUint64(dst[i:], word(w))
-			i += 8
-		}
-		var base [fillBlockWords]uint64
-		for j := range base {
-			base[j] = fillMix(seed, uint64(j))
-		}
-		for ; len(dst)-i >= fillBlockWords*8; w += fillBlockWords {
-			key := fillMix(^seed, w/fillBlockWords)
-			blk := dst[i : i+fillBlockWords*8]
-			for j := range base {
-				binary.LittleEndian.PutUint64(blk[8*j:], base[j]^key)
-			}
-			i += fillBlockWords * 8
-		}
-	}
-	for ; i+8 <= len(dst); i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], word(w))
-		w++
-	}
-	// A tail shorter than a word.
-	if i < len(dst) {
-		x := word(w)
-		for j := 0; i < len(dst); i, j = i+1, j+1 {
-			dst[i] = byte(x >> (8 * j))
-		}
-	}
+	return true
 }
-
-// fillBlockWords is the number of words in a block of fill's content.
-const fillBlockWords = 512
-
-// fillMix is SplitMix64's output for state seed + (i+1)·γ.
-func fillMix(seed, i uint64) uint64 {
-	z := seed + (i+1)*0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// deterministicLoader is the loader of a value registered with a source.
-func deterministicLoader(name string) cuda.Loader {
-	return func(ctx context.Context, dst []byte) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		fill(name, 0, dst)
-		return nil
-	}
-}
-
-// resultWriter prints results as they come.
-type resultWriter interface {
-	write(*result) error
-	flush() error
-}
-
-// jsonWriter prints one JSON object per result, each written out as soon
-// as its op finished.
-type jsonWriter struct {
-	w   *bufio.Writer
-	buf []byte
-}
-
-func newJSONWriter(w io.Writer) *jsonWriter { return &jsonWriter{w: bufio.NewWriterSize(w, 64<<10)} }
-
-func (j *jsonWriter) write(r *result) error {
-	if r.Error == nil && r.Explanation == nil && r.Report == nil && r.Decision == nil && r.Snapshot == nil && r.Trace == nil &&
-		r.Load == nil && r.Evicted == nil && r.Stats == nil && r.Staging == nil && r.TaskTransitions == nil {
-		// The common case, written directly: what encoding/json would
-		// write for it (op names need no escaping).
-		b := append(j.buf[:0], `{"line":`...)
-		b = strconv.AppendInt(b, int64(r.Line), 10)
-		b = append(b, `,"op":"`...)
-		b = append(b, r.Op...)
-		b = append(b, `","ok":`...)
-		b = strconv.AppendBool(b, r.OK)
-		b = append(b, `,"state_version":`...)
-		b = strconv.AppendUint(b, r.StateVersion, 10)
-		b = append(b, "}\n"...)
-		j.buf = b
-		j.w.Write(b)
-		return j.w.Flush()
-	}
-	b, err := marshal(r)
-	if err != nil {
-		return err
-	}
-	j.w.Write(b)
-	j.w.WriteByte('\n')
-	return j.w.Flush()
-}
-
-func (j *jsonWriter) flush() error { return j.w.Flush() }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"github.com/residency-go/residency/system/replay"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,12 +123,12 @@ func TestGoldenCoverage(t *testing.T) {
 		all.Write(b)
 	}
 	text := all.String()
-	for op := range opFields {
+	for _, op := range replay.OpNames() {
 		if !strings.Contains(text, `"op":"`+op+`"`) {
 			t.Errorf("no golden script uses op %q", op)
 		}
 	}
-	for _, typ := range errorTypes {
+	for _, typ := range replay.ErrorTypes() {
 		if typ == "Error" {
 			continue // not a residency error; see TestClassify
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"os"
 	"runtime"
@@ -124,7 +125,7 @@ func TestWellFormedEdges(t *testing.T) {
 		assert.Contains(t, out, `"reservations":[{"name":"a","bytes":1000},{"name":"b","bytes":25}]`)
 	})
 	t.Run("a line just under the limit", func(t *testing.T) {
-		pad := strings.Repeat(" ", maxLineBytes-len(`{"op":"snapshot"}`))
+		pad := strings.Repeat(" ", replay.MaxLineBytes-len(`{"op":"snapshot"}`))
 		code, _, errs := replayScript(t, okStart+`{"op":"snapshot"}`+pad+"\n", true)
 		assert.Equal(t, 0, code, errs)
 	})
@@ -190,12 +191,12 @@ func TestCheckScriptMemory(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	info, err := checkScript(context.Background(), gen, nil)
+	info, err := replay.Check(context.Background(), gen, nil)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	require.NoError(t, err)
-	assert.Equal(t, lines, info.ops)
-	assert.Equal(t, lines, info.lastLine)
+	assert.Equal(t, lines, info.Ops)
+	assert.Equal(t, lines, info.LastLine)
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	assert.Less(t, grown, int64(8<<20), "checking %d lines kept %d bytes", lines, grown)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"io/fs"
 	"net"
@@ -100,7 +101,7 @@ type server struct {
 	name    string // the script's name
 
 	mu        sync.Mutex // guards the runner and everything below
-	run       *runner
+	run       *replay.Runner
 	ops       []opView
 	decisions []decisionView
 	total     int // ops in the script
@@ -124,10 +125,10 @@ type opView struct {
 
 // decisionView is a decide op's decision on the page.
 type decisionView struct {
-	Line     int           `json:"line"`
-	As       string        `json:"as"`
-	Request  string        `json:"request"`
-	Decision *decisionJSON `json:"decision"`
+	Line     int              `json:"line"`
+	As       string           `json:"as"`
+	Request  string           `json:"request"`
+	Decision *replay.Decision `json:"decision"`
 }
 
 type activityView struct {
@@ -162,7 +163,7 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 		return 2
 	}
 	defer src.close()
-	info, err := checkScript(ctx, src.first, src.tee)
+	info, err := replay.Check(ctx, src.first, src.tee)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0 // Ctrl-C before anything ran
@@ -175,23 +176,23 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 		fmt.Fprintf(stderr, "demo serve: %s: reading the script again: %v\n", path, err)
 		return 2
 	}
-	sr := newScriptReader(ctx, r, nil)
-	start, ok, err := sr.next()
+	sr := replay.NewReader(ctx, r, nil)
+	start, ok, err := sr.Next()
 	if err != nil || !ok {
 		fmt.Fprintf(stderr, "demo serve: %s: the script changed after it was checked\n", escapeText(name))
 		return 2
 	}
-	sys, backend, err := startFromScript(ctx, start)
+	run, err := replay.Start(ctx, start)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
 		}
-		fmt.Fprintf(stderr, "demo serve: %s: line %d: bad start: %v\n", escapeText(name), start.line, err)
+		fmt.Fprintf(stderr, "demo serve: %s: line %d: bad start: %v\n", escapeText(name), start.Line, err)
 		return 2
 	}
-	defer backend.Close()
+	sys := run.System()
 	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: metrics.NewMetrics(sys), name: name,
-		run: newRunner(sys, start.locations), total: info.ops, done: 1}
+		run: run, total: info.Ops, done: 1}
 	s.reg.MustRegister(s.metrics)
 	closeSys := func() {
 		s.mu.Lock()
@@ -199,7 +200,7 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 		s.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		if err := sys.Close(cctx); err != nil {
+		if err := run.Close(cctx); err != nil {
 			var oe *system.OutstandingError
 			if !errors.As(err, &oe) {
 				fmt.Fprintf(stderr, "demo serve: closing the runtime: %s\n", escapeText(err.Error()))
@@ -247,48 +248,13 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 	return code
 }
 
-// startFromScript starts a runtime as the replay's start op describes it.
-func startFromScript(ctx context.Context, start op) (*system.System, *truncatingBackend, error) {
-	opts := system.Options{ManagerID: replayManagerID}
-	names := make([]string, len(start.locations))
-	for i, l := range start.locations {
-		names[i] = l.name
-		if l.hasBudget {
-			opts.Locations = append(opts.Locations, system.Limit(l.name, l.budget))
-		} else {
-			opts.Locations = append(opts.Locations, system.NoLimit(l.name))
-		}
-	}
-	if start.trace != nil {
-		if *start.trace == 0 {
-			opts.DisableTrace = true
-		} else {
-			opts.TraceCapacity = int(*start.trace)
-		}
-	}
-	if start.stateLimit != nil {
-		opts.StateLimit = int(*start.stateLimit)
-	}
-	backend, err := newReplayBackend(names)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts.Backend = backend
-	sys, err := system.Start(ctx, opts)
-	if err != nil {
-		backend.Close()
-		return nil, nil, err
-	}
-	return sys, backend, nil
-}
-
 // play runs the script's ops after start, one every delay, until the
 // script ends or ctx does.
-func (s *server) play(ctx context.Context, sr *scriptReader, delay time.Duration, stderr io.Writer) error {
+func (s *server) play(ctx context.Context, sr *replay.Reader, delay time.Duration, stderr io.Writer) error {
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {
-		o, ok, err := sr.next()
+		o, ok, err := sr.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -305,8 +271,8 @@ func (s *server) play(ctx context.Context, sr *scriptReader, delay time.Duration
 		case <-timer.C:
 		}
 		s.mu.Lock()
-		res := s.run.run(ctx, o)
-		if ctx.Err() != nil && res.err != nil && isContextError(res.err) {
+		res := s.run.Do(ctx, o)
+		if ctx.Err() != nil && res.Err() != nil && isContextError(res.Err()) {
 			s.mu.Unlock()
 			return nil // interrupted: no result to show
 		}
@@ -320,14 +286,14 @@ func (s *server) play(ctx context.Context, sr *scriptReader, delay time.Duration
 }
 
 // record keeps an op's outcome (s.mu held).
-func (s *server) record(o op, res *result, stderr io.Writer) {
+func (s *server) record(o replay.Op, res *replay.Result, stderr io.Writer) {
 	s.done++
-	v := opView{Line: res.Line, Op: res.Op, OK: res.OK, StateVersion: res.StateVersion, Expect: o.expect}
+	v := opView{Line: res.Line, Op: res.Op, OK: res.OK, StateVersion: res.StateVersion, Expect: o.Expect}
 	if res.Error != nil {
 		v.ErrorType, v.Message = res.Error.Type, res.Error.Message
 	}
-	if o.expect != "" {
-		held := matches(o.expect, res)
+	if o.Expect != "" {
+		held := replay.Matches(o.Expect, res)
 		v.Held = &held
 		if !held {
 			s.failed++
@@ -335,7 +301,7 @@ func (s *server) record(o op, res *result, stderr io.Writer) {
 			if !res.OK {
 				got = res.Error.Type + ": " + res.Error.Message
 			}
-			fmt.Fprintf(stderr, "demo serve: %s: line %d: %s: expected %s, got %s\n", escapeText(s.name), o.line, o.name, o.expect, escapeText(got))
+			fmt.Fprintf(stderr, "demo serve: %s: line %d: %s: expected %s, got %s\n", escapeText(s.name), o.Line, o.Name, o.Expect, escapeText(got))
 		}
 	}
 	s.ops = append(s.ops, v)
@@ -343,21 +309,14 @@ func (s *server) record(o op, res *result, stderr io.Writer) {
 		s.ops = s.ops[len(s.ops)-keptOps:]
 	}
 	if res.Decision != nil {
-		d := decisionView{Line: res.Line, As: o.as, Decision: res.Decision}
-		if o.request != nil {
-			d.Request = o.request.name
-		}
+		d := decisionView{Line: res.Line, As: o.As(), Request: o.RequestName(), Decision: res.Decision}
 		s.decisions = append(s.decisions, d)
 		if len(s.decisions) > keptDecisions {
 			s.decisions = s.decisions[len(s.decisions)-keptDecisions:]
 		}
 	}
-	if s.run.caches != nil {
-		for _, c := range s.run.caches.caches {
-			if !c.closed {
-				s.metrics.WatchCache(c.c)
-			}
-		}
+	for _, c := range s.run.Caches() {
+		s.metrics.WatchCache(c)
 	}
 }
 
@@ -374,7 +333,7 @@ func (s *server) routes() http.Handler {
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
-	b, err := marshal(v)
+	b, err := replay.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -393,7 +352,7 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	out := s.run.toSnapshot(snap)
+	out := s.run.Snapshot(snap)
 	s.mu.Unlock()
 	writeJSON(w, out)
 }
@@ -406,7 +365,7 @@ func (s *server) trace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	out := s.run.toTransitions(tr)
+	out := s.run.Transitions(tr)
 	s.mu.Unlock()
 	writeJSON(w, map[string]any{"trace": out})
 }

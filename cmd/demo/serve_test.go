@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"net/http"
 	"strings"
@@ -143,7 +144,7 @@ func TestServeEndpoints(t *testing.T) {
 
 	code, body := r.get(t, "/snapshot")
 	require.Equal(t, http.StatusOK, code)
-	var sj snapshotJSON
+	var sj replay.Snapshot
 	require.NoError(t, json.Unmarshal([]byte(body), &sj))
 	assert.Equal(t, snap.StateVersion, sj.StateVersion)
 	require.Len(t, sj.Locations, len(snap.Locations))
@@ -157,7 +158,7 @@ func TestServeEndpoints(t *testing.T) {
 
 	code, body = r.get(t, "/trace")
 	require.Equal(t, http.StatusOK, code)
-	var tj struct{ Trace []transitionJSON }
+	var tj struct{ Trace []replay.Transition }
 	require.NoError(t, json.Unmarshal([]byte(body), &tj))
 	require.NotEmpty(t, tj.Trace)
 	assert.Equal(t, snap.StateVersion, tj.Trace[len(tj.Trace)-1].Version)

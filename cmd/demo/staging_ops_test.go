@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -189,18 +190,19 @@ func TestStagingTable(t *testing.T) {
 	}
 }
 
-// TestStagingOpsDocumented: every staging op, field and error type is in
-// docs/replay.md and the package doc.
-func TestStagingOpsDocumented(t *testing.T) {
+// TestOpsDocumented: every op of the format, its fields and every error
+// type are in docs/replay.md and the package doc.
+func TestOpsDocumented(t *testing.T) {
 	for _, path := range []string{"../../docs/replay.md", "doc.go"} {
 		b := readFile(t, path)
-		for op, spec := range stagingOpFields {
+		for _, op := range replay.OpNames() {
 			assert.True(t, strings.Contains(b, "`"+op+"`") || strings.Contains(b, op+" "), "%s does not mention %s", path, op)
-			for _, f := range append(append([]string{}, spec.required...), spec.optional...) {
+			required, optional, _ := replay.OpFields(op)
+			for _, f := range append(required, optional...) {
 				assert.True(t, strings.Contains(b, f), "%s does not mention field %s of %s", path, f, op)
 			}
 		}
-		for _, typ := range stagingErrorTypes {
+		for _, typ := range replay.ErrorTypes() {
 			assert.True(t, strings.Contains(b, typ), "%s does not mention %s", path, typ)
 		}
 	}
@@ -448,50 +450,6 @@ func TestStagingScriptsThatHungFinish(t *testing.T) {
 			8: {"ok", ""},
 			9: {"ok", ""},
 		})
-	})
-}
-
-// FuzzStagingScript feeds staging ops to the replay: a fixed start and
-// pipeline, then the fuzzed lines. Parsing never panics; a script that
-// parses runs to its end within 10 s (a wait that could never end is
-// refused, not hung), and no Go stack trace reaches its output.
-//
-//	go test -run '^$' -fuzz FuzzStagingScript -fuzztime 10m ./cmd/demo/
-func FuzzStagingScript(f *testing.F) {
-	seeds, err := os.ReadFile("testdata/staging.jsonl")
-	require.NoError(f, err)
-	for _, line := range strings.Split(string(seeds), "\n") {
-		if strings.HasPrefix(line, `{"op":"`) && !strings.HasPrefix(line, `{"op":"start"`) {
-			f.Add(line)
-		}
-	}
-	f.Add(`{"op":"staging_start","name":"q","device":"cuda:0","slots":9223372036854775807,"slot_bytes":1,"keys":["k"],"pool_slots":1,"row_bytes":1}`)
-	f.Add(`{"op":"stage","pipeline":"p","step":"s","bytes":512,"freeze":"f"}` + "\n" + `{"op":"step_release","step":"s"}` + "\n" + `{"op":"stage","pipeline":"p","step":"t","bytes":1024}`)
-	f.Add(`{"op":"task_open","pipeline":"p","task":"t","req":"r","mode":"on_finish"}` + "\n" +
-		`{"op":"append","task":"t","device_bytes":1024,"freeze":"f","rows":[{"key":"k","slot":0}]}` + "\n" +
-		`{"op":"append","task":"t","device_bytes":512,"rows":[{"key":"k","slot":1}]}`)
-	f.Fuzz(func(t *testing.T, body string) {
-		if len(body) > 1<<14 {
-			return
-		}
-		script := stagingStart + body + "\n"
-		if _, err := parseScript(strings.NewReader(script)); err != nil {
-			return // malformed: refused before anything runs
-		}
-		path := filepath.Join(t.TempDir(), "fuzz.jsonl")
-		if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var out, errb bytes.Buffer
-		code := runReplayCtx(ctx, path, &out, &errb)
-		if ctx.Err() != nil {
-			t.Fatalf("the replay did not finish within 10s (exit %d): %s\nscript:\n%s", code, errb.String(), script)
-		}
-		if strings.Contains(errb.String()+out.String(), "goroutine ") {
-			t.Fatalf("a Go stack trace:\n%s%s", errb.String(), out.String())
-		}
 	})
 }
 

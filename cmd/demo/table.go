@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/residency-go/residency/system/replay"
 	"io"
 	"regexp"
 	"strconv"
@@ -24,15 +25,15 @@ type tableWriter struct {
 // tableExpectW is the width of the EXPECT column: "-", "held" or "FAILED".
 const tableExpectW = len("FAILED")
 
-func newTableWriter(w io.Writer, info scriptInfo) *tableWriter {
+func newTableWriter(w io.Writer, info replay.Info) *tableWriter {
 	t := &tableWriter{
 		w:        bufio.NewWriterSize(w, 16<<10),
-		lineW:    max(len("LINE"), len(strconv.Itoa(info.lastLine))),
-		opW:      max(len("OP"), info.opWidth),
+		lineW:    max(len("LINE"), len(strconv.Itoa(info.LastLine))),
+		opW:      max(len("OP"), info.OpWidth),
 		resultW:  len("RESULT"),
 		versionW: len("VERSION"),
 	}
-	for _, typ := range errorTypes {
+	for _, typ := range replay.ErrorTypes() {
 		t.resultW = max(t.resultW, len(typ))
 	}
 	t.row("LINE", "OP", "RESULT", "VERSION", "EXPECT", "DETAIL")
@@ -59,18 +60,18 @@ func (t *tableWriter) row(line, op, status, version, expect, detail string) {
 	t.w.WriteByte('\n')
 }
 
-func (t *tableWriter) write(r *result) error {
+func (t *tableWriter) Write(r *replay.Result) error {
 	status := "ok"
 	if !r.OK {
 		status = r.Error.Type
 	}
 	expect, d := "-", detail(r)
-	if r.expectation != "" {
-		if matches(r.expectation, r) {
+	if r.Expect != "" {
+		if replay.Matches(r.Expect, r) {
 			expect = "held"
 		} else {
 			expect = "FAILED"
-			want := "wanted " + r.expectation
+			want := "wanted " + r.Expect
 			if d == "" {
 				d = want
 			} else {
@@ -82,7 +83,7 @@ func (t *tableWriter) write(r *result) error {
 	return t.w.Flush()
 }
 
-func (t *tableWriter) flush() error { return t.w.Flush() }
+func (t *tableWriter) Flush() error { return t.w.Flush() }
 
 // oneLine makes s safe and readable on one table row: control characters
 // (a name may hold any) are escaped, runs of spaces collapsed.
@@ -153,7 +154,7 @@ func needsEscape(c rune) bool {
 }
 
 // detail summarizes a result's payload or error in one line.
-func detail(r *result) string {
+func detail(r *replay.Result) string {
 	if !r.OK {
 		msg := r.Error.Message
 		if be := budgetDetail(r.Error); be != "" {
@@ -245,7 +246,7 @@ func detail(r *result) string {
 
 // budgetDetail renders a BudgetError's figures for people, each byte
 // figure as a size and its exact integer.
-func budgetDetail(e *errorJSON) string {
+func budgetDetail(e *replay.Error) string {
 	if e == nil || e.Type != "ResidencyBudgetError" {
 		return ""
 	}
@@ -266,7 +267,7 @@ func budgetDetail(e *errorJSON) string {
 		bytesText(used+reserved+requested-budget))
 }
 
-func actionText(a actionJSON) string {
+func actionText(a replay.Action) string {
 	s := a.Handle + "@" + a.Location
 	if a.From != nil {
 		s += " from " + *a.From
@@ -274,7 +275,7 @@ func actionText(a actionJSON) string {
 	return s
 }
 
-func explainText(e explanationJSON) string {
+func explainText(e replay.Explanation) string {
 	var peaks []string
 	m := e.PredictedPeakBytes
 	keys := make([]string, 0, len(m))
@@ -296,7 +297,7 @@ func explainText(e explanationJSON) string {
 	return "infeasible: " + reason + "; " + peak
 }
 
-func reportText(ts []transitionJSON) string {
+func reportText(ts []replay.Transition) string {
 	var parts []string
 	for _, t := range ts {
 		s := fmt.Sprintf("v%d %s", t.Version, t.Kind)
@@ -309,4 +310,12 @@ func reportText(ts []transitionJSON) string {
 		parts = append(parts, s)
 	}
 	return fmt.Sprintf("%d transitions: %s", len(ts), strings.Join(parts, ", "))
+}
+
+// nullable returns nil (JSON null) for an empty string.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

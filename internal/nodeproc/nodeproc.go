@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // Command is one line of a node's standard input. Op is one of:
@@ -48,7 +49,7 @@ import (
 //	place     Name, Value, Tiers (Hold, MaxAttempts): this node places the
 //	          cluster request Name, needing Value at one location of Tiers
 //	          (node-qualified, "@*" or bare locations), with
-//	          [system.Node.Place]; the reply's Placement carries the
+//	          [cluster.Node.Place]; the reply's Placement carries the
 //	          evidence, also on failure. With Hold the node keeps the
 //	          placement (its leases on the chosen node) until release.
 //	release   Name: release the held placement Name
@@ -93,16 +94,16 @@ type Command struct {
 // node (logged; it keeps serving); Go's %T for anything else. A refused
 // line's reply has Op "?" when the line names no known op.
 type Reply struct {
-	ID        int64                `json:"id"`
-	Op        string               `json:"op"`
-	OK        bool                 `json:"ok"`
-	Error     string               `json:"error,omitempty"`
-	ErrorType string               `json:"error_type,omitempty"`
-	SHA256    string               `json:"sha256,omitempty"`
-	Bytes     int64                `json:"bytes,omitempty"`
-	Members   []string             `json:"members,omitempty"`
-	Residency []system.Residency   `json:"residency,omitempty"`
-	Summaries []system.NodeSummary `json:"summaries,omitempty"`
+	ID        int64                 `json:"id"`
+	Op        string                `json:"op"`
+	OK        bool                  `json:"ok"`
+	Error     string                `json:"error,omitempty"`
+	ErrorType string                `json:"error_type,omitempty"`
+	SHA256    string                `json:"sha256,omitempty"`
+	Bytes     int64                 `json:"bytes,omitempty"`
+	Members   []string              `json:"members,omitempty"`
+	Residency []cluster.Residency   `json:"residency,omitempty"`
+	Summaries []cluster.NodeSummary `json:"summaries,omitempty"`
 	// Placement answers place: where and why, or (failed) every node
 	// asked and its reason.
 	Placement *Placement `json:"placement,omitempty"`
@@ -111,18 +112,18 @@ type Reply struct {
 	ElapsedMS        float64           `json:"elapsed_ms"`
 }
 
-// Placement is the evidence of a place command: the [system.Placement]
+// Placement is the evidence of a place command: the [cluster.Placement]
 // (Node, Why, Candidates in rank order, Attempts, Decision), or, when no
-// node admitted the request, the [system.PlacementError]'s candidates,
+// node admitted the request, the [cluster.PlacementError]'s candidates,
 // attempts and the nodes not asked (Node and Why empty).
 type Placement struct {
-	Request    string                      `json:"request"`
-	Node       string                      `json:"node,omitempty"`
-	Why        string                      `json:"why,omitempty"`
-	Candidates []system.PlacementCandidate `json:"candidates,omitempty"`
-	Attempts   []Attempt                   `json:"attempts,omitempty"`
-	NotTried   []string                    `json:"not_tried,omitempty"`
-	Decision   *system.NodeDecision        `json:"decision,omitempty"`
+	Request    string                       `json:"request"`
+	Node       string                       `json:"node,omitempty"`
+	Why        string                       `json:"why,omitempty"`
+	Candidates []cluster.PlacementCandidate `json:"candidates,omitempty"`
+	Attempts   []Attempt                    `json:"attempts,omitempty"`
+	NotTried   []string                     `json:"not_tried,omitempty"`
+	Decision   *cluster.NodeDecision        `json:"decision,omitempty"`
 	// Directory: per value whose directory lookup failed, what happened
 	// (the placement then ranked by room only).
 	Directory []string `json:"directory,omitempty"`
@@ -174,7 +175,7 @@ func ErrorType(err error) string {
 	if len(classes) > 0 {
 		return classes[0].TypeName()
 	}
-	var pla *system.PlacementError
+	var pla *cluster.PlacementError
 	if errors.As(err, &pla) {
 		return "PlacementError"
 	}

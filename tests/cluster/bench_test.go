@@ -21,8 +21,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/residency-go/residency/messages"
+	"github.com/residency-go/residency/messages/clusterpb"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // bareRemote is two protoactor actor systems with remote on loopback and
@@ -45,8 +46,8 @@ func startBareRemote(b *testing.B) *bareRemote {
 		br.systems, br.remotes = append(br.systems, sys), append(br.remotes, r)
 	}
 	_, err := br.systems[1].Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*messages.WhereIs); ok {
-			c.Respond(&messages.WhereIsReply{Value: m.Value})
+		if m, ok := c.Message().(*clusterpb.WhereIs); ok {
+			c.Respond(&clusterpb.WhereIsReply{Value: m.Value})
 		}
 	}), "echo")
 	require.NoError(b, err)
@@ -55,11 +56,11 @@ func startBareRemote(b *testing.B) *bareRemote {
 }
 
 func (br *bareRemote) request(b *testing.B) {
-	r, err := br.systems[0].Root.RequestFuture(br.echo, &messages.WhereIs{Value: "w"}, 10*time.Second).Result()
+	r, err := br.systems[0].Root.RequestFuture(br.echo, &clusterpb.WhereIs{Value: "w"}, 10*time.Second).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, ok := r.(*messages.WhereIsReply); !ok {
+	if _, ok := r.(*clusterpb.WhereIsReply); !ok {
 		b.Fatalf("reply %T", r)
 	}
 }
@@ -80,8 +81,8 @@ func (br *bareRemote) stop() {
 // resident on the node asked.
 func BenchmarkClusterRemoteLease(b *testing.B) {
 	c := startNodes(b,
-		system.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<30))},
-		system.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<30))},
+		cluster.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
 	)
 	a, nb := c.nodes["node-a"], c.nodes["node-b"]
 	ctx := context.Background()
@@ -101,8 +102,8 @@ func BenchmarkClusterRemoteLease(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	req := system.PlacementRequest{Name: "bench", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
+	req := cluster.PlacementRequest{Name: "bench", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}}
 	place := func() {
 		p, err := nb.Place(ctx, req)
 		if err != nil {
@@ -216,9 +217,9 @@ func BenchmarkClusterCopy(b *testing.B) {
 		data[i] = byte(i * 31)
 	}
 	c := startNodes(b,
-		system.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, ChunkBytes: 1 << 20, Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-c", RefreshInterval: time.Hour, ChunkBytes: 3 << 20, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-a", RefreshInterval: time.Hour, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-b", RefreshInterval: time.Hour, ChunkBytes: 1 << 20, Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-c", RefreshInterval: time.Hour, ChunkBytes: 3 << 20, Options: locs(system.NoLimit("pageable-host"))},
 	)
 	ctx := context.Background()
 	ha, err := c.nodes["node-a"].System().Register(ctx, system.Value{Name: "w", Bytes: size, At: "pageable-host", Data: data})
@@ -233,9 +234,9 @@ func BenchmarkClusterCopy(b *testing.B) {
 	dst := make([]byte, size)
 
 	grpcPull(b, conn, dst) // connect
-	copyVia := func(n *system.Node, i int) {
+	copyVia := func(n *cluster.Node, i int) {
 		h, err := n.RegisterRemote(ctx, system.Value{Name: fmt.Sprintf("w%d", i), Bytes: size, Source: "pageable-host"},
-			system.RemoteSource{Node: "node-a", Handle: ha})
+			cluster.RemoteSource{Node: "node-a", Handle: ha})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/cluster"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 	testprovider "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // directoryKind is the kind of the directory grains (system's constant):
@@ -27,19 +28,19 @@ const directoryKind = "residency.directory"
 // which is what the nodes follow.
 func ownedBy(t *testing.T, prefix, owner string, addrs ...string) string {
 	t.Helper()
-	var ms cluster.Members
+	var ms protocluster.Members
 	for i, a := range addrs {
 		host, port, err := net.SplitHostPort(a)
 		require.NoError(t, err)
 		p, err := strconv.Atoi(port)
 		require.NoError(t, err)
-		ms = append(ms, &cluster.Member{Id: fmt.Sprint("m", i), Host: host, Port: int32(p), Kinds: []string{directoryKind}})
+		ms = append(ms, &protocluster.Member{Id: fmt.Sprint("m", i), Host: host, Port: int32(p), Kinds: []string{directoryKind}})
 	}
-	r := cluster.NewRendezvous()
+	r := protocluster.NewRendezvous()
 	r.UpdateMembers(ms)
 	for i := 0; i < 1000; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		if r.GetByClusterIdentity(cluster.NewClusterIdentity(name, directoryKind)) == owner {
+		if r.GetByClusterIdentity(protocluster.NewClusterIdentity(name, directoryKind)) == owner {
 			return name
 		}
 	}
@@ -89,8 +90,8 @@ func hungListener(t *testing.T) (net.Listener, <-chan struct{}) {
 // note that the directory did not answer.
 func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 	c := startNodes(t,
-		system.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))},
-		system.NodeOptions{Name: "node-b", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))},
+		cluster.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))},
+		cluster.NodeOptions{Name: "node-b", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))},
 	)
 	a, b := c.nodes["node-a"], c.nodes["node-b"]
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
@@ -105,7 +106,7 @@ func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 	addrs := []string{a.Address(), b.Address(), deadAddr, hungAddr}
 	x := ownedBy(t, "x", deadAddr, addrs...)
 	y := ownedBy(t, "y", hungAddr, addrs...)
-	for _, n := range []*system.Node{a, b} {
+	for _, n := range []*cluster.Node{a, b} {
 		for _, v := range []string{x, y} {
 			_, err := n.System().Register(ctx, system.Value{Name: v, Bytes: 100, At: "pageable-host"})
 			require.NoError(t, err)
@@ -137,8 +138,8 @@ func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 	require.Contains(t, err.Error(), "cannot be reached")
 	require.NoError(t, ctx.Err())
 
-	p, err := a.Place(ctx, system.PlacementRequest{Name: "r-x",
-		Requirements: []system.PlacementRequirement{{Value: x, Tiers: [][]string{{"pageable-host@*"}}}}})
+	p, err := a.Place(ctx, cluster.PlacementRequest{Name: "r-x",
+		Requirements: []cluster.PlacementRequirement{{Value: x, Tiers: [][]string{{"pageable-host@*"}}}}})
 	require.NoError(t, err)
 	require.Contains(t, []string{"node-a", "node-b"}, p.Node)
 	require.Len(t, p.Directory, 1, "%v", p.Directory)
@@ -155,8 +156,8 @@ func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 	// places the request.
 	hctx, hcancel := context.WithTimeout(ctx, 12*time.Second)
 	defer hcancel()
-	p, err = a.Place(hctx, system.PlacementRequest{Name: "r-y",
-		Requirements: []system.PlacementRequirement{{Value: y, Tiers: [][]string{{"pageable-host@*"}}}}})
+	p, err = a.Place(hctx, cluster.PlacementRequest{Name: "r-y",
+		Requirements: []cluster.PlacementRequirement{{Value: y, Tiers: [][]string{{"pageable-host@*"}}}}})
 	require.NoError(t, err)
 	require.NoError(t, hctx.Err(), "placed before the caller's deadline")
 	require.Contains(t, []string{"node-a", "node-b"}, p.Node)
@@ -169,7 +170,7 @@ func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 	// used (x and y fail, w is resident on node-b per the directory).
 	hctx2, hcancel2 := context.WithTimeout(ctx, 12*time.Second)
 	defer hcancel2()
-	p, err = a.Place(hctx2, system.PlacementRequest{Name: "r-xyw", Requirements: []system.PlacementRequirement{
+	p, err = a.Place(hctx2, cluster.PlacementRequest{Name: "r-xyw", Requirements: []cluster.PlacementRequirement{
 		{Value: x, Tiers: [][]string{{"pageable-host@*"}}}, {Value: y, Tiers: [][]string{{"pageable-host@*"}}}, {Value: w, Tiers: [][]string{{"cuda:0@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-b", p.Node, "w is resident there: %s", p.Why)
@@ -184,7 +185,7 @@ func TestPlacementDirectoryOnDeadOrHungMember(t *testing.T) {
 // says so ("stopped while asking the directory where … is resident"),
 // not that there was no candidate node, and carries the context's error.
 func TestPlacementStoppedDuringDirectoryLookup(t *testing.T) {
-	c := startNodes(t, system.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host"))})
+	c := startNodes(t, cluster.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host"))})
 	a := c.nodes["node-a"]
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
@@ -206,9 +207,9 @@ func TestPlacementStoppedDuringDirectoryLookup(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}()
-	_, err := a.Place(pctx, system.PlacementRequest{Name: "r-z",
-		Requirements: []system.PlacementRequirement{{Value: z, Tiers: [][]string{{"pageable-host@*"}}}}})
-	var pe *system.PlacementError
+	_, err := a.Place(pctx, cluster.PlacementRequest{Name: "r-z",
+		Requirements: []cluster.PlacementRequirement{{Value: z, Tiers: [][]string{{"pageable-host@*"}}}}})
+	var pe *cluster.PlacementError
 	require.ErrorAs(t, err, &pe)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, pe.Attempts)

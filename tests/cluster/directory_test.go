@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // eventually polls cond until it holds or converge passes (a generous
@@ -33,9 +34,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // locations qualified with their own name.
 func TestDirectoryAndSummaries(t *testing.T) {
 	c := startNodes(t,
-		system.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host@node-a"), system.Limit("cuda:0@node-a", 1000))},
-		system.NodeOptions{Name: "node-b", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 2000))},
-		system.NodeOptions{Name: "node-c", Options: locs(system.NoLimit("pageable-host"))},
+		cluster.NodeOptions{Name: "node-a", Options: locs(system.NoLimit("pageable-host@node-a"), system.Limit("cuda:0@node-a", 1000))},
+		cluster.NodeOptions{Name: "node-b", Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 2000))},
+		cluster.NodeOptions{Name: "node-c", Options: locs(system.NoLimit("pageable-host"))},
 	)
 	a, b, cn := c.nodes["node-a"], c.nodes["node-b"], c.nodes["node-c"]
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
@@ -47,11 +48,11 @@ func TestDirectoryAndSummaries(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, a.Refresh(ctx))
 	require.NoError(t, b.Refresh(ctx))
-	want := []system.Residency{
+	want := []cluster.Residency{
 		{Location: "cuda:0@node-a", Node: "node-a", Bytes: 100, State: "resident"},
 		{Location: "pageable-host@node-b", Node: "node-b", Bytes: 100, State: "resident"},
 	}
-	for _, n := range []*system.Node{a, b, cn} {
+	for _, n := range []*cluster.Node{a, b, cn} {
 		got, err := n.WhereIs(ctx, "w")
 		require.NoError(t, err)
 		require.Equal(t, want, got, "asked from %s", n.Name())
@@ -130,17 +131,17 @@ func TestDirectoryAndSummaries(t *testing.T) {
 // missing provider, a bad node name.
 func TestStartNodeRefusals(t *testing.T) {
 	ctx := context.Background()
-	_, err := system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: nil, Options: locs(system.NoLimit("pageable-host"))})
+	_, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "node-a", Provider: nil, Options: locs(system.NoLimit("pageable-host"))})
 	requireInvalid(t, err, "provider")
 	for _, name := range []string{"", "a b", "a@b"} {
-		_, err = system.StartNode(ctx, system.NodeOptions{Name: name, Options: locs(system.NoLimit("pageable-host"))})
+		_, err = cluster.StartNode(ctx, cluster.NodeOptions{Name: name, Options: locs(system.NoLimit("pageable-host"))})
 		requireInvalid(t, err, "node name")
 	}
 	// Checked before the runtime starts or the node joins.
 	prov := testprovider.NewTestProvider(testprovider.NewInMemAgent())
-	_, err = system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: prov, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0@node-b", 10))})
+	_, err = cluster.StartNode(ctx, cluster.NodeOptions{Name: "node-a", Provider: prov, Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0@node-b", 10))})
 	requireInvalid(t, err, `"cuda:0@node-b"`)
-	_, err = system.StartNode(ctx, system.NodeOptions{Name: "node-a", Provider: prov, Addr: "not-an-address", Options: locs(system.NoLimit("pageable-host"))})
+	_, err = cluster.StartNode(ctx, cluster.NodeOptions{Name: "node-a", Provider: prov, Addr: "not-an-address", Options: locs(system.NoLimit("pageable-host"))})
 	requireInvalid(t, err, "address")
 }
 

@@ -8,6 +8,7 @@ import (
 	testprovider "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // Two nodes in one process (the in-memory test provider): a value that
@@ -20,8 +21,8 @@ func Example_place() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	agent := testprovider.NewInMemAgent()
-	start := func(name string, gpu int64) *system.Node {
-		n, err := system.StartNode(ctx, system.NodeOptions{
+	start := func(name string, gpu int64) *cluster.Node {
+		n, err := cluster.StartNode(ctx, cluster.NodeOptions{
 			Name: name, Provider: testprovider.NewTestProvider(agent), RefreshInterval: 50 * time.Millisecond,
 			Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", gpu)}},
 		})
@@ -36,7 +37,7 @@ func Example_place() {
 		panic(err)
 	}
 	load := func(_ context.Context, dst []byte) error { return nil } // the bytes' origin
-	for _, n := range []*system.Node{a, b} {
+	for _, n := range []*cluster.Node{a, b} {
 		for _, name := range []string{"weights", "kv"} {
 			if _, err := n.System().Register(ctx, system.Value{Name: name, Bytes: 512 << 10, Source: "pageable-host", Loader: load}); err != nil {
 				panic(err)
@@ -63,8 +64,8 @@ func Example_place() {
 		}
 	}
 
-	p, err := a.Place(ctx, system.PlacementRequest{Name: "serve", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "weights", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err := a.Place(ctx, cluster.PlacementRequest{Name: "serve", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "weights", Tiers: [][]string{{"cuda:0@*"}}}}})
 	if err != nil {
 		panic(err)
 	}
@@ -72,8 +73,8 @@ func Example_place() {
 	fmt.Println("why:", p.Candidates[0].Resident)
 	_ = p.Release(ctx)
 
-	p, err = a.Place(ctx, system.PlacementRequest{Name: "cache",
-		Requirements: []system.PlacementRequirement{{Value: "kv", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err = a.Place(ctx, cluster.PlacementRequest{Name: "cache",
+		Requirements: []cluster.PlacementRequirement{{Value: "kv", Tiers: [][]string{{"cuda:0@*"}}}}})
 	if err != nil {
 		panic(err)
 	}

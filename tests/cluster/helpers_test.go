@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // converge bounds what a test waits for membership and gossip: generous,
@@ -48,15 +49,15 @@ func TestMain(m *testing.M) {
 // cluster is a set of nodes sharing one in-memory agent.
 type testCluster struct {
 	agent *testprovider.InMemAgent
-	nodes map[string]*system.Node
+	nodes map[string]*cluster.Node
 }
 
 // startNodes starts one node per options (all at once: protoactor's
 // StartMember sleeps a second) on a new in-memory agent, waits until each
 // sees all of them, and closes them all (at once) when the test ends.
-func startNodes(t testing.TB, opts ...system.NodeOptions) *testCluster {
+func startNodes(t testing.TB, opts ...cluster.NodeOptions) *testCluster {
 	t.Helper()
-	c := &testCluster{agent: testprovider.NewInMemAgent(), nodes: map[string]*system.Node{}}
+	c := &testCluster{agent: testprovider.NewInMemAgent(), nodes: map[string]*cluster.Node{}}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	var mu sync.Mutex
@@ -70,7 +71,7 @@ func startNodes(t testing.TB, opts ...system.NodeOptions) *testCluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := system.StartNode(ctx, o)
+			n, err := cluster.StartNode(ctx, o)
 			errs[i] = err
 			if err == nil {
 				mu.Lock()

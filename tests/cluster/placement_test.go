@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // loaded is a value with a local loader (reconstructable, resident
@@ -26,7 +27,7 @@ func loaded(name string, size int64) system.Value {
 
 // waitSummary waits until from's gossip shows node's loc with the given
 // used and reserved bytes.
-func waitSummary(t *testing.T, from *system.Node, node, loc string, used, reserved int64) {
+func waitSummary(t *testing.T, from *cluster.Node, node, loc string, used, reserved int64) {
 	t.Helper()
 	ctx := context.Background()
 	eventually(t, from.Name()+" sees "+loc+"@"+node, func() bool {
@@ -48,7 +49,7 @@ func waitSummary(t *testing.T, from *system.Node, node, loc string, used, reserv
 	})
 }
 
-func candidateNodes(cs []system.PlacementCandidate) []string {
+func candidateNodes(cs []cluster.PlacementCandidate) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = c.Node
@@ -56,7 +57,7 @@ func candidateNodes(cs []system.PlacementCandidate) []string {
 	return out
 }
 
-func attemptNodes(as []system.PlacementAttempt) []string {
+func attemptNodes(as []cluster.PlacementAttempt) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
 		out[i] = a.Node
@@ -64,7 +65,7 @@ func attemptNodes(as []system.PlacementAttempt) []string {
 	return out
 }
 
-func useCount(t *testing.T, n *system.Node, value, loc string) (int, bool) {
+func useCount(t *testing.T, n *cluster.Node, value, loc string) (int, bool) {
 	t.Helper()
 	snap, err := n.System().Snapshot(context.Background())
 	require.NoError(t, err)
@@ -92,17 +93,17 @@ func useCount(t *testing.T, n *system.Node, value, loc string) (int, bool) {
 //     released;
 //   - a held placement is released by its node when the caller leaves.
 func TestPlacement(t *testing.T) {
-	opts := func(name string) system.NodeOptions {
-		return system.NodeOptions{Name: name, RefreshInterval: time.Hour, RequestTimeout: 2 * time.Second,
+	opts := func(name string) cluster.NodeOptions {
+		return cluster.NodeOptions{Name: name, RefreshInterval: time.Hour, RequestTimeout: 2 * time.Second,
 			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000))}
 	}
 	// node-d has no cuda:0 (never a candidate for cuda:0@*) and a running
 	// refresh loop: it holds a placement for node-c at the end.
 	c := startNodes(t, opts("node-a"), opts("node-b"), opts("node-c"),
-		system.NodeOptions{Name: "node-d", RefreshInterval: 50 * time.Millisecond, RequestTimeout: 2 * time.Second,
+		cluster.NodeOptions{Name: "node-d", RefreshInterval: 50 * time.Millisecond, RequestTimeout: 2 * time.Second,
 			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:1", 1000))})
 	a, b, cn, d := c.nodes["node-a"], c.nodes["node-b"], c.nodes["node-c"], c.nodes["node-d"]
-	all := []*system.Node{a, b, cn}
+	all := []*cluster.Node{a, b, cn}
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 
@@ -137,8 +138,8 @@ func TestPlacement(t *testing.T) {
 
 	// Already resident on node-b: placed there (node-c has more room), and
 	// held: node-b's copy is leased until Release.
-	p, err := a.Place(ctx, system.PlacementRequest{Name: "r-w", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err := a.Place(ctx, cluster.PlacementRequest{Name: "r-w", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "w", Tiers: [][]string{{"cuda:0@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-b", p.Node)
 	require.Equal(t, []string{"node-b", "node-c", "node-a"}, candidateNodes(p.Candidates), "resident first, then room")
@@ -158,8 +159,8 @@ func TestPlacement(t *testing.T) {
 
 	// Resident nowhere: the node with the most room (c: 1000 > b: 700 >
 	// a: 100), decided and entered there (the loader ran on node-c).
-	p, err = a.Place(ctx, system.PlacementRequest{Name: "r-x",
-		Requirements: []system.PlacementRequirement{{Value: "x", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-x",
+		Requirements: []cluster.PlacementRequirement{{Value: "x", Tiers: [][]string{{"cuda:0@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-c", p.Node)
 	require.Equal(t, []string{"node-c", "node-b", "node-a"}, candidateNodes(p.Candidates))
@@ -174,23 +175,23 @@ func TestPlacement(t *testing.T) {
 
 	// Node-qualified: node-a although it has the least room; bare: the
 	// caller's own node.
-	p, err = b.Place(ctx, system.PlacementRequest{Name: "r-y",
-		Requirements: []system.PlacementRequirement{{Value: "y", Tiers: [][]string{{"cuda:0@node-a"}}}}})
+	p, err = b.Place(ctx, cluster.PlacementRequest{Name: "r-y",
+		Requirements: []cluster.PlacementRequirement{{Value: "y", Tiers: [][]string{{"cuda:0@node-a"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-a", p.Node)
 	require.Equal(t, []string{"node-a"}, candidateNodes(p.Candidates))
 	_, ok = useCount(t, a, "y", "cuda:0")
 	require.True(t, ok)
-	p, err = b.Place(ctx, system.PlacementRequest{Name: "r-z",
-		Requirements: []system.PlacementRequirement{{Value: "z", Tiers: [][]string{{"cuda:0"}}}}})
+	p, err = b.Place(ctx, cluster.PlacementRequest{Name: "r-z",
+		Requirements: []cluster.PlacementRequirement{{Value: "z", Tiers: [][]string{{"cuda:0"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-b", p.Node)
 
 	// Too big everywhere: every node's controller refuses, each reason
 	// reported.
-	_, err = a.Place(ctx, system.PlacementRequest{Name: "r-big",
-		Requirements: []system.PlacementRequirement{{Value: "big", Tiers: [][]string{{"cuda:0@*"}}}}})
-	var pe *system.PlacementError
+	_, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-big",
+		Requirements: []cluster.PlacementRequirement{{Value: "big", Tiers: [][]string{{"cuda:0@*"}}}}})
+	var pe *cluster.PlacementError
 	require.ErrorAs(t, err, &pe)
 	require.Len(t, pe.Attempts, 3)
 	for _, at := range pe.Attempts {
@@ -209,8 +210,8 @@ func TestPlacement(t *testing.T) {
 	waitSummary(t, a, "node-c", "cuda:0", 200, 0)
 	waitSummary(t, a, "node-b", "cuda:0", 400, 0)
 	require.NoError(t, cn.System().Reserve(ctx, "cuda:0", "grab", 800))
-	p, err = a.Place(ctx, system.PlacementRequest{Name: "r-v",
-		Requirements: []system.PlacementRequirement{{Value: "v", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-v",
+		Requirements: []cluster.PlacementRequirement{{Value: "v", Tiers: [][]string{{"cuda:0@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-c", "node-b"}, attemptNodes(p.Attempts))
 	var plan *system.PlanError
@@ -221,8 +222,8 @@ func TestPlacement(t *testing.T) {
 
 	// Only node-c has q: the others refuse (no such value) and are
 	// reported; unlimited pageable-host everywhere ranks them by name.
-	p, err = a.Place(ctx, system.PlacementRequest{Name: "r-q",
-		Requirements: []system.PlacementRequirement{{Value: "q", Tiers: [][]string{{"pageable-host@*"}}}}})
+	p, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-q",
+		Requirements: []cluster.PlacementRequirement{{Value: "q", Tiers: [][]string{{"pageable-host@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a", "node-b", "node-c"}, attemptNodes(p.Attempts))
 	for _, at := range p.Attempts[:2] {
@@ -258,8 +259,8 @@ func TestPlacement(t *testing.T) {
 
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
-	p, err = a.Place(dctx, system.PlacementRequest{Name: "r-v3",
-		Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-dead", "cuda:0@node-hung"}, {"pageable-host@*"}}}}})
+	p, err = a.Place(dctx, cluster.PlacementRequest{Name: "r-v3",
+		Requirements: []cluster.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-dead", "cuda:0@node-hung"}, {"pageable-host@*"}}}}})
 	require.NoError(t, err)
 	require.NoError(t, dctx.Err(), "placed before the caller's deadline")
 	require.Equal(t, []string{"node-dead", "node-hung"}, attemptNodes(p.Attempts[:2]))
@@ -274,15 +275,15 @@ func TestPlacement(t *testing.T) {
 	// placement with UnavailableError (and the context's error).
 	hctx, hcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer hcancel()
-	_, err = a.Place(hctx, system.PlacementRequest{Name: "r-hung",
-		Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-hung"}}}}})
+	_, err = a.Place(hctx, cluster.PlacementRequest{Name: "r-hung",
+		Requirements: []cluster.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-hung"}}}}})
 	var un *system.UnavailableError
 	require.ErrorAs(t, err, &un)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	// A node that is not a member: an UnavailableError at once, nothing
 	// sent.
-	_, err = a.Place(ctx, system.PlacementRequest{Name: "r-gone",
-		Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-gone"}}}}})
+	_, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-gone",
+		Requirements: []cluster.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@node-gone"}}}}})
 	require.ErrorAs(t, err, &un)
 	require.Contains(t, err.Error(), `node "node-gone" is not a member`)
 
@@ -315,8 +316,8 @@ func TestPlacement(t *testing.T) {
 	// node that holds it (its refresh loop checks the members).
 	_, err = d.System().Register(ctx, loaded("o", 10))
 	require.NoError(t, err)
-	p, err = cn.Place(ctx, system.PlacementRequest{Name: "r-o", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "o", Tiers: [][]string{{"cuda:1@*"}}}}})
+	p, err = cn.Place(ctx, cluster.PlacementRequest{Name: "r-o", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "o", Tiers: [][]string{{"cuda:1@*"}}}}})
 	require.NoError(t, err)
 	require.Equal(t, "node-d", p.Node)
 	n, _ = useCount(t, d, "o", "cuda:1")
@@ -328,9 +329,9 @@ func TestPlacement(t *testing.T) {
 	})
 
 	// Malformed requests: nothing asked.
-	_, err = a.Place(ctx, system.PlacementRequest{Name: "r-bad", Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"gpu@*"}}}}})
+	_, err = a.Place(ctx, cluster.PlacementRequest{Name: "r-bad", Requirements: []cluster.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"gpu@*"}}}}})
 	requireInvalid(t, err, "r-bad")
-	_, err = a.Place(ctx, system.PlacementRequest{Requirements: []system.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@*"}}}}})
+	_, err = a.Place(ctx, cluster.PlacementRequest{Requirements: []cluster.PlacementRequirement{{Value: "v3", Tiers: [][]string{{"cuda:0@*"}}}}})
 	requireInvalid(t, err, "name")
 	require.False(t, errors.Is(err, system.ErrPlan))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // A value registered on node B with a remote source on node A reconstructs
@@ -34,8 +35,8 @@ func TestRemoteSource(t *testing.T) {
 	atGate := make(chan struct{})
 	gated := false
 	c := startNodes(t,
-		system.NodeOptions{Name: "node-a", Options: locs(system.Limit("pageable-host", 1<<20), system.Limit("cuda:0", 1<<20))},
-		system.NodeOptions{Name: "node-b", Options: locs(system.Limit("pageable-host", 1<<20), system.Limit("cuda:0", 1<<20)),
+		cluster.NodeOptions{Name: "node-a", Options: locs(system.Limit("pageable-host", 1<<20), system.Limit("cuda:0", 1<<20))},
+		cluster.NodeOptions{Name: "node-b", Options: locs(system.Limit("pageable-host", 1<<20), system.Limit("cuda:0", 1<<20)),
 			ChunkBytes: chunk, RequestTimeout: 3 * time.Second,
 			BeforeChunk: func(source string, offset, total int64) {
 				// Gate the first gated transfer after its second chunk.
@@ -52,7 +53,7 @@ func TestRemoteSource(t *testing.T) {
 
 	ha, err := a.System().Register(ctx, system.Value{Name: "w", Bytes: size, At: "cuda:0", Data: data})
 	require.NoError(t, err)
-	hb, err := b.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, system.RemoteSource{Node: "node-a", Handle: ha})
+	hb, err := b.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, cluster.RemoteSource{Node: "node-a", Handle: ha})
 	require.NoError(t, err)
 
 	placed := make(chan error, 1)
@@ -108,7 +109,7 @@ func TestRemoteSource(t *testing.T) {
 	// An owner that cannot charge the stream buffer refuses with its own
 	// BudgetError figures.
 	require.NoError(t, a.System().Reserve(ctx, "pageable-host", "fill", 1<<20-100))
-	hb2, err := b.RegisterRemote(ctx, system.Value{Name: "w2", Bytes: size, Source: "pageable-host"}, system.RemoteSource{Node: "node-a", Handle: system.Handle{Name: "w"}})
+	hb2, err := b.RegisterRemote(ctx, system.Value{Name: "w2", Bytes: size, Source: "pageable-host"}, cluster.RemoteSource{Node: "node-a", Handle: system.Handle{Name: "w"}})
 	require.NoError(t, err)
 	err = b.System().Place(ctx, hb2, "cuda:0")
 	var be *system.BudgetError
@@ -118,7 +119,7 @@ func TestRemoteSource(t *testing.T) {
 	// By name (no manager): the owner looks the value up.
 	require.NoError(t, b.System().Place(ctx, hb2, "cuda:0"))
 
-	unavailable := func(name string, src system.RemoteSource) {
+	unavailable := func(name string, src cluster.RemoteSource) {
 		t.Helper()
 		h, err := b.RegisterRemote(ctx, system.Value{Name: name, Bytes: size, Source: "pageable-host"}, src)
 		require.NoError(t, err)
@@ -134,17 +135,17 @@ func TestRemoteSource(t *testing.T) {
 		require.Zero(t, host.UsedBytes, "%s: a failed reconstruction releases its charges", name)
 	}
 	// Not a member.
-	unavailable("u-unknown", system.RemoteSource{Node: "node-z", Handle: ha})
+	unavailable("u-unknown", cluster.RemoteSource{Node: "node-z", Handle: ha})
 	// A handle the owner no longer has.
 	hgone, err := a.System().Register(ctx, system.Value{Name: "gone", Bytes: size, At: "cuda:0"})
 	require.NoError(t, err)
 	require.NoError(t, a.System().Discard(ctx, hgone))
-	unavailable("u-gone", system.RemoteSource{Node: "node-a", Handle: hgone})
+	unavailable("u-gone", cluster.RemoteSource{Node: "node-a", Handle: hgone})
 	// A location where the owner has no copy.
-	unavailable("u-nocopy", system.RemoteSource{Node: "node-a", Handle: ha, Location: "pageable-host"})
+	unavailable("u-nocopy", cluster.RemoteSource{Node: "node-a", Handle: ha, Location: "pageable-host"})
 
 	// The wrong size: the owner's value has other bytes.
-	hs, err := b.RegisterRemote(ctx, system.Value{Name: "u-size", Bytes: size + 1, Source: "pageable-host"}, system.RemoteSource{Node: "node-a", Handle: ha})
+	hs, err := b.RegisterRemote(ctx, system.Value{Name: "u-size", Bytes: size + 1, Source: "pageable-host"}, cluster.RemoteSource{Node: "node-a", Handle: ha})
 	require.NoError(t, err)
 	err = b.System().Place(ctx, hs, "cuda:0")
 	var inv *system.InvalidInputError
@@ -160,7 +161,7 @@ func TestRemoteSource(t *testing.T) {
 	c.agent.RegisterService(testprovider.NewAgentServiceStatus("ghost-member", "127.0.0.1", port, []string{"residency.node.node-ghost"}))
 	require.NoError(t, b.WaitMembers(ctx, "node-ghost"))
 	start := time.Now()
-	unavailable("u-dead", system.RemoteSource{Node: "node-ghost", Handle: ha})
+	unavailable("u-dead", cluster.RemoteSource{Node: "node-ghost", Handle: ha})
 	t.Logf("dead member refused after %s", time.Since(start).Round(time.Millisecond))
 	c.agent.DeregisterService("ghost-member")
 
@@ -183,7 +184,7 @@ func TestRemoteSource(t *testing.T) {
 	c.agent.RegisterService(testprovider.NewAgentServiceStatus("hung-member", "127.0.0.1", hung.Addr().(*net.TCPAddr).Port, []string{"residency.node.node-hung"}))
 	require.NoError(t, b.WaitMembers(ctx, "node-hung"))
 	start = time.Now()
-	unavailable("u-hung", system.RemoteSource{Node: "node-hung", Handle: ha})
+	unavailable("u-hung", cluster.RemoteSource{Node: "node-hung", Handle: ha})
 	t.Logf("hung member refused after %s", time.Since(start).Round(time.Millisecond))
 	c.agent.DeregisterService("hung-member")
 	require.NoError(t, hung.Close())

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // testCA is a throwaway certificate authority, in memory.
@@ -82,15 +83,15 @@ func TestMutualTLS(t *testing.T) {
 	ca, other := newTestCA(t, "residency test CA"), newTestCA(t, "another CA")
 	short := 2 * time.Second
 	c := startNodes(t,
-		system.NodeOptions{Name: "node-a", TLS: tlsConfig(ca.node(t, "node-a"), ca.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-a", TLS: tlsConfig(ca.node(t, "node-a"), ca.pool), RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<20))},
-		system.NodeOptions{Name: "node-b", TLS: tlsConfig(ca.node(t, "node-b"), ca.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-b", TLS: tlsConfig(ca.node(t, "node-b"), ca.pool), RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-evil", TLS: tlsConfig(other.node(t, "node-evil"), other.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-evil", TLS: tlsConfig(other.node(t, "node-evil"), other.pool), RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-stranger", TLS: tlsConfig(other.node(t, "node-stranger"), ca.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-stranger", TLS: tlsConfig(other.node(t, "node-stranger"), ca.pool), RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"))},
-		system.NodeOptions{Name: "node-plain", RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-plain", RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"))},
 	)
 	a, b := c.nodes["node-a"], c.nodes["node-b"]
@@ -103,7 +104,7 @@ func TestMutualTLS(t *testing.T) {
 	require.NoError(t, err)
 
 	// The members with the cluster's certificates talk.
-	hb, err := b.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, system.RemoteSource{Node: "node-a", Handle: ha})
+	hb, err := b.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, cluster.RemoteSource{Node: "node-a", Handle: ha})
 	require.NoError(t, err)
 	require.NoError(t, b.System().Place(ctx, hb, "pageable-host"))
 	lb, err := b.System().Acquire(ctx, hb, "pageable-host")
@@ -119,7 +120,7 @@ func TestMutualTLS(t *testing.T) {
 	// The others are refused, each within its deadline.
 	for _, name := range []string{"node-evil", "node-stranger", "node-plain"} {
 		x := c.nodes[name]
-		hx, err := x.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, system.RemoteSource{Node: "node-a", Handle: system.Handle{Name: "w"}})
+		hx, err := x.RegisterRemote(ctx, system.Value{Name: "w", Bytes: size, Source: "pageable-host"}, cluster.RemoteSource{Node: "node-a", Handle: system.Handle{Name: "w"}})
 		require.NoError(t, err, "registering asks nothing of the owner")
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		err = x.System().Place(rctx, hx, "pageable-host")
@@ -187,7 +188,7 @@ func TestTLSRefusals(t *testing.T) {
 		{Certificates: []tls.Certificate{ca.node(t, "x")}},
 		{Certificates: []tls.Certificate{ca.node(t, "x")}, RootCAs: ca.pool, InsecureSkipVerify: true},
 	} {
-		_, err := system.StartNode(ctx, system.NodeOptions{Name: "node-x", Provider: testprovider.NewTestProvider(testprovider.NewInMemAgent()), TLS: bad, Options: locs(system.NoLimit("pageable-host"))})
+		_, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "node-x", Provider: testprovider.NewTestProvider(testprovider.NewInMemAgent()), TLS: bad, Options: locs(system.NoLimit("pageable-host"))})
 		requireInvalid(t, err, "TLS")
 		require.False(t, strings.Contains(err.Error(), "join"), "refused before joining: %v", err)
 	}

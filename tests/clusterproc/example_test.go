@@ -8,6 +8,8 @@ import (
 
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
+	"github.com/residency-go/residency/system/cluster/providers"
 )
 
 // Two nodes in one process find each other with the automanaged provider
@@ -24,12 +26,12 @@ func Example_automanaged() {
 		}
 		health[n] = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	start := func(name, peer string) *system.Node {
-		p, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: health[name], Peers: []string{health[peer]}})
+	start := func(name, peer string) *cluster.Node {
+		p, err := providers.Automanaged(providers.AutomanagedOptions{Addr: health[name], Peers: []string{health[peer]}})
 		if err != nil {
 			panic(err)
 		}
-		n, err := system.StartNode(ctx, system.NodeOptions{Name: name, Provider: p,
+		n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: name, Provider: p,
 			Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
 		if err != nil {
 			panic(err)

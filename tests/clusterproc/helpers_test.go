@@ -27,6 +27,8 @@ import (
 
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
+	"github.com/residency-go/residency/system/cluster/providers"
 )
 
 // converge bounds what a test waits for processes, membership and the
@@ -91,7 +93,7 @@ type procCluster struct {
 	auto     map[string]string // node → automanaged health address
 	procs    map[string]*nodeproc.Proc
 	killed   map[string]bool
-	driver   *system.Node
+	driver   *cluster.Node
 	logs     map[string]*lockedBuffer
 }
 
@@ -127,7 +129,7 @@ func startCluster(t *testing.T, provider string, names ...string) *procCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	t.Cleanup(func() { c.stop(t) })
-	var dprov system.NodeOptions
+	var dprov cluster.NodeOptions
 	switch provider {
 	case "etcd":
 		bin := requireEtcd(t)
@@ -136,7 +138,7 @@ func startCluster(t *testing.T, provider string, names ...string) *procCluster {
 		e, err := nodeproc.StartEtcd(ctx, bin, filepath.Join(t.TempDir(), "etcd"), elog)
 		require.NoError(t, err)
 		c.etcd = e
-		p, err := system.EtcdProvider(system.EtcdOptions{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second})
+		p, err := providers.Etcd(providers.EtcdOptions{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second})
 		require.NoError(t, err)
 		dprov.Provider = p
 	case "automanaged":
@@ -145,7 +147,7 @@ func startCluster(t *testing.T, provider string, names ...string) *procCluster {
 			require.NoError(t, err)
 			c.auto[n] = "127.0.0.1:" + strconv.Itoa(port)
 		}
-		p, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: c.auto["driver"], Peers: c.peersOf("driver"), RefreshInterval: 250 * time.Millisecond})
+		p, err := providers.Automanaged(providers.AutomanagedOptions{Addr: c.auto["driver"], Peers: c.peersOf("driver"), RefreshInterval: 250 * time.Millisecond})
 		require.NoError(t, err)
 		dprov.Provider = p
 	}
@@ -178,7 +180,7 @@ func startCluster(t *testing.T, provider string, names ...string) *procCluster {
 	dprov.RefreshInterval = 100 * time.Millisecond
 	dprov.RequestTimeout = 5 * time.Second
 	dprov.Options = system.Options{Locations: []system.LocationConfig{system.Limit("pageable-host", 256<<20), system.Limit("cuda:0", 64<<20)}}
-	d, derr := system.StartNode(ctx, dprov)
+	d, derr := cluster.StartNode(ctx, dprov)
 	wg.Wait()
 	require.NoError(t, derr)
 	c.driver = d

@@ -16,6 +16,7 @@ import (
 
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // Sizes of the three values, not multiples of the 1 MiB chunk.
@@ -374,10 +375,10 @@ func runKillScenario(t *testing.T, provider string) {
 
 // copyToDriver copies remote's bytes from node from onto the driver's
 // cuda:0 under the local name, reads them and discards the copy.
-func copyToDriver(ctx context.Context, d *system.Node, local, from, remote string, size int64) ([]byte, error) {
+func copyToDriver(ctx context.Context, d *cluster.Node, local, from, remote string, size int64) ([]byte, error) {
 	sys := d.System()
 	h, err := d.RegisterRemote(ctx, system.Value{Name: local, Bytes: size, Source: "pageable-host"},
-		system.RemoteSource{Node: from, Handle: system.Handle{Name: remote}})
+		cluster.RemoteSource{Node: from, Handle: system.Handle{Name: remote}})
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +391,7 @@ func copyToDriver(ctx context.Context, d *system.Node, local, from, remote strin
 
 // waitWhereIs waits until the directory lists exactly the given resident
 // locations of value.
-func waitWhereIs(ctx context.Context, t *testing.T, d *system.Node, value string, locs ...string) {
+func waitWhereIs(ctx context.Context, t *testing.T, d *cluster.Node, value string, locs ...string) {
 	t.Helper()
 	want := slices.Sorted(slices.Values(locs))
 	var last []string
@@ -457,8 +458,8 @@ func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
 	// Already resident on node-c: placed there although other nodes,
 	// which could load wp, have more room.
 	pctx, pcancel := context.WithTimeout(ctx, reqDeadline)
-	p, err := d.Place(pctx, system.PlacementRequest{Name: "serve-wp", Hold: true,
-		Requirements: []system.PlacementRequirement{{Value: "wp", Tiers: [][]string{{"cuda:0@*"}}}}})
+	p, err := d.Place(pctx, cluster.PlacementRequest{Name: "serve-wp", Hold: true,
+		Requirements: []cluster.PlacementRequirement{{Value: "wp", Tiers: [][]string{{"cuda:0@*"}}}}})
 	pcancel()
 	require.NoError(t, err)
 	t.Logf("wp placed on %s: %s; candidates %+v", p.Node, p.Why, p.Candidates)
@@ -490,7 +491,7 @@ func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
 
 	// Resident nowhere, placed by a node process: the node with the most
 	// free cuda:0 per the summaries, where the loader then ran.
-	waitUsedIn(ctx, t, "node-a", func(ctx context.Context) ([]system.NodeSummary, error) {
+	waitUsedIn(ctx, t, "node-a", func(ctx context.Context) ([]cluster.NodeSummary, error) {
 		return c.must(ctx, t, "node-a", nodeproc.Command{Op: "summaries"}).Summaries, nil
 	}, map[string]int64{"driver": 0, "node-a": sizeA, "node-b": sizeA + sizeC, "node-c": sizeC + 2*sizeP})
 	r := c.must(ctx, t, "node-a", nodeproc.Command{Op: "place", Name: "serve-wn", Value: "wn", Tiers: [][]string{{"cuda:0@*"}},
@@ -515,18 +516,18 @@ func placeBeforeKill(ctx context.Context, t *testing.T, c *procCluster) {
 // placeOutcome is one placement of a value whose only holder is dead.
 type placeOutcome struct {
 	err     error
-	pe      *system.PlacementError
+	pe      *cluster.PlacementError
 	elapsed time.Duration
 }
 
 // placeDead places wq (resident on node-c alone) at loc from the driver,
 // with a deadline of reqDeadline.
-func placeDead(ctx context.Context, d *system.Node, name, loc string) placeOutcome {
+func placeDead(ctx context.Context, d *cluster.Node, name, loc string) placeOutcome {
 	pctx, cancel := context.WithTimeout(ctx, reqDeadline)
 	defer cancel()
 	start := time.Now()
-	p, err := d.Place(pctx, system.PlacementRequest{Name: name,
-		Requirements: []system.PlacementRequirement{{Value: "wq", Tiers: [][]string{{loc}}}}})
+	p, err := d.Place(pctx, cluster.PlacementRequest{Name: name,
+		Requirements: []cluster.PlacementRequirement{{Value: "wq", Tiers: [][]string{{loc}}}}})
 	o := placeOutcome{err: err, elapsed: time.Since(start)}
 	if err == nil {
 		o.err = fmt.Errorf("placed on %s: %s", p.Node, p.Why)
@@ -547,7 +548,7 @@ func requireDeadPlacement(t *testing.T, o placeOutcome) {
 	require.Less(t, o.elapsed, reqDeadline+2*time.Second, "%v", o.err)
 }
 
-func attemptNodes(as []system.PlacementAttempt) []string {
+func attemptNodes(as []cluster.PlacementAttempt) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
 		out[i] = a.Node
@@ -555,7 +556,7 @@ func attemptNodes(as []system.PlacementAttempt) []string {
 	return out
 }
 
-func mustLookup(ctx context.Context, t *testing.T, d *system.Node, name string) system.Handle {
+func mustLookup(ctx context.Context, t *testing.T, d *cluster.Node, name string) system.Handle {
 	t.Helper()
 	h, err := d.System().Lookup(ctx, name)
 	require.NoError(t, err)
@@ -578,7 +579,7 @@ func useCount(ctx context.Context, t *testing.T, c *procCluster, node, value, lo
 
 // waitUsed waits until d's view of the summaries shows, for every node,
 // used bytes at cuda:0 equal to want (the ranking reads these).
-func waitUsed(ctx context.Context, t *testing.T, d *system.Node, want map[string]int64) {
+func waitUsed(ctx context.Context, t *testing.T, d *cluster.Node, want map[string]int64) {
 	t.Helper()
 	waitUsedIn(ctx, t, d.Name(), d.Summaries, want)
 }
@@ -586,7 +587,7 @@ func waitUsed(ctx context.Context, t *testing.T, d *system.Node, want map[string
 // waitUsedIn is waitUsed on the view of the member named viewer, read by
 // summaries: each member's view follows gossip on its own, so a placement
 // made by a node process waits for that process's view.
-func waitUsedIn(ctx context.Context, t *testing.T, viewer string, summaries func(context.Context) ([]system.NodeSummary, error), want map[string]int64) {
+func waitUsedIn(ctx context.Context, t *testing.T, viewer string, summaries func(context.Context) ([]cluster.NodeSummary, error), want map[string]int64) {
 	t.Helper()
 	got := map[string]int64{}
 	for {

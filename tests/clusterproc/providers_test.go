@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cluster"
+	"github.com/residency-go/residency/system/cluster/providers"
 )
 
 // A node process pointed at an etcd that does not listen (a closed
@@ -47,11 +49,11 @@ func TestAutomanagedAddressInUse(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
-	p, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: l.Addr().String()})
+	p, err := providers.Automanaged(providers.AutomanagedOptions{Addr: l.Addr().String()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	n, err := system.StartNode(ctx, system.NodeOptions{Name: "busy", Provider: p,
+	n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "busy", Provider: p,
 		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
 	if n != nil {
 		_ = n.Close(ctx)
@@ -72,11 +74,11 @@ func TestNodeAddressInUse(t *testing.T) {
 	require.NoError(t, err)
 	haddr := health.Addr().String()
 	require.NoError(t, health.Close())
-	p, err := system.AutomanagedProvider(system.AutomanagedOptions{Addr: haddr})
+	p, err := providers.Automanaged(providers.AutomanagedOptions{Addr: haddr})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
-	n, err := system.StartNode(ctx, system.NodeOptions{Name: "busy", Provider: p, Addr: l.Addr().String(),
+	n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "busy", Provider: p, Addr: l.Addr().String(),
 		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
 	if n != nil {
 		_ = n.Close(ctx)

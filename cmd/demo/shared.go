@@ -1,0 +1,27 @@
+package main
+
+import (
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/jsonline"
+	"github.com/residency-go/residency/system/replay"
+)
+
+// What the other commands share with the replay format: byte sizes as
+// scripts write them (internal/jsonline), the deterministic bytes of a
+// value, the order of locations, the byte order mark a script may start
+// with.
+
+func parseByteString(s string) (int64, error) { return jsonline.ParseBytes(s) }
+
+func formatBytes(n int64) string { return jsonline.FormatBytes(n) }
+
+func bytesText(n int64) string { return jsonline.BytesText(n) }
+
+func fill(name string, off int64, dst []byte) { replay.Fill(name, off, dst) }
+
+func deterministicLoader(name string) cuda.Loader { return replay.Loader(name) }
+
+func sortLocations(names []string) { replay.SortLocations(names) }
+
+// utf8BOM is the byte order mark some editors put at the start of a file.
+const utf8BOM = "\xef\xbb\xbf"

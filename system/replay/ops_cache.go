@@ -1,0 +1,542 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/residency-go/residency/internal/jsonline"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/residency-go/residency/system"
+)
+
+// The loader cache ops of a replay script (system.NewCache, system.Load,
+// Cache.Evict, Cache.Statistics, Cache.Close and the cache's leases and
+// pins). They are kept here so that the dispatch in script.go, Runner.go
+// and output.go stays a line per hook.
+//
+// A cached value stands for its bytes: the loader returns a small struct
+// and reports the script's "resident" figure, so a script about 40 GiB of
+// weights holds a few bytes of real memory.
+
+// cacheSpec holds the fields of a cache op.
+type cacheSpec struct {
+	cache, key, as, mode string
+	hasAs                bool // load: "as" was given (an empty one is refused)
+	peak, resident       int64
+}
+
+func parseCacheOpen(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.resName, o.location = f.Str("name"), f.Str("location")
+}
+
+func parseLoad(o *Op, f *jsonline.Fields) {
+	c := &cacheSpec{}
+	o.cache = c
+	c.cache, c.key, c.peak, c.resident = f.Str("cache"), f.Str("key"), f.Bytes("peak"), f.Bytes("resident")
+	c.as, c.hasAs = f.OptStr("as")
+}
+
+func parseLoadFail(o *Op, f *jsonline.Fields) {
+	c := &cacheSpec{}
+	o.cache = c
+	c.cache, c.key, c.peak, c.mode = f.Str("cache"), f.Str("key"), f.Bytes("peak"), f.Str("mode")
+}
+
+func parseCachePin(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.lease, o.cache.as = f.Str("lease"), f.Str("as")
+}
+
+func parseCacheUnpin(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.hold = f.Str("pin")
+}
+
+func parseCacheKey(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.cache.cache, o.cache.key = f.Str("cache"), f.Str("key")
+}
+
+func parseCache(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.cache.cache = f.Str("cache")
+}
+
+// cachedValue is what a replay caches: a stand-in for resident bytes.
+type cachedValue struct {
+	key      string
+	resident int64
+}
+
+// errLoaderFailed is what a load_fail with mode "error" returns.
+var errLoaderFailed = errors.New("the script's loader failed (load_fail mode \"error\")")
+
+// cacheState is a replay's caches, cache leases and pins, by script name.
+type cacheState struct {
+	caches map[string]*replayCache
+	leases map[string]*cacheLeaseEntry
+	pins   map[string]*cachePinEntry
+	owners map[string]string // the runtime's owner names → the script's words (`cache "NAME"`)
+}
+
+type replayCache struct {
+	c      *system.Cache
+	owner  string // the runtime's owner name of its charges
+	closed bool
+}
+
+type cacheLeaseEntry struct {
+	lease    *system.CacheLease[*cachedValue]
+	released bool
+}
+
+type cachePinEntry struct {
+	pin      *system.CachePin
+	released bool
+}
+
+// replayCacheName is the name a replay gives the runtime for every cache
+// (see cacheWords).
+const replayCacheName = "replay"
+
+// replayOwnerPrefix starts the runtime's owner name of each replay cache;
+// a number follows.
+const replayOwnerPrefix = "cache:" + replayCacheName + "#"
+
+func (r *Runner) cacheState() *cacheState {
+	if r.caches == nil {
+		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}, owners: map[string]string{}}
+	}
+	return r.caches
+}
+
+// openCache resolves a cache name that is an op's first field; a closed
+// cache refuses loads and evictions.
+func (cs *cacheState) openCache(name string) (*system.Cache, error) {
+	e, ok := cs.caches[name]
+	switch {
+	case !ok:
+		return nil, invalid("unknown cache %q (open it first with cache_open)", name)
+	case e.closed:
+		return nil, invalid("cache %q is closed", name)
+	}
+	return e.c, nil
+}
+
+// unknownLease is release's refusal of a name it does not know; a cache
+// lease's name says which op releases it.
+func (r *Runner) unknownLease(name string) error {
+	if r.caches != nil {
+		if _, ok := r.caches.leases[name]; ok {
+			return invalid("unknown lease %q: it is a cache lease, release it with cache_release", name)
+		}
+	}
+	return invalid("unknown lease %q", name)
+}
+
+func (r *Runner) execCacheOpen(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	// Fields: name, location. The name binds only on success; a cache
+	// name stays bound after cache_close (its reservations keep its
+	// name in snapshots and the trace).
+	switch _, dup := cs.caches[o.resName]; {
+	case o.resName == "":
+		return false, invalid("a cache name must not be empty")
+	case dup:
+		return false, invalid("duplicate cache name %q", o.resName)
+	}
+	// The runtime knows every cache of a replay by one name, so its
+	// owner names ("cache:replay#3") say nothing of the script's
+	// names: a script name can neither look like another cache's
+	// owner (`x#1` and the first `x`) nor like anything else.
+	sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: replayCacheName})
+	if err != nil {
+		return true, err
+	}
+	cs.caches[o.resName] = &replayCache{c: sc, owner: sc.Owner()}
+	cs.owners[sc.Owner()] = fmt.Sprintf("cache %q", o.resName)
+	return true, nil
+}
+
+func (r *Runner) execLoad(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Fields: cache, key, peak, then resident or mode, then as. The
+	// key and peak are checked here, in that order, with the
+	// runtime's own words (it checks the peak first).
+	sc, err := cs.openCache(c.cache)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case c.key == "":
+		return false, invalid("cache key is empty")
+	case c.peak <= 0:
+		return false, invalid("cache key %q: peak bytes must be positive, got %d", c.key, c.peak)
+	}
+	if o.Name == "load_fail" && c.mode != "error" && c.mode != "panic" {
+		return false, invalid("unknown load_fail mode %q (use error or panic)", c.mode)
+	}
+	if c.hasAs {
+		if c.as == "" {
+			return false, invalid(`a cache lease name must not be empty (leave "as" out to release the lease at once)`)
+		}
+		if _, dup := cs.leases[c.as]; dup {
+			return false, invalid("duplicate cache lease name %q", c.as)
+		}
+	}
+	ran := false
+	loader := func(context.Context) (*cachedValue, int64, error) {
+		ran = true
+		switch {
+		case o.Name == "load":
+			return &cachedValue{key: c.key, resident: c.resident}, c.resident, nil
+		case c.mode == "panic":
+			panic("the script's loader panicked (load_fail mode \"panic\")")
+		}
+		return nil, 0, errLoaderFailed
+	}
+	l, err := system.Load(ctx, sc, c.key, c.peak, nil, loader)
+	if err != nil {
+		return true, err
+	}
+	out := &Load{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
+	if c.hasAs {
+		cs.leases[c.as] = &cacheLeaseEntry{lease: l}
+		out.Lease = &c.as
+	} else if err := l.Release(); err != nil {
+		// Without as (and for load_fail, which found the key
+		// resident), the lease is released at once.
+		return true, err
+	}
+	res.Load = out
+	return true, nil
+}
+
+func (r *Runner) execCacheRelease(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	e, ok := cs.leases[o.lease]
+	switch {
+	case !ok:
+		if _, runtimeLease := r.leases[o.lease]; runtimeLease {
+			return false, invalid("unknown cache lease %q: it is a lease of acquire, release it with release", o.lease)
+		}
+		return false, invalid("unknown cache lease %q", o.lease)
+	case e.released:
+		return false, invalid("cache lease %q was already released", o.lease)
+	}
+	e.released = true
+	// Releasing the last reference of a closed cache's entry releases
+	// its charge (a state version).
+	return true, e.lease.Release()
+}
+
+func (r *Runner) execCachePin(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Fields: lease, then as.
+	e, ok := cs.leases[o.lease]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache lease %q", o.lease)
+	case e.released:
+		return false, invalid("cannot pin through cache lease %q: it was released", o.lease)
+	}
+	if c.as == "" {
+		return false, invalid("a cache pin name must not be empty")
+	}
+	if _, dup := cs.pins[c.as]; dup {
+		return false, invalid("duplicate cache pin name %q", c.as)
+	}
+	cs.pins[c.as] = &cachePinEntry{pin: e.lease.Pin()}
+	return false, nil
+}
+
+func (r *Runner) execCacheUnpin(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	e, ok := cs.pins[o.hold]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache pin %q", o.hold)
+	case e.released:
+		return false, invalid("cache pin %q was already released", o.hold)
+	}
+	e.released = true
+	return true, e.pin.Release()
+}
+
+func (r *Runner) execCacheEvict(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	sc, err := cs.openCache(c.cache)
+	if err != nil {
+		return false, err
+	}
+	evicted, err := sc.Evict(ctx, c.key)
+	if err != nil {
+		return true, err
+	}
+	res.Evicted = &evicted
+	return true, nil
+}
+
+func (r *Runner) execCacheStats(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	// Statistics also answer for a closed cache: what it still
+	// charges (entries leased when it closed).
+	e, ok := cs.caches[c.cache]
+	if !ok {
+		return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+	}
+	st, err := e.c.Statistics(ctx)
+	if err != nil {
+		return true, err
+	}
+	res.Stats = toCacheStats(st)
+	return true, nil
+}
+
+func (r *Runner) execCacheClose(ctx context.Context, o Op, res *Result) (bool, error) {
+	cs := r.cacheState()
+	c := o.cache
+	e, ok := cs.caches[c.cache]
+	switch {
+	case !ok:
+		return false, invalid("unknown cache %q (open it first with cache_open)", c.cache)
+	case e.closed:
+		return false, invalid("cache %q was already closed", c.cache)
+	}
+	if err := e.c.Close(ctx); err != nil {
+		return true, err
+	}
+	e.closed = true
+	return true, nil
+}
+
+// Load is the result of load (and of a load_fail that found its key
+// resident).
+type Load struct {
+	Key   string  `json:"key"`
+	Bytes int64   `json:"bytes"`
+	Hit   bool    `json:"hit"`
+	Lease *string `json:"lease"`
+}
+
+type CacheStats struct {
+	Location              string `json:"location"`
+	BudgetBytes           *int64 `json:"budget_bytes"`
+	ReservedBytes         int64  `json:"reserved_bytes"`
+	Resources             int    `json:"resources"`
+	Evictions             uint64 `json:"evictions"`
+	LocationUsedBytes     int64  `json:"location_used_bytes"`
+	LocationReservedBytes int64  `json:"location_reserved_bytes"`
+}
+
+func toCacheStats(st system.CacheStats) *CacheStats {
+	out := &CacheStats{
+		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
+		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
+	}
+	if st.HasBudget {
+		b := st.BudgetBytes
+		out.BudgetBytes = &b
+	}
+	return out
+}
+
+// cacheErrorFields are the JSON fields of the cache's errors.
+func (r *Runner) cacheErrorFields(e error) []Field {
+	switch x := e.(type) {
+	case *system.CacheBusyError:
+		var refusal any
+		if b := x.Refusal; b != nil {
+			refusal = Object{{"location", b.Location}, {"budget_bytes", b.BudgetBytes}, {"used_bytes", b.UsedBytes},
+				{"reserved_bytes", b.ReservedBytes}, {"requested_bytes", b.RequestedBytes}}
+		}
+		return []Field{{"key", nullable(x.Key)}, {"location", x.Location}, {"refusal", refusal}}
+	case *system.CacheLoadError:
+		var cause, panicked any
+		if x.Cause != nil {
+			typ, _ := classify(x.Cause)
+			cause = Object{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+		}
+		if x.Panic != nil {
+			panicked = r.message(fmt.Sprint(x.Panic))
+		}
+		return []Field{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
+	}
+	return nil
+}
+
+// cacheWords replaces the runtime's owner names of the replay's caches
+// ("cache:replay#3", unique in the process but not the same from one run
+// to the next) with the script's (`cache "models"`), so that a replay
+// prints the same thing every time. A quoted name that holds one (a
+// charge's name in a message, "cache:replay#3/k#1") loses its quotes:
+// `cache "models"/k#1` reads as one name.
+func (cs *cacheState) cacheWords(msg string) string {
+	if !strings.Contains(msg, replayOwnerPrefix) {
+		return msg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, replayOwnerPrefix)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		if i > 0 && msg[i-1] == '"' {
+			if q, err := strconv.QuotedPrefix(msg[i-1:]); err == nil {
+				if inner, err := strconv.Unquote(q); err == nil && strings.HasPrefix(inner, replayOwnerPrefix) {
+					if words := cs.ownerWords(inner); words != inner {
+						b.WriteString(msg[:i-1])
+						b.WriteString(words)
+						msg = msg[i-1+len(q):]
+						continue
+					}
+				}
+			}
+		}
+		b.WriteString(msg[:i])
+		msg = msg[i:]
+		w := cs.ownerWords(msg)
+		if w == msg {
+			// Not an owner of this replay: keep it as it is.
+			b.WriteString(replayOwnerPrefix)
+			msg = msg[len(replayOwnerPrefix):]
+			continue
+		}
+		j := ownerEnd(msg)
+		b.WriteString(cs.owners[msg[:j]])
+		msg = msg[j:]
+	}
+}
+
+// ownerEnd is the length of the owner name msg starts with (the prefix
+// and its number).
+func ownerEnd(msg string) int {
+	j := len(replayOwnerPrefix)
+	for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+		j++
+	}
+	return j
+}
+
+// ownerWords rewrites the owner name s starts with, if it is one of this
+// replay's; s unchanged otherwise.
+func (cs *cacheState) ownerWords(s string) string {
+	j := ownerEnd(s)
+	words, ok := cs.owners[s[:j]]
+	if !ok || j == len(replayOwnerPrefix) {
+		return s
+	}
+	return words + s[j:]
+}
+
+// cacheResName is a reservation name of the script as the runtime knows
+// it: a cache's charge written as snapshots show it (`cache "m"/a#1`)
+// is that charge ("cache:replay#3/a#1"), so that unreserve and the like
+// get the runtime's own answer about it. Any other name is unchanged.
+func (r *Runner) cacheResName(name string) string {
+	if r.caches == nil || !strings.HasPrefix(name, `cache "`) {
+		return name
+	}
+	q, err := strconv.QuotedPrefix(name[len("cache "):])
+	if err != nil {
+		return name
+	}
+	script, err := strconv.Unquote(q)
+	rest := name[len("cache ")+len(q):]
+	e, ok := r.caches.caches[script]
+	if err != nil || !ok || !strings.HasPrefix(rest, "/") {
+		return name
+	}
+	return e.owner + rest
+}
+
+// cacheOutstanding lists the cache leases and pins the script still
+// holds ("" for none), in the script's names.
+func (cs *cacheState) cacheOutstanding() string {
+	if cs == nil {
+		return ""
+	}
+	var leases, pins []string
+	for name, e := range cs.leases {
+		if !e.released {
+			leases = append(leases, name)
+		}
+	}
+	for name, e := range cs.pins {
+		if !e.released {
+			pins = append(pins, name)
+		}
+	}
+	if len(leases)+len(pins) == 0 {
+		return ""
+	}
+	sort.Strings(leases)
+	sort.Strings(pins)
+	var parts []string
+	for _, k := range []struct {
+		what  string
+		names []string
+	}{{"cache lease", leases}, {"cache pin", pins}} {
+		switch len(k.names) {
+		case 0:
+		case 1:
+			parts = append(parts, fmt.Sprintf("1 %s %s", k.what, quoteList(k.names)))
+		default:
+			parts = append(parts, fmt.Sprintf("%d %ss %s", len(k.names), k.what, quoteList(k.names)))
+		}
+	}
+	return strings.Join(parts, " and ")
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "[" + strings.Join(q, " ") + "]"
+}
+
+// closeNote is the outcome of the runtime's Close at the end of a
+// script, with the cache leases and pins the script left held added to
+// the note of what was still outstanding: like the runtime's leases and
+// holds, they are released at close, and it is not a failure. The result
+// is an *system.OutstandingError (errors.As) whenever err is one or
+// only cache leases and pins were left; any other error is unchanged.
+func (r *Runner) closeNote(err error) error {
+	held := r.caches.cacheOutstanding()
+	if held == "" {
+		return err
+	}
+	var oe *system.OutstandingError
+	switch {
+	case err == nil:
+		return &outstandingNote{base: &system.OutstandingError{}, text: "residency: closed with " + held + " still held (released at close)"}
+	case errors.As(err, &oe):
+		return &outstandingNote{base: err, text: err.Error() + "; " + held + " still held (released at close)"}
+	}
+	return err
+}
+
+// outstandingNote is a Close outcome with the script's cache leases and
+// pins added to its message.
+type outstandingNote struct {
+	base error // an *system.OutstandingError
+	text string
+}
+
+func (e *outstandingNote) Error() string { return e.text }
+func (e *outstandingNote) Unwrap() error { return e.base }
+
+func parseCacheRelease(o *Op, f *jsonline.Fields) {
+	o.cache = &cacheSpec{}
+	o.lease = f.Str("lease")
+}
