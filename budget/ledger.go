@@ -133,7 +133,8 @@ type Ledger struct {
 
 // New returns an empty ledger with the configured locations. Errors: a
 // missing manager id, a malformed or duplicate location, a budget ≤ 0, a
-// negative trace capacity ([*InvalidInputError]).
+// negative trace capacity, a spill target that is malformed, not
+// configured or equal to its own location ([*InvalidInputError]).
 func New(cfg Config) (*Ledger, error) {
 	if cfg.ManagerID == "" {
 		return nil, invalidf("manager id is required")
