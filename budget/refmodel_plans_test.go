@@ -242,4 +242,3 @@ func refExec(phase string, a *Action, ai int, r *ReservationSpec, ri int, report
 	}
 	return fmt.Sprintf("exec{%s action=%s/%d reservation=%s/%d report=%d cause=%s}", phase, act, ai, res, ri, report, cause)
 }
-
