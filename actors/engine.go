@@ -31,26 +31,9 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testhooks"
 	"github.com/residency-go/residency/messages"
 )
-
-// Hooks inject failures in tests. Nil hooks do nothing.
-type Hooks struct {
-	// PanicOnTransfer makes the value actor panic before carrying out an
-	// effect for which it returns true.
-	PanicOnTransfer func(budget.Effect) bool
-	// PanicOnAllocate makes the location actor panic while allocating a
-	// key; its supervision strategy answers the allocation with an error
-	// and restarts it.
-	PanicOnAllocate func(messages.BufferKey) bool
-	// AfterLedger is called by the supervisor after the ledger handled a
-	// request and before the reply is sent, with the request's kind (the
-	// message type's name: "Acquire", "Register", "Transition", …). A
-	// panic in it stands for a ledger invariant panic: the change is
-	// applied, the caller has no reply yet, and the supervisor must stop
-	// the runtime with a [*FatalError].
-	AfterLedger func(request string)
-}
 
 // Config configures an [Engine].
 type Config struct {
@@ -62,7 +45,9 @@ type Config struct {
 	// passes it to the backend as a deadline, and an allocation that
 	// returns after it is freed again and fails. 0 = 30s.
 	AllocTimeout time.Duration
-	Hooks        Hooks
+	// Hooks inject failures; only the project's tests can make them
+	// (package internal/testhooks).
+	Hooks testhooks.Hooks
 }
 
 // Engine is a running set of actors around one ledger.
@@ -75,7 +60,7 @@ type Engine struct {
 	sup          *supervisor // for direct calls (AcquireDirect)
 	backend      cuda.Backend
 	log          zerolog.Logger
-	hooks        Hooks
+	hooks        testhooks.Hooks
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID

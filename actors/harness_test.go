@@ -16,7 +16,9 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testhooks"
 	"github.com/residency-go/residency/messages"
 )
 
@@ -76,7 +78,7 @@ func (b *replyBox) next(t *testing.T) any {
 type harness struct {
 	t   *testing.T
 	eng *Engine
-	be  *soft.Backend
+	be  *faulty.Backend
 }
 
 type option func(*Config)
@@ -101,11 +103,15 @@ func ledgerConfig() budget.Config {
 	}
 }
 
-func newSoft(t *testing.T) *soft.Backend {
+// Hooks are the actors' test hooks (package internal/testhooks).
+type Hooks = testhooks.Hooks
+
+// newSoft returns the soft backend behind the fault-injecting decorator.
+func newSoft(t *testing.T) *faulty.Backend {
 	t.Helper()
 	be, err := soft.New(soft.Config{Locations: []string{locHost, locGPU0, locGPU1}})
 	require.NoError(t, err)
-	return be
+	return faulty.Wrap(be, soft.ErrorPrefix)
 }
 
 // start starts an engine over a fresh soft backend. Cleanup stops the

@@ -17,14 +17,17 @@ const (
 	CUDA
 )
 
+// String returns "pageable-host", "pinned-host" or "cuda".
 func (k LocationKind) String() string {
 	switch k {
 	case PageableHost:
 		return "pageable-host"
 	case PinnedHost:
 		return "pinned-host"
-	default:
+	case CUDA:
 		return "cuda"
+	default:
+		return "LocationKind(" + strconv.Itoa(int(k)) + ")"
 	}
 }
 
@@ -48,6 +51,32 @@ func (n LocationName) String() string {
 		s += "@" + n.Node
 	}
 	return s
+}
+
+// Local returns n without its node: the name as the node itself knows it.
+func (n LocationName) Local() LocationName {
+	n.Node = ""
+	return n
+}
+
+// LocalNames returns the names a device backend must serve for locs: the
+// distinct well-formed names among them, in order, each without its node
+// (a cluster node's runtime knows its own locations by their local
+// names). Malformed names are left out: the ledger refuses them.
+func LocalNames(locs []LocationConfig) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, l := range locs {
+		n, err := ParseLocation(l.Name)
+		if err != nil {
+			continue
+		}
+		if name := n.Local().String(); !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // ParseLocation parses a location name. It accepts exactly

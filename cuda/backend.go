@@ -5,22 +5,20 @@ import "context"
 // Backend performs physical allocations, copies and events for locations.
 //
 // A Backend is safe for concurrent use by multiple goroutines. Every method
-// except Name, Simulated, Faults and Close returns an error matching
-// [ErrClosed] once Close has been called.
+// except Name and Close returns an error matching [ErrClosed] once Close
+// has been called.
+//
+// A backend that only simulates devices says so by implementing
+// [Simulator] (see [IsSimulated]).
 type Backend interface {
 	// Name describes the backend for logs and diagnostics. The soft backend
 	// answers "soft (simulated devices)".
 	Name() string
 
-	// Simulated reports whether the backend only simulates devices (true
-	// for the soft backend, false for a backend that drives real GPUs).
-	Simulated() bool
-
 	// Allocate returns a new buffer of exactly bytes bytes at loc.
 	//
-	// An armed FaultAlloc at loc is consumed and returned as an
-	// [*InjectedFaultError]; a request that the location's capacity cannot
-	// hold returns an [*OutOfMemoryError]. A malformed loc returns a
+	// A request that the location's capacity cannot hold returns an
+	// [*OutOfMemoryError]. A malformed loc returns a
 	// [*LocationError], a well-formed but unconfigured loc an error matching
 	// [ErrUnknownLocation], bytes <= 0 an error matching [ErrInvalid].
 	// On any error nothing is allocated and no capacity is charged.
@@ -41,9 +39,7 @@ type Backend interface {
 	// value for the location target. target may differ from dst.Location()
 	// when dst is a temporary buffer; an empty target means dst.Location().
 	//
-	// An armed FaultReconstruct at target is consumed and returned as an
-	// [*InjectedFaultError] without calling loader. A loader error is
-	// returned wrapped (errors.Is finds it); a loader panic is recovered and
+	// A loader error is returned wrapped (errors.Is finds it); a loader panic is recovered and
 	// returned as a [*LoaderPanicError]. After any loader failure the
 	// contents of dst are unspecified.
 	Load(ctx context.Context, dst Buffer, target string, loader Loader) error
@@ -60,15 +56,28 @@ type Backend interface {
 	// location has no capacity limit (see [MemInfo.Unlimited]).
 	MemInfo(loc string) (MemInfo, error)
 
-	// Faults returns the backend's fault injector. It is never nil and
-	// stays usable after Close.
-	Faults() *Faults
-
 	// Close stops every stream goroutine of the backend, after draining
 	// the work already queued, and releases every live buffer. It is
 	// idempotent: later and concurrent calls wait for the first to finish
 	// and return nil. After Close every other method returns ErrClosed.
 	Close() error
+}
+
+// Simulator is implemented by a backend that may only simulate its
+// devices. Simulated reports true when no real device is behind the
+// backend (the soft backend), so that a program can say so in what it
+// prints. A decorator (cuda/faulty, say) implements it by asking the
+// backend it wraps.
+type Simulator interface {
+	Simulated() bool
+}
+
+// IsSimulated reports whether b says that it simulates its devices: b
+// implements [Simulator] and its Simulated returns true. A backend that
+// does not implement Simulator is taken to drive real devices.
+func IsSimulated(b Backend) bool {
+	s, ok := b.(Simulator)
+	return ok && s.Simulated()
 }
 
 // Loader fills dst, a buffer of exactly the size being loaded. It should
@@ -102,10 +111,8 @@ type Stream interface {
 	// CopyAsync enqueues a copy of src into dst. It returns an error at
 	// once only for bad input: a nil or foreign buffer, dst == src, sizes
 	// that differ ([ErrInvalid]), a freed buffer ([ErrFreed]) or a closed
-	// stream ([ErrClosed]). An armed FaultCopy at dst.Location() is
-	// consumed when the copy is enqueued; the copy then fails when it runs,
-	// leaving dst untouched, and the failure is reported as described on
-	// [Stream].
+	// stream ([ErrClosed]). A copy that fails when it runs is reported
+	// as described on [Stream].
 	CopyAsync(dst, src Buffer) error
 
 	// Record returns an event that completes once all work enqueued on

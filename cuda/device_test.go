@@ -43,8 +43,10 @@ func TestDefaultBudget(t *testing.T) {
 }
 
 func TestInjectedFaultErrorNamesItsBackend(t *testing.T) {
-	soft := &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: "cuda:1"}
+	soft := &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: "cuda:1", Backend: "soft backend"}
 	assert.Equal(t, "soft backend: injected copy fault at cuda:1", soft.Error())
+	unnamed := &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: "cuda:1"}
+	assert.Equal(t, "cuda: injected copy fault at cuda:1", unnamed.Error())
 	cu := &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: "cuda:0", Backend: "cu backend"}
 	assert.Equal(t, "cu backend: injected alloc fault at cuda:0", cu.Error())
 	assert.ErrorIs(t, cu, cuda.ErrInjectedFault)

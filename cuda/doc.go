@@ -1,19 +1,23 @@
 // Package cuda defines how the residency runtime talks to memory devices:
 // the [Backend] interface that allocates buffers, copies bytes on streams
-// and records events, plus the location names, fault injection and typed
-// errors every backend shares.
+// and records events, plus the location names, argument checks, fault
+// kinds and typed errors every backend shares.
 //
 // The package itself touches no device. Backends live in subpackages:
 //
 //   - [github.com/residency-go/residency/cuda/soft] simulates every
-//     location with ordinary Go memory and goroutines: the default, and the
-//     only backend on a machine without a GPU.
+//     location with ordinary Go memory and goroutines: the backend of a
+//     machine without a GPU. It is never chosen for the caller: a program
+//     opens it by name, and [IsSimulated] reports true for it.
 //   - github.com/residency-go/residency/cuda/cu drives real GPUs through the
 //     CUDA driver API (gorgonia.org/cu). It is compiled only with the build
 //     tag `cuda` and needs an NVIDIA driver and device to run (see its
 //     package documentation; `make cuda-check` builds it without a GPU).
 //
-// Both are tested by one suite, [github.com/residency-go/residency/cuda/conformance],
+// [github.com/residency-go/residency/cuda/faulty] is a decorator over any
+// backend that injects failures (see Fault injection below).
+//
+// Both backends are tested by one suite, [github.com/residency-go/residency/cuda/conformance],
 // which states the contract below as tests (the cu backend's run needs a
 // GPU, or the fake driver `make cuda-check` uses).
 //
@@ -34,13 +38,15 @@
 //	pinned-host     page-locked host memory (DMA-capable)
 //	cuda:N          the memory of GPU N (N = 0, 1, …)
 //
-// In cluster mode a name may carry a node, "cuda:0@node-b". [ParseLocation]
-// returns the kind and device ordinal and ignores the node;
-// [ParseLocationName] keeps it. The grammar is strict so that every location
-// has one spelling: N is decimal with no sign and no leading zero ("cuda:01"
-// is rejected), names are case-sensitive, and a node is a non-empty run of
-// letters, digits, '-', '_' and '.'. A malformed name is a [*LocationError]
-// naming the string. A backend is configured with a fixed set of locations;
+// In cluster mode a name may carry a node, "cuda:0@node-b". The grammar is
+// the ledger's, [github.com/residency-go/residency/budget.ParseLocation],
+// and [Kind] and [LocationName] are its types: one grammar for the runtime
+// and every backend. [ParseLocation] returns the kind and device ordinal
+// and ignores the node; [ParseLocationName] keeps it. The grammar is
+// strict so that every location has one spelling: N is decimal with no
+// sign and no leading zero ("cuda:01" is rejected), names are
+// case-sensitive, and a node is a non-empty run of letters, digits, '-',
+// '_' and '.'. A malformed name is a [*LocationError] naming the string. A backend is configured with a fixed set of locations;
 // a well-formed name outside that set gets an error matching
 // [ErrUnknownLocation].
 //
@@ -85,12 +91,19 @@
 // [Stream.Close]. A failed event does not poison streams that wait on it:
 // check its Err before relying on its bytes.
 //
+// # Argument checks
+//
+// Every backend checks its arguments the same way, with the same errors,
+// through a [Checker]: configuration, locations, sizes, copies, writes,
+// loaders and their targets, events. A backend's own checks are only the
+// ones that need its state (closed, foreign or freed buffers, capacity).
+//
 // # Fault injection
 //
-// Every backend exposes a [Faults] injector through [Backend.Faults]. Arming
-// a fault makes the next matching operation fail with an
-// [*InjectedFaultError]; arming twice fails the next two. Faults are keyed
-// by kind and exact location string:
+// Fault injection is not part of a backend: package cuda/faulty wraps any
+// backend in a decorator with a [Faults] injector. Arming a fault makes the
+// next matching operation fail with an [*InjectedFaultError]; arming twice
+// fails the next two. Faults are keyed by kind and exact location string:
 //
 //	FaultAlloc        the next Allocate at the location
 //	FaultCopy         the next CopyAsync whose destination is at the location
@@ -118,7 +131,7 @@
 //
 // # Concurrency and shutdown
 //
-// Backends, streams, events and [Faults] are safe for concurrent use.
+// Backends, streams, events, [Checker] and [Faults] are safe for concurrent use.
 // [Backend.Close] refuses new work with [ErrClosed], drains every stream,
 // stops their goroutines and releases all buffers; it is idempotent.
 package cuda

@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/residency-go/residency/budget"
 )
 
 // Sentinel errors. Backends wrap them with detail; match them with
@@ -41,20 +43,21 @@ func (e *OutOfMemoryError) Error() string {
 func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
 
 // InjectedFaultError is the failure produced by an armed fault (see
-// [Faults]). It matches errors.Is(err, ErrInjectedFault).
+// [Faults] and the decorator in package cuda/faulty). It matches
+// errors.Is(err, ErrInjectedFault).
 type InjectedFaultError struct {
 	Kind     FaultKind // which operation failed
 	Location string    // the location the fault was armed at
-	// Backend names the backend that injected the fault, as the message's
-	// prefix ("cu backend"). Empty reads as "soft backend": the soft
-	// backend leaves it empty.
+	// Backend names the backend whose operation was made to fail, as the
+	// message's prefix ("soft backend", "cu backend"). Empty reads as
+	// "cuda".
 	Backend string
 }
 
 func (e *InjectedFaultError) Error() string {
 	by := e.Backend
 	if by == "" {
-		by = "soft backend"
+		by = "cuda"
 	}
 	return fmt.Sprintf("%s: injected %s fault at %s", by, e.Kind, e.Location)
 }
@@ -80,15 +83,23 @@ func (e *LoaderPanicError) Unwrap() error {
 }
 
 // LocationError reports a malformed location name. It matches
-// errors.Is(err, ErrInvalid).
+// errors.Is(err, ErrInvalid); Unwrap returns the ledger's parse error (a
+// [*budget.InvalidInputError] saying what is wrong with the name).
 type LocationError struct {
-	Name   string // the string as given
-	Reason string // what is wrong with it
+	Name string // the string as given
+	Err  error  // why it is malformed
 }
 
 func (e *LocationError) Error() string {
-	return fmt.Sprintf("cuda: malformed location %q: %s", e.Name, e.Reason)
+	var ie *budget.InvalidInputError
+	if errors.As(e.Err, &ie) {
+		return "cuda: " + ie.Message
+	}
+	return fmt.Sprintf("cuda: malformed location %q: %v", e.Name, e.Err)
 }
 
 // Is reports whether target is ErrInvalid.
 func (e *LocationError) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the parse error.
+func (e *LocationError) Unwrap() error { return e.Err }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 )
 
@@ -21,8 +22,11 @@ func TestErrorTypesMatchTheirSentinels(t *testing.T) {
 		t.Errorf("message %q, want %q", o.Error(), want)
 	}
 
-	inj := &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: "cuda:0"}
+	inj := &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: "cuda:0", Backend: "soft backend"}
 	if want := "soft backend: injected alloc fault at cuda:0"; inj.Error() != want {
+		t.Errorf("message %q, want %q", inj.Error(), want)
+	}
+	if want := "cuda: injected copy fault at cuda:1"; (&cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: "cuda:1"}).Error() != want {
 		t.Errorf("message %q, want %q", inj.Error(), want)
 	}
 	if !errors.Is(inj, cuda.ErrInjectedFault) || errors.Is(inj, cuda.ErrOutOfMemory) {
@@ -41,8 +45,16 @@ func TestErrorTypesMatchTheirSentinels(t *testing.T) {
 		t.Errorf("message %q", (&cuda.LoaderPanicError{Value: "boom"}).Error())
 	}
 
-	if le := (&cuda.LocationError{Name: "gpu:0", Reason: "x"}); !errors.Is(le, cuda.ErrInvalid) || errors.Is(le, cuda.ErrUnknownLocation) {
+	_, err := cuda.ParseLocationName("gpu:0")
+	var le *cuda.LocationError
+	if !errors.As(err, &le) || !errors.Is(err, cuda.ErrInvalid) || errors.Is(err, cuda.ErrUnknownLocation) {
 		t.Error("LocationError matches the wrong sentinels")
+	}
+	if !errors.Is(err, budget.ErrInvalidInput) {
+		t.Error("LocationError does not unwrap to the ledger's parse error")
+	}
+	if want := `cuda: malformed location "gpu:0": want pageable-host, pinned-host or cuda:N`; err.Error() != want {
+		t.Errorf("message %q, want %q", err.Error(), want)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/staging"
 )
@@ -365,7 +366,7 @@ func newCkRuntime(devBudget int64) (*ledgerRuntime, error) {
 		_ = be.Close()
 		return nil, err
 	}
-	return &ledgerRuntime{be: be, led: led}, nil
+	return &ledgerRuntime{be: faulty.Wrap(be, soft.ErrorPrefix), led: led}, nil
 }
 
 // ---- hooks: claim and commit order, and holding the copy queue ----

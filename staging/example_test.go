@@ -13,9 +13,9 @@ import (
 // into the CPU block pool.
 func Example() {
 	ctx := context.Background()
-	sys, _ := system.Start(ctx, system.Options{Locations: []system.LocationConfig{
+	sys, _ := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.Limit("cuda:0", 1<<20),
-	}})
+	}}))
 	defer sys.Close(ctx)
 	p, err := staging.New(ctx, sys, staging.Config{
 		Device: "cuda:0", Slots: 2, SlotBytes: 4096,
@@ -58,9 +58,9 @@ func Example() {
 // cuda:0, until the request finishes.
 func Example_joinOnFinish() {
 	ctx := context.Background()
-	sys, _ := system.Start(ctx, system.Options{Locations: []system.LocationConfig{
+	sys, _ := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.Limit("cuda:0", 1<<20),
-	}})
+	}}))
 	defer sys.Close(ctx)
 	p, _ := staging.New(ctx, sys, staging.Config{
 		Device: "cuda:0", Slots: 1, SlotBytes: 1024,
@@ -90,9 +90,9 @@ func Example_joinOnFinish() {
 // Prioritize moves a task to the front of the copy queue.
 func ExamplePipeline_Prioritize() {
 	ctx := context.Background()
-	sys, _ := system.Start(ctx, system.Options{Locations: []system.LocationConfig{
+	sys, _ := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.NoLimit("cuda:0"),
-	}})
+	}}))
 	defer sys.Close(ctx)
 	p, _ := staging.New(ctx, sys, staging.Config{
 		Device: "cuda:0", Slots: 1, SlotBytes: 1024,

@@ -11,16 +11,17 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/staging"
 )
 
 // ledgerRuntime is a minimal staging.Runtime for this package's tests: the
 // soft backend (an honest simulation of pinned memory and a GPU in Go
-// memory) and the pure ledger of package budget for the named
+// memory) behind the fault injector, and the pure ledger of package budget for the named
 // reservations. The integration tests in tests/ use system.System.
 type ledgerRuntime struct {
-	be  *soft.Backend
+	be  *faulty.Backend
 	mu  sync.Mutex
 	led *budget.Ledger
 }
@@ -39,7 +40,7 @@ func newRuntime(t testing.TB, devBudget int64, sc soft.Config) *ledgerRuntime {
 	}
 	led, err := budget.New(budget.Config{ManagerID: "staging-test", Locations: cfgs})
 	require.NoError(t, err)
-	r := &ledgerRuntime{be: be, led: led}
+	r := &ledgerRuntime{be: faulty.Wrap(be, soft.ErrorPrefix), led: led}
 	t.Cleanup(func() { _ = be.Close() })
 	return r
 }

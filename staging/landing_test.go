@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/staging"
 )
@@ -23,7 +24,7 @@ func newRuntimePinned(t testing.TB, pinned int64) *ledgerRuntime {
 		{Name: "pageable-host"}, {Name: "pinned-host", HasBudget: true, BudgetBytes: pinned}, {Name: "cuda:0"}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = be.Close() })
-	return &ledgerRuntime{be: be, led: led}
+	return &ledgerRuntime{be: faulty.Wrap(be, soft.ErrorPrefix), led: led}
 }
 
 // Landing buffers (pinned host memory a device clone is copied into

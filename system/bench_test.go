@@ -22,7 +22,7 @@ const benchValues = 256
 func startBench(b *testing.B) (*System, []Handle) {
 	b.Helper()
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	s, err := startSoft(b, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func BenchmarkValueMemory(b *testing.B) {
 	const n = 100_000
 	for i := 0; i < b.N; i++ {
 		ctx := context.Background()
-		s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, DisableTrace: true})
+		s, err := startSoft(b, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, DisableTrace: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -36,7 +36,7 @@ type benchModel struct{ id int }
 func benchCache(b *testing.B) (*system.System, *system.Cache) {
 	b.Helper()
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}})
+	sys, err := startSoft(b, ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,8 +6,10 @@
 // # Starting and stopping
 //
 // [Start] takes the fixed set of locations and their budgets ([Limit],
-// [NoLimit]) and returns a [*System]. Without an explicit Backend it uses
-// the soft backend: an honest simulation of pinned memory and GPUs in
+// [NoLimit]) and the device backend, which the caller always names: there
+// is no default, so a program never runs on simulated devices by
+// accident. Pass cu.New (build tag cuda) for real GPUs, or [SoftBackend]
+// for the soft backend: an honest simulation of pinned memory and GPUs in
 // ordinary Go memory, with real bytes, real asynchronous copies on
 // goroutine streams and real events — no GPU needed. [System.Close] is
 // idempotent: it refuses new calls with [ErrClosed], lets transfers in

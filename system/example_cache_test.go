@@ -36,10 +36,10 @@ func loadWeights(name string, resident int64) func(context.Context) (*weights, i
 // there.
 func startCacheExample() (*system.System, *system.Cache) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{
+	sys, err := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"),
 		system.Limit("cuda:0", 100),
-	}})
+	}}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func closeCacheExample(sys *system.System, c *system.Cache) {
 
 func ExampleSystem_NewCache() {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}})
+	sys, err := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}}))
 	if err != nil {
 		log.Fatal(err)
 	}

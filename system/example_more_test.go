@@ -159,7 +159,7 @@ func ExampleSystem_Close() {
 // StateVersion reads the version without copying the state.
 func ExampleSystem_StateVersion() {
 	ctx := context.Background()
-	sys, _ := system.Start(ctx, system.Options{ManagerID: "rm-example", Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})
+	sys, _ := system.Start(ctx, simulated(system.Options{ManagerID: "rm-example", Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}))
 	defer sys.Close(ctx)
 	before, _ := sys.StateVersion(ctx)
 	_, _ = sys.Register(ctx, system.Value{Name: "kv-block", Bytes: 4096, At: "pageable-host"})

@@ -14,14 +14,14 @@ import (
 // instead of reloading it from its source.
 func ExampleOptions_spill() {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{
+	sys, err := system.Start(ctx, simulated(system.Options{
 		Locations: []system.LocationConfig{
 			system.NoLimit("pageable-host"),
 			system.Limit("pinned-host", 1<<20),
 			system.Limit("cuda:0", 64<<10),
 		},
 		Spill: map[string]string{"cuda:0": "pinned-host"},
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/system"
 )
 
@@ -13,14 +15,14 @@ import (
 // unlimited pageable host memory, 1 MiB of pinned memory and two simulated
 // GPUs of 64 KiB each.
 func startExample() *system.System {
-	sys, err := system.Start(context.Background(), system.Options{
+	sys, err := system.Start(context.Background(), simulated(system.Options{
 		Locations: []system.LocationConfig{
 			system.NoLimit("pageable-host"),
 			system.Limit("pinned-host", 1<<20),
 			system.Limit("cuda:0", 64<<10),
 			system.Limit("cuda:1", 64<<10),
 		},
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,6 +31,9 @@ func startExample() *system.System {
 
 func closeExample(sys *system.System) {
 	if err := sys.Close(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	if err := sys.Backend().Close(); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -49,23 +54,34 @@ func where(sys *system.System, name string) []string {
 
 func ExampleStart() {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{
-		Locations: []system.LocationConfig{
-			system.NoLimit("pageable-host"),
-			system.Limit("cuda:0", 16<<20),
-		},
-	})
+	locs := []system.LocationConfig{
+		system.NoLimit("pageable-host"),
+		system.Limit("cuda:0", 16<<20),
+	}
+	// There is no default backend. This example has no GPU, so it asks
+	// for simulated devices by name; on a GPU machine open cu.New (package
+	// cuda/cu, build tag cuda) over the same names instead.
+	backend, err := system.SoftBackend(locs, soft.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(sys.Backend().Name())
+	defer backend.Close() // after the runtime: Start never closes it
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: backend})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sys.Backend().Name(), cuda.IsSimulated(sys.Backend()))
+
+	_, err = system.Start(ctx, system.Options{Locations: locs})
+	fmt.Println("no backend:", errors.Is(err, system.ErrInvalidInput))
 
 	fmt.Println("close:", sys.Close(ctx))
 	fmt.Println("again:", sys.Close(ctx)) // idempotent
 	err = sys.Reserve(ctx, "cuda:0", "late", 1)
 	fmt.Println("after close:", errors.Is(err, system.ErrClosed))
 	// Output:
-	// soft (simulated devices)
+	// soft (simulated devices) true
+	// no backend: true
 	// close: <nil>
 	// again: <nil>
 	// after close: true

@@ -14,7 +14,7 @@ import (
 func TestStartRefusesNodeQualifiedLocation(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"cuda:0@node-b", "pageable-host@n1", "pinned-host@a.b_c-d"} {
-		s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit(name, 1<<20)}})
+		s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit(name, 1<<20)}})
 		require.Nil(t, s, name)
 		var inv *InvalidInputError
 		require.True(t, errors.As(err, &inv), "%s: %v", name, err)
@@ -23,11 +23,11 @@ func TestStartRefusesNodeQualifiedLocation(t *testing.T) {
 		require.Contains(t, err.Error(), "cluster")
 	}
 	// A malformed node qualifier is still the ledger's malformed-name error.
-	_, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("cuda:0@")}})
+	_, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("cuda:0@")}})
 	require.ErrorIs(t, err, ErrInvalidInput)
 	require.Contains(t, err.Error(), "malformed")
 	// Unqualified names still start.
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)}})
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)}})
 	require.NoError(t, err)
 	require.NoError(t, s.Close(ctx))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // Retired values leave nothing behind (issue 10, part 1): a discarded
@@ -58,7 +59,7 @@ func retireCycle(ctx context.Context, s *System, i int) (Handle, error) {
 		v = Value{Name: v.Name, Bytes: 64, At: "cuda:0"}
 	}
 	if i%64 == 0 {
-		s.Faults().Arm(cuda.FaultAlloc, "cuda:0")
+		testsys.Faults(s).Arm(cuda.FaultAlloc, "cuda:0")
 		_, err := s.Register(ctx, v)
 		var pe *PlanExecutionError
 		if !errors.As(err, &pe) {
@@ -146,7 +147,7 @@ func measureRetire(t testing.TB, s *System, n int) (retireFigures, Handle, Handl
 
 func TestRetiredValuesLeaveNothing(t *testing.T) {
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close(ctx)) }()
 	n := retireCycles(t)
@@ -189,7 +190,7 @@ func TestRetiredValuesLeaveNothing(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkRetire -benchtime 1000000x ./system/
 func BenchmarkRetire(b *testing.B) {
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	s, err := startSoft(b, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func BenchmarkLeaseUnderSnapshots(b *testing.B) {
 	skipUnless1M(b)
 	const n = 1000000
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	s, err := startSoft(b, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func BenchmarkResidentValueMemory(b *testing.B) {
 	const n = 1000000
 	for b.Loop() {
 		ctx := context.Background()
-		s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, DisableTrace: true})
+		s, err := startSoft(b, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, DisableTrace: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda/soft"
 )
 
@@ -21,11 +22,13 @@ import (
 // promises; it used to make 1 GiB at once).
 func TestSoftMemoryFollowsAdmission(t *testing.T) {
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 8<<30)}})
+	locs := []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 8<<30)}
+	be, err := soft.New(soft.Config{Locations: budget.LocalNames(locs)})
+	require.NoError(t, err)
+	defer be.Close()
+	s, err := Start(ctx, Options{Locations: locs, Backend: be})
 	require.NoError(t, err)
 	defer s.Close(ctx)
-	be, ok := s.Backend().(*soft.Backend)
-	require.True(t, ok, "the default backend is soft")
 
 	allocated := func(f func()) uint64 {
 		var before, after runtime.MemStats

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -26,10 +27,8 @@ type spillFixture struct {
 func newSpillFixture(t *testing.T, spill map[string]string) *spillFixture {
 	t.Helper()
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{
-		Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("pinned-host", 100), system.Limit("cuda:0", 100)},
-		Spill:     spill,
-	})
+	locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("pinned-host", 100), system.Limit("cuda:0", 100)}
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: testsys.Soft(t, locs), Spill: spill})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sys.Close(context.Background())) })
 	f := &spillFixture{sys: sys, data: bytes.Repeat([]byte{0xa5, 0x01}, 30)}
@@ -112,10 +111,10 @@ func TestSpillFailedDemotionDrops(t *testing.T) {
 	f := newSpillFixture(t, map[string]string{"cuda:0": "pinned-host"})
 	d := f.decide(t)
 	require.Equal(t, "pinned-host", d.Evictions[0].To)
-	f.sys.Faults().Arm(cuda.FaultCopy, "pinned-host")
+	testsys.Faults(f.sys).Arm(cuda.FaultCopy, "pinned-host")
 	rep, err := f.sys.Execute(ctx, d.Plan)
 	require.NoError(t, err, "a failed demotion does not fail the plan")
-	assert.Equal(t, 0, f.sys.Faults().Armed(cuda.FaultCopy, "pinned-host"), "the demotion's copy met the fault")
+	assert.Equal(t, 0, testsys.Faults(f.sys).Armed(cuda.FaultCopy, "pinned-host"), "the demotion's copy met the fault")
 	var kinds []string
 	for _, x := range rep.Transitions {
 		kinds = append(kinds, x.Kind+" "+x.Handle+" @"+x.Location)
@@ -138,7 +137,7 @@ func TestSpillRefusedTargets(t *testing.T) {
 		"target not configured": {"cuda:0": "pinned-host"},
 		"source not configured": {"cuda:1": "pageable-host"},
 	} {
-		_, err := system.Start(ctx, system.Options{Locations: locs, Spill: spill})
+		_, err := system.Start(ctx, system.Options{Locations: locs, Backend: testsys.Soft(t, locs), Spill: spill})
 		var ie *system.InvalidInputError
 		assert.ErrorAs(t, err, &ie, name)
 	}

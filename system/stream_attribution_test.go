@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // Copies of different values into one location share that location's
@@ -18,7 +19,7 @@ import (
 // with one armed fault each.
 func TestCopyFailureIsAttributedToItsOwnTransfer(t *testing.T) {
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestCopyFailureIsAttributedToItsOwnTransfer(t *testing.T) {
 			}
 			hs[i] = h
 		}
-		s.Faults().Arm(cuda.FaultCopy, "cuda:0")
+		testsys.Faults(s).Arm(cuda.FaultCopy, "cuda:0")
 		errs := make([]error, perRound)
 		var wg sync.WaitGroup
 		for i := range hs {

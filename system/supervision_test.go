@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+
+	"github.com/residency-go/residency/internal/testhooks"
 )
 
 // A location actor that crashes while allocating must fail the transfer
@@ -15,11 +17,11 @@ func TestLocationActorCrashFailsTransferAndRestarts(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
 	armed.Store(true)
-	s, err := Start(ctx, Options{
+	hooks := testhooks.Hooks{PanicOnAllocate: func(k BufferKey) bool {
+		return k.Location == "cuda:0" && armed.CompareAndSwap(true, false)
+	}}
+	s, err := startSoft(t, testhooks.With(ctx, hooks), Options{
 		Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)},
-		Hooks: Hooks{PanicOnAllocate: func(k BufferKey) bool {
-			return k.Location == "cuda:0" && armed.CompareAndSwap(true, false)
-		}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testhooks"
 	"github.com/residency-go/residency/messages"
 )
 
@@ -59,9 +60,7 @@ type (
 	ValueRecord           = budget.ValueRecord
 	MatState              = budget.MatState
 	UnavailableReason     = budget.UnavailableReason
-	// Hooks inject failures into the actors (tests only); their arguments
-	// are an Effect and a BufferKey.
-	Hooks      = actors.Hooks
+	// An effect the runtime carries out, and the key of a device buffer.
 	Effect     = budget.Effect
 	EffectKind = budget.EffectKind
 	BufferKey  = messages.BufferKey
@@ -104,7 +103,7 @@ const (
 	PhaseExit    = budget.PhaseExit
 )
 
-// Effect kinds (for Hooks).
+// Effect kinds.
 const (
 	EffectInitialize  = budget.EffectInitialize
 	EffectCopy        = budget.EffectCopy
@@ -173,12 +172,14 @@ type Options struct {
 	DisableTrace  bool
 	// StateLimit is the controller's default search limit (default 100,000).
 	StateLimit int
-	// Backend carries out allocations and copies. Default: the soft backend
-	// (an honest simulation in Go memory) over Locations, with
-	// SoftCapacity and SoftBandwidth.
-	Backend       cuda.Backend
-	SoftCapacity  map[string]int64
-	SoftBandwidth int64
+	// Backend carries out allocations and copies at Locations. Required:
+	// there is no default, so that a program never runs on simulated
+	// devices because an option was forgotten. Open it over the names of
+	// Locations (a cluster node's without their node qualification):
+	// cu.New (package cuda/cu, build tag cuda) for real GPUs, or
+	// [SoftBackend] to simulate every location in Go memory. The System
+	// uses it and never closes it: close it after [System.Close].
+	Backend cuda.Backend
 	// Logger receives structured logs (the runtime's and protoactor's).
 	// Default: none.
 	Logger *zerolog.Logger
@@ -196,8 +197,6 @@ type Options struct {
 	// sets LocationConfig.SpillTo of the locations it names. Default:
 	// none, and every decision is as without spill.
 	Spill map[string]string
-	// Hooks inject failures (tests only).
-	Hooks Hooks
 }
 
 // System is a running residency runtime. All methods are safe for
@@ -213,7 +212,6 @@ type System struct {
 	// releaseLateFn is s.releaseLate, made once: a method value allocates.
 	releaseLateFn func(any)
 	backend       cuda.Backend
-	ownsBack      bool
 	log           zerolog.Logger
 	managerID     string
 
@@ -234,10 +232,11 @@ type System struct {
 	stats callStats // every call's outcome, for Metrics
 }
 
-// Start starts a runtime. Errors: invalid options ([*InvalidInputError]:
-// no locations, a malformed or duplicate location, a budget ≤ 0, a
-// node-qualified location such as `cuda:0@node-b`, which only a cluster
-// node can name: see package system/cluster).
+// Start starts a runtime on opts.Backend. Errors: invalid options
+// ([*InvalidInputError]: no locations, a malformed or duplicate location, a
+// budget ≤ 0, a node-qualified location such as `cuda:0@node-b`, which
+// only a cluster node can name: see package system/cluster; a negative
+// AllocTimeout; no Backend, with a message naming the fix).
 func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -271,47 +270,51 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := refuseNodeQualified(opts.Locations); err != nil {
 		return nil, err
 	}
-	backend, owns := opts.Backend, false
-	if backend == nil {
-		names := make([]string, len(opts.Locations))
-		for i, l := range opts.Locations {
-			names[i] = l.Name
-		}
-		b, err := soft.New(soft.Config{Locations: names, Capacity: opts.SoftCapacity, BandwidthBytesPerSec: opts.SoftBandwidth})
-		if err != nil {
-			return nil, err
-		}
-		backend, owns = b, true
-	}
 	if opts.AllocTimeout < 0 {
-		if owns {
-			_ = backend.Close()
-		}
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
 	}
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: opts.Hooks})
+	backend := opts.Backend
+	if backend == nil {
+		return nil, &budget.InvalidInputError{Message: errNoBackend}
+	}
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx)})
 	if err != nil {
-		if owns {
-			_ = backend.Close()
-		}
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, ownsBack: owns, log: log, managerID: id}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id}
 	s.slots.reg = eng.System.ProcessRegistry
 	s.releaseLateFn = s.releaseLate
-	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Int("locations", len(opts.Locations)).Msg("residency started")
+	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Bool("simulated", cuda.IsSimulated(backend)).Int("locations", len(opts.Locations)).Msg("residency started")
 	return s, nil
 }
 
 // ManagerID returns the runtime's manager id.
 func (s *System) ManagerID() string { return s.managerID }
 
-// Backend returns the device backend (for streams and events of the
-// caller's own work).
-func (s *System) Backend() cuda.Backend { return s.backend }
+// SoftBackend opens the soft backend (package cuda/soft) for locs: every
+// location simulated in ordinary Go memory, with real bytes, goroutine
+// streams and real events; no GPU or driver is touched. It is how a
+// program asks for simulated devices by name: pass it as Options.Backend,
+// say so in what the program prints, and close it after [System.Close].
+//
+// cfg gives the simulated capacities, bandwidth and delay (see
+// soft.Config); its Locations are set to the distinct well-formed names
+// of locs, each without its node (a node's runtime knows its own
+// locations by their local names). Errors are soft.New's, such as a
+// capacity for a location not in locs.
+func SoftBackend(locs []LocationConfig, cfg soft.Config) (*soft.Backend, error) {
+	cfg.Locations = budget.LocalNames(locs)
+	return soft.New(cfg)
+}
 
-// Faults returns the backend's fault injector.
-func (s *System) Faults() *cuda.Faults { return s.backend.Faults() }
+// errNoBackend is the message of Start's refusal of a nil Backend.
+const errNoBackend = "no device backend: set Options.Backend to a backend opened over the locations " +
+	"(cu.New of package cuda/cu, build tag cuda, for GPUs; soft.New of package cuda/soft to simulate devices)"
+
+// Backend returns the device backend given in [Options] (for streams and
+// events of the caller's own work). [cuda.IsSimulated] tells whether its
+// devices are simulated.
+func (s *System) Backend() cuda.Backend { return s.backend }
 
 // call sends msg (built with a fresh reply slot) to the supervisor and
 // waits for the reply. onLate receives a reply that arrives after ctx
@@ -622,8 +625,8 @@ func (e *OutstandingError) Error() string {
 // Close shuts the runtime down: new calls get ErrClosed at once; transfers
 // in flight settle; outstanding leases, holds and pending events are
 // reported (an [*OutstandingError]) and released; every materialization is
-// freed, so every location is back to zero bytes; actors, streams and the
-// soft backend stop. Idempotent: later calls return the first result.
+// freed, so every location is back to zero bytes; actors and streams stop.
+// The backend stays open (close it after Close). Idempotent: later calls return the first result.
 // After a fatal stop Close frees every device buffer and returns the
 // [*FatalError].
 func (s *System) Close(ctx context.Context) error {
@@ -651,18 +654,12 @@ func (s *System) Close(ctx context.Context) error {
 		s.closeErr = fe
 		_ = s.eng.Stop(ctx)
 		s.slots.drain()
-		if s.ownsBack {
-			_ = s.backend.Close()
-		}
 		s.log.Error().Err(fe).Msg("residency closed after a fatal stop")
 		return s.closeErr
 	}
 	if err != nil {
 		s.closeErr = fmt.Errorf("residency: close: waiting for transfers in flight: %w", err)
 		_ = s.eng.Stop(context.Background())
-		if s.ownsBack {
-			_ = s.backend.Close()
-		}
 		return s.closeErr
 	}
 	rep := r.(*messages.ShutdownReply)
@@ -671,11 +668,6 @@ func (s *System) Close(ctx context.Context) error {
 		s.closeErr = err
 	}
 	s.slots.drain()
-	if s.ownsBack {
-		if err := s.backend.Close(); err != nil && s.closeErr == nil {
-			s.closeErr = err
-		}
-	}
 	if rep.Err != nil && s.closeErr == nil {
 		s.closeErr = rep.Err
 	}

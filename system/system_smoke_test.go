@@ -8,7 +8,7 @@ import (
 
 func TestSmokeRuntime(t *testing.T) {
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("pinned-host", 1<<20), Limit("cuda:0", 1<<20)}})
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("pinned-host", 1<<20), Limit("cuda:0", 1<<20)}})
 	if err != nil {
 		t.Fatal(err)
 	}

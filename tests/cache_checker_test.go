@@ -473,7 +473,7 @@ func (m *modelChecker) wantClosedErr(err error) {
 
 func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget)}, TraceCapacity: 16})
+	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget)}, TraceCapacity: 16})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "model"})
@@ -1262,7 +1262,7 @@ func (w *ckWorker) checkBusy(what string, err error, key string, requested int64
 
 func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, ops int) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget*2)}, TraceCapacity: 16})
+	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget*2)}, TraceCapacity: 16})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "concurrent"})

@@ -52,7 +52,7 @@ func TestCacheStress(t *testing.T) {
 		loads = 500
 	}
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", budget)}, TraceCapacity: 16})
+	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", budget)}, TraceCapacity: 16})
 	require.NoError(t, err)
 	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "stress"})
 	require.NoError(t, err)

@@ -135,7 +135,7 @@ func TestCloseReportsAndReleasesOutstanding(t *testing.T) {
 
 func TestCloseWithNothingOutstanding(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: fourLocations(0, 0, 0)})
+	sys, err := startSoft(t, ctx, system.Options{Locations: fourLocations(0, 0, 0)})
 	must(t, err, "start")
 	h := register(t, sys, system.Value{Name: "v", Bytes: 10, At: "cuda:0"})
 	l, err := sys.Acquire(ctx, h, "cuda:0")
@@ -202,7 +202,7 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 		{"trace", func() error { _, err := sys.Trace(cancelled); return err }},
 		{"lookup", func() error { _, err := sys.Lookup(cancelled, "w"); return err }},
 		{"start", func() error {
-			_, err := system.Start(cancelled, system.Options{Locations: fourLocations(0, 0, 0)})
+			_, err := startSoft(t, cancelled, system.Options{Locations: fourLocations(0, 0, 0)})
 			return err
 		}},
 	}
@@ -241,7 +241,7 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 // snapshot is all zeros.
 func TestCloseSettlesTransfersInFlight(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: fourLocations(0, 0, 1<<20)})
+	sys, err := startSoft(t, ctx, system.Options{Locations: fourLocations(0, 0, 1<<20)})
 	must(t, err, "start")
 	ld := newBlockingLoader(pattern(3000, 8))
 	h := register(t, sys, system.Value{Name: "s", Bytes: 3000, Source: "pinned-host", Loader: ld.load})

@@ -17,7 +17,9 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -31,10 +33,11 @@ func edgeStart(t *testing.T, wrap func(*soft.Backend) cuda.Backend) (*system.Sys
 	sb, err := soft.New(soft.Config{Locations: edgeLocations})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sb.Close() }) // runs after the runtime's Close
-	var b cuda.Backend = sb
+	var inner cuda.Backend = sb
 	if wrap != nil {
-		b = wrap(sb)
+		inner = wrap(sb)
 	}
+	b := faulty.Wrap(inner, soft.ErrorPrefix) // the tests arm faults
 	return start(t, system.Options{Locations: fourLocations(0, 1000, 1000), Backend: b}), b
 }
 
@@ -75,8 +78,8 @@ func TestEdgeMoveOntoItselfIsANoOp(t *testing.T) {
 	w := register(t, sys, system.Value{Name: "w", Bytes: 100, At: "cuda:0", Data: data})
 	r := register(t, sys, system.Value{Name: "r", Bytes: 100, Mode: system.Replicable, At: "pinned-host", Data: data})
 	must(t, sys.Copy(ctx, r, "pinned-host", "cuda:1"), "copy r")
-	sys.Faults().Arm(cuda.FaultAlloc, "cuda:0")
-	sys.Faults().Arm(cuda.FaultCopy, "cuda:1")
+	testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:0")
+	testsys.Faults(sys).Arm(cuda.FaultCopy, "cuda:1")
 
 	moveOntoItself := func(what string, h system.Handle, loc string) {
 		t.Helper()
@@ -99,9 +102,9 @@ func TestEdgeMoveOntoItselfIsANoOp(t *testing.T) {
 	assert.Empty(t, rep.Transitions)
 	unchanged(t, sys, before, "execute of enters from L to L")
 
-	assert.Equal(t, 1, sys.Faults().Armed(cuda.FaultAlloc, "cuda:0"), "a no-op consumes no fault")
-	assert.Equal(t, 1, sys.Faults().Armed(cuda.FaultCopy, "cuda:1"), "a no-op consumes no fault")
-	sys.Faults().Reset()
+	assert.Equal(t, 1, testsys.Faults(sys).Armed(cuda.FaultAlloc, "cuda:0"), "a no-op consumes no fault")
+	assert.Equal(t, 1, testsys.Faults(sys).Armed(cuda.FaultCopy, "cuda:1"), "a no-op consumes no fault")
+	testsys.Faults(sys).Reset()
 	got, err := lease.Read(ctx)
 	require.NoError(t, err)
 	requireBytes(t, data, got, "w after the no-op moves")
@@ -123,7 +126,7 @@ func TestEdgeRegisterAtAllocFaultRetiresTheHandle(t *testing.T) {
 	sys, b := edgeStart(t, nil)
 	register(t, sys, system.Value{Name: "other", Bytes: 10, At: "cuda:0"})
 	before := snapshot(t, sys)
-	sys.Faults().Arm(cuda.FaultAlloc, "cuda:0")
+	testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:0")
 	_, err := sys.Register(ctx, system.Value{Name: "n", Bytes: 100, Mode: system.Replicable, At: "cuda:0", Data: pattern(100, 1)})
 	pe := as[*system.PlanExecutionError](t, err, "register with an alloc fault")
 	require.NotNil(t, pe.FailedAction)
@@ -136,8 +139,8 @@ func TestEdgeRegisterAtAllocFaultRetiresTheHandle(t *testing.T) {
 	assert.Equal(t, []string{"admit", "fail"}, kinds(pe.PartialReport))
 	requireConsecutive(t, pe.PartialReport, before.StateVersion)
 	ife := as[*cuda.InjectedFaultError](t, err, "cause")
-	assert.Equal(t, cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: "cuda:0"}, *ife)
-	assert.Zero(t, sys.Faults().Armed(cuda.FaultAlloc, "cuda:0"), "fault consumed")
+	assert.Equal(t, cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: "cuda:0", Backend: soft.ErrorPrefix}, *ife)
+	assert.Zero(t, testsys.Faults(sys).Armed(cuda.FaultAlloc, "cuda:0"), "fault consumed")
 
 	after := snapshot(t, sys)
 	assert.Equal(t, before.StateVersion+2, after.StateVersion, "2 versions: admit, fail")
@@ -183,10 +186,10 @@ func TestEdgeReconstructionFaultsInOrder(t *testing.T) {
 	ctx := context.Background()
 	const L, S = "cuda:0", "pinned-host"
 	faults := []cuda.InjectedFaultError{
-		{Kind: cuda.FaultAlloc, Location: L},
-		{Kind: cuda.FaultAlloc, Location: S},
-		{Kind: cuda.FaultReconstruct, Location: L},
-		{Kind: cuda.FaultCopy, Location: L},
+		{Kind: cuda.FaultAlloc, Location: L, Backend: soft.ErrorPrefix},
+		{Kind: cuda.FaultAlloc, Location: S, Backend: soft.ErrorPrefix},
+		{Kind: cuda.FaultReconstruct, Location: L, Backend: soft.ErrorPrefix},
+		{Kind: cuda.FaultCopy, Location: L, Backend: soft.ErrorPrefix},
 	}
 	data := pattern(300, 5)
 	var loads atomic.Int64
@@ -217,9 +220,9 @@ func TestEdgeReconstructionFaultsInOrder(t *testing.T) {
 		t.Run("alone "+f.Error(), func(t *testing.T) {
 			sys, b := edgeStart(t, nil)
 			s := newValue(t, sys)
-			sys.Faults().Arm(f.Kind, f.Location)
+			testsys.Faults(sys).Arm(f.Kind, f.Location)
 			placeFails(t, sys, s, f)
-			assert.Zero(t, sys.Faults().Armed(f.Kind, f.Location), "fault consumed")
+			assert.Zero(t, testsys.Faults(sys).Armed(f.Kind, f.Location), "fault consumed")
 			must(t, sys.Place(ctx, s, L), "place once the fault is spent")
 			got, err := sys.Read(ctx, s, L)
 			require.NoError(t, err)
@@ -231,7 +234,7 @@ func TestEdgeReconstructionFaultsInOrder(t *testing.T) {
 		sys, b := edgeStart(t, nil)
 		s := newValue(t, sys)
 		for _, f := range faults {
-			sys.Faults().Arm(f.Kind, f.Location)
+			testsys.Faults(sys).Arm(f.Kind, f.Location)
 		}
 		loads.Store(0)
 		for _, f := range faults {

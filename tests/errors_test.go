@@ -8,6 +8,8 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -399,14 +401,14 @@ func TestPlanExecutionErrorDirect(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := snapshot(t, sys)
-			sys.Faults().Arm(c.fault, c.at)
+			testsys.Faults(sys).Arm(c.fault, c.at)
 			err := c.call()
 			action := c.action
 			pe := checkExecErr(t, err, budget.PhaseExecute, &action, 0, nil, -1, []string{"admit", "fail"})
 			requireConsecutive(t, pe.PartialReport, before.StateVersion)
 			ife := as[*cuda.InjectedFaultError](t, err, "cause")
-			equal(t, cuda.InjectedFaultError{Kind: c.fault, Location: c.at}, *ife, "injected fault")
-			if n := sys.Faults().Armed(c.fault, c.at); n != 0 {
+			equal(t, cuda.InjectedFaultError{Kind: c.fault, Location: c.at, Backend: soft.ErrorPrefix}, *ife, "injected fault")
+			if n := testsys.Faults(sys).Armed(c.fault, c.at); n != 0 {
 				t.Fatalf("fault not consumed: %d armed", n)
 			}
 			// Nothing stays: the same materializations and bytes as before,
@@ -449,7 +451,7 @@ func TestPlanExecutionErrorExecute(t *testing.T) {
 		},
 	}
 	before := snapshot(t, sys)
-	sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
+	testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:1")
 	_, err := sys.Execute(ctx, plan)
 	pe := checkExecErr(t, err, budget.PhaseExecute, &plan.Enter[1], 1, nil, -1,
 		[]string{"reserve", "admit", "complete", "remove", "admit", "fail"})
@@ -518,7 +520,7 @@ func TestPlanExecutionErrorScopeEnter(t *testing.T) {
 				must(t, sys.Copy(ctx, victim, "pinned-host", "cuda:0"), "reset victim")
 			}
 			before := snapshot(t, sys)
-			sys.Faults().Arm(cuda.FaultCopy, plan.Enter[nth].Location)
+			testsys.Faults(sys).Arm(cuda.FaultCopy, plan.Enter[nth].Location)
 			sc := sys.NewScope(plan)
 			err := sc.Enter(ctx)
 			want := []string{"remove", "reserve", "reserve"}
@@ -786,7 +788,7 @@ func TestRegistrationFailureRetiresHandle(t *testing.T) {
 	ctx := context.Background()
 	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1000)})
 	before := snapshot(t, sys)
-	sys.Faults().Arm(cuda.FaultAlloc, "cuda:0")
+	testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:0")
 	_, err := sys.Register(ctx, system.Value{Name: "n", Bytes: 100, At: "cuda:0"})
 	pe := as[*system.PlanExecutionError](t, err, "register with an allocation fault")
 	if pe.Phase != budget.PhaseExecute || pe.FailedAction == nil || pe.FailedAction.Location != "cuda:0" || pe.FailedAction.Handle.Name != "n" {

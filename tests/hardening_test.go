@@ -18,6 +18,8 @@ import (
 
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testhooks"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -179,7 +181,7 @@ func TestAllocationTimeoutLeavesNoUnchargedBuffer(t *testing.T) {
 }
 
 func TestNegativeAllocTimeoutIsInvalid(t *testing.T) {
-	_, err := system.Start(context.Background(), system.Options{Locations: fourLocations(0, 0, 0), AllocTimeout: -time.Second})
+	_, err := startSoft(t, context.Background(), system.Options{Locations: fourLocations(0, 0, 0), AllocTimeout: -time.Second})
 	require.ErrorIs(t, err, system.ErrInvalidInput)
 }
 
@@ -329,7 +331,7 @@ func TestAdmitEvidenceAndFailures(t *testing.T) {
 	assert.Equal(t, before, snapshot(t, sys).StateVersion)
 
 	// A failure during entry: a PlanExecutionError, the decision alongside.
-	sys.Faults().Arm(cuda.FaultAlloc, "cuda:0")
+	testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:0")
 	sc, d, err = sys.Admit(ctx, system.Request{Name: "faulty", Requirements: []system.Requirement{{Handle: h, Tiers: [][]string{{"cuda:0"}}}}})
 	var pe *system.PlanExecutionError
 	require.ErrorAs(t, err, &pe)
@@ -398,13 +400,13 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 	require.NoError(t, err)
 	defer backend.Close()
 	var armed atomic.Bool
-	sys := start(t, system.Options{Locations: fourLocations(0, 0, 1<<20), Backend: backend, Hooks: system.Hooks{
+	sys := startHooked(t, testhooks.Hooks{
 		AfterLedger: func(request string) {
 			if request == "Acquire" && armed.CompareAndSwap(true, false) {
 				panic("injected ledger invariant panic (test hook)")
 			}
 		},
-	}})
+	}, system.Options{Locations: fourLocations(0, 0, 1<<20), Backend: backend})
 	h := register(t, sys, system.Value{Name: "resident", Bytes: 4096, At: "cuda:0", Data: pattern(4096, 1)})
 	// A transfer in flight: its caller waits on the supervisor too.
 	entered, release := make(chan struct{}, 1), make(chan struct{})

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/internal/testhooks"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -27,10 +29,30 @@ func TestMain(m *testing.M) {
 // closes it itself makes that close a no-op).
 func start(t *testing.T, opts system.Options) *system.System {
 	t.Helper()
-	sys, err := system.Start(context.Background(), opts)
+	sys, err := startSoft(t, context.Background(), opts)
 	must(t, err, "start")
 	t.Cleanup(func() { _ = sys.Close(context.Background()) })
 	return sys
+}
+
+// startHooked is start with test hooks in the runtime's actors (package
+// internal/testhooks).
+func startHooked(t *testing.T, h testhooks.Hooks, opts system.Options) *system.System {
+	t.Helper()
+	sys, err := startSoft(t, testhooks.With(context.Background(), h), opts)
+	must(t, err, "start")
+	t.Cleanup(func() { _ = sys.Close(context.Background()) })
+	return sys
+}
+
+// startSoft is system.Start on the soft backend behind the fault injector
+// (testsys.Soft, closed when the test ends) when opts names no backend.
+func startSoft(tb testing.TB, ctx context.Context, opts system.Options) (*system.System, error) {
+	tb.Helper()
+	if opts.Backend == nil {
+		opts.Backend = testsys.Soft(tb, opts.Locations)
+	}
+	return system.Start(ctx, opts)
 }
 
 // fourLocations is the usual configuration: every location kind, the

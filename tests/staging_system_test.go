@@ -14,6 +14,7 @@ import (
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
 )
@@ -295,7 +296,7 @@ func TestStagingCopyFailureWakesWaitersAndPoisons(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, clones(snapshot(t, sys), "kv"), 1)
 
-	sys.Faults().Arm(cuda.FaultCopy, "pinned-host") // the step's copy into its slot fails
+	testsys.Faults(sys).Arm(cuda.FaultCopy, "pinned-host") // the step's copy into its slot fails
 	freeze := newStGate()
 	st, err := p.Stage(ctx, devBuf(t, sys, pattern(4*stRow, 6)), freeze)
 	require.NoError(t, err)

@@ -25,7 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -291,7 +293,7 @@ func (w *cancelWorker) step() {
 	switch {
 	case n < 3: // inject a fault
 		kinds := []cuda.FaultKind{cuda.FaultAlloc, cuda.FaultCopy, cuda.FaultReconstruct}
-		sys.Faults().Arm(kinds[w.r.IntN(len(kinds))], w.loc())
+		testsys.Faults(sys).Arm(kinds[w.r.IntN(len(kinds))], w.loc())
 		w.tally.armed++
 	case n < 10:
 		w.register()
@@ -769,7 +771,7 @@ func TestStressCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, cancelBudgets[l], mi.TotalBytes, "%s: capacity equals budget", l)
 	}
-	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: backend, TraceCapacity: 256})
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: faulty.Wrap(backend, soft.ErrorPrefix), TraceCapacity: 256})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sys.Close(context.Background()) })
 	began := time.Now()
@@ -896,7 +898,7 @@ func TestStressCancel(t *testing.T) {
 	// Every worker stopped and released what it knew of; every event is
 	// complete. What abandoned calls took must be handed back by the
 	// runtime itself: wait for a state without any protection.
-	sys.Faults().Reset()
+	testsys.Faults(sys).Reset()
 	waitUntil(t, sys, "no protection, transfer, temporary charge or reservation left", cancelQuiet)
 
 	// Every materialization is removable: discard half the values, and

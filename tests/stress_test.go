@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/testhooks"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/messages"
 	"github.com/residency-go/residency/system"
 )
@@ -397,11 +399,11 @@ func TestStress(t *testing.T) {
 	ctx := context.Background()
 	backend, err := soft.New(soft.Config{Locations: stressLocations})
 	must(t, err, "soft backend")
-	sys, err := system.Start(ctx, system.Options{
+	sys, err := startSoft(t, ctx, system.Options{
 		Locations: []system.LocationConfig{
 			system.Limit("pageable-host", 512<<10), system.Limit("pinned-host", 128<<10),
 			system.Limit("cuda:0", 96<<10), system.Limit("cuda:1", 96<<10)},
-		Backend:       backend,
+		Backend:       faulty.Wrap(backend, soft.ErrorPrefix),
 		TraceCapacity: 4096,
 	})
 	must(t, err, "start")
@@ -451,7 +453,7 @@ func TestStress(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < opsPer; i++ {
-				w.step(ctx, sys.Faults())
+				w.step(ctx, testsys.Faults(sys))
 			}
 		}()
 	}
@@ -574,15 +576,14 @@ func TestValueActorCrashIsSupervised(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
 	var crashes atomic.Int32
-	sys := start(t, system.Options{
+	sys := startHooked(t, testhooks.Hooks{PanicOnTransfer: func(e budget.Effect) bool {
+		if e.Handle.Name == "victim" && e.Location == "cuda:0" && armed.CompareAndSwap(true, false) {
+			crashes.Add(1)
+			return true
+		}
+		return false
+	}}, system.Options{
 		Locations: fourLocations(0, 0, 1<<20),
-		Hooks: actors.Hooks{PanicOnTransfer: func(e budget.Effect) bool {
-			if e.Handle.Name == "victim" && e.Location == "cuda:0" && armed.CompareAndSwap(true, false) {
-				crashes.Add(1)
-				return true
-			}
-			return false
-		}},
 	})
 	data := pattern(10000, 0x11)
 	h := register(t, sys, system.Value{Name: "victim", Bytes: 10000, At: "pinned-host", Data: data})
@@ -626,11 +627,10 @@ func TestValueActorCrashIsSupervised(t *testing.T) {
 func TestLocationActorAllocationPanic(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
-	sys := start(t, system.Options{
+	sys := startHooked(t, testhooks.Hooks{PanicOnAllocate: func(k messages.BufferKey) bool {
+		return k.Location == "cuda:1" && armed.CompareAndSwap(true, false)
+	}}, system.Options{
 		Locations: fourLocations(0, 0, 1<<20),
-		Hooks: actors.Hooks{PanicOnAllocate: func(k messages.BufferKey) bool {
-			return k.Location == "cuda:1" && armed.CompareAndSwap(true, false)
-		}},
 	})
 	data := pattern(5000, 0x21)
 	h := register(t, sys, system.Value{Name: "w", Bytes: 5000, Mode: system.Replicable, At: "pinned-host", Data: data})

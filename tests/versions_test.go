@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
 
@@ -73,8 +74,8 @@ func TestStateVersionAccounting(t *testing.T) {
 		if _, err := sys.Trace(ctx); err != nil {
 			return err
 		}
-		sys.Faults().Arm(cuda.FaultAlloc, "pageable-host")
-		sys.Faults().Reset()
+		testsys.Faults(sys).Arm(cuda.FaultAlloc, "pageable-host")
+		testsys.Faults(sys).Reset()
 		return nil
 	})
 	step("evict", 1, func() error { return sys.Evict(ctx, r, "cuda:1") })
@@ -143,7 +144,7 @@ func TestFaultsNotConsumedByReadsOrNoOps(t *testing.T) {
 	r := register(t, sys, system.Value{Name: "r", Bytes: 10, Mode: system.Replicable, At: "pinned-host"})
 	must(t, sys.Copy(ctx, r, "pinned-host", "cuda:0"), "copy")
 	x := register(t, sys, system.Value{Name: "x", Bytes: 10, At: "pinned-host"})
-	f := sys.Faults()
+	f := testsys.Faults(sys)
 	f.Arm(cuda.FaultAlloc, "cuda:0")
 	f.Arm(cuda.FaultCopy, "cuda:0")
 	plan := system.Plan{Enter: []system.Action{{Handle: x, Location: "cuda:0"}}}

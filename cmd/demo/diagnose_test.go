@@ -286,7 +286,7 @@ func TestDiagnoseEvidenceFiles(t *testing.T) {
 // with encoding/json (the system's own types) read as the replay output's.
 func TestDiagnoseEvidenceFromTheAPI(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{ManagerID: "app", Locations: []system.LocationConfig{system.NoLimit("pinned-host"), system.Limit("cuda:0", 1000)}})
+	sys, err := startSoft(t, ctx, system.Options{ManagerID: "app", Locations: []system.LocationConfig{system.NoLimit("pinned-host"), system.Limit("cuda:0", 1000)}})
 	require.NoError(t, err)
 	w, err := sys.Register(ctx, system.Value{Name: "w", Bytes: 400, Mode: system.Replicable, At: "pinned-host"})
 	require.NoError(t, err)

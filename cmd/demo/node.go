@@ -212,9 +212,15 @@ func isLoopbackHost(addr string) bool {
 // leaves the cluster when ctx ends.
 func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerolog.Logger, stdin io.Reader, stdout io.Writer) int {
 	log := rtLog.With().Str("node", c.name).Logger()
+	backend, err := newSoftBackend(c.locations) // simulated devices, asked for by name
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start the node")
+		return 1
+	}
+	defer backend.Close()
 	opts := cluster.NodeOptions{
 		Name: c.name, ClusterName: c.clusterName, Addr: c.addr, TLS: tlsConf,
-		Options:        system.Options{Locations: c.locations, Logger: &rtLog},
+		Options:        system.Options{Locations: c.locations, Logger: &rtLog, Backend: backend},
 		RequestTimeout: c.requestTimeout, RefreshInterval: c.refresh,
 	}
 	switch c.provider {

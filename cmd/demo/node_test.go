@@ -152,7 +152,7 @@ func TestReadCommandLine(t *testing.T) {
 // allocated the 256 MiB before the budget refused them.
 func TestRegisterPatternAdmitsFirst(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{ManagerID: "node-test", Locations: []system.LocationConfig{
+	sys, err := startSoft(t, ctx, system.Options{ManagerID: "node-test", Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"), system.Limit("cuda:0", 8<<20)}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()

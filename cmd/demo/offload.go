@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
 )
@@ -288,6 +289,7 @@ type offloadRun struct {
 	ctx       context.Context
 	cfg       offloadConfig
 	sys       *system.System
+	backend   cuda.Backend
 	p         *staging.Pipeline
 	rep       *offloadReport
 	rowBytes  int64
@@ -307,7 +309,7 @@ func runOffload(ctx context.Context, cfg offloadConfig, rows []traceRow) (*offlo
 	if err != nil {
 		return nil, err
 	}
-	defer o.sys.Close(context.WithoutCancel(ctx))
+	defer o.close()
 	o.rep.Requests = len(rows)
 	t0 := rows[0].at
 	o.rep.TraceSeconds = rows[len(rows)-1].at.Sub(t0).Seconds()
@@ -379,16 +381,22 @@ func startOffload(ctx context.Context, cfg offloadConfig) (*offloadRun, error) {
 	rowBytes := blockTokens * cfg.bytesPerToken
 	gib := func(n int64) int64 { return n << 30 / scale }
 	poolSlots := int(gib(128) / rowBytes)
-	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: []system.LocationConfig{
+	locs := []system.LocationConfig{
 		system.Limit("pageable-host", gib(192)), system.Limit("pinned-host", gib(64)),
 		system.Limit("cuda:0", gib(80)),
-	}})
+	}
+	backend, err := newSoftBackend(locs) // simulated devices, asked for by name
 	if err != nil {
 		return nil, err
 	}
-	o := &offloadRun{ctx: ctx, cfg: cfg, sys: sys, rowBytes: rowBytes, poolSlots: poolSlots}
+	sys, err := system.Start(ctx, system.Options{ManagerID: "offload", DisableTrace: true, Locations: locs, Backend: backend})
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
+	o := &offloadRun{ctx: ctx, cfg: cfg, sys: sys, backend: backend, rowBytes: rowBytes, poolSlots: poolSlots}
 	if err := sys.Reserve(ctx, "cuda:0", "model-weights", gib(14)); err != nil {
-		sys.Close(context.WithoutCancel(ctx))
+		o.close()
 		return nil, err
 	}
 	o.p, err = staging.New(ctx, sys, staging.Config{
@@ -396,7 +404,7 @@ func startOffload(ctx context.Context, cfg offloadConfig) (*offloadRun, error) {
 		Keys: []string{"kv"}, PoolSlots: poolSlots, RowBytes: rowBytes, CloneBudgetBytes: gib(16),
 	})
 	if err != nil {
-		sys.Close(context.WithoutCancel(ctx))
+		o.close()
 		return nil, err
 	}
 	o.rep = &offloadReport{
@@ -406,6 +414,12 @@ func startOffload(ctx context.Context, cfg offloadConfig) (*offloadRun, error) {
 		CloneBudgetBytes: gib(16), MaxRequestBytes: gib(16), MaxQueue: map[string]int{},
 	}
 	return o, nil
+}
+
+// close closes the runtime, then the backend it ran on.
+func (o *offloadRun) close() {
+	o.sys.Close(context.WithoutCancel(o.ctx))
+	o.backend.Close()
 }
 
 // traceNow is the trace time elapsed since the run started.

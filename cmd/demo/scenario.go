@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/system"
 )
 
@@ -50,6 +51,7 @@ var models = []model{
 type scenario struct {
 	ctx     context.Context
 	sys     *system.System
+	backend *faulty.Backend // the soft backend behind the fault injector
 	out     io.Writer
 	handles map[string]system.Handle
 	step    int
@@ -58,11 +60,17 @@ type scenario struct {
 func scenarioMain(ctx context.Context, stdout, stderr io.Writer) int {
 	began := time.Now()
 	s := &scenario{ctx: ctx, out: stdout, handles: map[string]system.Handle{}}
-	if err := s.run(); err != nil {
+	err := s.run()
+	if err != nil {
 		fmt.Fprintf(stderr, "demo: the scenario failed: %v\n", err)
 		if s.sys != nil {
 			_ = s.sys.Close(context.WithoutCancel(ctx))
 		}
+	}
+	if s.backend != nil {
+		s.backend.Close() // after the runtime
+	}
+	if err != nil {
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nDone in %s.\n", time.Since(began).Round(time.Millisecond))
@@ -121,7 +129,12 @@ func (s *scenario) start() error {
 		system.Limit("cuda:1", 8*miB),
 	}
 	s.say("Start the runtime with four locations; the GPUs get strict budgets of 8 MiB each.")
-	sys, err := system.Start(ctx, system.Options{ManagerID: "demo", Locations: locs})
+	backend, err := newSoftBackend(locs) // simulated devices, asked for by name
+	if err != nil {
+		return err
+	}
+	s.backend = backend // closed by scenarioMain, after the runtime
+	sys, err := system.Start(ctx, system.Options{ManagerID: "demo", Locations: locs, Backend: backend})
 	if err != nil {
 		return err
 	}
@@ -307,7 +320,7 @@ func (s *scenario) faultyScope() error {
 	ctx := s.ctx
 	sys := s.sys
 	s.say("Inject a fault: the next copy into cuda:1 fails (soft backend fault injection). Then run a scope that needs it.")
-	sys.Faults().Arm(cuda.FaultCopy, "cuda:1")
+	s.backend.Faults().Arm(cuda.FaultCopy, "cuda:1")
 	plan := system.Plan{
 		Reservations: []system.ReservationSpec{{Name: "warmup", Location: "cuda:1", Bytes: 512 * kiB}},
 		Enter: []system.Action{

@@ -2,7 +2,10 @@ package main
 
 import (
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/internal/jsonline"
+	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/replay"
 )
 
@@ -25,3 +28,19 @@ func sortLocations(names []string) { replay.SortLocations(names) }
 
 // utf8BOM is the byte order mark some editors put at the start of a file.
 const utf8BOM = "\xef\xbb\xbf"
+
+// Every command of the demo runs on the soft backend (package cuda/soft):
+// simulated devices, asked for by name here, because the runtime has no
+// default backend. Each command says so in what it prints. The backend is
+// behind the fault injector of package cuda/faulty, so that the scenario
+// can make device operations fail.
+
+// newSoftBackend opens the soft backend for locs (system.SoftBackend),
+// behind the fault injector. The caller closes it after the runtime.
+func newSoftBackend(locs []system.LocationConfig) (*faulty.Backend, error) {
+	b, err := system.SoftBackend(locs, soft.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return faulty.Wrap(b, soft.ErrorPrefix), nil
+}

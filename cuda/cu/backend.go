@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,8 +17,12 @@ import (
 // BackendName is what [Backend.Name] returns.
 const BackendName = "cu (CUDA driver, gorgonia.org/cu)"
 
-// faultPrefix is the Backend field of the injected faults of this backend.
-const faultPrefix = "cu backend"
+// ErrorPrefix starts the messages of the backend's errors. Give it to
+// cuda/faulty.Wrap, so that injected failures read like the backend's own.
+const ErrorPrefix = "cu backend"
+
+// check makes the argument checks every backend shares.
+var check = cuda.Checker{Prefix: ErrorPrefix}
 
 // Config configures a cu backend.
 type Config struct {
@@ -43,11 +45,11 @@ type Config struct {
 // plus a small cgo file of ours for pinned host memory). It implements
 // [cuda.Backend]: cuda:N is device memory (cuMemAlloc), pinned-host is
 // page-locked host memory (cuMemHostAlloc, portable to every context),
-// pageable-host is ordinary C heap memory. Simulated reports false.
+// pageable-host is ordinary C heap memory. It does not implement
+// [cuda.Simulator]: [cuda.IsSimulated] reports false.
 //
 // A Backend is safe for concurrent use by multiple goroutines.
 type Backend struct {
-	faults  *cuda.Faults
 	names   []string
 	devices map[int]*device // by ordinal, one per configured cuda:N
 	home    *device         // context for host memory and host streams
@@ -66,6 +68,7 @@ type Backend struct {
 
 type location struct {
 	kind     cuda.Kind
+	ordinal  int // N of cuda:N
 	dev      *device
 	capacity int64 // 0 = no cap
 	used     int64 // guarded by Backend.mu
@@ -79,11 +82,11 @@ var _ cuda.Backend = (*Backend)(nil)
 // Config, an error matching cuda.ErrUnknownLocation for a cuda:N the
 // driver does not report, and an [*Error] when the driver fails.
 func New(cfg Config) (*Backend, error) {
-	if len(cfg.Locations) == 0 {
-		return nil, fmt.Errorf("%w: cu backend: no locations configured", cuda.ErrInvalid)
+	parsed, err := check.Config(cfg.Locations, cfg.Capacity)
+	if err != nil {
+		return nil, err
 	}
 	b := &Backend{
-		faults:    cuda.NewFaults(),
 		names:     slices.Clone(cfg.Locations),
 		devices:   map[int]*device{},
 		closeDone: make(chan struct{}),
@@ -99,31 +102,15 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("cu backend: the driver reports no device")
 	}
 	var ordinals []int
-	for _, name := range cfg.Locations {
-		n, err := cuda.ParseLocationName(name)
-		if err != nil {
-			return nil, fmt.Errorf("cu backend: %w", err)
-		}
-		if _, dup := b.locs[name]; dup {
-			return nil, fmt.Errorf("%w: cu backend: location %q configured twice", cuda.ErrInvalid, name)
-		}
+	for i, name := range cfg.Locations {
+		n := parsed[i]
 		if n.Kind == cuda.KindCUDA {
-			if n.Ordinal >= count {
+			if n.Device >= count {
 				return nil, fmt.Errorf("%w: cu backend: %s, but the driver reports %d device(s)", cuda.ErrUnknownLocation, name, count)
 			}
-			ordinals = append(ordinals, n.Ordinal)
+			ordinals = append(ordinals, n.Device)
 		}
-		b.locs[name] = &location{kind: n.Kind}
-	}
-	for name, c := range cfg.Capacity {
-		l, ok := b.locs[name]
-		if !ok {
-			return nil, fmt.Errorf("%w: cu backend: capacity given for %q, which is not in Locations", cuda.ErrInvalid, name)
-		}
-		if c < 0 {
-			return nil, fmt.Errorf("%w: cu backend: negative capacity %d for %s", cuda.ErrInvalid, c, name)
-		}
-		l.capacity = c
+		b.locs[name] = &location{kind: n.Kind, ordinal: n.Device, capacity: cfg.Capacity[name]}
 	}
 
 	homeOrdinal := 0
@@ -142,10 +129,9 @@ func New(cfg Config) (*Backend, error) {
 		b.devices[o] = d
 	}
 	b.home = b.devices[homeOrdinal]
-	for name, l := range b.locs {
+	for _, l := range b.locs {
 		if l.kind == cuda.KindCUDA {
-			n, _ := cuda.ParseLocationName(name)
-			l.dev = b.devices[n.Ordinal]
+			l.dev = b.devices[l.ordinal]
 		} else {
 			l.dev = b.home
 		}
@@ -163,12 +149,6 @@ func (b *Backend) releaseDevices() error {
 
 // Name returns "cu (CUDA driver, gorgonia.org/cu)".
 func (b *Backend) Name() string { return BackendName }
-
-// Simulated returns false: the backend drives real devices.
-func (b *Backend) Simulated() bool { return false }
-
-// Faults returns the backend's fault injector.
-func (b *Backend) Faults() *cuda.Faults { return b.faults }
 
 // Locations returns the configured locations in Config order.
 func (b *Backend) Locations() []string { return slices.Clone(b.names) }
@@ -209,19 +189,13 @@ func (b *Backend) checkLocation(loc string) (*location, error) {
 	if l, ok := b.locs[loc]; ok {
 		return l, nil
 	}
-	if _, err := cuda.ParseLocationName(loc); err != nil {
-		return nil, fmt.Errorf("cu backend: %w", err)
-	}
-	return nil, fmt.Errorf("%w: cu backend: %q", cuda.ErrUnknownLocation, loc)
+	return nil, check.Unconfigured(loc)
 }
 
 func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 	cb, ok := buf.(*buffer)
-	if !ok || cb == nil {
-		return nil, fmt.Errorf("%w: cu backend: %s is %T, not a buffer of this backend", cuda.ErrInvalid, what, buf)
-	}
-	if cb.backend != b {
-		return nil, fmt.Errorf("%w: cu backend: %s belongs to another backend", cuda.ErrInvalid, what)
+	if !ok || cb == nil || cb.backend != b {
+		return nil, check.Foreign(what, buf, ok && cb != nil)
 	}
 	return cb, nil
 }
@@ -250,20 +224,12 @@ func (b *Backend) noteDeferred(err error) {
 	b.mu.Unlock()
 }
 
-func freeOf(l *location) int64 {
-	if l.capacity == 0 {
-		return math.MaxInt64 - l.used
-	}
-	return l.capacity - l.used
-}
-
 // Allocate returns a buffer of bytes bytes at loc; its contents are
 // unspecified until written.
 //
 // Checks run in this order, and the first failure is returned with nothing
 // allocated: backend closed (cuda.ErrClosed), ctx done, malformed or
-// unconfigured loc, bytes <= 0 (cuda.ErrInvalid), an armed FaultAlloc at loc
-// (consumed; *cuda.InjectedFaultError), the configured capacity
+// unconfigured loc, bytes <= 0 (cuda.ErrInvalid), the configured capacity
 // (*cuda.OutOfMemoryError), then the allocation itself: a refusal by the
 // driver (CUDA_ERROR_OUT_OF_MEMORY) or the C library is an
 // *cuda.OutOfMemoryError too (wrapping the driver's [*Error]); any other
@@ -279,8 +245,8 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 	if err != nil {
 		return nil, err
 	}
-	if bytes <= 0 {
-		return nil, fmt.Errorf("%w: cu backend: allocation of %d bytes at %s", cuda.ErrInvalid, bytes, loc)
+	if err := check.Size(loc, bytes); err != nil {
+		return nil, err
 	}
 	if !b.enter() {
 		return nil, cuda.ErrClosed
@@ -288,10 +254,6 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 	defer b.exit()
 
 	b.mu.Lock()
-	if b.faults.Take(cuda.FaultAlloc, loc) {
-		b.mu.Unlock()
-		return nil, &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: loc, Backend: faultPrefix}
-	}
 	if l.capacity > 0 && bytes > l.capacity-l.used {
 		free := l.capacity - l.used
 		b.mu.Unlock()
@@ -424,7 +386,7 @@ func (b *Backend) MemInfo(loc string) (cuda.MemInfo, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return cuda.MemInfo{FreeBytes: freeOf(l), TotalBytes: l.capacity, UsedBytes: l.used}, nil
+	return cuda.MemInfo{FreeBytes: cuda.FreeBytes(l.capacity, l.used), TotalBytes: l.capacity, UsedBytes: l.used}, nil
 }
 
 // NewStream returns a new stream on the device of loc (host locations: the
@@ -470,11 +432,9 @@ func (b *Backend) forget(s *stream) {
 // (so a device load needs that much host memory for its duration).
 //
 // Checks run in this order: backend closed, ctx done, foreign or nil dst or
-// nil loader (cuda.ErrInvalid), freed dst (cuda.ErrFreed), malformed target,
-// then an armed FaultReconstruct at target (empty target = dst.Location()),
-// consumed and returned as *cuda.InjectedFaultError without calling loader
-// and without touching dst. A loader error is returned wrapped; a loader
-// panic as *cuda.LoaderPanicError.
+// nil loader (cuda.ErrInvalid), freed dst (cuda.ErrFreed), malformed target
+// (empty target = dst.Location()). A loader error is returned wrapped; a
+// loader panic as *cuda.LoaderPanicError.
 func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, loader cuda.Loader) error {
 	if b.closed.Load() {
 		return cuda.ErrClosed
@@ -486,39 +446,28 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 	if err != nil {
 		return err
 	}
-	if loader == nil {
-		return fmt.Errorf("%w: cu backend: nil loader", cuda.ErrInvalid)
+	if err := check.Loader(loader); err != nil {
+		return err
 	}
 	if cb.isFreed() {
 		return fmt.Errorf("%w: cu backend: load into %s", cuda.ErrFreed, cb)
 	}
+	if err := check.LoadTarget(target); err != nil {
+		return err
+	}
 	if target == "" {
 		target = cb.loc
-	} else if _, err := cuda.ParseLocationName(target); err != nil {
-		return fmt.Errorf("cu backend: load target: %w", err)
 	}
 	if !b.enter() {
 		return cuda.ErrClosed
 	}
 	defer b.exit()
-	if b.faults.Take(cuda.FaultReconstruct, target) {
-		return &cuda.InjectedFaultError{Kind: cuda.FaultReconstruct, Location: target, Backend: faultPrefix}
-	}
 	if !cb.acquire() {
 		return fmt.Errorf("%w: cu backend: load into %s", cuda.ErrFreed, cb)
 	}
 	defer cb.release()
 
-	into := func(data []byte) error {
-		panicked, err := runLoader(ctx, loader, data)
-		if panicked != nil {
-			return panicked
-		}
-		if err != nil {
-			return fmt.Errorf("cu backend: loading %d bytes at %s for %s: %w", cb.size, cb.loc, target, err)
-		}
-		return nil
-	}
+	into := func(data []byte) error { return check.RunLoader(ctx, loader, data, cb.loc, target) }
 	if cb.kind != cuda.KindCUDA {
 		return into(cb.hostBytes())
 	}
@@ -527,15 +476,6 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 		return err
 	}
 	return cb.dev.fromHost(cb.dptr, tmp, cb.loc)
-}
-
-func runLoader(ctx context.Context, loader cuda.Loader, dst []byte) (panicked *cuda.LoaderPanicError, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			panicked = &cuda.LoaderPanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return nil, loader(ctx, dst)
 }
 
 // Read returns a copy of buf's bytes in a new slice. It does not wait for
@@ -587,8 +527,8 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	if err != nil {
 		return err
 	}
-	if int64(len(data)) != cb.size {
-		return fmt.Errorf("%w: cu backend: write of %d bytes into %s", cuda.ErrInvalid, len(data), cb)
+	if err := check.Write(cb, len(data)); err != nil {
+		return err
 	}
 	if !b.enter() {
 		return cuda.ErrClosed

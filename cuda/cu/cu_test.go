@@ -64,7 +64,7 @@ func TestConformance(t *testing.T) {
 func TestIdentity(t *testing.T) {
 	b := newBackend(t, nil)
 	defer func() { require.NoError(t, b.Close()) }()
-	assert.False(t, b.Simulated())
+	assert.False(t, cuda.IsSimulated(b))
 	assert.Equal(t, cu.BackendName, b.Name())
 	name, err := b.DeviceName("cuda:0")
 	require.NoError(t, err)

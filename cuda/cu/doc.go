@@ -37,9 +37,10 @@
 //     does, and refuses what does not fit before asking the driver.
 //   - Driver failures are [*Error] values naming the call and CUDA's name
 //     of the result (CUDA_ERROR_OUT_OF_MEMORY); a driver out-of-memory is
-//     also a *cuda.OutOfMemoryError. Fault injection through
-//     Backend.Faults behaves as in the soft backend; injected failures say
-//     "cu backend: injected … fault".
+//     also a *cuda.OutOfMemoryError. Fault injection is the decorator of
+//     package cuda/faulty, as over any backend: wrapped with
+//     faulty.Wrap(b, cu.ErrorPrefix), injected failures say
+//     "cu backend: injected … fault" and never reach the driver.
 //
 // # Tests
 //

@@ -26,7 +26,7 @@ import (
 //   - the completer waits for the recorded CUDA events in order
 //     (cuEventSynchronize, blocking rather than spinning), and completes
 //     events and Synchronize calls with the first failure not yet
-//     reported: failures to issue work, injected faults and freed buffers
+//     reported: failures to issue work and freed buffers
 //     (which the feeder hands it in queue order) and asynchronous driver
 //     errors.
 //
@@ -72,7 +72,6 @@ type op struct {
 	kind opKind
 	dst  *buffer
 	src  *buffer
-	fail error // opCopy: injected failure decided at enqueue
 	ev   *event
 	wait cuda.Event
 	sync *syncMarker
@@ -118,14 +117,11 @@ func (s *stream) isClosing() bool {
 	return s.closing
 }
 
-func (s *stream) enqueue(o op, prepare func(*op)) error {
+func (s *stream) enqueue(o op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return cuda.ErrClosed
-	}
-	if prepare != nil {
-		prepare(&o)
 	}
 	s.queue = append(s.queue, o)
 	s.cond.Signal()
@@ -133,9 +129,7 @@ func (s *stream) enqueue(o op, prepare func(*op)) error {
 }
 
 // CopyAsync enqueues a copy of src into dst; see [cuda.Stream.CopyAsync].
-// Bad input fails at once; an armed FaultCopy at dst.Location() is
-// consumed here and fails the copy when it is reached, leaving dst
-// untouched. A buffer freed before the copy is issued to the GPU makes it
+// Bad input fails at once. A buffer freed before the copy is issued to the GPU makes it
 // fail with cuda.ErrFreed.
 func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
 	if s.isClosing() {
@@ -149,28 +143,21 @@ func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
 	if err != nil {
 		return err
 	}
-	if d == sr {
-		return fmt.Errorf("%w: cu backend: copy of %s onto itself", cuda.ErrInvalid, d)
-	}
-	if d.size != sr.size {
-		return fmt.Errorf("%w: cu backend: copy size mismatch: %s -> %s", cuda.ErrInvalid, sr, d)
+	if err := check.Copy(d, sr); err != nil {
+		return err
 	}
 	for _, b := range [...]*buffer{sr, d} {
 		if b.isFreed() {
 			return fmt.Errorf("%w: cu backend: copy %s -> %s: %s", cuda.ErrFreed, sr.loc, d.loc, b)
 		}
 	}
-	return s.enqueue(op{kind: opCopy, dst: d, src: sr}, func(o *op) {
-		if s.backend.faults.Take(cuda.FaultCopy, d.loc) {
-			o.fail = &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: d.loc, Backend: faultPrefix}
-		}
-	})
+	return s.enqueue(op{kind: opCopy, dst: d, src: sr})
 }
 
 // Record enqueues a new event; see [cuda.Stream.Record].
 func (s *stream) Record() (cuda.Event, error) {
 	ev := newEvent()
-	if err := s.enqueue(op{kind: opRecord, ev: ev}, nil); err != nil {
+	if err := s.enqueue(op{kind: opRecord, ev: ev}); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -184,13 +171,10 @@ func (s *stream) WaitEvent(ev cuda.Event) error {
 	if s.isClosing() {
 		return cuda.ErrClosed
 	}
-	if ev == nil {
-		return fmt.Errorf("%w: cu backend: WaitEvent(nil)", cuda.ErrInvalid)
+	if err := check.Event(ev); err != nil {
+		return err
 	}
-	if e, ok := ev.(*event); ok && e == nil {
-		return fmt.Errorf("%w: cu backend: WaitEvent of a nil event", cuda.ErrInvalid)
-	}
-	return s.enqueue(op{kind: opWait, wait: ev}, nil)
+	return s.enqueue(op{kind: opWait, wait: ev})
 }
 
 // Synchronize waits for the work enqueued before it; see
@@ -203,7 +187,7 @@ func (s *stream) Synchronize(ctx context.Context) error {
 		return err
 	}
 	m := &syncMarker{done: make(chan struct{})}
-	if err := s.enqueue(op{kind: opSync, sync: m}, nil); err != nil {
+	if err := s.enqueue(op{kind: opSync, sync: m}); err != nil {
 		return err
 	}
 	return m.wait(ctx)
@@ -272,12 +256,8 @@ func (s *stream) feed(ready chan<- error) {
 
 		switch o.kind {
 		case opCopy:
-			err := o.fail
-			if err == nil {
-				var held []*buffer
-				held, err = s.copy(o.dst, o.src)
-				refs = append(refs, held...)
-			}
+			held, err := s.copy(o.dst, o.src)
+			refs = append(refs, held...)
 			if err != nil {
 				s.hand(item{fail: err})
 			}

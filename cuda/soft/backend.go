@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,13 @@ import (
 
 // BackendName is what [Backend.Name] returns.
 const BackendName = "soft (simulated devices)"
+
+// ErrorPrefix starts the messages of the backend's errors. Give it to
+// cuda/faulty.Wrap, so that injected failures read like the backend's own.
+const ErrorPrefix = "soft backend"
+
+// check makes the argument checks every backend shares.
+var check = cuda.Checker{Prefix: ErrorPrefix}
 
 // Config configures a simulated backend.
 type Config struct {
@@ -50,7 +56,6 @@ type Config struct {
 //
 // A Backend is safe for concurrent use by multiple goroutines.
 type Backend struct {
-	faults    *cuda.Faults
 	bandwidth int64
 	sleep     func(context.Context, time.Duration)
 	names     []string             // configured locations, in Config order
@@ -78,14 +83,13 @@ var _ cuda.Backend = (*Backend)(nil)
 // Config: no locations, a malformed or duplicate location, a capacity for an
 // unconfigured location, or a negative capacity or bandwidth.
 func New(cfg Config) (*Backend, error) {
-	if len(cfg.Locations) == 0 {
-		return nil, fmt.Errorf("%w: soft backend: no locations configured", cuda.ErrInvalid)
+	if _, err := check.Config(cfg.Locations, cfg.Capacity); err != nil {
+		return nil, err
 	}
 	if cfg.BandwidthBytesPerSec < 0 {
 		return nil, fmt.Errorf("%w: soft backend: negative bandwidth %d", cuda.ErrInvalid, cfg.BandwidthBytesPerSec)
 	}
 	b := &Backend{
-		faults:    cuda.NewFaults(),
 		bandwidth: cfg.BandwidthBytesPerSec,
 		sleep:     cfg.Sleep,
 		names:     slices.Clone(cfg.Locations),
@@ -98,23 +102,7 @@ func New(cfg Config) (*Backend, error) {
 		b.sleep = timerSleep
 	}
 	for _, name := range cfg.Locations {
-		if _, err := cuda.ParseLocationName(name); err != nil {
-			return nil, fmt.Errorf("soft backend: %w", err)
-		}
-		if _, dup := b.locs[name]; dup {
-			return nil, fmt.Errorf("%w: soft backend: location %q configured twice", cuda.ErrInvalid, name)
-		}
-		b.locs[name] = &location{}
-	}
-	for name, c := range cfg.Capacity {
-		l, ok := b.locs[name]
-		if !ok {
-			return nil, fmt.Errorf("%w: soft backend: capacity given for %q, which is not in Locations", cuda.ErrInvalid, name)
-		}
-		if c < 0 {
-			return nil, fmt.Errorf("%w: soft backend: negative capacity %d for %s", cuda.ErrInvalid, c, name)
-		}
-		l.capacity = c
+		b.locs[name] = &location{capacity: cfg.Capacity[name]}
 	}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	return b, nil
@@ -133,11 +121,9 @@ func timerSleep(ctx context.Context, d time.Duration) {
 // Name returns "soft (simulated devices)".
 func (b *Backend) Name() string { return BackendName }
 
-// Simulated returns true: every device of this backend is simulated.
+// Simulated returns true: every device of this backend is simulated (see
+// [cuda.IsSimulated]).
 func (b *Backend) Simulated() bool { return true }
-
-// Faults returns the backend's fault injector.
-func (b *Backend) Faults() *cuda.Faults { return b.faults }
 
 // Locations returns the configured locations in Config order.
 func (b *Backend) Locations() []string { return slices.Clone(b.names) }
@@ -148,20 +134,14 @@ func (b *Backend) checkLocation(loc string) (*location, error) {
 	if l, ok := b.locs[loc]; ok {
 		return l, nil
 	}
-	if _, err := cuda.ParseLocationName(loc); err != nil {
-		return nil, fmt.Errorf("soft backend: %w", err)
-	}
-	return nil, fmt.Errorf("%w: soft backend: %q", cuda.ErrUnknownLocation, loc)
+	return nil, check.Unconfigured(loc)
 }
 
 // own returns buf as one of this backend's buffers, or an ErrInvalid error.
 func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 	sb, ok := buf.(*buffer)
-	if !ok || sb == nil {
-		return nil, fmt.Errorf("%w: soft backend: %s is %T, not a buffer of this backend", cuda.ErrInvalid, what, buf)
-	}
-	if sb.backend != b {
-		return nil, fmt.Errorf("%w: soft backend: %s belongs to another backend", cuda.ErrInvalid, what)
+	if !ok || sb == nil || sb.backend != b {
+		return nil, check.Foreign(what, buf, ok && sb != nil)
 	}
 	return sb, nil
 }
@@ -173,8 +153,7 @@ func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 //
 // Checks run in this order, and the first failure is returned with nothing
 // charged or allocated: backend closed (cuda.ErrClosed), ctx done,
-// malformed or unconfigured loc, bytes <= 0 (cuda.ErrInvalid), an armed
-// FaultAlloc at loc (consumed; *cuda.InjectedFaultError), capacity
+// malformed or unconfigured loc, bytes <= 0 (cuda.ErrInvalid), capacity
 // (*cuda.OutOfMemoryError).
 func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
 	if b.closed.Load() {
@@ -187,17 +166,14 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 	if err != nil {
 		return nil, err
 	}
-	if bytes <= 0 {
-		return nil, fmt.Errorf("%w: soft backend: allocation of %d bytes at %s", cuda.ErrInvalid, bytes, loc)
+	if err := check.Size(loc, bytes); err != nil {
+		return nil, err
 	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
 		return nil, cuda.ErrClosed
-	}
-	if b.faults.Take(cuda.FaultAlloc, loc) {
-		return nil, &cuda.InjectedFaultError{Kind: cuda.FaultAlloc, Location: loc}
 	}
 	if l.capacity > 0 && bytes > l.capacity-l.used {
 		return nil, &cuda.OutOfMemoryError{Location: loc, Requested: bytes, Free: l.capacity - l.used}
@@ -224,13 +200,6 @@ func makeBytes(n int64) (data []byte, ok bool) {
 		}
 	}()
 	return make([]byte, n), true
-}
-
-func freeOf(l *location) int64 {
-	if l.capacity == 0 {
-		return math.MaxInt64 - l.used
-	}
-	return l.capacity - l.used
 }
 
 // Free releases buf and returns its bytes to its location's capacity at
@@ -271,7 +240,7 @@ func (b *Backend) MemInfo(loc string) (cuda.MemInfo, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return cuda.MemInfo{FreeBytes: freeOf(l), TotalBytes: l.capacity, UsedBytes: l.used}, nil
+	return cuda.MemInfo{FreeBytes: cuda.FreeBytes(l.capacity, l.used), TotalBytes: l.capacity, UsedBytes: l.used}, nil
 }
 
 // NewStream returns a new simulated stream owned by loc's (simulated)
@@ -305,11 +274,9 @@ func (b *Backend) forget(s *stream) {
 // writing so that no copy or Read of dst overlaps it.
 //
 // Checks run in this order: backend closed, ctx done, foreign or nil dst or
-// nil loader (cuda.ErrInvalid), freed dst (cuda.ErrFreed), malformed target,
-// then an armed FaultReconstruct at target (empty target = dst.Location()),
-// which is consumed and returned as *cuda.InjectedFaultError without calling
-// loader and without touching dst. target need not be configured on this
-// backend: it only keys the fault.
+// nil loader (cuda.ErrInvalid), freed dst (cuda.ErrFreed), malformed target
+// (empty target = dst.Location()). target need not be configured on this
+// backend: it only names the location the value is loaded for.
 //
 // A loader error is returned wrapped (errors.Is and errors.As see it); a
 // loader panic is recovered and returned as *cuda.LoaderPanicError. After a
@@ -325,19 +292,17 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 	if err != nil {
 		return err
 	}
-	if loader == nil {
-		return fmt.Errorf("%w: soft backend: nil loader", cuda.ErrInvalid)
+	if err := check.Loader(loader); err != nil {
+		return err
 	}
 	if sb.freed.Load() {
 		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
+	if err := check.LoadTarget(target); err != nil {
+		return err
+	}
 	if target == "" {
 		target = sb.loc
-	} else if _, err := cuda.ParseLocationName(target); err != nil {
-		return fmt.Errorf("soft backend: load target: %w", err)
-	}
-	if b.faults.Take(cuda.FaultReconstruct, target) {
-		return &cuda.InjectedFaultError{Kind: cuda.FaultReconstruct, Location: target}
 	}
 
 	sb.mu.Lock()
@@ -348,24 +313,7 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 	if err := sb.materialize(); err != nil {
 		return err
 	}
-	panicked, err := runLoader(ctx, loader, sb.data)
-	if panicked != nil {
-		return panicked
-	}
-	if err != nil {
-		return fmt.Errorf("soft backend: loading %d bytes at %s for %s: %w", sb.size, sb.loc, target, err)
-	}
-	return nil
-}
-
-// runLoader calls loader, turning a panic into a *cuda.LoaderPanicError.
-func runLoader(ctx context.Context, loader cuda.Loader, dst []byte) (panicked *cuda.LoaderPanicError, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			panicked = &cuda.LoaderPanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return nil, loader(ctx, dst)
+	return check.RunLoader(ctx, loader, sb.data, sb.loc, target)
 }
 
 // Read returns a copy of buf's bytes in a new slice (zeros for a buffer
@@ -414,8 +362,8 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	if err != nil {
 		return err
 	}
-	if int64(len(data)) != sb.size {
-		return fmt.Errorf("%w: soft backend: write of %d bytes into %d-byte buffer at %s", cuda.ErrInvalid, len(data), sb.size, sb.loc)
+	if err := check.Write(sb, len(data)); err != nil {
+		return err
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()

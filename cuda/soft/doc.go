@@ -1,8 +1,10 @@
 // Package soft is an honest simulation of a device backend: it implements
 // [cuda.Backend] without any GPU, driver or cgo, so that the residency
 // runtime, its pipelines and its race tests run anywhere. Its Name is
-// "soft (simulated devices)" and Simulated reports true; nothing it does
-// should be mistaken for a measurement of real hardware.
+// "soft (simulated devices)" and Simulated reports true
+// (cuda.IsSimulated); nothing it does should be mistaken for a measurement
+// of real hardware. The runtime never picks it for the caller: a program
+// opens it by name (soft.New, or system.SoftBackend) and says so.
 //
 // # What is simulated, and how
 //
@@ -78,12 +80,10 @@
 //
 // # Faults
 //
-// Backend.Faults arms failures (see [cuda.Faults]): FaultAlloc at L fails
-// the next Allocate at L before any capacity is charged; FaultCopy at L is
-// consumed by the next CopyAsync into L when it is enqueued, and that copy
-// then fails on the stream without touching its destination, the failure
-// reaching the next recorded event; FaultReconstruct at L fails the next
-// Load whose target is L without calling the loader.
+// The backend injects no failure itself. Wrap it with package cuda/faulty
+// (faulty.Wrap(b, soft.ErrorPrefix)) to arm allocation, copy and
+// reconstruction faults; the injected failures then read "soft backend:
+// injected … fault at L", like the backend's own errors.
 //
 // # Concurrency and shutdown
 //

@@ -7,9 +7,17 @@ import (
 	"testing/synctest"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
 	"go.uber.org/goleak"
 )
+
+// newFaulty returns the soft backend over cfg (allLocations when cfg has
+// none) behind the fault-injecting decorator. The caller closes it.
+func newFaulty(t *testing.T, cfg soft.Config) *faulty.Backend {
+	t.Helper()
+	return faulty.Wrap(newBackend(t, cfg), soft.ErrorPrefix)
+}
 
 func wantInjected(t *testing.T, err error, kind cuda.FaultKind, loc string) {
 	t.Helper()
@@ -24,7 +32,7 @@ func wantInjected(t *testing.T, err error, kind cuda.FaultKind, loc string) {
 
 func TestAllocFaultConsumedOnceAtItsLocation(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	b := newBackend(t, soft.Config{Capacity: map[string]int64{"cuda:1": 100}})
+	b := newFaulty(t, soft.Config{Capacity: map[string]int64{"cuda:1": 100}})
 	defer mustClose(t, b)
 	ctx := context.Background()
 	f := b.Faults()
@@ -61,7 +69,7 @@ func TestAllocFaultConsumedOnceAtItsLocation(t *testing.T) {
 
 func TestCopyFaultConsumedOnceAtItsDestination(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	b := newBackend(t, soft.Config{})
+	b := newFaulty(t, soft.Config{})
 	defer mustClose(t, b)
 	ctx := context.Background()
 	s := mustStream(t, b, "cuda:0")
@@ -112,7 +120,7 @@ func TestCopyFaultConsumedOnceAtItsDestination(t *testing.T) {
 // back from Stream.Close.
 func TestFailureReportedExactlyOnce(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	b := newBackend(t, soft.Config{})
+	b := newFaulty(t, soft.Config{})
 	defer mustClose(t, b)
 	ctx := context.Background()
 	s := mustStream(t, b, "cuda:1")
@@ -146,7 +154,7 @@ func TestAbandonedSynchronizeLeavesFailurePending(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
 		g := newGate()
-		b := newBackend(t, soft.Config{BandwidthBytesPerSec: 1, Sleep: g.sleep})
+		b := newFaulty(t, soft.Config{BandwidthBytesPerSec: 1, Sleep: g.sleep})
 		defer mustClose(t, b)
 		s := mustStream(t, b, "cuda:0")
 		a, c := mustAlloc(t, b, "cuda:1", 8), mustAlloc(t, b, "cuda:0", 8)
@@ -170,7 +178,7 @@ func TestAbandonedSynchronizeLeavesFailurePending(t *testing.T) {
 
 func TestReconstructFaultKeyedOnTarget(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	b := newBackend(t, soft.Config{})
+	b := newFaulty(t, soft.Config{})
 	defer mustClose(t, b)
 	ctx := context.Background()
 	const n = 64

@@ -38,15 +38,11 @@ func TestRealMemoryPromise(t *testing.T) {
 	defer mustClose(t, b)
 	ctx := context.Background()
 
-	// Refused: capacity, an injected fault, a bad size.
+	// Refused: capacity, a bad size.
 	n := allocatedBy(func() {
 		_, err := b.Allocate(ctx, "cuda:0", big+1)
 		if !errors.Is(err, cuda.ErrOutOfMemory) {
 			t.Errorf("over capacity: %v", err)
-		}
-		b.Faults().Arm(cuda.FaultAlloc, "cuda:0")
-		if _, err := b.Allocate(ctx, "cuda:0", big); !errors.Is(err, cuda.ErrInjectedFault) {
-			t.Errorf("armed fault: %v", err)
 		}
 		if _, err := b.Allocate(ctx, "cuda:0", -big); !errors.Is(err, cuda.ErrInvalid) {
 			t.Errorf("negative size: %v", err)

@@ -39,7 +39,6 @@ type op struct {
 	kind opKind
 	dst  *buffer
 	src  *buffer
-	fail error // opCopy: injected failure decided at enqueue
 	ev   *event
 	wait cuda.Event
 	sync *syncMarker
@@ -66,17 +65,12 @@ func (s *stream) isClosing() bool {
 	return s.closing
 }
 
-// enqueue appends o unless the stream is closing. prepare, if not nil, runs
-// under the stream lock just before o is appended, so that a fault it
-// consumes is consumed only by work that will really run.
-func (s *stream) enqueue(o op, prepare func(*op)) error {
+// enqueue appends o unless the stream is closing.
+func (s *stream) enqueue(o op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return cuda.ErrClosed
-	}
-	if prepare != nil {
-		prepare(&o)
 	}
 	s.queue = append(s.queue, o)
 	s.cond.Signal()
@@ -84,9 +78,7 @@ func (s *stream) enqueue(o op, prepare func(*op)) error {
 }
 
 // CopyAsync enqueues a copy of src into dst. See [cuda.Stream.CopyAsync]:
-// bad input fails at once; an armed FaultCopy at dst.Location() is consumed
-// here and fails the copy when it runs, leaving dst untouched. When it
-// runs, the copy first spends its simulated transfer time
+// bad input fails at once. When it runs, the copy first spends its simulated transfer time
 // (Config.BandwidthBytesPerSec), then copies the bytes with both buffers
 // held. A buffer freed after enqueue makes the copy fail with
 // cuda.ErrFreed, at once, without the delay.
@@ -102,28 +94,21 @@ func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
 	if err != nil {
 		return err
 	}
-	if d == sr {
-		return fmt.Errorf("%w: soft backend: copy of %s onto itself", cuda.ErrInvalid, d)
-	}
-	if d.size != sr.size {
-		return fmt.Errorf("%w: soft backend: copy size mismatch: %s -> %s", cuda.ErrInvalid, sr, d)
+	if err := check.Copy(d, sr); err != nil {
+		return err
 	}
 	for _, b := range [...]*buffer{sr, d} {
 		if b.freed.Load() {
 			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s", cuda.ErrFreed, sr.loc, d.loc, b)
 		}
 	}
-	return s.enqueue(op{kind: opCopy, dst: d, src: sr}, func(o *op) {
-		if s.backend.faults.Take(cuda.FaultCopy, d.loc) {
-			o.fail = &cuda.InjectedFaultError{Kind: cuda.FaultCopy, Location: d.loc}
-		}
-	})
+	return s.enqueue(op{kind: opCopy, dst: d, src: sr})
 }
 
 // Record enqueues a new event; see [cuda.Stream.Record].
 func (s *stream) Record() (cuda.Event, error) {
 	ev := newEvent()
-	if err := s.enqueue(op{kind: opRecord, ev: ev}, nil); err != nil {
+	if err := s.enqueue(op{kind: opRecord, ev: ev}); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -135,13 +120,10 @@ func (s *stream) WaitEvent(ev cuda.Event) error {
 	if s.isClosing() {
 		return cuda.ErrClosed
 	}
-	if ev == nil {
-		return fmt.Errorf("%w: soft backend: WaitEvent(nil)", cuda.ErrInvalid)
+	if err := check.Event(ev); err != nil {
+		return err
 	}
-	if e, ok := ev.(*event); ok && e == nil {
-		return fmt.Errorf("%w: soft backend: WaitEvent of a nil event", cuda.ErrInvalid)
-	}
-	return s.enqueue(op{kind: opWait, wait: ev}, nil)
+	return s.enqueue(op{kind: opWait, wait: ev})
 }
 
 // Synchronize waits for the work enqueued before it; see
@@ -154,7 +136,7 @@ func (s *stream) Synchronize(ctx context.Context) error {
 		return err
 	}
 	m := &syncMarker{done: make(chan struct{})}
-	if err := s.enqueue(op{kind: opSync, sync: m}, nil); err != nil {
+	if err := s.enqueue(op{kind: opSync, sync: m}); err != nil {
 		return err
 	}
 	return m.wait(ctx)
@@ -201,10 +183,7 @@ func (s *stream) run() {
 
 		switch o.kind {
 		case opCopy:
-			err := o.fail
-			if err == nil {
-				err = s.copy(o.dst, o.src)
-			}
+			err := s.copy(o.dst, o.src)
 			if pending == nil {
 				pending = err
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 var updateDiagnose = flag.Bool("update-diagnose", false, "rewrite the bodies of testdata/*.golden (their hand-checked headers are kept)")
@@ -27,7 +28,8 @@ func diagLocations() []system.LocationConfig {
 
 func startDiag(t *testing.T, traceCap int) *system.System {
 	t.Helper()
-	sys, err := system.Start(context.Background(), system.Options{ManagerID: "diag", Locations: diagLocations(), TraceCapacity: traceCap})
+	locs := diagLocations()
+	sys, err := system.Start(context.Background(), system.Options{ManagerID: "diag", Locations: locs, TraceCapacity: traceCap, Backend: testsys.Soft(t, locs)})
 	require.NoError(t, err)
 	return sys
 }
@@ -318,7 +320,7 @@ func diagCases() []diagCase {
 			defer closeDiag(t, sys)
 			a := reg(t, sys, system.Value{Name: "a", Bytes: 300, At: "pinned-host"})
 			b := reg(t, sys, system.Value{Name: "b", Bytes: 300, At: "pageable-host"})
-			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
+			testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:1")
 			_, err := sys.Execute(ctx, system.Plan{
 				Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},
 				Enter:        []system.Action{{Handle: a, Location: "cuda:0"}, {Handle: b, Location: "cuda:1"}},
@@ -342,7 +344,7 @@ func diagCases() []diagCase {
 			b := reg(t, sys, system.Value{Name: "b", Bytes: 300, At: "pageable-host"})
 			v := reg(t, sys, system.Value{Name: "v", Bytes: 600, Mode: system.Replicable, At: "pageable-host"})
 			require.NoError(t, sys.Place(ctx, v, "cuda:0"))
-			sys.Faults().Arm(cuda.FaultAlloc, "cuda:1")
+			testsys.Faults(sys).Arm(cuda.FaultAlloc, "cuda:1")
 			sc := sys.NewScope(system.Plan{
 				Reclaim:      []system.Action{{Handle: v, Location: "cuda:0"}},
 				Reservations: []system.ReservationSpec{{Name: "ws", Location: "cuda:0", Bytes: 100}},

@@ -17,14 +17,14 @@ import (
 // pinned-host, and that is where the budget is short.
 func ExampleDiagnose() {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{
+	sys, err := system.Start(ctx, simulated(system.Options{
 		ManagerID: "example",
 		Locations: []system.LocationConfig{
 			system.NoLimit("pageable-host"),
 			system.Limit("pinned-host", 1000),
 			system.Limit("cuda:0", 1000),
 		},
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,10 +80,10 @@ func ExampleDiagnose() {
 // class (here 3, 5, 6 and 7) are left out.
 func ExampleDiagnosis_String() {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{
+	sys, err := system.Start(ctx, simulated(system.Options{
 		ManagerID: "example",
 		Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", 1000)},
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func zeroLoader(_ context.Context, dst []byte) error { clear(dst); return nil }
 // counter against the calls the scenario made.
 func TestMetricsAfterScenario(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{
+	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"),
 		system.Limit("pinned-host", 1<<20),
 		system.Limit("cuda:0", 64<<10),
@@ -317,7 +317,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 // ledger's own, exact, and add up to the version.
 func TestMetricsTraceOverrun(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{TraceCapacity: 4, Locations: []system.LocationConfig{
+	sys, err := startSoft(t, ctx, system.Options{TraceCapacity: 4, Locations: []system.LocationConfig{
 		system.Limit("pinned-host", 1<<20), system.Limit("cuda:0", 1<<20)}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
@@ -341,7 +341,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	assert.Equal(t, 8.0, got.sum("residency_transitions_total"))
 
 	// A disabled trace counts the same.
-	off, err := system.Start(ctx, system.Options{DisableTrace: true, Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<20)}})
+	off, err := startSoft(t, ctx, system.Options{DisableTrace: true, Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<20)}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, off.Close(ctx)) }()
 	reg2 := prometheus.NewRegistry()
@@ -358,7 +358,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 // conventions (promlint).
 func TestMetricsLintClean(t *testing.T) {
 	ctx := context.Background()
-	sys, err := system.Start(ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<20)}})
+	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<20)}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	reg := prometheus.NewPedanticRegistry()

@@ -6,7 +6,9 @@ import (
 	"github.com/residency-go/residency/internal/jsonline"
 
 	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/system"
 )
 
 // BufferLimit is the most real memory a replay keeps per buffer (1 MiB):
@@ -14,9 +16,18 @@ import (
 // only its first BufferLimit bytes are kept.
 const BufferLimit = 1 << 20
 
+// faultsOf returns the fault injector of a runtime started on a replay's
+// backend (or any backend behind cuda/faulty).
+func faultsOf(sys *system.System) *cuda.Faults {
+	if t, ok := sys.Backend().(*truncatingBackend); ok {
+		return t.Faults()
+	}
+	return faulty.Of(sys.Backend())
+}
+
 // truncatingBackend is the device backend of a replay: the soft backend
-// (an honest simulation in Go memory, streams, events and fault injection
-// included), except that every buffer keeps at most limit real bytes
+// (an honest simulation in Go memory, streams and events) behind the fault
+// injector, except that every buffer keeps at most limit real bytes
 // while reporting its full size. A capacity what-if with "80GiB" budgets
 // and "14GiB" values thus runs on a laptop: the ledger accounts every
 // byte exactly, as always, and copies, loads and faults go through the
@@ -24,7 +35,7 @@ const BufferLimit = 1 << 20
 // bytes of a large value are not kept. Values up to limit bytes are kept
 // whole.
 type truncatingBackend struct {
-	inner cuda.Backend
+	inner *faulty.Backend
 	limit int64
 }
 
@@ -33,8 +44,11 @@ func newBackend(locations []string) (*truncatingBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &truncatingBackend{inner: b, limit: BufferLimit}, nil
+	return &truncatingBackend{inner: faulty.Wrap(b, soft.ErrorPrefix), limit: BufferLimit}, nil
 }
+
+// Faults returns the injector of the replay's fault op.
+func (t *truncatingBackend) Faults() *cuda.Faults { return t.inner.Faults() }
 
 // truncBuffer is a buffer of logical size size backed by a smaller (or
 // equal) real buffer.
@@ -60,7 +74,8 @@ func (t *truncatingBackend) Name() string {
 	return fmt.Sprintf("%s, keeping at most %s of each buffer", t.inner.Name(), jsonline.FormatBytes(t.limit))
 }
 
-func (t *truncatingBackend) Simulated() bool { return true }
+// Simulated reports true: the soft backend simulates every device.
+func (t *truncatingBackend) Simulated() bool { return cuda.IsSimulated(t.inner) }
 
 func (t *truncatingBackend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
 	n := min(bytes, t.limit)
@@ -118,7 +133,6 @@ func (t *truncatingBackend) Write(ctx context.Context, buf cuda.Buffer, data []b
 }
 
 func (t *truncatingBackend) MemInfo(loc string) (cuda.MemInfo, error) { return t.inner.MemInfo(loc) }
-func (t *truncatingBackend) Faults() *cuda.Faults                     { return t.inner.Faults() }
 func (t *truncatingBackend) Close() error                             { return t.inner.Close() }
 
 // truncStream unwraps buffers on their way to the soft stream.
@@ -139,4 +153,7 @@ func (s *truncStream) CopyAsync(dst, src cuda.Buffer) error {
 	return s.Stream.CopyAsync(d, r)
 }
 
-var _ cuda.Backend = (*truncatingBackend)(nil)
+var (
+	_ cuda.Backend   = (*truncatingBackend)(nil)
+	_ cuda.Simulator = (*truncatingBackend)(nil)
+)

@@ -173,6 +173,6 @@ func (r *Runner) execFailNext(_ context.Context, o Op, _ *Result) (bool, error) 
 	if !r.locations[o.location] {
 		return false, &system.UnavailableError{Location: o.location, Detail: "location is not configured", Reason: system.UnavailableLocation}
 	}
-	r.sys.Faults().Arm(kind, o.location)
+	faultsOf(r.sys).Arm(kind, o.location)
 	return false, nil
 }

@@ -441,7 +441,7 @@ func locationLess(a, b string) bool {
 	case la.Kind != lb.Kind:
 		return la.Kind < lb.Kind
 	default:
-		return la.Ordinal < lb.Ordinal
+		return la.Device < lb.Device
 	}
 }
 

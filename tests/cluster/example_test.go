@@ -7,6 +7,7 @@ import (
 
 	testprovider "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
 )
@@ -24,7 +25,7 @@ func Example_place() {
 	start := func(name string, gpu int64) *cluster.Node {
 		n, err := cluster.StartNode(ctx, cluster.NodeOptions{
 			Name: name, Provider: testprovider.NewTestProvider(agent), RefreshInterval: 50 * time.Millisecond,
-			Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", gpu)}},
+			Options: simulated(system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", gpu)}}),
 		})
 		if err != nil {
 			panic(err)
@@ -93,4 +94,16 @@ func Example_place() {
 	// why: [weights at pageable-host@node-b]
 	// kv → node-b (the most room)
 	// leased 524288 bytes at cuda:0@node-b
+}
+
+// simulated returns opts with the soft backend for its locations: the
+// examples run without a GPU, so they ask for simulated devices by name
+// (system.SoftBackend).
+func simulated(opts system.Options) system.Options {
+	b, err := system.SoftBackend(opts.Locations, soft.Config{})
+	if err != nil {
+		panic(err)
+	}
+	opts.Backend = b
+	return opts
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
 )
@@ -65,6 +66,9 @@ func startNodes(t testing.TB, opts ...cluster.NodeOptions) *testCluster {
 	errs := make([]error, len(opts))
 	for i, o := range opts {
 		o.Provider = testprovider.NewTestProvider(c.agent)
+		if o.Backend == nil {
+			o.Backend = testsys.Soft(t, o.Locations) // closed after the nodes
+		}
 		if o.RefreshInterval == 0 {
 			o.RefreshInterval = 50 * time.Millisecond
 		}

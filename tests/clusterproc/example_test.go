@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
@@ -32,7 +33,7 @@ func Example_automanaged() {
 			panic(err)
 		}
 		n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: name, Provider: p,
-			Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+			Options: simulated(system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})})
 		if err != nil {
 			panic(err)
 		}
@@ -46,4 +47,16 @@ func Example_automanaged() {
 	_ = b.Close(ctx)
 	_ = a.Close(ctx)
 	// Output: [node-a node-b]
+}
+
+// simulated returns opts with the soft backend for its locations: the
+// examples run without a GPU, so they ask for simulated devices by name
+// (system.SoftBackend).
+func simulated(opts system.Options) system.Options {
+	b, err := system.SoftBackend(opts.Locations, soft.Config{})
+	if err != nil {
+		panic(err)
+	}
+	opts.Backend = b
+	return opts
 }

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/residency-go/residency/internal/nodeproc"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
 	"github.com/residency-go/residency/system/cluster/providers"
@@ -180,6 +181,7 @@ func startCluster(t *testing.T, provider string, names ...string) *procCluster {
 	dprov.RefreshInterval = 100 * time.Millisecond
 	dprov.RequestTimeout = 5 * time.Second
 	dprov.Options = system.Options{Locations: []system.LocationConfig{system.Limit("pageable-host", 256<<20), system.Limit("cuda:0", 64<<20)}}
+	dprov.Backend = testsys.Soft(t, dprov.Locations)
 	d, derr := cluster.StartNode(ctx, dprov)
 	wg.Wait()
 	require.NoError(t, derr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
 	"github.com/residency-go/residency/system/cluster/providers"
@@ -54,7 +55,7 @@ func TestAutomanagedAddressInUse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "busy", Provider: p,
-		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}, Backend: testsys.Soft(t, nil)}})
 	if n != nil {
 		_ = n.Close(ctx)
 	}
@@ -79,7 +80,7 @@ func TestNodeAddressInUse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	defer cancel()
 	n, err := cluster.StartNode(ctx, cluster.NodeOptions{Name: "busy", Provider: p, Addr: l.Addr().String(),
-		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}}})
+		Options: system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}, Backend: testsys.Soft(t, nil)}})
 	if n != nil {
 		_ = n.Close(ctx)
 	}
