@@ -496,7 +496,15 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 			s.advance(op.run)
 			break
 		}
-		err := op.run.run.Fail(cause)
+		// A failed demotion drops the value instead and the run goes on
+		// (budget.Run.FailStep); any other failed step ends the run.
+		effects, err := op.run.run.FailStep(cause)
+		if err == nil {
+			s.eng.log.Warn().Err(cause).Str("effect", op.effect.String()).Msg("demotion failed; value dropped instead")
+			s.dispatch(effects, 0, nil)
+			s.advance(op.run)
+			break
+		}
 		s.eng.log.Warn().Err(cause).Str("effect", op.effect.String()).Msg("plan step failed")
 		s.replyRun(op.run, &messages.RunReply{Err: err})
 	}

@@ -68,9 +68,17 @@ var dtPropLocs = []string{"pageable-host", "pinned-host", "cuda:0", "cuda:1"}
 // flight. Refused operations are simply skipped.
 func dtRandomLedger(t *testing.T, r *rand.Rand) (*Ledger, []Handle) {
 	t.Helper()
+	return dtRandomLedgerWith(t, r, nil)
+}
+
+// dtRandomLedgerWith is dtRandomLedger with spill targets (location →
+// target; nil for none). The targets draw nothing from r, so the same r
+// gives the same state with or without them.
+func dtRandomLedgerWith(t *testing.T, r *rand.Rand, spill map[string]string) (*Ledger, []Handle) {
+	t.Helper()
 	cfg := Config{ManagerID: "prop"}
 	for _, name := range dtPropLocs {
-		lc := LocationConfig{Name: name}
+		lc := LocationConfig{Name: name, SpillTo: spill[name]}
 		if name != "pageable-host" || r.IntN(3) == 0 {
 			lc.HasBudget, lc.BudgetBytes = true, int64(60+r.IntN(140))
 		}

@@ -158,6 +158,14 @@
 //     shortfall sums every addition at a location, an upper bound of every
 //     intermediate charge, and ignores the bytes a move frees).
 //
+// Spill targets ([LocationConfig].SpillTo) change no choice above: once
+// the victims are chosen, build demotes, in victim order, each victim
+// that is its value's only resident copy to its location's spill target
+// when the target has room in the plan's final state (and when the
+// demotion lands); its reclaim action carries To and its eviction
+// [EvictionDemoted]. The rule, and what a failed demotion does, are in
+// spill.go.
+//
 // The state limit (default [DefaultStateLimit]) counts as reached when
 // explored states equal it and an assignment remains: before any feasible
 // assignment that is a [*SearchLimitError]; after one, the best found so

@@ -17,7 +17,11 @@ import (
 //
 // Input layout: bytes 0–3 configure the budgets of pageable-host,
 // pinned-host, cuda:0 and cuda:1 (b%4 == 0: no budget; else 4 + b%40),
-// byte 4 the trace capacity (b%6; 0 disables it). Then each operation is
+// byte 4 the trace capacity (b%6; 0 disables it); a budget byte ≥ 200
+// also gives its location a spill target (another location). A plan's
+// shape byte with shape/12%3 == 1 makes its reclaim a demotion (one more
+// byte: the target), and a run's failAt also fails a demotion's copy at
+// that reclaim index. Then each operation is
 // an opcode byte (b % fzOps) followed by its argument bytes; a missing
 // byte reads as 0. The fz* constants list the operations and their
 // arguments; argument decoding: location b%12 (0–9 the four configured
@@ -31,6 +35,13 @@ func FuzzLedger(f *testing.F) {
 	// A few inline seeds besides testdata/fuzz/FuzzLedger.
 	f.Add([]byte{})
 	f.Add([]byte{0, 1, 2, 3, 5, fzRegisterDone, 1, 5, 1, 2, fzPlaceDone, 0, 3, fzAcquire, 0, 3, fzRecord, 0, fzRelease, 0, fzEvict, 0, 2, fzReap, 0, fzEvict, 0, 2})
+	// Demotions: one that completes (v0 pageable-host → pinned-host), one
+	// whose copy fails on a value with a source (dropped; the run goes
+	// on), one whose copy fails on the last copy of a value without a
+	// source (the run fails), with spill targets configured (bytes ≥ 200).
+	f.Add([]byte{200, 204, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 0, 13, 0, 0, 1, fzExplain, 13, 0, 1, 2})
+	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2, fzRun, 8, 13, 0, 2, 1})
+	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 9, 13, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newFzHarness(t, data)
 		for n := 0; !h.r.done() && n < 200; n++ {
@@ -121,6 +132,10 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 		if b%4 != 0 {
 			lc.HasBudget, lc.BudgetBytes = true, int64(4+b%40)
 		}
+		if b >= 200 { // a spill target, another location
+			i := len(cfg.Locations)
+			lc.SpillTo = fzLocations[(i+1+b%3)%len(fzLocations)]
+		}
 		cfg.Locations = append(cfg.Locations, lc)
 		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
 	}
@@ -189,7 +204,11 @@ func (h *fzHarness) plan() Plan {
 	var p Plan
 	shape := h.r.next()
 	for range shape % 2 {
-		p.Reclaim = append(p.Reclaim, Action{Handle: h.handle(), Location: h.loc()})
+		a := Action{Handle: h.handle(), Location: h.loc()}
+		if shape/12%3 == 1 { // a demotion
+			a.To = h.loc()
+		}
+		p.Reclaim = append(p.Reclaim, a)
 	}
 	for range shape / 2 % 2 {
 		name := fmt.Sprint("p", h.r.next()%4)
@@ -487,6 +506,15 @@ func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseI
 			break
 		}
 		if s.Admission.Pending {
+			if s.Phase == PhaseReclaim && s.Index == failAt {
+				// A demotion's copy fails: the value is dropped instead
+				// and the run goes on (or fails, when that would lose
+				// data).
+				if _, err := r.FailStep(errFzInjected); err != nil {
+					return 0, nil, err
+				}
+				continue
+			}
 			if s.Phase == PhaseEnter && s.Index == failAt {
 				return 0, nil, r.Fail(errFzInjected)
 			}

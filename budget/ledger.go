@@ -22,6 +22,8 @@ type location struct {
 	// category.
 	cands    candIndex
 	catBytes [numCats]int64
+	// spill is the index of the location's spill target, -1 for none.
+	spill int
 }
 
 type mat struct {
@@ -131,7 +133,8 @@ type Ledger struct {
 
 // New returns an empty ledger with the configured locations. Errors: a
 // missing manager id, a malformed or duplicate location, a budget ≤ 0, a
-// negative trace capacity ([*InvalidInputError]).
+// negative trace capacity, a spill target that is malformed, not
+// configured or equal to its own location ([*InvalidInputError]).
 func New(cfg Config) (*Ledger, error) {
 	if cfg.ManagerID == "" {
 		return nil, invalidf("manager id is required")
@@ -159,7 +162,7 @@ func New(cfg Config) (*Ledger, error) {
 		if lc.HasBudget && lc.BudgetBytes <= 0 {
 			return nil, invalidf("budget of %s must be positive, got %d", lc.Name, lc.BudgetBytes)
 		}
-		parsed = append(parsed, location{name: lc.Name, parsed: n, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+		parsed = append(parsed, location{name: lc.Name, parsed: n, hasBudget: lc.HasBudget, budget: lc.BudgetBytes, spill: -1})
 	}
 	sort.SliceStable(parsed, func(i, j int) bool { return locationLess(parsed[i].parsed, parsed[j].parsed) })
 	l := &Ledger{
@@ -177,6 +180,9 @@ func New(cfg Config) (*Ledger, error) {
 	}
 	for i := range l.locs {
 		l.locIndex[l.locs[i].name] = i
+	}
+	if err := l.configureSpill(cfg.Locations); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

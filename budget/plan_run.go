@@ -109,10 +109,11 @@ func (r *Run) releaseReservations() {
 }
 
 // Next admits the next step and returns it; ok is false when every step
-// has been admitted and settled. A step with a pending admission must be
-// settled before Next is called again. On failure it returns a
-// *PlanExecutionError and the run is over; a scope's reservations admitted
-// so far are released, an execute's stay active.
+// has been admitted and settled. A step with a pending admission (an
+// enter, or a demotion in the reclaim phase) must be settled before Next
+// is called again. On failure it returns a *PlanExecutionError and the
+// run is over; a scope's reservations admitted so far are released, an
+// execute's stay active.
 func (r *Run) Next() (step Step, ok bool, err error) {
 	if r.failed != nil {
 		return Step{}, false, r.failed
@@ -129,29 +130,10 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			}
 			i, a := r.index, r.plan.Reclaim[r.index]
 			r.index++
-			var effects []Effect
-			var e error
-			r.l.recordInto(&r.report, func() {
-				var v *value
-				if v, e = r.l.value(a.Handle); e != nil {
-					return
-				}
-				loc, locErr := r.l.location(a.Location)
-				if locErr != nil {
-					e = locErr
-					return
-				}
-				var m *mat
-				if m, e = r.l.checkEvict(v, loc); e != nil {
-					return
-				}
-				r.l.removeMat(v, m, RemovalReclaim)
-				effects = []Effect{r.l.freeEffect(v, loc)}
-			})
-			if e != nil {
-				return Step{}, false, r.fail(e, &a, i, nil, -1)
+			if a.To != "" {
+				return r.nextDemotion(i, a)
 			}
-			return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{Effects: effects}}, true, nil
+			return r.nextReclaim(i, a)
 		case planReserve:
 			if r.index >= len(r.plan.Reservations) {
 				r.phase, r.index = planEnter, 0
@@ -173,37 +155,69 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			}
 			i, a := r.index, r.plan.Enter[r.index]
 			r.index++
-			var adm Admission
-			var e error
-			r.l.recordInto(&r.report, func() {
-				var v *value
-				if v, e = r.l.value(a.Handle); e != nil {
-					return
-				}
-				if _, e = r.l.location(a.Location); e != nil {
-					return
-				}
-				if a.From != "" {
-					if _, e = r.l.location(a.From); e != nil {
-						return
-					}
-				}
-				adm, e = r.l.enter(v, a)
-			})
-			if e != nil {
-				return Step{}, false, r.fail(e, &a, i, nil, -1)
-			}
-			if adm.Pending {
-				r.pending = adm.ID
-			}
-			return Step{Phase: PhaseEnter, Index: i, Admission: adm}, true, nil
+			return r.nextEnter(i, a)
 		}
 	}
 	return Step{}, false, nil
 }
 
-// Complete settles the pending enter step as done and returns the effects
-// its completion produced (a move's source free).
+// nextReclaim commits reclaim step i, a plain removal.
+func (r *Run) nextReclaim(i int, a Action) (Step, bool, error) {
+	var effects []Effect
+	var e error
+	r.l.recordInto(&r.report, func() {
+		var v *value
+		if v, e = r.l.value(a.Handle); e != nil {
+			return
+		}
+		loc, locErr := r.l.location(a.Location)
+		if locErr != nil {
+			e = locErr
+			return
+		}
+		var m *mat
+		if m, e = r.l.checkEvict(v, loc); e != nil {
+			return
+		}
+		r.l.removeMat(v, m, RemovalReclaim)
+		effects = []Effect{r.l.freeEffect(v, loc)}
+	})
+	if e != nil {
+		return Step{}, false, r.fail(e, &a, i, nil, -1)
+	}
+	return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{Effects: effects}}, true, nil
+}
+
+// nextEnter admits enter step i.
+func (r *Run) nextEnter(i int, a Action) (Step, bool, error) {
+	var adm Admission
+	var e error
+	r.l.recordInto(&r.report, func() {
+		var v *value
+		if v, e = r.l.value(a.Handle); e != nil {
+			return
+		}
+		if _, e = r.l.location(a.Location); e != nil {
+			return
+		}
+		if a.From != "" {
+			if _, e = r.l.location(a.From); e != nil {
+				return
+			}
+		}
+		adm, e = r.l.enter(v, a)
+	})
+	if e != nil {
+		return Step{}, false, r.fail(e, &a, i, nil, -1)
+	}
+	if adm.Pending {
+		r.pending = adm.ID
+	}
+	return Step{Phase: PhaseEnter, Index: i, Admission: adm}, true, nil
+}
+
+// Complete settles the pending step (an enter, or a demotion) as done and
+// returns the effects its completion produced (a move's source free).
 func (r *Run) Complete() ([]Effect, error) {
 	if r.pending == 0 {
 		return nil, invalidf("no run step is pending")
@@ -215,18 +229,34 @@ func (r *Run) Complete() ([]Effect, error) {
 	return effects, err
 }
 
-// Fail settles the pending enter step as failed with cause and returns the
-// run's *PlanExecutionError.
-func (r *Run) Fail(cause error) error {
+// FailStep settles the pending step as failed with cause. A failed enter
+// ends the run: it returns the run's *PlanExecutionError. A failed
+// demotion (a reclaim with To) drops the value's materialization at its
+// location instead, as a plain reclaim would have, and the run goes on:
+// it returns the free effect to carry out and no error; only when that
+// removal would lose data does the run fail (phase reclaim, cause the
+// copy's failure).
+func (r *Run) FailStep(cause error) ([]Effect, error) {
 	if r.pending == 0 {
-		return invalidf("no run step is pending")
+		return nil, invalidf("no run step is pending")
 	}
 	id := r.pending
 	r.pending = 0
+	if r.phase == planReclaim {
+		return r.failDemotion(id, cause)
+	}
 	r.l.recordInto(&r.report, func() { _ = r.l.Fail(id, cause) })
 	i := r.index - 1
 	a := r.plan.Enter[i]
-	return r.fail(cause, &a, i, nil, -1)
+	return nil, r.fail(cause, &a, i, nil, -1)
+}
+
+// Fail is [Run.FailStep] for a caller that carries out no effects (a
+// dropped demotion's free effect is discarded): it returns the run's
+// *PlanExecutionError, or nil when the run goes on.
+func (r *Run) Fail(cause error) error {
+	_, err := r.FailStep(cause)
+	return err
 }
 
 // fail ends the run with a *PlanExecutionError. A failed scope entry first

@@ -70,6 +70,14 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 				return err
 			}
 		}
+		if a.To != "" {
+			if what == "enter" {
+				return invalidf("enter %d (%s): to is only meaningful for reclaim actions (a demotion)", i, a)
+			}
+			if err := l.checkDemotionField(a, i); err != nil {
+				return err
+			}
+		}
 		vals = append(vals, v)
 		return nil
 	}
@@ -106,7 +114,8 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 }
 
 // Explain simulates plan p on the current state without changing it: every
-// reclaim, then every reservation, then every enter one after another (each
+// reclaim (a demotion, a reclaim with To, as a move admitted and
+// completed), then every reservation, then every enter one after another (each
 // admitted and completed before the next). It reports whether the plan is
 // feasible, the first failure in words, and the predicted peak of
 // used+reserved at every location, overlap and temporary reconstruction
@@ -132,6 +141,18 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 	for i, a := range p.Reclaim {
 		v := c.simValue(a.Handle.ID)
 		loc := c.locIndex[a.Location]
+		if a.To != "" {
+			adm, err := c.demote(v, loc, c.locIndex[a.To])
+			if err != nil {
+				return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
+			}
+			if adm.Pending {
+				if _, err := c.Complete(adm.ID); err != nil {
+					return fail(err)
+				}
+			}
+			continue
+		}
 		m, err := c.checkEvict(v, loc)
 		if err != nil {
 			return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))

@@ -95,12 +95,20 @@ const (
 	// EvictionLowestPriority: the victim had the lowest priority H (last
 	// use) among the candidates at its location.
 	EvictionLowestPriority
+	// EvictionDemoted: a victim chosen like EvictionLowestPriority whose
+	// value had no other resident copy and is demoted to its location's
+	// spill target ([Eviction].To) instead of dropped (spill.go).
+	EvictionDemoted
 )
 
-// String is the kind in snake case: "lowest_priority", "other".
+// String is the kind in snake case: "lowest_priority", "demoted",
+// "other".
 func (k EvictionKind) String() string {
-	if k == EvictionLowestPriority {
+	switch k {
+	case EvictionLowestPriority:
 		return "lowest_priority"
+	case EvictionDemoted:
+		return "demoted"
 	}
 	return "other"
 }
@@ -112,8 +120,10 @@ func (k EvictionKind) MarshalText() ([]byte, error) { return []byte(k.String()),
 // other text reads as EvictionOther.
 func (k *EvictionKind) UnmarshalText(b []byte) error {
 	*k = EvictionOther
-	if string(b) == EvictionLowestPriority.String() {
-		*k = EvictionLowestPriority
+	for _, x := range []EvictionKind{EvictionLowestPriority, EvictionDemoted} {
+		if string(b) == x.String() {
+			*k = x
+		}
 	}
 	return nil
 }

@@ -25,7 +25,8 @@ package budget
 // NAME's handle under another manager id; ADM is an admission id or
 // "last", the latest pending one):
 //
-//	start LOC[=BYTES] … [manager=ID] [trace=N]   new ledger; LOC alone: no budget
+//	start LOC[=BYTES] … [manager=ID] [trace=N] [spill=LOC>TARGET,…]
+//	                      new ledger; LOC alone: no budget
 //	register NAME BYTES [exclusive|replicable] at=LOC|source=LOC
 //	register-done NAME BYTES [MODE] at=LOC        register and complete
 //	place NAME LOC        copy NAME FROM TO        move NAME FROM TO
@@ -45,7 +46,9 @@ package budget
 //	snapshot              trace                    version
 //
 // PLAN is any of: reclaim=NAME@LOC,… reserve=RES@LOC=BYTES,…
-// enter=NAME@LOC[<FROM],…
+// enter=NAME@LOC[<FROM],…; a reclaim item NAME@LOC>TO is a demotion.
+// step-fail on a demotion prints the effects of the drop that replaces
+// it (the run goes on).
 
 import (
 	"errors"
@@ -54,7 +57,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -430,7 +432,12 @@ func (s *scriptRunner) step(cmd string, args []string) error {
 		s.printEffects("completed", effs)
 		return nil
 	case "step-fail":
-		return r.Fail(s.cause(args[1:]))
+		effs, err := r.FailStep(s.cause(args[1:]))
+		if err != nil {
+			return err
+		}
+		s.printEffects("demotion failed; dropped instead", effs)
+		return nil
 	case "finish":
 		rep, leases, err := r.Finish()
 		if err != nil {
@@ -512,12 +519,15 @@ func (s *scriptRunner) complete(id AdmissionID) error {
 func (s *scriptRunner) start(args []string) error {
 	s.c = nil
 	cfg := Config{ManagerID: "m1"}
+	var spill []string
 	for _, a := range args {
 		switch {
 		case strings.HasPrefix(a, "manager="):
 			cfg.ManagerID = strings.TrimPrefix(a, "manager=")
 		case strings.HasPrefix(a, "trace="):
 			cfg.TraceCapacity = int(s.int(strings.TrimPrefix(a, "trace=")))
+		case strings.HasPrefix(a, "spill="):
+			spill = strings.Split(strings.TrimPrefix(a, "spill="), ",")
 		default:
 			name, budget, has := strings.Cut(a, "=")
 			lc := LocationConfig{Name: name}
@@ -527,6 +537,14 @@ func (s *scriptRunner) start(args []string) error {
 			cfg.Locations = append(cfg.Locations, lc)
 		}
 	}
+	for _, sp := range spill {
+		from, to, _ := strings.Cut(sp, ">")
+		for i := range cfg.Locations {
+			if cfg.Locations[i].Name == from {
+				cfg.Locations[i].SpillTo = to
+			}
+		}
+	}
 	l, err := New(cfg)
 	if err != nil {
 		return err
@@ -534,6 +552,15 @@ func (s *scriptRunner) start(args []string) error {
 	s.c = &checked{t: s.t, L: l}
 	s.runs = map[string]*checkedRun{}
 	s.printf("manager %s, locations %s, trace capacity %d", l.ManagerID(), strings.Join(l.Locations(), " "), cfg.TraceCapacity)
+	if st := l.SpillTargets(); st != nil {
+		var parts []string
+		for _, loc := range l.Locations() {
+			if t, ok := st[loc]; ok {
+				parts = append(parts, loc+"→"+t)
+			}
+		}
+		s.printf("spill targets %s", strings.Join(parts, " "))
+	}
 	return nil
 }
 
@@ -542,12 +569,13 @@ func (s *scriptRunner) plan(args []string) (Plan, RunOptions) {
 	var p Plan
 	var opts RunOptions
 	action := func(item string) Action {
+		item, to, _ := strings.Cut(item, ">")
 		item, from, _ := strings.Cut(item, "<")
 		name, loc, ok := strings.Cut(item, "@")
 		if !ok {
 			s.t.Fatalf("bad action %q: want NAME@LOC", item)
 		}
-		return Action{Handle: s.handle(name), Location: loc, From: from}
+		return Action{Handle: s.handle(name), Location: loc, From: from, To: to}
 	}
 	for _, a := range args {
 		key, val, _ := strings.Cut(a, "=")
@@ -612,181 +640,13 @@ func (s *scriptRunner) decide(args []string) error {
 	}
 	s.printf("decision %q expected_state_version=%d explored_states=%d exhaustive=%v", d.RequestName, d.ExpectedStateVersion, d.ExploredStates, d.Exhaustive)
 	for _, e := range d.Evictions {
+		if e.To != "" {
+			s.printf("  evict %s at %s to %s (%d bytes, %s): %s", e.Handle.Name, e.Location, e.To, e.Bytes, e.Kind, e.Reason)
+			continue
+		}
 		s.printf("  evict %s at %s (%d bytes): %s", e.Handle.Name, e.Location, e.Bytes, e.Reason)
 	}
 	s.printPlan(d.Plan)
 	s.printExplanation(d.Explanation, "  ")
 	return nil
-}
-
-// ---- printing ----------------------------------------------------------------
-
-func (s *scriptRunner) printAdmission(a Admission) {
-	switch {
-	case a.Pending:
-		s.lastAdm = a.ID
-		s.printf("admission %d pending", a.ID)
-	case len(a.Effects) == 0:
-		s.printf("no-op (already resident)")
-		return
-	default:
-		s.printf("committed at once")
-	}
-	for _, e := range a.Effects {
-		s.printf("  effect: %s", e)
-	}
-}
-
-func (s *scriptRunner) printEffects(what string, effs []Effect) {
-	s.printf("%s", what)
-	for _, e := range effs {
-		s.printf("  effect: %s", e)
-	}
-}
-
-func (s *scriptRunner) printStep(st Step) {
-	s.printf("step %s %d", st.Phase, st.Index)
-	if st.Admission.Pending {
-		s.printf("  admission %d pending", st.Admission.ID)
-	} else if st.Phase == PhaseEnter && len(st.Admission.Effects) == 0 {
-		s.printf("  no-op (already resident)")
-	}
-	for _, e := range st.Admission.Effects {
-		s.printf("  effect: %s", e)
-	}
-}
-
-func (s *scriptRunner) printFinish(rep Report, leases []LeaseID) {
-	s.printf("finished: %d transitions", len(rep.Transitions))
-	for _, x := range rep.Transitions {
-		s.printf("  %s", x)
-	}
-	for _, id := range leases {
-		h, loc, _ := s.c.L.LeaseEndpoint(id)
-		s.printf("  lease %d on %s at %s", id, h.Name, loc)
-	}
-}
-
-func (s *scriptRunner) printPlan(p Plan) {
-	for i, a := range p.Reclaim {
-		s.printf("  reclaim %d: %s", i, a)
-	}
-	for i, r := range p.Reservations {
-		s.printf("  reserve %d: %s", i, r)
-	}
-	for i, a := range p.Enter {
-		s.printf("  enter %d: %s", i, a)
-	}
-}
-
-func (s *scriptRunner) printExplanation(ex Explanation, indent string) {
-	s.printf("%sfeasible: %v", indent, ex.Feasible)
-	if ex.Reason != "" {
-		s.printf("%sreason: %s", indent, ex.Reason)
-	}
-	var locs []string
-	for l := range ex.PredictedPeakBytes {
-		locs = append(locs, l)
-	}
-	sort.Slice(locs, func(i, j int) bool { return s.locOrder(locs[i]) < s.locOrder(locs[j]) })
-	var parts []string
-	for _, l := range locs {
-		parts = append(parts, fmt.Sprintf("%s=%d", l, ex.PredictedPeakBytes[l]))
-	}
-	s.printf("%spredicted peak: %s", indent, strings.Join(parts, " "))
-}
-
-func (s *scriptRunner) locOrder(name string) int {
-	for i, l := range s.c.L.Locations() {
-		if l == name {
-			return i
-		}
-	}
-	return 1 << 30
-}
-
-func (s *scriptRunner) printSnapshot(snap Snapshot) {
-	s.printf("snapshot version %d manager %s", snap.StateVersion, snap.ManagerID)
-	for _, l := range snap.Locations {
-		budget := "none"
-		if l.HasBudget {
-			budget = strconv.FormatInt(l.BudgetBytes, 10)
-		}
-		s.printf("  location %s budget=%s used=%d reserved=%d peak=%d temporary=%d", l.Location, budget, l.UsedBytes, l.ReservedBytes, l.PeakBytes, l.TemporaryBytes)
-		for _, r := range l.Reservations {
-			s.printf("    reservation %s %d bytes owner=%q", r.Name, r.Bytes, r.Owner)
-		}
-	}
-	for _, v := range snap.Values {
-		src := "none"
-		if v.HasSource {
-			src = v.SourceLocation
-		}
-		s.printf("  value %s (id %d) %d bytes %s source=%s recoverable=%v", v.Handle.Name, v.Handle.ID, v.Bytes, v.ReplicaMode, src, v.Recoverable)
-		for _, m := range v.Materializations {
-			s.printf("    at %s %s charged=%d uses=%d holds=%d pending_events=%d", m.Location, m.State, m.ChargedBytes, m.UseCount, m.HoldCount, m.PendingEventCount)
-		}
-	}
-}
-
-var unavailableReasons = map[UnavailableReason]string{
-	UnavailableEndpoint: "endpoint", UnavailableLocation: "location", UnavailableSource: "source",
-	UnavailableDiscarded: "discarded", UnavailableForeign: "foreign", UnavailableInFlight: "in flight",
-}
-
-// printErr prints a typed error with every field of its struct, by
-// reflection (so that a new field shows up in the golden output).
-func (s *scriptRunner) printErr(err error, indent string) {
-	rv := reflect.ValueOf(err)
-	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct || rv.Elem().Type().PkgPath() != reflect.TypeFor[Plan]().PkgPath() {
-		s.printf("%serror %T: %v", indent, err, err)
-		return
-	}
-	s.printf("%serror %T", indent, err)
-	st := rv.Elem()
-	for i := 0; i < st.NumField(); i++ {
-		name, f := st.Type().Field(i).Name, st.Field(i)
-		switch v := f.Interface().(type) {
-		case string:
-			s.printf("%s  %s: %q", indent, name, v)
-		case UnavailableReason:
-			s.printf("%s  %s: %d (%s)", indent, name, v, unavailableReasons[v])
-		case *Action:
-			if v == nil {
-				s.printf("%s  %s: nil", indent, name)
-			} else {
-				s.printf("%s  %s: handle=%q location=%q from=%q", indent, name, v.Handle.Name, v.Location, v.From)
-			}
-		case *ReservationSpec:
-			if v == nil {
-				s.printf("%s  %s: nil", indent, name)
-			} else {
-				s.printf("%s  %s: name=%q location=%q bytes=%d", indent, name, v.Name, v.Location, v.Bytes)
-			}
-		case Report:
-			s.printf("%s  %s: %d transitions", indent, name, len(v.Transitions))
-			for _, x := range v.Transitions {
-				s.printf("%s    %s", indent, x)
-			}
-		case error:
-			s.printf("%s  %s:", indent, name)
-			s.printErr(v, indent+"    ")
-		default:
-			s.printf("%s  %s: %v", indent, name, v)
-		}
-	}
-	s.printf("%s  message: %s", indent, err)
-	var cats []string
-	for _, c := range []struct {
-		name string
-		err  error
-	}{{"ErrPlan", ErrPlan}, {"ErrInvalidInput", ErrInvalidInput}, {"ErrDiscarded", ErrDiscarded}, {"ErrForeign", ErrForeign}} {
-		if errors.Is(err, c.err) {
-			cats = append(cats, c.name)
-		}
-	}
-	if len(cats) == 0 {
-		cats = []string{"none"}
-	}
-	s.printf("%s  matches: %s", indent, strings.Join(cats, ", "))
 }

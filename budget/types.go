@@ -161,14 +161,20 @@ type Admission struct {
 
 // Action is one reclaim or enter step of a plan. From is optional (enter
 // only): the resident materialization to copy (replicable) or move
-// (exclusive) from.
+// (exclusive) from. To is optional (reclaim only): it makes the reclaim a
+// demotion, a move of the materialization at Location to To carried out
+// in the reclaim phase with the move's charges (see spill.go).
 type Action struct {
 	Handle   Handle
 	Location string
 	From     string
+	To       string
 }
 
 func (a Action) String() string {
+	if a.To != "" {
+		return fmt.Sprintf("%s %s→%s (demotion)", a.Handle.Name, a.Location, a.To)
+	}
 	if a.From != "" {
 		return fmt.Sprintf("%s %s→%s", a.Handle.Name, a.From, a.Location)
 	}
@@ -245,6 +251,11 @@ type LocationConfig struct {
 	Name        string
 	HasBudget   bool
 	BudgetBytes int64
+	// SpillTo optionally names the location's spill target: a configured
+	// location other than this one, where the controller demotes a
+	// victim's only resident copy instead of dropping it when there is
+	// room (see spill.go). "" (the default) means none.
+	SpillTo string
 }
 
 // Config configures a [Ledger].

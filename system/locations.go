@@ -2,6 +2,8 @@ package system
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/residency-go/residency/budget"
 )
@@ -25,4 +27,36 @@ func refuseNodeQualified(locs []LocationConfig) error {
 			l.Name, n.Node, budget.LocationName{Kind: n.Kind, Device: n.Device}.String())}
 	}
 	return nil
+}
+
+// withSpill returns locs with the spill targets of spill (location →
+// target) set on the locations it names; locs itself is not changed.
+// A location of spill that locs does not configure is invalid input (so
+// is a target that is not configured, or equal to its location: the
+// ledger refuses those).
+func withSpill(locs []LocationConfig, spill map[string]string) ([]LocationConfig, error) {
+	if len(spill) == 0 {
+		return locs, nil
+	}
+	out := append([]LocationConfig(nil), locs...)
+	set := 0
+	for i := range out {
+		if to, ok := spill[out[i].Name]; ok {
+			out[i].SpillTo = to
+			set++
+		}
+	}
+	if set < len(spill) {
+		for _, from := range slices.Sorted(maps.Keys(spill)) {
+			to := spill[from]
+			found := false
+			for _, l := range locs {
+				found = found || l.Name == from
+			}
+			if !found {
+				return nil, &budget.InvalidInputError{Message: fmt.Sprintf("spill %s → %s: %s is not a configured location (both ends of a spill target must be configured)", from, to, from)}
+			}
+		}
+	}
+	return out, nil
 }

@@ -25,6 +25,7 @@ const (
 const (
 	EvictionOther          = budget.EvictionOther
 	EvictionLowestPriority = budget.EvictionLowestPriority
+	EvictionDemoted        = budget.EvictionDemoted
 )
 
 // RemovalKinds lists every kind of removal (RemovalNone excluded).

@@ -190,6 +190,13 @@ type Options struct {
 	// buffer the backend hands back late is freed before the ledger
 	// releases the charge, so device bytes never exceed admitted bytes.
 	AllocTimeout time.Duration
+	// Spill names spill targets, location → target (both configured and
+	// different): when the controller's victim is the only resident copy
+	// of its value, it is demoted to its location's target instead of
+	// dropped, if the target has room (docs/semantics.md, "Spill"). It
+	// sets LocationConfig.SpillTo of the locations it names. Default:
+	// none, and every decision is as without spill.
+	Spill map[string]string
 }
 
 // System is a running residency runtime. All methods are safe for
@@ -251,7 +258,11 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if opts.DisableTrace {
 		capTrace = 0
 	}
-	lcfg := budget.Config{ManagerID: id, Locations: opts.Locations, TraceCapacity: capTrace}
+	locs, err := withSpill(opts.Locations, opts.Spill)
+	if err != nil {
+		return nil, err
+	}
+	lcfg := budget.Config{ManagerID: id, Locations: locs, TraceCapacity: capTrace}
 	// Validate before creating a backend.
 	if _, err := budget.New(lcfg); err != nil {
 		return nil, err

@@ -1,0 +1,234 @@
+package budget
+
+// The controller's evaluation of one assignment: what it adds where,
+// its shortfalls and its victims.
+
+import (
+	"fmt"
+	"slices"
+)
+
+// ---- evaluation ------------------------------------------------------------
+
+type victim struct {
+	loc int
+	c   candidate
+	n   int64 // the location's shortfall
+}
+
+// evaluation is a feasible assignment's outcome and its rank.
+type evaluation struct {
+	victims  []victim
+	prios    []int64 // descending
+	transfer int64
+	evicted  int64
+}
+
+// better reports whether a ranks before b. Equal ranks keep the earlier
+// position vector, so the caller replaces its best only on true.
+func (a *evaluation) better(b *evaluation) bool {
+	if c := slices.Compare(a.prios, b.prios); c != 0 {
+		return c < 0
+	}
+	if a.transfer != b.transfer {
+		return a.transfer < b.transfer
+	}
+	if a.evicted != b.evicted {
+		return a.evicted < b.evicted
+	}
+	return len(a.victims) < len(b.victims)
+}
+
+// evaluate computes the outcome of one assignment (chosen[i] is the
+// location of requirement i). It mirrors place() on the state the plan
+// would produce: an endpoint already resident adds nothing; an exclusive
+// value resident elsewhere moves (its only materialization must be
+// resident and unprotected); a replicable value copies from its preferred
+// resident materialization (earlier enters of the same plan included);
+// otherwise it is reconstructed, charging its size temporarily at its
+// source location when that differs from the destination.
+func (d *decider) evaluate(chosen []int) (*evaluation, string) {
+	l := d.l
+	for _, loc := range d.touched {
+		d.adds[loc] = 0
+	}
+	d.touched = d.touched[:0]
+	d.entered = d.entered[:0]
+	add := func(loc int, b int64) {
+		if d.adds[loc] == 0 {
+			d.touched = append(d.touched, loc)
+		}
+		d.adds[loc] += b
+	}
+	ev := &evaluation{}
+	for i, r := range d.reqs {
+		v, dest := r.v, chosen[i]
+		if m := v.mat(dest); m != nil {
+			if m.state != Resident {
+				return nil, fmt.Sprintf("value %s: a transition into %s is in flight", v.name, l.locs[dest].name)
+			}
+			continue
+		}
+		if slices.Contains(d.entered, enteredAt{v, dest}) {
+			continue // the same replicable value required twice at dest
+		}
+		d.entered = append(d.entered, enteredAt{v, dest})
+		ev.transfer += v.bytes
+		if v.mode == Exclusive && len(v.mats) > 0 {
+			m := v.mats[0]
+			if m.state != Resident || len(v.mats) > 1 {
+				return nil, fmt.Sprintf("exclusive value %s has a transition in flight", v.name)
+			}
+			if m.protected() {
+				return nil, fmt.Sprintf("protected: exclusive value %s would move from %s to %s, but its materialization at %s is in use (%d leases, %d holds, %d pending events)",
+					v.name, l.locs[m.loc].name, l.locs[dest].name, l.locs[m.loc].name, m.uses, m.holds, m.pending)
+			}
+			if m.busy() {
+				return nil, fmt.Sprintf("exclusive value %s would move from %s, which is the source of a copy in flight", v.name, l.locs[m.loc].name)
+			}
+			add(dest, v.bytes)
+			continue
+		}
+		if d.hasSourceCopy(v) {
+			add(dest, v.bytes)
+			continue
+		}
+		if !v.hasSource {
+			return nil, fmt.Sprintf("value %s has no resident materialization and no source to reconstruct from", v.name)
+		}
+		add(dest, v.bytes)
+		if v.source != dest {
+			add(v.source, v.bytes)
+		}
+	}
+	for loc, b := range d.reservationAdds {
+		if b > 0 {
+			add(loc, b)
+		}
+	}
+	// Shortfalls, in location order.
+	d.short = d.short[:0]
+	for _, loc := range d.touched {
+		lc := &l.locs[loc]
+		if !lc.hasBudget {
+			continue
+		}
+		if n := d.adds[loc] - (lc.budget - lc.used - lc.reserved); n > 0 {
+			d.short = append(d.short, shortfall{loc, n})
+		}
+	}
+	if len(d.short) == 0 {
+		return ev, ""
+	}
+	slices.SortFunc(d.short, func(a, b shortfall) int { return a.loc - b.loc })
+	for _, sf := range d.short {
+		e := d.victimsAt(sf.loc, sf.n)
+		if !e.ok {
+			return nil, e.fail
+		}
+		s := d.streams[sf.loc]
+		for _, p := range e.pos {
+			ev.victims = append(ev.victims, victim{loc: sf.loc, c: s.sorted[p], n: sf.n})
+		}
+	}
+	if len(d.short) > 1 && d.lastCopyConflict(ev.victims) {
+		var fail string
+		if ev.victims, fail = d.constrainedVictims(); fail != "" {
+			return nil, fail
+		}
+	}
+	for _, vc := range ev.victims {
+		ev.prios = append(ev.prios, vc.c.prio)
+		ev.evicted += vc.c.bytes
+	}
+	slices.SortFunc(ev.prios, func(a, b int64) int {
+		switch {
+		case a > b:
+			return -1
+		case a < b:
+			return 1
+		}
+		return 0
+	})
+	return ev, ""
+}
+
+// hasSourceCopy reports whether v has a resident materialization to copy
+// from, counting endpoints entered earlier in the same plan.
+func (d *decider) hasSourceCopy(v *value) bool {
+	for _, m := range v.mats {
+		if m.state == Resident {
+			return true
+		}
+	}
+	for _, e := range d.entered[:len(d.entered)-1] {
+		if e.v == v {
+			return true
+		}
+	}
+	return false
+}
+
+// lastCopyConflict reports whether victims chosen independently at
+// different locations would together remove every resident copy of a
+// value without a source.
+func (d *decider) lastCopyConflict(vs []victim) bool {
+	var count map[*value]int
+	for _, vc := range vs {
+		v := d.l.valueByID(vc.c.id)
+		if v.hasSource {
+			continue
+		}
+		if count == nil {
+			count = map[*value]int{}
+		}
+		count[v]++
+		if count[v] >= v.residentCount() {
+			return true
+		}
+	}
+	return false
+}
+
+// constrainedVictims recomputes the victims location by location, in
+// location order, dropping from each location's candidate list the
+// materializations whose removal, together with the victims already chosen
+// at earlier locations, would leave a value without a source with no
+// resident copy. Where no conflict exists this gives the same victims as
+// the independent computation (removing candidates that the rule did not
+// select cannot change what it selects), so it runs only on conflict.
+func (d *decider) constrainedVictims() ([]victim, string) {
+	removed := map[*value]int{}
+	var out []victim
+	var prefix []int64
+	var list []candidate
+	for _, sf := range d.short {
+		s := d.stream(sf.loc)
+		prefix = append(prefix[:0], 0)
+		list = list[:0]
+		skipped := int64(0)
+		for i := 0; prefix[len(prefix)-1] < sf.n; i++ {
+			if i == len(s.sorted) && !s.more() {
+				break
+			}
+			c := s.sorted[i]
+			if v := d.l.valueByID(c.id); !v.hasSource && removed[v]+1 >= v.residentCount() {
+				skipped += c.bytes
+				continue
+			}
+			list = append(list, c)
+			prefix = append(prefix, prefix[len(prefix)-1]+c.bytes)
+		}
+		if prefix[len(prefix)-1] < sf.n {
+			return nil, fmt.Sprintf("unrecoverable: at %s, short %d bytes, the remaining candidates free only %d because %d bytes are the last copies of values without a source once the victims at earlier locations are removed",
+				d.l.locs[sf.loc].name, sf.n, prefix[len(prefix)-1], skipped)
+		}
+		pos := leastValuableSet(prefix, sf.n, nil)
+		slices.Reverse(pos)
+		for _, p := range pos {
+			out = append(out, victim{loc: sf.loc, c: list[p], n: sf.n})
+			removed[d.l.valueByID(list[p].id)]++
+		}
+	}
+	return out, ""
+}

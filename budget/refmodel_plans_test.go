@@ -1,0 +1,244 @@
+package budget
+
+// The reference model's plans: validation, explain and runs (see
+// refmodel_test.go).
+
+import "fmt"
+
+// ---- plans -------------------------------------------------------------------
+
+// validate checks every handle and location of a plan (reclaim, then
+// reservations, then enter), as the ledger does before simulating.
+func (m *refModel) validate(p Plan) string {
+	action := func(a Action, reclaim bool) string {
+		if _, e := m.resolve(a.Handle); e != "" {
+			return e
+		}
+		if e := m.checkLoc(a.Location); e != "" {
+			return e
+		}
+		if a.From != "" {
+			if reclaim {
+				return refInvalid()
+			}
+			if e := m.checkLoc(a.From); e != "" {
+				return e
+			}
+		}
+		if a.To != "" {
+			return m.validateTo(a, reclaim)
+		}
+		return ""
+	}
+	for _, a := range p.Reclaim {
+		if e := action(a, true); e != "" {
+			return e
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range p.Reservations {
+		if r.Name == "" || seen[r.Name] || m.findResv(r.Name) >= 0 || r.Bytes <= 0 {
+			return refInvalid()
+		}
+		seen[r.Name] = true
+		if e := m.checkLoc(r.Location); e != "" {
+			return e
+		}
+	}
+	for _, a := range p.Enter {
+		if e := action(a, false); e != "" {
+			return e
+		}
+	}
+	return ""
+}
+
+// enter admits one enter action: without From a place; with From a copy
+// (replicable) or a move (exclusive) from that resident materialization.
+func (m *refModel) enter(a Action) (refAdm, string) {
+	v, e := m.resolve(a.Handle)
+	if e != "" {
+		return refAdm{}, e
+	}
+	if a.From == "" {
+		return m.place(v, a.Location)
+	}
+	if e := m.residentAt(v, a.From); e != "" {
+		return refAdm{}, e
+	}
+	if st, ok := v.state[a.Location]; ok {
+		if st != Resident {
+			return refAdm{}, refUnavailable(v.name, a.Location, UnavailableInFlight)
+		}
+		if v.replicable {
+			return refAdm{}, ""
+		}
+	}
+	if a.From == a.Location {
+		return refAdm{}, ""
+	}
+	if v.replicable {
+		if e := m.admit(a.Location, v.bytes); e != "" {
+			return refAdm{}, e
+		}
+		return m.newXfer(&refXfer{value: v.id, dest: a.Location, from: a.From}), ""
+	}
+	return m.move(v, a.From, a.Location)
+}
+
+// Explain simulates p on a copy: feasible, and the predicted peaks (from
+// the current used+reserved). On a validation error the peaks are the
+// current figures.
+func (m *refModel) Explain(p Plan) (bool, map[string]int64) {
+	current := map[string]int64{}
+	for _, l := range m.locs {
+		current[l.name] = m.used(l.name) + m.reserved(l.name)
+	}
+	if m.validate(p) != "" {
+		return false, current
+	}
+	c := m.clone()
+	c.peak = current
+	ok := c.simulate(p)
+	return ok, c.peak
+}
+
+func (m *refModel) simulate(p Plan) bool {
+	for _, a := range p.Reclaim {
+		v, _ := m.resolve(a.Handle)
+		if a.To != "" {
+			if m.demotion(v, a, false) != "" {
+				return false
+			}
+			continue
+		}
+		if m.evict(v, a.Location) != "" {
+			return false
+		}
+	}
+	for _, r := range p.Reservations {
+		if m.Reserve(r.Location, r.Name, r.Bytes, "plan") != "" {
+			return false
+		}
+	}
+	for _, a := range p.Enter {
+		adm, e := m.enter(a)
+		if e != "" {
+			return false
+		}
+		if adm.id > 0 {
+			m.Complete(adm.id)
+		}
+	}
+	for _, a := range p.Enter {
+		v, _ := m.resolve(a.Handle)
+		if v.state[a.Location] != Resident {
+			return false
+		}
+	}
+	return true
+}
+
+// refRunResult is what a whole run (StartRun, every step, Finish) gives.
+type refRunResult struct {
+	err    string // "" or the error form; a PlanExecutionError is "exec{…}"
+	report int    // transitions committed by the run (its cleanup included)
+	leases []int  // scope leases, in enter order
+}
+
+// Run executes p as the ledger's StartRun/Next/Complete/Finish would with
+// nothing else happening between steps; the enter step failAt (−1: none)
+// fails after admission, and so does the reclaim step failAt when it is a
+// demotion.
+func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64, failAt int) refRunResult {
+	if checkVersion && expected != m.version {
+		return refRunResult{err: refStale(expected, m.version)}
+	}
+	if e := m.validate(p); e != "" {
+		return refRunResult{err: e}
+	}
+	if ok, _ := m.Explain(p); !ok {
+		return refRunResult{err: refPlan()}
+	}
+	var report []uint64
+	m.report = &report
+	var admitted []string
+	phase := func(p string) string {
+		if scope == "" {
+			return PhaseExecute
+		}
+		return p
+	}
+	fail := func(ph string, a *Action, ai int, r *ReservationSpec, ri int, cause string) refRunResult {
+		if scope != "" { // a failed scope entry releases its reservations; execute's stay
+			for i := len(admitted) - 1; i >= 0; i-- {
+				m.Unreserve(admitted[i], scope)
+			}
+		}
+		// The partial report lists every committed transition, the
+		// releases of the cleanup included.
+		m.report = nil
+		n := len(report)
+		return refRunResult{err: refExec(phase(ph), a, ai, r, ri, n, cause), report: n}
+	}
+	for i, a := range p.Reclaim {
+		v, e := m.resolve(a.Handle)
+		switch {
+		case e == "" && a.To != "":
+			// A demotion; the reclaim step failAt fails its copy.
+			if e = m.demotion(v, a, i == failAt); e == refDemotionLost {
+				e = "injected"
+			}
+		case e == "":
+			e = m.evict(v, a.Location)
+		}
+		if e != "" {
+			return fail(PhaseReclaim, &a, i, nil, -1, e)
+		}
+	}
+	for i, r := range p.Reservations {
+		if e := m.Reserve(r.Location, r.Name, r.Bytes, scope); e != "" {
+			return fail(PhaseReserve, nil, -1, &r, i, e)
+		}
+		admitted = append(admitted, r.Name)
+	}
+	for i, a := range p.Enter {
+		adm, e := m.enter(a)
+		if e != "" {
+			return fail(PhaseEnter, &a, i, nil, -1, e)
+		}
+		if adm.id > 0 {
+			if i == failAt {
+				m.Fail(adm.id)
+				return fail(PhaseEnter, &a, i, nil, -1, "injected")
+			}
+			m.Complete(adm.id)
+		}
+	}
+	var leases []int
+	if scope != "" {
+		for _, a := range p.Enter {
+			id, e := m.Acquire(a.Handle, a.Location)
+			if e != "" {
+				panic("reference model: scope lease failed after a feasible plan: " + e)
+			}
+			leases = append(leases, id)
+		}
+	}
+	m.report = nil
+	return refRunResult{report: len(report), leases: leases}
+}
+
+func refExec(phase string, a *Action, ai int, r *ReservationSpec, ri int, report int, cause string) string {
+	act, res := "-", "-"
+	if a != nil {
+		act = fmt.Sprintf("%s@%s<%s", a.Handle.Name, a.Location, a.From)
+		if a.To != "" {
+			act += ">" + a.To
+		}
+	}
+	if r != nil {
+		res = fmt.Sprintf("%s@%s:%d", r.Name, r.Location, r.Bytes)
+	}
+	return fmt.Sprintf("exec{%s action=%s/%d reservation=%s/%d report=%d cause=%s}", phase, act, ai, res, ri, report, cause)
+}

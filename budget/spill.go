@@ -1,0 +1,262 @@
+package budget
+
+// Spill: demotion instead of drop.
+//
+// A location may name a spill target ([LocationConfig].SpillTo): another
+// configured location. A plan's reclaim action with To is a demotion: a
+// move of the materialization at Location to To, carried out in the
+// reclaim phase with the move's charges (the destination charged from
+// admission, the source until completion) and the move's versions (admit,
+// complete, remove the source). Explain simulates it like any other step;
+// users may write demotions in their own plans.
+//
+// Decide chooses the assignment and its victims exactly as without spill
+// targets (victims, explored states and tie-breaks do not depend on
+// them). Then, in victim order, a victim whose value has no other
+// resident materialization is demoted to its location's spill target T
+// when T has room in the plan's final state:
+//
+//	used(T) + reserved(T) − bytes of the victims removed at T
+//	  + the plan's own additions at T (destinations, temporary
+//	    reconstruction charges, reservations)
+//	  + the demotions into T of earlier victims + its bytes ≤ budget(T)
+//
+// (always, when T has no budget). No victim is chosen at T for a
+// demotion. Otherwise the victim is dropped, as without spill. Its
+// eviction record carries To and the kind [EvictionDemoted].
+//
+// The plan's reclaim list keeps victim order, so a demotion runs after
+// the removals listed before it. Victim order is location order
+// (pageable-host, pinned-host, cuda:0, …): when T comes before the
+// victim's location in that order (cuda:N → pinned-host, pinned-host →
+// pageable-host, cuda:1 → cuda:0), every victim at T has been removed
+// when the demotion lands, and the formula above bounds every charge the
+// plan makes at T. When T comes after it (cuda:0 → cuda:1, say), the
+// victims at T listed later are still there when the demotion lands, so
+// the demotion must also fit then: used(T) + reserved(T) − the victims at
+// T listed before it + the earlier demotions into T + its bytes ≤
+// budget(T). That second condition never binds in the first case; it is
+// what keeps every decision's plan feasible under Explain.
+//
+// A demotion whose copy fails leaves the value dropped, exactly as a
+// plain reclaim would have: [Run.FailStep] settles the failed move (the
+// destination's charge released, the source resident again) and then
+// removes the source as a reclaim, so the value is never half-moved and
+// never charged twice. Only when that removal would lose data (a user's
+// demotion of the last copy of a value without a source; the controller
+// never demotes such a value, which is never a candidate) does the run
+// fail, with phase reclaim and the copy's failure as the cause.
+
+import "fmt"
+
+// configureSpill resolves the configured spill targets. Errors
+// ([*InvalidInputError], the ledger is not built): a malformed target, a
+// target that is not a configured location, a target equal to its own
+// location.
+func (l *Ledger) configureSpill(cfg []LocationConfig) error {
+	for _, lc := range cfg {
+		if lc.SpillTo == "" {
+			continue
+		}
+		if _, err := ParseLocation(lc.SpillTo); err != nil {
+			return invalidf("spill target of %s: %v", lc.Name, err)
+		}
+		t, ok := l.locIndex[lc.SpillTo]
+		if !ok {
+			return invalidf("spill target %s of %s is not a configured location (both ends of a spill target must be configured)", lc.SpillTo, lc.Name)
+		}
+		if lc.SpillTo == lc.Name {
+			return invalidf("spill target of %s is %s itself (a spill target must differ from its location)", lc.Name, lc.SpillTo)
+		}
+		l.locs[l.locIndex[lc.Name]].spill = t
+	}
+	return nil
+}
+
+// SpillTarget returns loc's spill target, if it has one.
+func (l *Ledger) SpillTarget(loc string) (string, bool) {
+	i, ok := l.locIndex[loc]
+	if !ok || l.locs[i].spill < 0 {
+		return "", false
+	}
+	return l.locs[l.locs[i].spill].name, true
+}
+
+// SpillTargets returns every configured spill target (location → target);
+// nil when there is none.
+func (l *Ledger) SpillTargets() map[string]string {
+	var out map[string]string
+	for i := range l.locs {
+		if t := l.locs[i].spill; t >= 0 {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[l.locs[i].name] = l.locs[t].name
+		}
+	}
+	return out
+}
+
+func (l *Ledger) hasSpill() bool {
+	for i := range l.locs {
+		if l.locs[i].spill >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// demote admits the demotion of v's materialization at loc to t: a move.
+// Errors (nothing changed): Unavailable (not resident at loc, in flight,
+// the source of a copy in flight), InUse (protected), BudgetError at t.
+// A replicable value already resident at t needs no transfer: the
+// materialization at loc is removed at once (1 version).
+func (l *Ledger) demote(v *value, loc, t int) (Admission, error) {
+	if _, err := l.residentMat(v, loc, "demotion source"); err != nil {
+		return Admission{}, err
+	}
+	return l.move(v, loc, t)
+}
+
+// checkDemotionField validates a reclaim action's To (after its handle
+// and location): a malformed or unconfigured location, or To equal to
+// Location.
+func (l *Ledger) checkDemotionField(a Action, i int) error {
+	if _, err := l.location(a.To); err != nil {
+		return err
+	}
+	if a.To == a.Location {
+		return invalidf("reclaim %d (%s): a demotion's to must differ from its location", i, a)
+	}
+	return nil
+}
+
+// ---- the controller ----------------------------------------------------------
+
+// demotions returns, for each victim (in victim order), the location it
+// is demoted to, or -1 when it is dropped; nil when no location has a
+// spill target. chosen is the assignment the victims serve.
+func (d *decider) demotions(chosen []int, victims []victim) []int {
+	l := d.l
+	if !l.hasSpill() || len(victims) == 0 {
+		return nil
+	}
+	// Refresh the per-location additions (d.adds) for this assignment:
+	// the best evaluation is not necessarily the last one evaluated.
+	d.evaluate(chosen)
+	removed := make([]int64, len(l.locs)) // every victim's bytes, by location
+	for _, vc := range victims {
+		removed[vc.loc] += vc.c.bytes
+	}
+	before := make([]int64, len(l.locs)) // victims listed earlier, by location
+	into := make([]int64, len(l.locs))   // earlier demotions, by target
+	out := make([]int, len(victims))
+	for i, vc := range victims {
+		out[i] = -1
+		t := l.locs[vc.loc].spill
+		v := l.valueByID(vc.c.id)
+		if t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
+			out[i] = t
+			into[t] += vc.c.bytes
+		}
+		before[vc.loc] += vc.c.bytes
+	}
+	return out
+}
+
+// spillRoom reports whether b more bytes fit at t in the plan's final
+// state (the rule) and when the demotion lands (see the file comment).
+func (d *decider) spillRoom(t int, b, removed, before, into int64) bool {
+	lc := &d.l.locs[t]
+	if !lc.hasBudget {
+		return true
+	}
+	base := lc.used + lc.reserved + into + b
+	return base-removed+d.adds[t] <= lc.budget && base-before <= lc.budget
+}
+
+// reclaims builds the decision's reclaim list and eviction records from
+// the victims (in victim order) and their demotion targets (nil or -1:
+// dropped).
+func (d *decider) reclaims(victims []victim, targets []int) ([]Action, []Eviction) {
+	l := d.l
+	var actions []Action
+	var evictions []Eviction
+	for i, vc := range victims {
+		h := l.handle(l.valueByID(vc.c.id))
+		name := l.locs[vc.loc].name
+		a := Action{Handle: h, Location: name}
+		e := Eviction{Handle: h, Location: name, Bytes: vc.c.bytes, Kind: EvictionLowestPriority}
+		what := "evicted"
+		if targets != nil && targets[i] >= 0 {
+			a.To = l.locs[targets[i]].name
+			e.To, e.Kind = a.To, EvictionDemoted
+			what = "demoted to " + a.To
+		}
+		e.Reason = fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; %s to free %d bytes of the %d-byte shortfall for request %q",
+			vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
+		actions = append(actions, a)
+		evictions = append(evictions, e)
+	}
+	return actions, evictions
+}
+
+// ---- runs --------------------------------------------------------------------
+
+// nextDemotion admits reclaim step i, a demotion.
+func (r *Run) nextDemotion(i int, a Action) (Step, bool, error) {
+	var adm Admission
+	var e error
+	r.l.recordInto(&r.report, func() {
+		var v *value
+		if v, e = r.l.value(a.Handle); e != nil {
+			return
+		}
+		var loc, t int
+		if loc, e = r.l.location(a.Location); e != nil {
+			return
+		}
+		if t, e = r.l.location(a.To); e != nil {
+			return
+		}
+		adm, e = r.l.demote(v, loc, t)
+	})
+	if e != nil {
+		return Step{}, false, r.fail(e, &a, i, nil, -1)
+	}
+	if adm.Pending {
+		r.pending = adm.ID
+	}
+	return Step{Phase: PhaseReclaim, Index: i, Admission: adm}, true, nil
+}
+
+// failDemotion settles the pending demotion (reclaim step i) as failed
+// and drops the value's materialization at its location instead, as a
+// plain reclaim; it returns the free effect. When dropping it would lose
+// data, the run fails with cause.
+func (r *Run) failDemotion(id AdmissionID, cause error) ([]Effect, error) {
+	i := r.index - 1
+	a := r.plan.Reclaim[i]
+	var effects []Effect
+	var e error
+	r.l.recordInto(&r.report, func() {
+		_ = r.l.Fail(id, cause)
+		v, err := r.l.value(a.Handle)
+		if err != nil {
+			e = err
+			return
+		}
+		loc := r.l.locIndex[a.Location]
+		m, err := r.l.checkEvict(v, loc)
+		if err != nil {
+			e = err
+			return
+		}
+		r.l.removeMatDetail(v, m, RemovalReclaim, "reclaim (demotion to "+a.To+" failed: dropped)")
+		effects = []Effect{r.l.freeEffect(v, loc)}
+	})
+	if e != nil {
+		return nil, r.fail(cause, &a, i, nil, -1)
+	}
+	return effects, nil
+}
