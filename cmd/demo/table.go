@@ -272,6 +272,9 @@ func actionText(a replay.Action) string {
 	if a.From != nil {
 		s += " from " + *a.From
 	}
+	if a.To != nil {
+		s += " to " + *a.To
+	}
 	return s
 }
 

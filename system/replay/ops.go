@@ -30,7 +30,7 @@ var ops map[string]opHandler
 
 func init() {
 	ops = map[string]opHandler{
-		"start": {required: []string{"locations"}, optional: []string{"trace", "search_state_limit"}, parse: parseStart},
+		"start": {required: []string{"locations"}, optional: []string{"spill", "trace", "search_state_limit"}, parse: parseStart},
 
 		// Values and their copies (ops_values.go).
 		"register": {required: []string{"handle", "bytes"}, optional: []string{"replica", "at", "source"}, parse: parseRegister, exec: (*Runner).execRegister},

@@ -15,6 +15,7 @@ import (
 
 func parseStart(o *Op, f *jsonline.Fields) {
 	o.locations = readLocations(f, "locations")
+	o.spill = readSpill(f, "spill")
 	o.trace = f.OptInt("trace")
 	o.stateLimit = f.OptInt("search_state_limit")
 	if o.trace != nil && *o.trace < 0 {

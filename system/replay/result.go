@@ -182,6 +182,7 @@ type Action struct {
 	Handle   string  `json:"handle"`
 	Location string  `json:"location"`
 	From     *string `json:"from,omitempty"`
+	To       *string `json:"to,omitempty"` // a reclaim that demotes the copy to this location
 }
 
 type Reservation struct {
@@ -220,6 +221,7 @@ type Eviction struct {
 	Location string `json:"location"`
 	Bytes    int64  `json:"bytes"`
 	Reason   string `json:"reason"`
+	To       string `json:"to,omitempty"` // the spill target the victim is demoted to; absent when it is dropped
 }
 
 type Decision struct {
@@ -275,7 +277,7 @@ type Snapshot struct {
 
 // ActionOf is a in the JSON form of a plan's action.
 func ActionOf(a system.Action) Action {
-	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From)}
+	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From), To: nullable(a.To)}
 }
 
 // PlanOf is p in the JSON form of a decision's plan.
@@ -354,7 +356,7 @@ func (r *Runner) toDecision(d system.Decision) *Decision {
 		Exhaustive:           d.Exhaustive,
 	}
 	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason)})
+		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason), To: e.To})
 	}
 	return out
 }

@@ -110,6 +110,7 @@ func Start(ctx context.Context, start Op) (*Runner, error) {
 			opts.Locations = append(opts.Locations, system.NoLimit(l.name))
 		}
 	}
+	opts.Spill = start.spill
 	if start.trace != nil {
 		if *start.trace == 0 {
 			opts.DisableTrace = true
@@ -392,7 +393,7 @@ func (r *Runner) plan(p *planSpec) system.Plan {
 	actions := func(in []actionSpec) []system.Action {
 		var as []system.Action
 		for _, a := range in {
-			as = append(as, system.Action{Handle: r.fieldHandle(a.handle), Location: a.location, From: a.from})
+			as = append(as, system.Action{Handle: r.fieldHandle(a.handle), Location: a.location, From: a.from, To: a.to})
 		}
 		return as
 	}

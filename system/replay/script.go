@@ -61,6 +61,7 @@ type Op struct {
 
 	// start
 	locations  []locationSpec
+	spill      map[string]string // location → spill target; nil for none
 	trace      *int64
 	stateLimit *int64
 }
@@ -78,7 +79,9 @@ type planSpec struct {
 	enter        []actionSpec
 }
 
-type actionSpec struct{ handle, location, from string }
+// actionSpec is a plan's action: from only on enter actions, to (a
+// demotion) only on reclaim actions.
+type actionSpec struct{ handle, location, from, to string }
 
 type reservationSpec struct {
 	name, location string
@@ -314,15 +317,23 @@ func parseOp(line int, text []byte) (Op, error) {
 // commonKeys are the fields every op may have.
 var commonKeys = []string{"op", "expect"}
 
-func readActions(f *jsonline.Fields, key string, withFrom bool) []actionSpec {
+// readActions reads a plan's reclaim actions (enter false: handle,
+// location, to) or its enter actions (enter true: handle, location,
+// from). "to" on an enter action is refused with its own message: a
+// demotion is a reclaim.
+func readActions(f *jsonline.Fields, key string, enter bool) []actionSpec {
 	var out []actionSpec
 	for _, it := range f.Objects(key) {
 		a := actionSpec{handle: it.Str("handle"), location: it.Str("location")}
-		if withFrom {
+		if enter {
 			a.from, _ = it.OptStr("from")
-			f.Done(it, "handle", "location", "from")
+			if it.Obj.Has("to") {
+				it.Fail(fmt.Errorf("field %q: only a reclaim action may carry \"to\" (a demotion to that location); an enter action names where it enters with \"location\" and where it copies from with \"from\"", it.Path+"to"))
+			}
+			f.Done(it, "handle", "location", "from", "to")
 		} else {
-			f.Done(it, "handle", "location")
+			a.to, _ = it.OptStr("to")
+			f.Done(it, "handle", "location", "to")
 		}
 		out = append(out, a)
 	}
@@ -418,6 +429,40 @@ func readLocations(f *jsonline.Fields, key string) []locationSpec {
 		out = append(out, ls)
 	}
 	sort.Slice(out, func(i, j int) bool { return locationLess(out[i].name, out[j].name) })
+	return out
+}
+
+// readSpill decodes start's optional map from location name to spill
+// target. Its shape and names are checked here, as those of "locations"
+// are (a malformed script); the rules — both ends configured, a target
+// other than its location — are the runtime's, and system.Start refuses
+// a start that breaks them (a bad start: nothing runs, exit status 2).
+func readSpill(f *jsonline.Fields, key string) map[string]string {
+	v, ok := f.Obj.Get(key)
+	if !ok {
+		return nil
+	}
+	if v.Kind != jsonline.Object {
+		f.Mistyped(key, "an object mapping locations to their spill targets", v)
+		return nil
+	}
+	out := make(map[string]string, len(v.Keys))
+	for i, from := range v.Keys {
+		t := &v.Items[i]
+		if _, err := cuda.ParseLocationName(from); err != nil {
+			f.Fail(fmt.Errorf("field %q: malformed location %q (use pageable-host, pinned-host or cuda:N)", key, from))
+			return nil
+		}
+		if t.Kind != jsonline.String {
+			f.Fail(fmt.Errorf("field %q: the spill target of %s: want a location name, got %s", key, from, t.KindName()))
+			return nil
+		}
+		if _, err := cuda.ParseLocationName(t.Text); err != nil {
+			f.Fail(fmt.Errorf("field %q: the spill target of %s: malformed location %q (use pageable-host, pinned-host or cuda:N)", key, from, t.Text))
+			return nil
+		}
+		out[from] = t.Text
+	}
 	return out
 }
 
