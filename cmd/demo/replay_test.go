@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"github.com/residency-go/residency/system/replay"
 	"os"
 	"path/filepath"
@@ -84,6 +85,40 @@ func compareLines(t *testing.T, want, got string) {
 			t.Errorf("output line %d differs:\n got: %s\nwant: %s", i+1, gl, wl)
 			return
 		}
+	}
+}
+
+// TestGoldenRefused replays every script of testdata/refused, each one
+// the runtime refuses to start (a bad start: nothing runs, exit status
+// 2), and compares its exit status and standard error with NAME.golden
+// (its first line "exit status N", then the message). Standard output
+// must be empty. -update rewrites them as TestGolden does.
+func TestGoldenRefused(t *testing.T) {
+	scripts, err := filepath.Glob("testdata/refused/*.jsonl")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts in testdata/refused: %v", err)
+	}
+	for _, script := range scripts {
+		name := strings.TrimSuffix(filepath.Base(script), ".jsonl")
+		t.Run(name, func(t *testing.T) {
+			code, out, errs := replayFile(t, script, true)
+			if code != 2 || out != "" {
+				t.Errorf("exit status %d with output %q, want 2 and nothing run; stderr:\n%s", code, out, errs)
+			}
+			got := fmt.Sprintf("exit status %d\n%s", code, errs)
+			golden := strings.TrimSuffix(script, ".jsonl") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			compareLines(t, string(want), got)
+		})
 	}
 }
 
@@ -183,6 +218,17 @@ func TestReplayExitStatus(t *testing.T) {
 		{"zero budget", `{"op":"start","locations":{"cuda:0":0}}` + "\n", 2, "budget of cuda:0 must be > 0"},
 		{"negative budget", `{"op":"start","locations":{"cuda:0":"-1GiB"}}` + "\n", 2, "budget of cuda:0 must be > 0"},
 		{"no locations", `{"op":"start","locations":{}}` + "\n", 2, "at least one location"},
+		{"spill not an object", `{"op":"start","locations":{"cuda:0":null},"spill":["cuda:0"]}` + "\n", 2, `field "spill": want an object`},
+		{"malformed spill location", `{"op":"start","locations":{"cuda:0":null},"spill":{"gpu:0":"cuda:0"}}` + "\n", 2, `field "spill": malformed location "gpu:0"`},
+		{"mistyped spill target", `{"op":"start","locations":{"cuda:0":null},"spill":{"cuda:0":null}}` + "\n", 2, `the spill target of cuda:0: want a location name, got null`},
+		{"spill target not configured", `{"op":"start","locations":{"cuda:0":null},"spill":{"cuda:0":"pinned-host"}}` + "\n", 2,
+			"line 1: bad start: residency invalid input: spill target pinned-host of cuda:0 is not a configured location"},
+		{"spill source not configured", `{"op":"start","locations":{"cuda:0":null},"spill":{"cuda:1":"cuda:0"}}` + "\n", 2,
+			"line 1: bad start: residency invalid input: spill cuda:1 → cuda:0: cuda:1 is not a configured location"},
+		{"to on an enter action", okStart + `{"op":"execute","plan":{"enter":[{"handle":"a","location":"cuda:0","to":"pageable-host"}]}}` + "\n", 2,
+			`line 2: op "execute": field "plan.enter[0].to": only a reclaim action may carry "to"`},
+		{"from on a reclaim action", okStart + `{"op":"execute","plan":{"reclaim":[{"handle":"a","location":"cuda:0","from":"pageable-host"}]}}` + "\n", 2,
+			`unknown field "plan.reclaim[0].from"`},
 		{"negative trace", `{"op":"start","locations":{"cuda:0":null},"trace":-1}` + "\n", 2, `field "trace"`},
 		{"a late line is checked before anything runs", okStart +
 			`{"op":"register","handle":"a","bytes":1,"at":"cuda:0"}` + "\n" +

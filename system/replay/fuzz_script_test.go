@@ -14,13 +14,20 @@ import (
 	"time"
 )
 
-// fuzzScripts returns the golden scripts of cmd/demo/testdata/*.jsonl, the seeds of the
-// fuzz targets.
+// fuzzScripts returns the golden scripts of cmd/demo/testdata/*.jsonl
+// (spill.jsonl among them) and the scripts whose start the runtime refuses,
+// cmd/demo/testdata/refused/*.jsonl: the seeds of the fuzz targets.
 func fuzzScripts(f *testing.F) [][]byte {
-	paths, err := filepath.Glob(filepath.Join("..", "..", "cmd", "demo", "testdata", "*.jsonl"))
+	testdata := filepath.Join("..", "..", "cmd", "demo", "testdata")
+	paths, err := filepath.Glob(filepath.Join(testdata, "*.jsonl"))
 	if err != nil || len(paths) == 0 {
 		f.Fatalf("no scripts in testdata: %v", err)
 	}
+	refused, err := filepath.Glob(filepath.Join(testdata, "refused", "*.jsonl"))
+	if err != nil || len(refused) == 0 {
+		f.Fatalf("no scripts in testdata/refused: %v", err)
+	}
+	paths = append(paths, refused...)
 	var out [][]byte
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -67,6 +74,7 @@ func FuzzReplayScript(f *testing.F) {
 			}
 		}
 	}
+	f.Add([]byte(spillSeed))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > fuzzScriptBytes {
 			t.Skip()
@@ -124,6 +132,22 @@ func FuzzReplayScript(f *testing.F) {
 		}
 	})
 }
+
+// spillSeed is a short spill script for FuzzReplayScript: spill targets
+// both ways between two devices and pinned host, a decision that demotes,
+// a user's demotion explained and run, and a demotion whose copy fails.
+const spillSeed = `{"op":"start","locations":{"pageable-host":null,"pinned-host":64,"cuda:0":64,"cuda:1":64},"spill":{"cuda:0":"pinned-host","cuda:1":"cuda:0"}}
+{"op":"register","handle":"a","bytes":40,"source":"pageable-host"}
+{"op":"register","handle":"b","bytes":40,"source":"pageable-host"}
+{"op":"place","handle":"a","location":"cuda:0"}
+{"op":"decide","request":{"name":"r","requirements":[{"handle":"b","locations":["cuda:0"]}]},"as":"d"}
+{"op":"fail_next","kind":"copy","location":"pinned-host"}
+{"op":"enter","as":"s","decision":"d"}
+{"op":"exit","scope":"s"}
+{"op":"explain","plan":{"reclaim":[{"handle":"b","location":"cuda:0","to":"cuda:1"}]}}
+{"op":"execute","plan":{"reclaim":[{"handle":"b","location":"cuda:0","to":"pinned-host"}],"enter":[{"handle":"a","location":"cuda:1"}]}}
+{"op":"snapshot"}
+`
 
 // fuzzRunnable says whether a checked script is small enough to run in
 // FuzzReplayScript (see its bounds).
