@@ -105,7 +105,12 @@
 // locations maps each location (pageable-host, pinned-host, cuda:N) to its
 // budget, or null for none; trace is the trace ring's capacity (0 turns
 // the trace off) and search_state_limit the controller's default limit,
-// both optional. Byte fields take an integer or a string: "512B", "1.5MB",
+// both optional. spill (optional) maps a location to its spill target,
+// "spill":{"cuda:0":"pinned-host"}: a victim that is its value's only
+// copy is then demoted there instead of dropped, when it fits (both ends
+// configured and different, or the runtime refuses the start: exit
+// status 2). A plan's reclaim action may carry "to", a demotion; a
+// decision shows "to" on its demoted evictions and their reclaims. Byte fields take an integer or a string: "512B", "1.5MB",
 // "40GiB" (KB, MB, GB, TB are decimal; KiB, MiB, GiB, TiB binary; any
 // case).
 //
