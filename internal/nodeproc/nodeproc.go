@@ -155,15 +155,7 @@ type Materialization struct {
 // InvalidInputError) is named wherever it is in the chain, before a
 // context deadline ("DeadlineExceeded") and before the outermost class.
 func ErrorType(err error) string {
-	var classes []system.ErrorKind
-	for e := err; e != nil; {
-		k, x := system.ClassifiedError(e)
-		if k == system.ErrorOther {
-			break
-		}
-		classes = append(classes, k)
-		e = errors.Unwrap(x)
-	}
+	classes := classesIn(err)
 	for _, first := range []system.ErrorKind{system.ErrorUnavailable, system.ErrorBudget, system.ErrorInvalidInput} {
 		if slices.Contains(classes, first) {
 			return first.TypeName()
@@ -180,6 +172,30 @@ func ErrorType(err error) string {
 		return "PlacementError"
 	}
 	return fmt.Sprintf("%T", err)
+}
+
+// classesIn lists the classes of the errors in err's tree, outermost
+// first: its chain and, through an error that joins several (a
+// placement's attempts, errors.Join), each of theirs.
+func classesIn(err error) []system.ErrorKind {
+	var out []system.ErrorKind
+	var walk func(e error)
+	walk = func(e error) {
+		for e != nil {
+			if k, x := system.ClassifiedError(e); x == e && k != system.ErrorOther {
+				out = append(out, k)
+			}
+			if j, ok := e.(interface{ Unwrap() []error }); ok {
+				for _, c := range j.Unwrap() {
+					walk(c)
+				}
+				return
+			}
+			e = errors.Unwrap(e)
+		}
+	}
+	walk(err)
+	return out
 }
 
 // Ready is the first line a node prints once it is a member.
