@@ -12,8 +12,9 @@
 //	               and peak bytes against its budget and its named
 //	               reservations; every value with its size, replica mode
 //	               and materializations (state, leases, holds, pending
-//	               events); the last transitions of the trace. It polls
-//	               snapshot and trace twice a second while it is open.
+//	               events); the loader caches; the last transitions of
+//	               the trace. It polls snapshot, trace and caches twice a
+//	               second while it is open.
 //	/liveview.js   the page's script and style (liveview.css), which a
 //	/liveview.css  page of the application's own may reuse (cmd/demo's
 //	               serve page does).
@@ -21,6 +22,12 @@
 //	               copy of the state) as JSON.
 //	/trace         the runtime's trace ring (System.Trace), oldest first,
 //	               as JSON: {"trace": [transition, …]}.
+//	/caches        the loader caches given with [WithCache], as JSON:
+//	               {"caches": [{"owner": …, "stats": …}, …]}, each with its
+//	               statistics (Cache.Statistics) in the form of replay's
+//	               cache_stats op ([replay.CacheStatsOf]), or "error" in
+//	               their place when they could not be read. The page shows
+//	               them too.
 //
 // # The JSON form
 //
@@ -42,7 +49,7 @@
 // The handler is read-only: it answers GET and HEAD and refuses every
 // other method with 405 Method Not Allowed; an unknown path is 404. It
 // starts no goroutine and polls nothing: each request costs one snapshot
-// or one trace (a round trip to the runtime's supervisor, the same as
+// or one trace (or one statistics call per cache shown: a round trip to the runtime's supervisor, the same as
 // the application's own call), and a runtime nobody looks at pays
 // nothing. Every link and fetch of the page is relative, so the view
 // works under any prefix, and its assets are embedded in the binary: it

@@ -3,6 +3,7 @@ package liveview
 import (
 	"embed"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/residency-go/residency/system"
@@ -18,6 +19,20 @@ type Option func(*config)
 type config struct {
 	snapshot func(system.Snapshot) *replay.Snapshot
 	trace    func([]system.Transition) []replay.Transition
+	caches   []*system.Cache
+}
+
+// WithCache shows the loader caches cs: their statistics under /caches
+// and on the page, in the order given (a cache given twice is shown
+// once). Each request to /caches asks each cache for its statistics.
+func WithCache(cs ...*system.Cache) Option {
+	return func(c *config) {
+		for _, x := range cs {
+			if x != nil && !slices.Contains(c.caches, x) {
+				c.caches = append(c.caches, x)
+			}
+		}
+	}
 }
 
 // WithJSON renders /snapshot and /trace with snapshot and trace instead
@@ -80,6 +95,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/trace":
 		h.traceRing(w, r)
 		return
+	case "/caches":
+		h.cacheStats(w, r)
+		return
 	}
 	a, ok := assets[path]
 	if !ok {
@@ -114,6 +132,32 @@ func (h *handler) traceRing(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct {
 		Trace []replay.Transition `json:"trace"`
 	}{h.cfg.trace(tr)})
+}
+
+// cacheView is one cache on /caches: its owner name (Cache.Owner) and its
+// statistics in the form of replay's cache_stats op, or why they could
+// not be read.
+type cacheView struct {
+	Owner string             `json:"owner"`
+	Stats *replay.CacheStats `json:"stats"`
+	Error string             `json:"error,omitempty"`
+}
+
+func (h *handler) cacheStats(w http.ResponseWriter, r *http.Request) {
+	out := make([]cacheView, 0, len(h.cfg.caches))
+	for _, c := range h.cfg.caches {
+		v := cacheView{Owner: c.Owner()}
+		st, err := c.Statistics(r.Context())
+		if err != nil {
+			v.Error = err.Error()
+		} else {
+			v.Stats = replay.CacheStatsOf(st)
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, struct {
+		Caches []cacheView `json:"caches"`
+	}{out})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

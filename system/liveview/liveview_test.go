@@ -160,7 +160,7 @@ func TestUnknownPath(t *testing.T) {
 
 var (
 	linkAttr  = regexp.MustCompile(`(?:href|src|action)\s*=\s*"([^"]*)"`)
-	fetchCall = regexp.MustCompile(`getJSON\("([^"]*)"\)|fetch\(\s*"([^"]*)"`)
+	fetchCall = regexp.MustCompile(`getJSON\("([^"]*)"\)|fetch\(\s*"([^"]*)"|extra\["([^"]*)"\]`)
 )
 
 // TestPageRelativeOnly: the page and its script link and fetch relative
@@ -183,9 +183,9 @@ func TestPageRelativeOnly(t *testing.T) {
 		refs = append(refs, m[1])
 	}
 	for _, m := range fetchCall.FindAllStringSubmatch(script, -1) {
-		refs = append(refs, m[1]+m[2])
+		refs = append(refs, m[1]+m[2]+m[3])
 	}
-	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace"}, refs)
+	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace", "caches"}, refs)
 	for _, ref := range refs {
 		assert.False(t, strings.HasPrefix(ref, "/"), "%q is absolute", ref)
 		assert.NotContains(t, ref, ":", "%q names a scheme", ref)
@@ -209,4 +209,30 @@ func TestClosedRuntime(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, body)
 	resp, _ = do(t, http.MethodGet, srv.URL+prefix+"/trace")
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+// TestCaches: /caches lists the caches given with WithCache, each with
+// its statistics in replay's cache_stats form; none without it.
+func TestCaches(t *testing.T) {
+	ctx := context.Background()
+	sys := startSoft(t)
+	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	mux := http.NewServeMux()
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(sys, liveview.WithCache(c, c))))
+	mux.Handle("/bare/", http.StripPrefix("/bare", liveview.Handler(sys)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	resp, body := do(t, http.MethodGet, srv.URL+prefix+"/caches")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	st, err := c.Statistics(ctx)
+	require.NoError(t, err)
+	want, err := replay.Marshal(map[string]any{"caches": []any{map[string]any{"owner": c.Owner(), "stats": replay.CacheStatsOf(st)}}})
+	require.NoError(t, err)
+	assert.JSONEq(t, string(want), body)
+
+	_, body = do(t, http.MethodGet, srv.URL+"/bare/caches")
+	assert.JSONEq(t, `{"caches":[]}`, body)
 }

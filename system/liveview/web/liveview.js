@@ -73,6 +73,20 @@ const LiveView = (() => {
     }
   }
 
+  function renderCaches(cs) {
+    const body = document.querySelector("#caches tbody");
+    body.replaceChildren();
+    if (!cs.caches.length) body.append(el("tr", {}, el("td", {colspan: 5, class: "empty"}, "no cache shown (liveview.WithCache)")));
+    for (const c of cs.caches) {
+      if (!c.stats) { body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {colspan: 4, class: "reason"}, c.error))); continue; }
+      const st = c.stats;
+      body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {}, st.location),
+        el("td", {class: "num", "data-bytes": st.reserved_bytes}, human(st.reserved_bytes) +
+          (st.budget_bytes === null ? "" : " of " + human(st.budget_bytes))),
+        el("td", {class: "num"}, st.resources), el("td", {class: "num"}, st.evictions)));
+    }
+  }
+
   async function getJSON(path) {
     const r = await fetch(path, {cache: "no-store"});
     if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()).trim());
@@ -84,6 +98,8 @@ const LiveView = (() => {
   async function refresh(extra) {
     const status = document.getElementById("status");
     try {
+      extra = Object.assign({}, extra);
+      if (document.getElementById("caches")) extra["caches"] = renderCaches;
       const names = Object.keys(extra);
       const [snap, tr, ...more] = await Promise.all([getJSON("snapshot"), getJSON("trace"), ...names.map(getJSON)]);
       renderLocations(snap);
