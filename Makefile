@@ -27,7 +27,7 @@ test: chromium etcd
 	$(GO) test -race -count=1 -timeout 12m $$($(GO) list $(PKGS) | grep -v -e '/tests/cluster$$' -e '/tests/clusterproc$$')
 	$(GO) test -count=1 -timeout 3m $(CLUSTER_PKGS)
 
-# Debian's chromium, for the browser test of `demo serve`
+# Debian's chromium, for the browser tests of `demo serve` and system/liveview
 # (cmd/demo/serve_browser_test.go), installed with apt when absent: silent
 # when it is there. Without root it cannot install: outside CI the test then
 # skips; with CI=true this target fails (and so would the test).

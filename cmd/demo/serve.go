@@ -21,13 +21,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/liveview"
 	"github.com/residency-go/residency/system/metrics"
 )
 
 // demo serve: a runtime driven by a script (the embedded scenario or
 // --script FILE) one op at a time, slowed down, with an HTTP view of it:
-// /metrics (Prometheus), /snapshot, /trace and /activity (JSON),
-// /healthz, and a live page at / that polls them.
+// the live view of package system/liveview (/snapshot and /trace, JSON,
+// in the script's words), /activity (JSON: the script's progress, its
+// last ops and decisions), /metrics (Prometheus), /healthz, and a live
+// page at / that polls them: the view's panels plus the script's.
 
 //go:embed web
 var webFiles embed.FS
@@ -320,13 +323,16 @@ func (s *server) record(o replay.Op, res *replay.Result, stderr io.Writer) {
 	}
 }
 
+// routes serves the live view of package system/liveview (its script
+// and style, /snapshot and /trace, in the script's words) and, beside it,
+// demo serve's own: its page (the view's panels plus the script's
+// progress, decisions and ops), /activity, /metrics and /healthz.
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	page, _ := fs.Sub(webFiles, "web")
 	mux.Handle("GET /{$}", http.FileServerFS(page))
+	mux.Handle("/", liveview.Handler(s.sys, liveview.WithJSON(s.snapshotJSON, s.traceJSON)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /snapshot", s.snapshot)
-	mux.HandleFunc("GET /trace", s.trace)
 	mux.HandleFunc("GET /activity", s.activity)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return mux
@@ -343,31 +349,20 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_, _ = w.Write(b)
 }
 
-// snapshot serves the runtime's snapshot in the replay's JSON form (the
-// "snapshot" of `demo replay --json`; names in the script's words).
-func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.sys.Snapshot(r.Context())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
+// snapshotJSON is the snapshot in the replay's JSON form, in the
+// script's words (the "snapshot" of `demo replay --json`).
+func (s *server) snapshotJSON(snap system.Snapshot) *replay.Snapshot {
 	s.mu.Lock()
-	out := s.run.Snapshot(snap)
-	s.mu.Unlock()
-	writeJSON(w, out)
+	defer s.mu.Unlock()
+	return s.run.Snapshot(snap)
 }
 
-// trace serves the trace ring, oldest first, in the replay's JSON form.
-func (s *server) trace(w http.ResponseWriter, r *http.Request) {
-	tr, err := s.sys.Trace(r.Context())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
+// traceJSON is the trace ring in the replay's JSON form, in the script's
+// words.
+func (s *server) traceJSON(tr []system.Transition) []replay.Transition {
 	s.mu.Lock()
-	out := s.run.Transitions(tr)
-	s.mu.Unlock()
-	writeJSON(w, map[string]any{"trace": out})
+	defer s.mu.Unlock()
+	return s.run.Transitions(tr)
 }
 
 // activity serves the script's progress, its last ops and decisions.

@@ -540,3 +540,6 @@ func parseCacheRelease(o *Op, f *jsonline.Fields) {
 	o.cache = &cacheSpec{}
 	o.lease = f.Str("lease")
 }
+
+// CacheStatsOf is st in the JSON form of a cache_stats op's statistics.
+func CacheStatsOf(st system.CacheStats) *CacheStats { return toCacheStats(st) }

@@ -1,0 +1,62 @@
+// Package liveview serves a live view of a running residency runtime
+// over HTTP, the way net/http/pprof and expvar serve a process's
+// profiles and variables: the application mounts [Handler] on its own
+// mux, under a prefix of its choosing,
+//
+//	mux.Handle("/debug/residency/", http.StripPrefix("/debug/residency", liveview.Handler(sys)))
+//
+// and the view is at /debug/residency/. The paths below are relative to
+// that prefix.
+//
+//	/              the live page: every location with its used, reserved
+//	               and peak bytes against its budget and its named
+//	               reservations; every value with its size, replica mode
+//	               and materializations (state, leases, holds, pending
+//	               events); the loader caches; the last transitions of
+//	               the trace. It polls snapshot, trace and caches twice a
+//	               second while it is open.
+//	/liveview.js   the page's script and style (liveview.css), which a
+//	/liveview.css  page of the application's own may reuse (cmd/demo's
+//	               serve page does).
+//	/snapshot      the runtime's snapshot (System.Snapshot: one atomic
+//	               copy of the state) as JSON.
+//	/trace         the runtime's trace ring (System.Trace), oldest first,
+//	               as JSON: {"trace": [transition, …]}.
+//	/caches        the loader caches given with [WithCache], as JSON:
+//	               {"caches": [{"owner": …, "stats": …}, …]}, each with its
+//	               statistics (Cache.Statistics) in the form of replay's
+//	               cache_stats op ([replay.CacheStatsOf]), or "error" in
+//	               their place when they could not be read. The page shows
+//	               them too.
+//
+// # The JSON form
+//
+// [system.Snapshot] has no JSON form of its own (its states and replica
+// modes are Go enums), so /snapshot and /trace use the form the replay
+// format already defines for its snapshot and trace ops, in the
+// runtime's words: [replay.SnapshotOf] and [replay.TransitionsOf],
+// encoded by [replay.Marshal] (docs/replay.md lists the fields). That is
+// what `demo replay --json` prints for a snapshot op, so one decoder
+// reads both. A snapshot body is exactly
+//
+//	replay.Marshal(replay.SnapshotOf(snap))
+//
+// for the snapshot snap at the state version the body names
+// ("state_version").
+//
+// # Cost and safety
+//
+// The handler is read-only: it answers GET and HEAD and refuses every
+// other method with 405 Method Not Allowed; an unknown path is 404. It
+// starts no goroutine and polls nothing: each request costs one snapshot
+// or one trace (or one statistics call per cache shown: a round trip to the runtime's supervisor, the same as
+// the application's own call), and a runtime nobody looks at pays
+// nothing. Every link and fetch of the page is relative, so the view
+// works under any prefix, and its assets are embedded in the binary: it
+// needs nothing from outside. A runtime that is closed answers /snapshot
+// with its final snapshot and /trace with 503 Service Unavailable.
+//
+// The view shows the runtime's state, value names and reservation names
+// included: mount it where the application serves its other debugging
+// endpoints, not on a public listener.
+package liveview

@@ -1,0 +1,172 @@
+package liveview
+
+import (
+	"embed"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/replay"
+)
+
+//go:embed web
+var webFiles embed.FS
+
+// Option adjusts a [Handler].
+type Option func(*config)
+
+type config struct {
+	snapshot func(system.Snapshot) *replay.Snapshot
+	trace    func([]system.Transition) []replay.Transition
+	caches   []*system.Cache
+}
+
+// WithCache shows the loader caches cs: their statistics under /caches
+// and on the page, in the order given (a cache given twice is shown
+// once). Each request to /caches asks each cache for its statistics.
+func WithCache(cs ...*system.Cache) Option {
+	return func(c *config) {
+		for _, x := range cs {
+			if x != nil && !slices.Contains(c.caches, x) {
+				c.caches = append(c.caches, x)
+			}
+		}
+	}
+}
+
+// WithJSON renders /snapshot and /trace with snapshot and trace instead
+// of [replay.SnapshotOf] and [replay.TransitionsOf]: a program that names
+// things in its own words (a replay script's runner, whose
+// Runner.Snapshot and Runner.Transitions name reservations, leases and
+// holds as the script does) shows them in those words. The forms stay
+// replay's, which the page reads. Either may be nil for the default. They
+// are called from the request's goroutine, one call per request, possibly
+// concurrently.
+func WithJSON(snapshot func(system.Snapshot) *replay.Snapshot, trace func([]system.Transition) []replay.Transition) Option {
+	return func(c *config) {
+		if snapshot != nil {
+			c.snapshot = snapshot
+		}
+		if trace != nil {
+			c.trace = trace
+		}
+	}
+}
+
+// Handler returns the live view of sys (see the package documentation for
+// what each path serves). Mount it under a prefix with http.StripPrefix;
+// it holds nothing but sys and its options, and costs nothing between
+// requests.
+func Handler(sys *system.System, opts ...Option) http.Handler {
+	c := config{snapshot: replay.SnapshotOf, trace: replay.TransitionsOf}
+	for _, o := range opts {
+		o(&c)
+	}
+	return &handler{sys: sys, cfg: c}
+}
+
+type handler struct {
+	sys *system.System
+	cfg config
+}
+
+// assets are the files under web/ the handler serves, by path.
+var assets = map[string]struct{ file, contentType string }{
+	"/":             {"web/index.html", "text/html; charset=utf-8"},
+	"/liveview.js":  {"web/liveview.js", "text/javascript; charset=utf-8"},
+	"/liveview.css": {"web/liveview.css", "text/css; charset=utf-8"},
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the live view is read-only", http.StatusMethodNotAllowed)
+		return
+	}
+	path := r.URL.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path // mounted with the prefix's trailing slash stripped
+	}
+	switch path {
+	case "/snapshot":
+		h.snapshot(w, r)
+		return
+	case "/trace":
+		h.traceRing(w, r)
+		return
+	case "/caches":
+		h.cacheStats(w, r)
+		return
+	}
+	a, ok := assets[path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	b, err := webFiles.ReadFile(a.file)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", a.contentType)
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(b)
+}
+
+func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := h.sys.Snapshot(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	writeJSON(w, h.cfg.snapshot(snap))
+}
+
+func (h *handler) traceRing(w http.ResponseWriter, r *http.Request) {
+	tr, err := h.sys.Trace(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	writeJSON(w, struct {
+		Trace []replay.Transition `json:"trace"`
+	}{h.cfg.trace(tr)})
+}
+
+// cacheView is one cache on /caches: its owner name (Cache.Owner) and its
+// statistics in the form of replay's cache_stats op, or why they could
+// not be read.
+type cacheView struct {
+	Owner string             `json:"owner"`
+	Stats *replay.CacheStats `json:"stats"`
+	Error string             `json:"error,omitempty"`
+}
+
+func (h *handler) cacheStats(w http.ResponseWriter, r *http.Request) {
+	out := make([]cacheView, 0, len(h.cfg.caches))
+	for _, c := range h.cfg.caches {
+		v := cacheView{Owner: c.Owner()}
+		st, err := c.Statistics(r.Context())
+		if err != nil {
+			v.Error = err.Error()
+		} else {
+			v.Stats = replay.CacheStatsOf(st)
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, struct {
+		Caches []cacheView `json:"caches"`
+	}{out})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := replay.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
