@@ -49,3 +49,16 @@ func TestErrorType(t *testing.T) {
 		assert.Equal(t, c.want, ErrorType(c.err), "%v", c.err)
 	}
 }
+
+// A placement that every node refused, each attempt with an unavailable
+// value, names the unavailable error found through the joined attempts
+// (the kill tests read it so), not the placement.
+func TestErrorTypeThroughJoinedAttempts(t *testing.T) {
+	attempts := errors.Join(
+		fmt.Errorf("node-a: %w", &system.UnavailableError{Handle: "wq", Detail: "no value named wq"}),
+		fmt.Errorf("node-b: %w", &system.UnavailableError{Handle: "wq", Detail: "no value named wq"}),
+	)
+	assert.Equal(t, "UnavailableError", ErrorType(fmt.Errorf("placement refused: %w", attempts)))
+	assert.Equal(t, "BudgetError", ErrorType(errors.Join(errors.New("x"), &system.BudgetError{Location: "cuda:0"})))
+	assert.Equal(t, "PlanError", ErrorType(fmt.Errorf("w: %w", &system.PlanError{Reason: "r"})))
+}
