@@ -53,6 +53,11 @@ type gpuBudget struct {
 	// left Pending (submitted, prioritized, flushed): their copy stages
 	// will release them without any further flush.
 	inflight int64
+	// releases counts the clone tickets given back (to the runtime first,
+	// then to the cap). A reserve that the device location refused
+	// compares it with the count it saw before asking: a release in
+	// between may have freed bytes that the refusal counted.
+	releases uint64
 }
 
 // budgetWaiter is one waiting reserve: n bytes, woken through wake (one
@@ -107,6 +112,29 @@ func (b *gpuBudget) signalLocked(front bool) {
 	}
 }
 
+// signalBehindLocked wakes, after the location refused the waiting reserve
+// w the cap bytes it had been admitted, the waiters behind w that those
+// bytes satisfy, as signalLocked(false) would; w itself and those before it
+// (they keep their bytes counted) are not woken. w waits for clone bytes of
+// the pipeline's own to come back: woken by its own refusal, it would ask
+// the runtime again at once, in a loop, until they did; and two refused
+// waiters waking each other would do the same. b.mu must be held.
+func (b *gpuBudget) signalBehindLocked(w *budgetWaiter) {
+	free := b.book.Cap() - b.book.Used()
+	behind := false
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		x := e.Value.(*budgetWaiter)
+		if x.n > free {
+			break
+		}
+		free -= x.n
+		if behind {
+			x.signal()
+		}
+		behind = behind || x == w
+	}
+}
+
 // poke wakes the first waiting reserves so they look again (a deferred task
 // appeared that a flush could take).
 func (b *gpuBudget) poke() {
@@ -149,14 +177,18 @@ func (b *gpuBudget) fail(err error) {
 // reserve takes n bytes of the budget. With wait, a full budget flushes
 // deferred tasks, oldest enqueue time first, and waits for their releases,
 // until the bytes fit, ctx ends, or nothing of the pipeline's is left to
-// free (then the location's *budget.BudgetError):
+// free (then the location's *budget.BudgetError; see makeRoomLocked):
 //
 //   - the pipeline's cap is short: flush just enough deferred tasks that
 //     the bytes on their way out (clones of tasks already queued, flushed
 //     or submitted) cover what this reserve, and those queued before it,
 //     lack; a look that finds them covered flushes nothing;
 //   - the location refused (its budget is shared with others, whose bytes
-//     the pipeline cannot see): flush one task when none is on its way out.
+//     the pipeline cannot see): flush one task when none is on its way out,
+//     and sleep until a release of the pipeline's own. A refusal after which
+//     clone bytes of the pipeline's came back (released between the
+//     runtime's answer and this look: the refusal may have counted them)
+//     decides nothing: the reserve asks again at once.
 //
 // The number of flushes therefore depends on the tasks and their sizes,
 // not on when the copies happen to finish. Waiting reserves queue first in
@@ -206,6 +238,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 				b.mu.Unlock()
 				return nil, err
 			}
+			seen := b.releases
 			b.mu.Unlock()
 			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
 			err := b.rt.Reserve(ctx, b.loc, t.name, n)
@@ -219,7 +252,11 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 				return t, nil
 			}
 			_ = b.book.Release(&t.claim) // admitted, released once: cannot fail
-			b.signalLocked(false)
+			if w == nil {
+				b.signalLocked(false)
+			} else {
+				b.signalBehindLocked(w)
+			}
 			var be *budget.BudgetError
 			if !errors.As(err, &be) {
 				b.mu.Unlock()
@@ -229,6 +266,12 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 				b.drops[DropLocation]++
 				b.mu.Unlock()
 				return nil, &DropError{Reason: DropLocation, Requested: n, Err: err}
+			}
+			if b.releases != seen {
+				// Bytes of ours came back since the runtime was asked;
+				// the refusal may have counted them: ask again.
+				b.mu.Unlock()
+				continue
 			}
 			refused = err
 		} else if !wait {
@@ -259,9 +302,12 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 // it flushes, oldest first, until the clones on their way out cover what
 // the cap lacks for w and those ahead of it; when the device location
 // refused (refused), it flushes one task if none is on its way out.
-// Called with b.mu held; returns with it released. errSelfFlushed: a flush
-// took self; refused: nothing of the pipeline holds bytes or could be
-// flushed, the location is full of others' bytes.
+// Called with b.mu held, and, after a refusal, with no clone bytes released
+// since the runtime was asked (reserve asks again otherwise); returns with
+// it released. errSelfFlushed: a flush took self; refused: nothing of the
+// pipeline holds bytes or could be flushed, and nothing held when the
+// runtime answered has come back since, so the location is full of others'
+// bytes.
 func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refused error) error {
 	if refused == nil {
 		// The cap is short by what the bytes on their way out do not
@@ -313,6 +359,7 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 	if t.gpu {
 		b.mu.Lock()
 		cerr := b.book.Release(&t.claim)
+		b.releases++
 		b.signalLocked(true)
 		b.mu.Unlock()
 		err = errors.Join(err, cerr)
@@ -340,6 +387,7 @@ func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64
 	for _, t := range held {
 		if t.gpu {
 			errs = append(errs, b.book.Release(&t.claim))
+			b.releases++
 		}
 	}
 	b.inflight -= inflight

@@ -109,7 +109,8 @@ func TestPipelineModelChecker(t *testing.T) {
 				seed, seed, r.err, r.tail())
 		}
 	}
-	t.Logf("%d sequential and %d concurrent rounds, %d operations, in %s", seqN, concN, ops, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d sequential and %d concurrent rounds (seeds %d..%d), %d operations, in %s",
+		seqN, concN, base, base+uint64(seqN+concN)-1, ops, time.Since(start).Round(time.Millisecond))
 }
 
 // ---- the round ----

@@ -44,11 +44,15 @@
 //     task's clones come back together; waiting reserves are served first
 //     in first out; a release wakes only those its bytes satisfy, or the
 //     first in line); when the device location refuses instead, it flushes
-//     one task at a time. The flushes thus depend on the tasks and their
-//     sizes, not on timing; a flush that takes the appending task itself
-//     refuses the append (state QUEUED). Waiting reserves are woken when a
-//     task that released clones ends, so one that waited for a task it
-//     flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
+//     one task at a time, and sleeps until the pipeline's own clone bytes
+//     come back. It returns the location's refusal only when nothing of the
+//     pipeline's holds bytes there, is on its way out or could be flushed,
+//     and none of its bytes came back after the runtime answered (those the
+//     refusal may have counted: it asks again). The flushes thus depend on
+//     the tasks and their sizes, not on timing; a flush that takes the
+//     appending task itself refuses the append (state QUEUED). Waiting
+//     reserves are woken when a task that released clones ends, so one that
+//     waited for a task it flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
 //     at once with a [*DropError], counted by reason in [Stats].
 //   - A copy queue and a single committer, both protoactor actors: the
 //     copy queue, on a priority mailbox, serves the highest priority first
