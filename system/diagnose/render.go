@@ -9,7 +9,10 @@ import (
 
 // String renders the diagnosis as text: the class and message, then each
 // step with its findings (what was checked, the figures, the verdict), then
-// a failed execution's cause, diagnosed in turn.
+// a failed execution's cause, diagnosed in turn. Where the numbers skip
+// (1, 2, 3, 8), a line names the steps left out and the errors each is
+// for. Byte figures read as replay prints them: the size for people, and
+// from 1 KiB on the exact figure beside it ("26 GiB (27917287424)").
 func (d Diagnosis) String() string {
 	var b strings.Builder
 	d.render(&b, "")
