@@ -150,6 +150,9 @@ func (s *supervisor) runStep(st *leaseStep) {
 		st.err = s.ledger.Release(st.lease)
 	}
 	st.version = s.ledger.Version()
+	if st.err != nil && s.eng.obs != nil {
+		s.eng.obs.Refused(s.handling, st.err, st.version)
+	}
 	s.afterLedger()
 	s.handling = nil
 }

@@ -48,6 +48,9 @@ type Config struct {
 	// Hooks inject failures; only the project's tests can make them
 	// (package internal/testhooks).
 	Hooks testhooks.Hooks
+	// Observer, if set, receives refusals, evictions and failed
+	// reconstructions as they happen (see [Observer]).
+	Observer Observer
 }
 
 // Engine is a running set of actors around one ledger.
@@ -61,6 +64,7 @@ type Engine struct {
 	backend      cuda.Backend
 	log          zerolog.Logger
 	hooks        testhooks.Hooks
+	obs          Observer
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
@@ -95,6 +99,7 @@ func Start(cfg Config) (*Engine, error) {
 		backend:      cfg.Backend,
 		log:          log,
 		hooks:        cfg.Hooks,
+		obs:          cfg.Observer,
 		stateLimit:   cfg.StateLimit,
 		allocTimeout: cfg.AllocTimeout,
 		locations:    map[string]*actor.PID{},

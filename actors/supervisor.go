@@ -198,6 +198,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
 	s.afterLedger()
+	s.observe(msg)
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
@@ -236,6 +237,7 @@ func (s *supervisor) replyDirect(sink ReplySink, to *actor.PID, msg any) {
 		return
 	}
 	s.afterLedger()
+	s.observe(msg)
 	if sink.Deliver(msg) {
 		s.mailbox.deferWake(sink)
 	}
@@ -451,6 +453,9 @@ func (s *supervisor) transition(_ actor.Context, m *messages.Transition) {
 		s.dispatch(adm.Effects, adm.ID, nil)
 		return
 	}
+	if m.Kind == messages.Evict {
+		s.observeEvict(m, effects)
+	}
 	s.dispatch(append(effects, adm.Effects...), 0, nil)
 	s.reply(m.ReplyTo, &messages.RunReply{Version: s.ledger.Version()})
 }
@@ -464,6 +469,7 @@ func (s *supervisor) transferDone(id budget.AdmissionID, cause error) {
 	// settles (a ledger invariant in Complete or Fail) reaches stopFatal
 	// with the op still listed, so its caller receives the FatalError.
 	s.handling, s.hooked = op.request, false
+	s.observeTransfer(op.effect, cause)
 	switch op.kind {
 	case pendRegister:
 		if cause == nil {

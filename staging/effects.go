@@ -318,6 +318,7 @@ func (p *Pipeline) publishFailure(t *taskRef, err error) {
 	}
 	p.mu.Unlock()
 	p.log.Warn().Err(err).Uint64("task", uint64(t.ID)).Msg("pipeline failed; later entries return this failure")
+	p.reportFailure(t.ID, err)
 	p.budget.fail(rec)
 	for _, o := range pending {
 		p.sys.FailAsync(o.t, rec)

@@ -468,6 +468,7 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 		err = c.resize(e.charge, n)
 	}
 	if err != nil {
+		c.sys.events.cacheLoadFailed(c, e.key, peak, err)
 		// Whatever the loader returned is closed before its charge is
 		// released (a panic returned nothing; nor does a nil value).
 		if !isZero(v) {

@@ -183,6 +183,18 @@ type Options struct {
 	// Logger receives structured logs (the runtime's and protoactor's).
 	// Default: none.
 	Logger *zerolog.Logger
+	// EventLevel is the level of the runtime's structured events on
+	// Logger: refused admissions, evictions, loader and staging failures
+	// (docs/design.md, "Events"). Default zerolog.DebugLevel (the zero
+	// value): a logger at info hides them until the application raises
+	// this; zerolog.Disabled turns them off.
+	EventLevel zerolog.Level
+	// EventsPerSecond and EventBurst bound the events of each kind: a
+	// burst of up to EventBurst lines, then EventsPerSecond a second; the
+	// next line of a kind counts those left out ("suppressed"). Defaults
+	// DefaultEventsPerSecond and DefaultEventBurst.
+	EventsPerSecond float64
+	EventBurst      int
 	// AllocTimeout bounds one physical allocation (default 30s). The
 	// location's actor enforces it where the buffer is made: an allocation
 	// still running at the deadline fails the transfer with an
@@ -214,6 +226,7 @@ type System struct {
 	backend       cuda.Backend
 	log           zerolog.Logger
 	managerID     string
+	events        *eventLog // structured events (events.go)
 
 	closed atomic.Bool
 	fatal  atomic.Pointer[FatalError]
@@ -270,6 +283,9 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := refuseNodeQualified(opts.Locations); err != nil {
 		return nil, err
 	}
+	if !(opts.EventsPerSecond >= 0) || opts.EventBurst < 0 {
+		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("event rate %v a second, burst %d: want ≥ 0 (0: the default)", opts.EventsPerSecond, opts.EventBurst)}
+	}
 	if opts.AllocTimeout < 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
 	}
@@ -277,11 +293,12 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if backend == nil {
 		return nil, &budget.InvalidInputError{Message: errNoBackend}
 	}
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx)})
+	events := newEventLog(log, opts)
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx), Observer: events})
 	if err != nil {
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events}
 	s.slots.reg = eng.System.ProcessRegistry
 	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Bool("simulated", cuda.IsSimulated(backend)).Int("locations", len(opts.Locations)).Msg("residency started")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
 )
 
@@ -145,7 +146,9 @@ func (g *diag) add(number int, title string, fs ...Finding) {
 
 func fig(name string, v any) Figure { return Figure{Name: name, Value: fmt.Sprint(v)} }
 
-func bytesFig(name string, n int64) Figure { return Figure{Name: name, Value: fmt.Sprintf("%d B", n)} }
+// bytesFig is a byte figure as replay prints one: the size for people
+// and, from 1 KiB on, the exact figure beside it ("26 GiB (27917287424)").
+func bytesFig(name string, n int64) Figure { return Figure{Name: name, Value: jsonline.BytesText(n)} }
 
 const (
 	stepCapture   = "Capture one state view"

@@ -77,7 +77,8 @@ func ExampleDiagnose() {
 
 // The text rendering: each step of the procedure that applies, with what
 // was checked, the figures and the verdict. Steps that do not apply to the
-// class (here 3, 5, 6 and 7) are left out.
+// class (here 3, 5, 6 and 7) are left out, each named with the errors it
+// is for.
 func ExampleDiagnosis_String() {
 	ctx := context.Background()
 	sys, err := system.Start(ctx, simulated(system.Options{
@@ -139,6 +140,9 @@ func ExampleDiagnosis_String() {
 	//       materializations:      pageable-host resident (100 B; leases 0, holds 0, events 0); cuda:0 resident (100 B; leases 1, holds 0, events 0)
 	//     => live value; resident at cuda:0
 	//
+	// step 3 does not apply to this ResidencyInUseError:
+	//   3: only for a charge refused by a location's budget (ResidencyBudgetError, or a cache refusal that carries one)
+	//
 	// step 4. Check protection before changing placement
 	//   - protection of (w, cuda:0) at the refusal
 	//       use_count:            1
@@ -150,6 +154,11 @@ func ExampleDiagnosis_String() {
 	//       holds:           none
 	//       pending events:  none
 	//     => release the lease(s) once every reading stream has recorded its event; or defer the removal; never discard or close the runtime to get past unknown readers
+	//
+	// steps 5–7 do not apply to this ResidencyInUseError:
+	//   5: only for the controller's refusals (search limit, stale state, an infeasible plan)
+	//   6: only for a decision entered after the state moved on (ResidencyStaleStateError)
+	//   7: only for a failed execution (ResidencyPlanExecutionError)
 	//
 	// step 8. Classify the result
 	//   - class

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"strings"
 
+	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
 )
 
@@ -58,11 +59,11 @@ func (g *diag) budget(x *system.BudgetError) {
 			fig("device", dev.Name), fig("uuid", dev.UUID), bytesFig("total", dev.TotalBytes), bytesFig("free", dev.FreeBytes), bytesFig("used", dev.UsedBytes)}}
 		switch {
 		case x.BudgetBytes > dev.TotalBytes:
-			f.Verdict = fmt.Sprintf("the budget (%d B) is above the device's total memory (%d B): the configuration promises bytes the device does not have", x.BudgetBytes, dev.TotalBytes)
+			f.Verdict = fmt.Sprintf("the budget (%s) is above the device's total memory (%s): the configuration promises bytes the device does not have", jsonline.BytesText(x.BudgetBytes), jsonline.BytesText(dev.TotalBytes))
 		case dev.FreeBytes >= x.RequestedBytes:
-			f.Verdict = fmt.Sprintf("the device reports %d B free, but admission is by the budget, which is short: raise the budget or free charges, not the device", dev.FreeBytes)
+			f.Verdict = fmt.Sprintf("the device reports %s free, but admission is by the budget, which is short: raise the budget or free charges, not the device", jsonline.BytesText(dev.FreeBytes))
 		default:
-			f.Verdict = fmt.Sprintf("the device itself reports only %d B free (other processes or driver reservations): raising the budget would not help", dev.FreeBytes)
+			f.Verdict = fmt.Sprintf("the device itself reports only %s free (other processes or driver reservations): raising the budget would not help", jsonline.BytesText(dev.FreeBytes))
 		}
 		g.add(3, stepBudget, f)
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
 )
 
@@ -78,7 +79,7 @@ func (g *diag) search(x *system.SearchLimitError) {
 			fig("expected_state_version", d.ExpectedStateVersion), fig("explored_states", d.ExploredStates), fig("exhaustive", d.Exhaustive),
 			fig("plan.reclaim", actions(p.Reclaim)), fig("plan.reservations", reservations(p.Reservations)), fig("plan.enter", actions(p.Enter))}}
 		for i, e := range d.Evictions {
-			f.Figures = append(f.Figures, Figure{Name: fmt.Sprintf("eviction %d", i), Value: fmt.Sprintf("%s at %s, %d B: %s", e.Handle.Name, e.Location, e.Bytes, e.Reason)})
+			f.Figures = append(f.Figures, Figure{Name: fmt.Sprintf("eviction %d", i), Value: fmt.Sprintf("%s at %s, %s: %s", e.Handle.Name, e.Location, jsonline.BytesText(e.Bytes), e.Reason)})
 		}
 		f.Verdict = "explored_states counts search work, not evictions; each eviction names the location it frees, its bytes and why it was chosen"
 		if !d.Exhaustive {
@@ -109,9 +110,9 @@ func (g *diag) peakFinding(what string, peaks []LocationBytes) Finding {
 	var over []string
 	for _, p := range peaks {
 		lr, ok := g.ev.Snapshot.Location(p.Location)
-		v := fmt.Sprintf("%d B", p.Bytes)
+		v := jsonline.BytesText(p.Bytes)
 		if ok && lr.HasBudget {
-			v += fmt.Sprintf(" of budget %d B", lr.BudgetBytes)
+			v += " of budget " + jsonline.BytesText(lr.BudgetBytes)
 			if p.Bytes > lr.BudgetBytes {
 				over = append(over, p.Location)
 			}

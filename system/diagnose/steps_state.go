@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strings"
 
+	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
 )
 
@@ -142,7 +143,7 @@ func (g *diag) opEndpoints() [][2]string {
 }
 
 func matString(m system.MaterializationRecord) string {
-	return fmt.Sprintf("%s %s (%d B; leases %d, holds %d, events %d)", m.Location, m.State, m.ChargedBytes, m.UseCount, m.HoldCount, m.PendingEventCount)
+	return fmt.Sprintf("%s %s (%s; leases %d, holds %d, events %d)", m.Location, m.State, jsonline.BytesText(m.ChargedBytes), m.UseCount, m.HoldCount, m.PendingEventCount)
 }
 
 // goneFromTrace says what the trace shows of a value absent from the
@@ -270,7 +271,7 @@ func budgetString(lr system.LocationRecord) string {
 	if !lr.HasBudget {
 		return "none"
 	}
-	return fmt.Sprintf("%d B", lr.BudgetBytes)
+	return jsonline.BytesText(lr.BudgetBytes)
 }
 
 func locFigures(lr system.LocationRecord) []Figure {
@@ -282,7 +283,7 @@ func locFigures(lr system.LocationRecord) []Figure {
 	if len(lr.Reservations) > 0 {
 		rs := make([]string, len(lr.Reservations))
 		for i, r := range lr.Reservations {
-			rs[i] = fmt.Sprintf("%s %d B", r.Name, r.Bytes)
+			rs[i] = r.Name + " " + jsonline.BytesText(r.Bytes)
 			if r.Owner != "" {
 				rs[i] += " (owner " + r.Owner + ")"
 			}
