@@ -23,7 +23,11 @@ import (
 // error the latest "explain" result before it is its Explanation.
 //
 // The replay output writes the script's words: lease, hold and event ids
-// are the script's names, and handles carry names only. A plan execution
+// are the script's names, and handles carry names only. A transition
+// carrying the optional fields id, lease, name and failure (a trace saved
+// from the API by `demo diagnose --trace`) is read by them; one without
+// them (every script's output, and older files) gets them from its detail
+// (detailNames), its script names becoming the evidence's Names. A plan execution
 // error's cause carries its type and message; its fields are read back
 // from the message. Errors: malformed JSON or a value of the wrong kind
 // (the message names the output line and the field, in JSON's words), a
