@@ -235,6 +235,12 @@ func (c causeOf) As(target any) bool { return errors.As(c.err, target) }
 // InvalidInputError: malformed or unknown input; nothing changed.
 type InvalidInputError struct {
 	Message string
+	// Inactive and ID name the lease, hold or event the input referred to
+	// when that was what was wrong: it is not active (released or reaped
+	// already, or never issued). Inactive is LifetimeNone otherwise. The
+	// Message says the same in words.
+	Inactive LifetimeKind
+	ID       uint64
 }
 
 func (e *InvalidInputError) Error() string { return "residency invalid input: " + e.Message }
@@ -244,6 +250,12 @@ func (e *InvalidInputError) Is(target error) bool { return target == ErrInvalidI
 
 func invalidf(format string, args ...any) error {
 	return &InvalidInputError{Message: fmt.Sprintf(format, args...)}
+}
+
+// inactive is the refusal of an id that names no active lease, hold or
+// event; message is its text.
+func inactive(kind LifetimeKind, id uint64, message string) error {
+	return &InvalidInputError{Message: message, Inactive: kind, ID: id}
 }
 
 func planf(format string, args ...any) error {

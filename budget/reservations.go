@@ -52,7 +52,7 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if c := lc.used + lc.reserved; c > lc.peak {
 		lc.peak = c
 	}
-	l.commit("reserve", nil, i, bytes, name)
+	l.commitDetail("reserve", nil, i, bytes, traceDetail{kind: detailReservation, text: name})
 	return nil
 }
 
@@ -89,6 +89,6 @@ func (l *Ledger) unreserve(name, owner string) error {
 	if lc.reserved < 0 {
 		panic("budget: reserved bytes went negative")
 	}
-	l.commit("unreserve", nil, r.loc, r.bytes, name)
+	l.commitDetail("unreserve", nil, r.loc, r.bytes, traceDetail{kind: detailReservation, text: name})
 	return nil
 }

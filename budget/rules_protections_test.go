@@ -102,7 +102,7 @@ func TestRule_ReapIsAMutation(t *testing.T) {
 	c.must(c.ReapEvent(ev))
 	eq(t, "version", c.L.Version(), v+1)
 	tr := c.L.Trace()
-	eq(t, "trace", tr[len(tr)-1], Transition{Version: v + 1, Kind: "reap_event", Handle: "w", Location: "cuda:0", Detail: fmt.Sprintf("event %d", ev)})
+	eq(t, "trace", tr[len(tr)-1], Transition{Version: v + 1, Kind: "reap_event", Handle: "w", Location: "cuda:0", Detail: fmt.Sprintf("event %d", ev), ID: uint64(ev)})
 	err = c.refused("reap twice", func() error { return c.ReapEvent(ev) })
 	wantInvalid(t, err, fmt.Sprintf("event %d", ev))
 }
@@ -167,16 +167,18 @@ func TestRule_DoubleReleaseIsInvalidInput(t *testing.T) {
 	cases := []struct {
 		name string
 		op   func() error
-		msg  string
+		want InvalidInputError
 	}{
-		{"lease", func() error { return c.Release(l) }, fmt.Sprintf("lease %d is not active (already released or never issued)", l)},
-		{"hold", func() error { return c.Unhold(h) }, fmt.Sprintf("hold %d is not active (already released or never issued)", h)},
-		{"reservation", func() error { return c.Unreserve("r") }, `reservation "r" is not active (already released or never made)`},
-		{"admission complete", func() error { _, err := c.Complete(a.ID); return err }, fmt.Sprintf("admission %d is not pending", a.ID)},
-		{"admission fail", func() error { return c.Fail(a.ID, nil) }, fmt.Sprintf("admission %d is not pending", a.ID)},
+		{"lease", func() error { return c.Release(l) },
+			InvalidInputError{Message: fmt.Sprintf("lease %d is not active (already released or never issued)", l), Inactive: LifetimeLease, ID: uint64(l)}},
+		{"hold", func() error { return c.Unhold(h) },
+			InvalidInputError{Message: fmt.Sprintf("hold %d is not active (already released or never issued)", h), Inactive: LifetimeHold, ID: uint64(h)}},
+		{"reservation", func() error { return c.Unreserve("r") }, InvalidInputError{Message: `reservation "r" is not active (already released or never made)`}},
+		{"admission complete", func() error { _, err := c.Complete(a.ID); return err }, InvalidInputError{Message: fmt.Sprintf("admission %d is not pending", a.ID)}},
+		{"admission fail", func() error { return c.Fail(a.ID, nil) }, InvalidInputError{Message: fmt.Sprintf("admission %d is not pending", a.ID)}},
 	}
 	for _, tc := range cases {
 		err := c.refused("double release of "+tc.name, tc.op)
-		eq(t, tc.name, *as[*InvalidInputError](t, err), InvalidInputError{Message: tc.msg})
+		eq(t, tc.name, *as[*InvalidInputError](t, err), tc.want)
 	}
 }

@@ -140,13 +140,13 @@ func TestRule_RunReserveFailureIsPlanExecutionError(t *testing.T) {
 		_, _, err = r.Next()
 		pe := as[*PlanExecutionError](t, err)
 		wantPhase := PhaseReserve
-		report := []Transition{{Version: v, Kind: "reserve", Location: "cuda:0", Bytes: 10, Detail: "q1"}}
+		report := []Transition{{Version: v, Kind: "reserve", Location: "cuda:0", Bytes: 10, Detail: "q1", Name: "q1"}}
 		if scope == "" {
 			wantPhase = PhaseExecute
 		} else {
 			// The release of q1 is a committed transition of the failed
 			// entry: the partial report lists it.
-			report = append(report, Transition{Version: v + 2, Kind: "unreserve", Location: "cuda:0", Bytes: 10, Detail: "q1"})
+			report = append(report, Transition{Version: v + 2, Kind: "unreserve", Location: "cuda:0", Bytes: 10, Detail: "q1", Name: "q1"})
 		}
 		eq(t, "error", *pe, PlanExecutionError{
 			Phase: wantPhase, FailedActionIndex: -1, FailedReservation: &p.Reservations[1], FailedReservationIndex: 1,

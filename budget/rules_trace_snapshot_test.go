@@ -29,9 +29,9 @@ func TestRule_TraceRecordsEveryCommittedTransition(t *testing.T) {
 	want := []Transition{
 		{Version: 1, Kind: "admit", Handle: "w", Location: "cuda:0", Bytes: 30, Detail: "register at"},
 		{Version: 2, Kind: "complete", Handle: "w", Location: "cuda:0", Bytes: 30},
-		{Version: 3, Kind: "acquire", Handle: "w", Location: "cuda:0", Detail: "lease 1"},
-		{Version: 4, Kind: "release", Handle: "w", Location: "cuda:0", Detail: "lease 1"},
-		{Version: 5, Kind: "reserve", Location: "cuda:1", Bytes: 5, Detail: "r"},
+		{Version: 3, Kind: "acquire", Handle: "w", Location: "cuda:0", Detail: "lease 1", ID: 1},
+		{Version: 4, Kind: "release", Handle: "w", Location: "cuda:0", Detail: "lease 1", ID: 1},
+		{Version: 5, Kind: "reserve", Location: "cuda:1", Bytes: 5, Detail: "r", Name: "r"},
 		{Version: 6, Kind: "admit", Handle: "w", Location: "cuda:1", Bytes: 30, Detail: "move from cuda:0"},
 		{Version: 7, Kind: "complete", Handle: "w", Location: "cuda:1", Bytes: 30},
 		{Version: 8, Kind: "remove", Handle: "w", Location: "cuda:0", Bytes: 30, Detail: "move source", Removal: RemovalMoveSource},

@@ -168,6 +168,12 @@ func TestRule_BadInputIsRefusedAndChangesNothing(t *testing.T) {
 			eq(t, "invalid input", *as[*InvalidInputError](t, err), InvalidInputError{Message: msg})
 		}
 	}
+	// inactive: a refusal naming an inactive lifetime carries its kind and id.
+	inactive := func(kind LifetimeKind, id uint64, msg string) func(error) {
+		return func(err error) {
+			eq(t, "invalid input", *as[*InvalidInputError](t, err), InvalidInputError{Message: msg, Inactive: kind, ID: id})
+		}
+	}
 	unav := func(want UnavailableError) func(error) {
 		return func(err error) { eq(t, "unavailable", *as[*UnavailableError](t, err), want) }
 	}
@@ -189,9 +195,9 @@ func TestRule_BadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"unknown handle", func() error { _, err := c.Place(unknown, "cuda:0"); return err },
 			inv(`unknown handle "nobody" (id 42)`)},
 		{"double release of a lease", func() error { return c.Release(lease) },
-			inv(fmt.Sprintf("lease %d is not active (already released or never issued)", lease))},
+			inactive(LifetimeLease, uint64(lease), fmt.Sprintf("lease %d is not active (already released or never issued)", lease))},
 		{"double release of a hold", func() error { return c.Unhold(hold) },
-			inv(fmt.Sprintf("hold %d is not active (already released or never issued)", hold))},
+			inactive(LifetimeHold, uint64(hold), fmt.Sprintf("hold %d is not active (already released or never issued)", hold))},
 		{"double release of a reservation", func() error { return c.Unreserve("gone") },
 			inv(`reservation "gone" is not active (already released or never made)`)},
 		{"duplicate reservation name", func() error { return c.Reserve("cuda:1", "live", 1) },

@@ -17,15 +17,18 @@ const (
 	detailHold                                // "hold <id>"
 	detailEvent                               // "event <id>"
 	detailEventOnLease                        // "event <id> on lease <lease>"
+	detailReservation                         // a reservation's name, as text
 )
 
 // traceDetail is a transition's detail as stored: a text, or the ids of
-// a lease, hold or event detail, formatted when read.
+// a lease, hold or event detail, formatted when read. The same parts fill
+// the Transition's structured fields (ID, Lease, Name, Failure).
 type traceDetail struct {
-	kind  traceDetailKind
-	text  string
-	id    uint64
-	lease uint64 // detailEventOnLease: the lease the event was recorded on
+	kind    traceDetailKind
+	text    string
+	id      uint64
+	lease   uint64      // detailEventOnLease: the lease the event was recorded on
+	failure FailureKind // a "fail" transition's kind of failure
 }
 
 func textDetail(text string) traceDetail { return traceDetail{text: text} }
@@ -63,7 +66,16 @@ type traceEntry struct {
 
 // transition renders the entry.
 func (e *traceEntry) transition() Transition {
-	return Transition{Version: e.version, Kind: e.kind, Handle: e.handle, Location: e.location, Bytes: e.bytes, Detail: e.detail.String(), Removal: e.removal}
+	t := Transition{Version: e.version, Kind: e.kind, Handle: e.handle, Location: e.location, Bytes: e.bytes, Detail: e.detail.String(), Removal: e.removal, Failure: e.detail.failure}
+	switch e.detail.kind {
+	case detailLease, detailHold, detailEvent:
+		t.ID = e.detail.id
+	case detailEventOnLease:
+		t.ID, t.Lease = e.detail.id, e.detail.lease
+	case detailReservation:
+		t.Name = e.detail.text
+	}
+	return t
 }
 
 // renderEntries renders entries in order; nil when there are none.

@@ -96,3 +96,83 @@ func kindAndDetail(ts []Transition) []string {
 	}
 	return out
 }
+
+// Every transition whose detail names a lease, hold, event, reservation or
+// kind of failure carries the same in its structured fields, so that no
+// program reads them back out of the words.
+func TestTraceStructuredFieldsMatchTheDetail(t *testing.T) {
+	c := newChecked(t, stdConfig())
+	w := c.reg("w", 10, Replicable, "cuda:0")
+	lease, err := c.Acquire(w, "cuda:0")
+	require.NoError(t, err)
+	event, err := c.RecordEvent(lease)
+	require.NoError(t, err)
+	require.NoError(t, c.ReapEvent(event))
+	require.NoError(t, c.Release(lease))
+	hold, err := c.Hold(w, "cuda:0")
+	require.NoError(t, err)
+	require.NoError(t, c.Unhold(hold))
+	require.NoError(t, c.Reserve("cuda:1", "ws", 5))
+	require.NoError(t, c.Unreserve("ws"))
+	adm, err := c.L.Place(w, "pinned-host")
+	require.NoError(t, err)
+	require.NoError(t, c.L.Fail(adm.ID, fmt.Errorf("boom")))
+	_, reg, err := c.Register(ValueSpec{Name: "r", Bytes: 1, At: "cuda:0"})
+	require.NoError(t, err)
+	require.NoError(t, c.L.Fail(reg.ID, nil))
+
+	type fields struct {
+		Kind, Detail string
+		ID, Lease    uint64
+		Name         string
+		Failure      FailureKind
+	}
+	var got []fields
+	for _, x := range c.L.Trace()[2:] { // after w's registration
+		got = append(got, fields{x.Kind, x.Detail, x.ID, x.Lease, x.Name, x.Failure})
+	}
+	l, e, h := uint64(lease), uint64(event), uint64(hold)
+	require.Equal(t, []fields{
+		{"acquire", fmt.Sprintf("lease %d", l), l, 0, "", FailureNone},
+		{"record_event", fmt.Sprintf("event %d on lease %d", e, l), e, l, "", FailureNone},
+		{"reap_event", fmt.Sprintf("event %d", e), e, 0, "", FailureNone},
+		{"release", fmt.Sprintf("lease %d", l), l, 0, "", FailureNone},
+		{"hold", fmt.Sprintf("hold %d", h), h, 0, "", FailureNone},
+		{"unhold", fmt.Sprintf("hold %d", h), h, 0, "", FailureNone},
+		{"reserve", "ws", 0, 0, "ws", FailureNone},
+		{"unreserve", "ws", 0, 0, "ws", FailureNone},
+		{"admit", "copy from cuda:0", 0, 0, "", FailureNone},
+		{"fail", "transfer failed: boom", 0, 0, "", FailureTransfer},
+		{"admit", "register at", 0, 0, "", FailureNone},
+		{"fail", "registration failed; handle retired", 0, 0, "", FailureRegistration},
+	}, got)
+
+	// A refusal of an inactive lifetime names it in fields, too.
+	var ie *InvalidInputError
+	require.ErrorAs(t, c.Release(lease), &ie)
+	require.Equal(t, LifetimeLease, ie.Inactive)
+	require.Equal(t, l, ie.ID)
+	require.ErrorAs(t, c.ReapEvent(event), &ie)
+	require.Equal(t, LifetimeEvent, ie.Inactive)
+	require.ErrorAs(t, c.Unreserve("ws"), &ie)
+	require.Equal(t, LifetimeNone, ie.Inactive, "a reservation is named by its name, not an id")
+}
+
+func TestKindsReadBackAsWritten(t *testing.T) {
+	for _, k := range []FailureKind{FailureNone, FailureTransfer, FailureRegistration} {
+		b, err := k.MarshalText()
+		require.NoError(t, err)
+		var back FailureKind
+		require.NoError(t, back.UnmarshalText(b))
+		require.Equal(t, k, back)
+	}
+	for _, k := range []LifetimeKind{LifetimeNone, LifetimeLease, LifetimeHold, LifetimeEvent} {
+		b, err := k.MarshalText()
+		require.NoError(t, err)
+		var back LifetimeKind
+		require.NoError(t, back.UnmarshalText(b))
+		require.Equal(t, k, back)
+	}
+	require.Equal(t, "other", FailureKind(9).String())
+	require.Equal(t, "other", LifetimeKind(9).String())
+}

@@ -338,18 +338,18 @@ func (l *Ledger) Fail(id AdmissionID, cause error) error {
 		v.mat(x.src).state = Resident
 	}
 	l.reindex(v)
-	detail := "transfer failed"
+	detail, failure := "transfer failed", FailureTransfer
 	if x.kind == EffectInitialize {
 		// A registration whose first materialization failed: the value
 		// never existed for anyone else. Retire the handle and free its
 		// name so the caller can register again.
 		l.retire(v)
-		detail = "registration failed; handle retired"
+		detail, failure = "registration failed; handle retired", FailureRegistration
 	}
 	if cause != nil {
 		detail += ": " + cause.Error()
 	}
-	l.commit("fail", v, x.dest, v.bytes, detail)
+	l.commitDetail("fail", v, x.dest, v.bytes, traceDetail{text: detail, failure: failure})
 	return nil
 }
 

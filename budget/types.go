@@ -210,6 +210,19 @@ type Transition struct {
 	// Removal is why a "remove" transition removed the materialization
 	// (RemovalNone for every other kind); Detail says it in words.
 	Removal RemovalKind
+	// ID is the lease (acquire, release), hold (hold, unhold) or event
+	// (record_event, reap_event) the transition is about; 0 for every
+	// other kind. Detail names it in words ("lease 3").
+	ID uint64
+	// Lease is the lease a record_event's event was recorded on; 0 for
+	// every other kind.
+	Lease uint64
+	// Name is the reservation a reserve or unreserve is about ("" for
+	// every other kind); Detail is the same name.
+	Name string
+	// Failure is why a "fail" transition failed (FailureNone for every
+	// other kind); Detail says it in words, with the cause.
+	Failure FailureKind
 }
 
 func (t Transition) String() string {

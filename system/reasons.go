@@ -9,6 +9,26 @@ import "github.com/residency-go/residency/budget"
 type (
 	RemovalKind  = budget.RemovalKind
 	EvictionKind = budget.EvictionKind
+	// FailureKind is a "fail" transition's [Transition].Failure.
+	FailureKind = budget.FailureKind
+	// LifetimeKind says what an [*InvalidInputError]'s ID names when the
+	// refusal is of an inactive lease, hold or event (its Inactive).
+	LifetimeKind = budget.LifetimeKind
+)
+
+// Kinds of failure ([Transition].Failure).
+const (
+	FailureNone         = budget.FailureNone
+	FailureTransfer     = budget.FailureTransfer
+	FailureRegistration = budget.FailureRegistration
+)
+
+// Kinds of lifetime ([*InvalidInputError].Inactive).
+const (
+	LifetimeNone  = budget.LifetimeNone
+	LifetimeLease = budget.LifetimeLease
+	LifetimeHold  = budget.LifetimeHold
+	LifetimeEvent = budget.LifetimeEvent
 )
 
 // Kinds of removal ([Transition].Removal; [Snapshot].RemovalCounts).

@@ -372,8 +372,28 @@ func readTrace(path string) (json.RawMessage, error) {
 			if err := json.Unmarshal(b, &ts); err != nil {
 				return nil, fmt.Errorf("transitions as package system encodes them (system.Transition): %w", jsonerr.Words(err))
 			}
-			return replay.Marshal(replay.TransitionsOf(ts))
+			return replay.Marshal(withFields(ts))
 		}
 	}
 	return b, nil
+}
+
+// fieldTransition is a transition in the replay output's form with the
+// fields a system.Transition carries next to its detail (which lease,
+// hold, event or reservation; which kind of failure), which
+// diagnose.DecodeEvidence reads when they are there.
+type fieldTransition struct {
+	replay.Transition
+	ID      uint64 `json:"id,omitempty"`
+	Lease   uint64 `json:"lease,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Failure string `json:"failure,omitempty"`
+}
+
+func withFields(ts []system.Transition) []fieldTransition {
+	out := make([]fieldTransition, len(ts))
+	for i, t := range replay.TransitionsOf(ts) {
+		out[i] = fieldTransition{Transition: t, ID: ts[i].ID, Lease: ts[i].Lease, Name: ts[i].Name, Failure: ts[i].Failure.String()}
+	}
+	return out
 }

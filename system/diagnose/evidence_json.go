@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"github.com/residency-go/residency/system"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/residency-go/residency/internal/jsonerr"
 )
@@ -21,7 +23,11 @@ import (
 // error the latest "explain" result before it is its Explanation.
 //
 // The replay output writes the script's words: lease, hold and event ids
-// are the script's names, and handles carry names only. A plan execution
+// are the script's names, and handles carry names only. A transition
+// carrying the optional fields id, lease, name and failure (a trace saved
+// from the API by `demo diagnose --trace`) is read by them; one without
+// them (every script's output, and older files) gets them from its detail
+// (detailNames), its script names becoming the evidence's Names. A plan execution
 // error's cause carries its type and message; its fields are read back
 // from the message. Errors: malformed JSON or a value of the wrong kind
 // (the message names the output line and the field, in JSON's words), a
@@ -29,6 +35,7 @@ import (
 func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxEvidenceLine)
+	names := newDetailNames()
 	var (
 		ev                      Evidence
 		failed                  *replayResult
@@ -50,7 +57,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 			case !res.OK && res.Error != nil && (line == 0 || res.Line == line):
 				r := res
 				failed = &r
-				ev.Err = res.Error.err()
+				ev.Err = res.Error.err(names)
 				ev.Op = Operation{Kind: res.Op}
 				if lastDecide != nil && lastDecide.Decision != nil {
 					if _, stale := ev.Err.(*system.StaleStateError); stale || res.Op == "enter" {
@@ -77,7 +84,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 			ev.Snapshot = res.Snapshot.snapshot()
 		}
 		if res.Trace != nil && ev.Trace == nil {
-			ev.Trace = transitions(*res.Trace)
+			ev.Trace = names.transitions(*res.Trace)
 			if ev.Trace == nil {
 				ev.Trace = []system.Transition{}
 			}
@@ -95,6 +102,9 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 		}
 		return Evidence{}, fmt.Errorf("replay output has no failed result at line %d", line)
 	}
+	if len(names.names) > 0 {
+		ev.Names = names.names
+	}
 	if ev.Snapshot.Locations == nil {
 		return ev, fmt.Errorf("replay output has no snapshot after line %d: add a snapshot op (and a trace op) right after it", failed.Line)
 	}
@@ -106,15 +116,15 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 const maxEvidenceLine = 256 << 20
 
 type replayResult struct {
-	Line         int               `json:"line"`
-	Op           string            `json:"op"`
-	OK           bool              `json:"ok"`
-	StateVersion uint64            `json:"state_version"`
-	Error        *replayErrorJSON  `json:"error"`
-	Explanation  *explanationJSON  `json:"explanation"`
-	Decision     *decisionJSON     `json:"decision"`
-	Snapshot     *snapshotJSON     `json:"snapshot"`
-	Trace        *[]transitionJSON `json:"trace"`
+	Line         int                       `json:"line"`
+	Op           string                    `json:"op"`
+	OK           bool                      `json:"ok"`
+	StateVersion uint64                    `json:"state_version"`
+	Error        *replayErrorJSON          `json:"error"`
+	Explanation  *explanationJSON          `json:"explanation"`
+	Decision     *decisionJSON             `json:"decision"`
+	Snapshot     *snapshotJSON             `json:"snapshot"`
+	Trace        *[]evidenceTransitionJSON `json:"trace"`
 }
 
 // The shapes of the replay output's objects (docs/replay.md), read from
@@ -167,12 +177,113 @@ func toTransitions(ts []system.Transition) []transitionJSON {
 	return out
 }
 
-func transitions(ts []transitionJSON) []system.Transition {
+// evidenceTransitionJSON is a transition as evidence may carry it: the
+// replay output's transition, and optionally the fields a Transition has
+// next to its detail (id, lease, name, failure). The replay output of a
+// script writes none of them (its details are the script's words); a
+// trace saved from the API does (`demo diagnose --trace`).
+type evidenceTransitionJSON struct {
+	transitionJSON
+	ID      *uint64 `json:"id,omitempty"`
+	Lease   *uint64 `json:"lease,omitempty"`
+	Name    *string `json:"name,omitempty"`
+	Failure *string `json:"failure,omitempty"`
+}
+
+func (t evidenceTransitionJSON) structured() bool {
+	return t.ID != nil || t.Lease != nil || t.Name != nil || t.Failure != nil
+}
+
+// transitions reads evidence transitions. Those without the structured
+// fields (every replay output, and evidence saved before the fields
+// existed) get them from their details: see detailNames.
+func (n *detailNames) transitions(ts []evidenceTransitionJSON) []system.Transition {
 	var out []system.Transition
 	for _, t := range ts {
-		out = append(out, system.Transition{Version: t.Version, Kind: t.Kind, Handle: str(t.Handle), Location: str(t.Location), Bytes: t.Bytes, Detail: t.Detail})
+		x := system.Transition{Version: t.Version, Kind: t.Kind, Handle: str(t.Handle), Location: str(t.Location), Bytes: t.Bytes, Detail: t.Detail}
+		if t.structured() {
+			x.ID, x.Lease, x.Name = deref(t.ID), deref(t.Lease), str(t.Name)
+			if t.Failure != nil {
+				_ = x.Failure.UnmarshalText([]byte(*t.Failure))
+			}
+		} else {
+			n.fill(&x)
+		}
+		out = append(out, x)
 	}
 	return out
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// detailNames recovers a transition's structured fields from its detail,
+// for evidence that does not carry them: the replay output of a script,
+// and files saved before the fields existed. That text is the only record
+// such a file has, so this is the one place the diagnosis reads a detail,
+// by the forms docs/replay.md gives: "lease 3", "hold 2", "event 5",
+// "event 5 on lease 3" by the runtime's ids, or the same with the
+// script's names (`lease "reader"`, `lease of scope "s"`,
+// `event "read" on lease "reader"`); a reservation's name; "registration
+// failed…" or "transfer failed…". A script's name gets an id of its own
+// (from 1<<63 up, clear of the runtime's) and its name in names, which
+// becomes the evidence's Names.
+type detailNames struct {
+	names map[LifetimeRef]string
+	byKey map[string]uint64 // kind + "\x00" + the name as written → its id
+	next  uint64
+}
+
+func newDetailNames() *detailNames {
+	return &detailNames{names: map[LifetimeRef]string{}, byKey: map[string]uint64{}, next: 1 << 63}
+}
+
+// id is the lifetime a detail's token ("3", `"reader"`, `of scope "s"`)
+// names.
+func (n *detailNames) id(kind system.LifetimeKind, token string) uint64 {
+	if id, err := strconv.ParseUint(token, 10, 64); err == nil && id < 1<<63 {
+		return id
+	}
+	key := kind.String() + "\x00" + token
+	if id, ok := n.byKey[key]; ok {
+		return id
+	}
+	id := n.next
+	n.next++
+	n.byKey[key] = id
+	name := token
+	if u, err := strconv.Unquote(token); err == nil {
+		name = u
+	}
+	n.names[LifetimeRef{kind, id}] = name
+	return id
+}
+
+func (n *detailNames) fill(t *system.Transition) {
+	d := t.Detail
+	switch t.Kind {
+	case "acquire", "release":
+		t.ID = n.id(system.LifetimeLease, strings.TrimPrefix(d, "lease "))
+	case "hold", "unhold":
+		t.ID = n.id(system.LifetimeHold, strings.TrimPrefix(d, "hold "))
+	case "reap_event":
+		t.ID = n.id(system.LifetimeEvent, strings.TrimPrefix(d, "event "))
+	case "record_event":
+		ev, lease, _ := strings.Cut(d, " on ")
+		t.ID = n.id(system.LifetimeEvent, strings.TrimPrefix(ev, "event "))
+		t.Lease = n.id(system.LifetimeLease, strings.TrimPrefix(lease, "lease "))
+	case "reserve", "unreserve":
+		t.Name = d
+	case "fail":
+		t.Failure = system.FailureTransfer
+		if strings.HasPrefix(d, "registration failed") {
+			t.Failure = system.FailureRegistration
+		}
+	}
 }
 
 type explanationJSON struct {
@@ -348,7 +459,7 @@ type replayErrorJSON struct {
 	FailedReservation      *reservationJSON `json:"failed_reservation"`
 	FailedReservationIndex *int             `json:"failed_reservation_index"`
 	PartialReport          *struct {
-		Transitions []transitionJSON `json:"transitions"`
+		Transitions []evidenceTransitionJSON `json:"transitions"`
 	} `json:"partial_report"`
 	Cause *replayErrorJSON `json:"cause"`
 }
@@ -361,7 +472,7 @@ const reasonNotRecorded system.UnavailableReason = -1
 // err rebuilds the error from its fields. An object without the fields of
 // its type (an old file's cause) gives an error of that class carrying
 // the message only.
-func (e replayErrorJSON) err() error {
+func (e replayErrorJSON) err(names *detailNames) error {
 	kind := kindNamed(e.Type)
 	switch {
 	case kind == system.ErrorBudget && e.Location != nil:
@@ -383,12 +494,12 @@ func (e replayErrorJSON) err() error {
 		}
 		return &system.UnavailableError{Handle: str(e.Handle), Location: str(e.Location), Detail: *e.Detail, Reason: reason}
 	case kind == system.ErrorPlanExecution && e.Phase != nil:
-		return e.planExecution()
+		return e.planExecution(names)
 	}
 	return &replayError{kind: kind, msg: e.Message}
 }
 
-func (e replayErrorJSON) planExecution() *system.PlanExecutionError {
+func (e replayErrorJSON) planExecution(names *detailNames) *system.PlanExecutionError {
 	pe := &system.PlanExecutionError{Phase: *e.Phase, FailedActionIndex: -1, FailedReservationIndex: -1}
 	if e.FailedAction != nil {
 		a := e.FailedAction.action()
@@ -405,10 +516,10 @@ func (e replayErrorJSON) planExecution() *system.PlanExecutionError {
 		pe.FailedReservationIndex = *e.FailedReservationIndex
 	}
 	if e.PartialReport != nil {
-		pe.PartialReport.Transitions = transitions(e.PartialReport.Transitions)
+		pe.PartialReport.Transitions = names.transitions(e.PartialReport.Transitions)
 	}
 	if e.Cause != nil {
-		pe.Cause = e.Cause.err()
+		pe.Cause = e.Cause.err(names)
 	}
 	return pe
 }

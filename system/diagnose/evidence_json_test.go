@@ -146,3 +146,64 @@ func TestDecodeEvidenceMessages(t *testing.T) {
 		}
 	}
 }
+
+// A trace with the structured fields is read by them; the same trace
+// without them (a script's replay output, an old file) gets them from its
+// details, and the diagnosis is the same.
+func TestDecodeEvidenceFieldsAndDetailsAgree(t *testing.T) {
+	const errLine = `{"line":3,"op":"evict","ok":false,"error":{"type":"ResidencyInUseError","message":"m","handle":"w","location":"cuda:0","use_count":1,"pending_event_count":1}}`
+	const snap = `{"line":4,"op":"snapshot","ok":true,"snapshot":{"state_version":6,"manager_id":"m","locations":[{"location":"cuda:0","budget_bytes":100,"used_bytes":10,"reserved_bytes":0,"peak_bytes":10,"reservations":[]}],"values":[{"handle":"w","bytes":10,"replica_mode":"exclusive","has_source":false,"source_location":null,"recoverable":false,"materializations":[{"location":"cuda:0","state":"resident","charged_bytes":10,"use_count":1,"hold_count":0,"pending_event_count":1}]}]}}`
+	trace := func(fields bool) string {
+		f := func(s string) string {
+			if fields {
+				return s
+			}
+			return ""
+		}
+		return `{"line":5,"op":"trace","ok":true,"trace":[` +
+			`{"version":1,"kind":"admit","handle":"w","location":"cuda:0","bytes":10,"detail":"register at"},` +
+			`{"version":2,"kind":"complete","handle":"w","location":"cuda:0","bytes":10,"detail":""},` +
+			`{"version":3,"kind":"acquire","handle":"w","location":"cuda:0","bytes":0,"detail":"lease 7"` + f(`,"id":7`) + `},` +
+			`{"version":4,"kind":"acquire","handle":"w","location":"cuda:0","bytes":0,"detail":"lease \"reader\""` + f(`,"id":8`) + `},` +
+			`{"version":5,"kind":"record_event","handle":"w","location":"cuda:0","bytes":0,"detail":"event \"e\" on lease \"reader\""` + f(`,"id":2,"lease":8`) + `},` +
+			`{"version":6,"kind":"release","handle":"w","location":"cuda:0","bytes":0,"detail":"lease 7"` + f(`,"id":7`) + `}]}`
+	}
+	decode := func(fields bool) Diagnosis {
+		ev, err := DecodeEvidence(strings.NewReader(strings.Join([]string{errLine, snap, trace(fields)}, "\n")), 0)
+		require.NoError(t, err)
+		if fields {
+			// A saved trace with ids names them by id unless told otherwise.
+			ev.Names = map[LifetimeRef]string{{system.LifetimeLease, 8}: "reader", {system.LifetimeEvent, 2}: "e"}
+		}
+		return DiagnoseEvidence(ev)
+	}
+	withFields, fromDetails := decode(true), decode(false)
+	require.NotNil(t, withFields.Protection)
+	require.Equal(t, []Lifetime{{Kind: "lease", ID: "reader", Version: 4}}, withFields.Protection.Leases)
+	require.Equal(t, []Lifetime{{Kind: "event", ID: "e", Version: 5, Lease: "reader"}}, withFields.Protection.Events)
+	assert.Equal(t, withFields.String(), fromDetails.String())
+}
+
+// The diagnosis of an exit that could not release a lease finds the lease
+// by the cause's fields, and names it as Evidence.Names does.
+func TestLeaseEndedReadsTheCausesFields(t *testing.T) {
+	ev := Evidence{
+		Err: &system.PlanExecutionError{Phase: "exit", FailedActionIndex: -1, FailedReservationIndex: -1,
+			Cause: &system.InvalidInputError{Message: "anything at all", Inactive: system.LifetimeLease, ID: 12}},
+		Trace: []system.Transition{
+			{Version: 1, Kind: "acquire", Handle: "x", Location: "cuda:0", Detail: "lease 12", ID: 12},
+			{Version: 2, Kind: "acquire", Handle: "x", Location: "cuda:0", Detail: "lease 1", ID: 1},
+			{Version: 3, Kind: "release", Handle: "x", Location: "cuda:0", Detail: "lease 12", ID: 12},
+		},
+		Names: map[LifetimeRef]string{{system.LifetimeLease, 12}: `of scope "s"`},
+	}
+	out := DiagnoseEvidence(ev).String()
+	assert.Contains(t, out, "v1:  acquire x @cuda:0 (lease 12)")
+	assert.Contains(t, out, "v3:  release x @cuda:0 (lease 12)")
+	assert.NotContains(t, out, "v2:  acquire")
+	assert.Contains(t, out, `lease of scope "s" was released outside the scope`)
+
+	// A message alone (no fields) says nothing about which lease.
+	ev.Err.(*system.PlanExecutionError).Cause = &system.InvalidInputError{Message: "lease 12 is not active (already released or never issued)"}
+	assert.NotContains(t, DiagnoseEvidence(ev).String(), "the lease the exit could not release")
+}

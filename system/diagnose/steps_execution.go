@@ -1,8 +1,8 @@
 package diagnose
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/residency-go/residency/system"
 )
@@ -149,7 +149,7 @@ func (g *diag) sortCommitted(x *system.PlanExecutionError) (kept, cleaned, faile
 		case "fail":
 			failed = append(failed, fmt.Sprintf("%s into %s failed: its charge was released", t.Handle, t.Location))
 		case "reserve":
-			j := find(i+1, func(u system.Transition) bool { return u.Kind == "unreserve" && u.Detail == t.Detail })
+			j := find(i+1, func(u system.Transition) bool { return u.Kind == "unreserve" && u.Name == t.Name })
 			if j >= 0 {
 				used[j] = true
 				cleaned = append(cleaned, fmt.Sprintf("reservation %s (%d B at %s) admitted at v%d, released at v%d", t.Detail, t.Bytes, t.Location, t.Version, ts[j].Version))
@@ -159,7 +159,7 @@ func (g *diag) sortCommitted(x *system.PlanExecutionError) (kept, cleaned, faile
 		case "unreserve":
 			kept = append(kept, fmt.Sprintf("reservation %s (%d B at %s) released", t.Detail, t.Bytes, t.Location))
 		case "acquire":
-			j := find(i+1, func(u system.Transition) bool { return u.Kind == "release" && u.Detail == t.Detail })
+			j := find(i+1, func(u system.Transition) bool { return u.Kind == "release" && u.ID == t.ID })
 			if j >= 0 {
 				used[j] = true
 				cleaned = append(cleaned, fmt.Sprintf("%s of %s at %s taken at v%d, released at v%d", t.Detail, t.Handle, t.Location, t.Version, ts[j].Version))
@@ -198,30 +198,26 @@ func (g *diag) interleaved(committed []system.Transition) (Finding, bool) {
 	return f, true
 }
 
-// leaseEnded finds, for an exit that could not release a lease, where the
-// trace shows that lease already released.
+// leaseEnded finds, for an exit that could not release a lease (an
+// *InvalidInputError naming an inactive lease), where the trace shows that
+// lease already released.
 func (g *diag) leaseEnded(cause error) (Finding, bool) {
-	var id uint64
-	msg := cause.Error()
-	i := strings.Index(msg, "lease ")
-	if i < 0 {
+	var ie *system.InvalidInputError
+	if !errors.As(cause, &ie) || ie.Inactive != system.LifetimeLease {
 		return Finding{}, false
 	}
-	if _, err := fmt.Sscanf(msg[i:], "lease %d is not active", &id); err != nil {
-		return Finding{}, false
-	}
-	detail := fmt.Sprintf("lease %d", id)
+	lease := "lease " + g.ev.lifetimeName(system.LifetimeLease, ie.ID)
 	f := Finding{What: "the lease the exit could not release"}
 	for _, t := range g.ev.Trace {
-		if t.Detail == detail && (t.Kind == "acquire" || t.Kind == "release") {
+		if t.ID == ie.ID && (t.Kind == "acquire" || t.Kind == "release") {
 			f.Figures = append(f.Figures, Figure{Name: fmt.Sprintf("v%d", t.Version), Value: transitionText(t)})
 		}
 	}
 	switch {
 	case len(f.Figures) == 0:
-		f.Verdict = fmt.Sprintf("%s is not in the trace: it ended before the trace's oldest transition", detail)
+		f.Verdict = fmt.Sprintf("%s is not in the trace: it ended before the trace's oldest transition", lease)
 	default:
-		f.Verdict = fmt.Sprintf("%s was released outside the scope (by id, or by Close) before the exit: the scope's copy of it was stale; nothing is left to release", detail)
+		f.Verdict = fmt.Sprintf("%s was released outside the scope (by id, or by Close) before the exit: the scope's copy of it was stale; nothing is left to release", lease)
 	}
 	return f, true
 }

@@ -2,7 +2,6 @@ package diagnose
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/residency-go/residency/system"
@@ -11,48 +10,44 @@ import (
 // ---- step 4 ----------------------------------------------------------------
 
 // openLifetimes replays the trace for one endpoint: the leases, holds and
-// events taken and not yet ended. Details are "lease 3", "hold 2",
-// "event 5 on lease 3" as the runtime writes them, or the bare names a
-// replay script gave ("reader", "ev on reader").
-func openLifetimes(tr []system.Transition, value, loc string) (leases, holds, events []Lifetime) {
-	type key struct{ kind, id string }
-	open := map[key]Lifetime{}
-	var order []key
-	for _, t := range tr {
+// events taken and not yet ended, by the ids the transitions carry (ID,
+// and Lease for a record_event), shown as ev.Names names them.
+func (ev Evidence) openLifetimes(value, loc string) (leases, holds, events []Lifetime) {
+	open := map[LifetimeRef]Lifetime{}
+	var order []LifetimeRef
+	take := func(kind system.LifetimeKind, t system.Transition) {
+		k := LifetimeRef{kind, t.ID}
+		lt := Lifetime{Kind: kind.String(), ID: ev.lifetimeName(kind, t.ID), Version: t.Version}
+		if kind == system.LifetimeEvent {
+			lt.Lease = ev.lifetimeName(system.LifetimeLease, t.Lease)
+		}
+		open[k] = lt
+		order = append(order, k)
+	}
+	for _, t := range ev.Trace {
 		if t.Handle != value {
 			continue
 		}
 		if t.Kind == "discard" {
-			open, order = map[key]Lifetime{}, nil
+			open, order = map[LifetimeRef]Lifetime{}, nil
 			continue
 		}
 		if t.Location != loc {
 			continue
 		}
 		switch t.Kind {
-		case "acquire", "release":
-			k := key{"lease", lifetimeID(t.Detail, "lease ")}
-			if t.Kind == "acquire" {
-				open[k] = Lifetime{Kind: "lease", ID: k.id, Version: t.Version}
-				order = append(order, k)
-			} else {
-				delete(open, k)
-			}
-		case "hold", "unhold":
-			k := key{"hold", lifetimeID(t.Detail, "hold ")}
-			if t.Kind == "hold" {
-				open[k] = Lifetime{Kind: "hold", ID: k.id, Version: t.Version}
-				order = append(order, k)
-			} else {
-				delete(open, k)
-			}
+		case "acquire":
+			take(system.LifetimeLease, t)
+		case "release":
+			delete(open, LifetimeRef{system.LifetimeLease, t.ID})
+		case "hold":
+			take(system.LifetimeHold, t)
+		case "unhold":
+			delete(open, LifetimeRef{system.LifetimeHold, t.ID})
 		case "record_event":
-			ev, lease, _ := strings.Cut(t.Detail, " on ")
-			k := key{"event", lifetimeID(ev, "event ")}
-			open[k] = Lifetime{Kind: "event", ID: k.id, Version: t.Version, Lease: lifetimeID(lease, "lease ")}
-			order = append(order, k)
+			take(system.LifetimeEvent, t)
 		case "reap_event":
-			delete(open, key{"event", lifetimeID(t.Detail, "event ")})
+			delete(open, LifetimeRef{system.LifetimeEvent, t.ID})
 		}
 	}
 	for _, k := range order {
@@ -61,26 +56,16 @@ func openLifetimes(tr []system.Transition, value, loc string) (leases, holds, ev
 			continue
 		}
 		delete(open, k)
-		switch k.kind {
-		case "lease":
+		switch k.Kind {
+		case system.LifetimeLease:
 			leases = append(leases, lt)
-		case "hold":
+		case system.LifetimeHold:
 			holds = append(holds, lt)
 		default:
 			events = append(events, lt)
 		}
 	}
 	return leases, holds, events
-}
-
-// lifetimeID is the id in a trace detail: "lease 3" → "3"; the replay
-// CLI's `lease "reader"` → "reader".
-func lifetimeID(detail, prefix string) string {
-	id := strings.TrimPrefix(detail, prefix)
-	if u, err := strconv.Unquote(id); err == nil {
-		return u
-	}
-	return id
 }
 
 func lifetimes(ls []Lifetime) string {
@@ -96,7 +81,7 @@ func lifetimes(ls []Lifetime) string {
 
 func (g *diag) protection(x *system.InUseError) {
 	p := &ProtectionOwners{Value: x.Handle, Location: x.Location, UseCount: x.UseCount, HoldCount: x.HoldCount, PendingEventCount: x.PendingEventCount}
-	p.Leases, p.Holds, p.Events = openLifetimes(g.ev.Trace, x.Handle, x.Location)
+	p.Leases, p.Holds, p.Events = g.ev.openLifetimes(x.Handle, x.Location)
 	oldest, _ := traceEnds(g.ev.Trace)
 	p.Complete = oldest == 1
 	p.Now = matAt(g.ev.Snapshot, x.Handle, x.Location)

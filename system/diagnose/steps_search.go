@@ -86,7 +86,8 @@ func (g *diag) search(x *system.SearchLimitError) {
 			f.Verdict += "; the search was cut short by its limit after a feasible assignment, so this is the best one seen, not necessarily the best"
 		}
 		g.add(5, stepDecision, f)
-		g.add(5, stepDecision, g.peakFinding("predicted peaks of the decision's plan", se.PredictedPeaks))
+		pf, _ := g.peakFinding("predicted peaks of the decision's plan", se.PredictedPeaks)
+		g.add(5, stepDecision, pf)
 	}
 	if ex != nil {
 		se.Feasible, se.Reason = ex.Feasible, ex.Reason
@@ -97,34 +98,36 @@ func (g *diag) search(x *system.SearchLimitError) {
 		} else {
 			f.Verdict = "infeasible: " + ex.Reason
 		}
-		pf := g.peakFinding("predicted peaks of the plan", se.PredictedPeaks)
-		if !ex.Feasible && !strings.HasPrefix(pf.Verdict, "over budget") {
+		pf, over := g.peakFinding("predicted peaks of the plan", se.PredictedPeaks)
+		if !ex.Feasible && !over {
 			pf.Verdict = "within budget up to the refused step; the peaks do not include the step that was refused"
 		}
 		g.add(5, stepDecision, f, pf)
 	}
 }
 
-func (g *diag) peakFinding(what string, peaks []LocationBytes) Finding {
-	f := Finding{What: what}
-	var over []string
+// peakFinding lists the predicted peaks against their budgets; over: some
+// peak is over its budget.
+func (g *diag) peakFinding(what string, peaks []LocationBytes) (f Finding, over bool) {
+	f = Finding{What: what}
+	var overAt []string
 	for _, p := range peaks {
 		lr, ok := g.ev.Snapshot.Location(p.Location)
 		v := jsonline.BytesText(p.Bytes)
 		if ok && lr.HasBudget {
 			v += " of budget " + jsonline.BytesText(lr.BudgetBytes)
 			if p.Bytes > lr.BudgetBytes {
-				over = append(over, p.Location)
+				overAt = append(overAt, p.Location)
 			}
 		}
 		f.Figures = append(f.Figures, Figure{Name: p.Location, Value: v})
 	}
-	if len(over) > 0 {
-		f.Verdict = "over budget at " + strings.Join(over, ", ")
+	if len(overAt) > 0 {
+		f.Verdict = "over budget at " + strings.Join(overAt, ", ")
 	} else {
 		f.Verdict = "every predicted peak is within its budget (reclaim before reservations, overlap and temporary charges included)"
 	}
-	return f
+	return f, len(overAt) > 0
 }
 
 // ---- step 6 ----------------------------------------------------------------

@@ -157,7 +157,7 @@ func goneFromTrace(tr []system.Transition, name string) string {
 		switch {
 		case t.Kind == "discard":
 			return fmt.Sprintf("discarded at v%d", t.Version)
-		case t.Kind == "fail" && strings.Contains(t.Detail, "registration failed"):
+		case t.Kind == "fail" && t.Failure == system.FailureRegistration:
 			return fmt.Sprintf("its registration failed at v%d", t.Version)
 		}
 	}

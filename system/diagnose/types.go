@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/residency-go/residency/cuda"
@@ -77,6 +78,27 @@ type Evidence struct {
 	// location, never used as admission evidence: the runtime admits by
 	// its budget, whatever the device reports free.
 	Devices map[string]cuda.DeviceInfo
+	// Names, when set, names leases, holds and events in the caller's
+	// words (a replay script's names): the diagnosis shows a lifetime by
+	// its name here, by its runtime id otherwise (optional). The trace's
+	// transitions say which lifetime they are about in their ID and Lease
+	// fields.
+	Names map[LifetimeRef]string
+}
+
+// LifetimeRef is a lease, hold or event by its runtime id.
+type LifetimeRef struct {
+	Kind system.LifetimeKind
+	ID   uint64
+}
+
+// lifetimeName is how the diagnosis shows a lifetime: its name in
+// ev.Names, else its id.
+func (ev Evidence) lifetimeName(kind system.LifetimeKind, id uint64) string {
+	if n, ok := ev.Names[LifetimeRef{kind, id}]; ok {
+		return n
+	}
+	return strconv.FormatUint(id, 10)
 }
 
 // plan is the failed plan: Plan, else the decision's.
@@ -222,8 +244,8 @@ type BudgetArithmetic struct {
 // Lifetime is one lease, hold or pending event found in the trace.
 type Lifetime struct {
 	Kind string // "lease", "hold" or "event"
-	// ID is the id as the trace writes it: the runtime's number, or the
-	// name a replay script gave it.
+	// ID is the lifetime as the diagnosis shows it: its name in
+	// [Evidence].Names (a replay script's), else the runtime's id.
 	ID string
 	// Version is when it was taken (acquire, hold, record_event).
 	Version uint64

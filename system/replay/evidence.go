@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -65,20 +64,19 @@ func (r *Runner) Operation(o Op) diagnose.Operation {
 
 // scriptEvidence puts evidence in the script's words, as the replay output
 // does: lease, hold and event ids become the script's names, scopes and
-// caches their script names, an unknown handle "register it first".
+// caches their script names, an unknown handle "register it first". The
+// trace keeps its ids; ev.Names names them as the script does.
 func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 	// A scope's leases share one script name; a message names one of
 	// them, so it also gets its endpoint, from the trace's acquire.
 	r.leaseEndpoints = map[uint64]string{}
 	for _, t := range ev.Trace {
-		if t.Kind != "acquire" {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimPrefix(t.Detail, "lease "), 10, 64); err == nil {
-			r.leaseEndpoints[n] = t.Handle + " at " + t.Location
+		if t.Kind == "acquire" {
+			r.leaseEndpoints[t.ID] = t.Handle + " at " + t.Location
 		}
 	}
-	ev.Err = r.scriptError(ev.Err)
+	ev.Names = r.lifetimeNames()
+	ev.Err = r.scriptError(ev.Err, r.inactiveWords(ev.Err))
 	s := ev.Snapshot
 	locs := make([]system.LocationRecord, len(s.Locations))
 	for i, l := range s.Locations {
@@ -109,50 +107,116 @@ func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 	return ev
 }
 
+// lifetimeNames are the script's names of the runtime's leases, holds and
+// events, as a diagnosis shows them after their kind ("reader", `of
+// scope "S"`).
+func (r *Runner) lifetimeNames() map[diagnose.LifetimeRef]string {
+	out := map[diagnose.LifetimeRef]string{}
+	for kind, names := range map[system.LifetimeKind]map[uint64]scriptName{
+		system.LifetimeLease: r.leaseNames, system.LifetimeHold: r.holdNames, system.LifetimeEvent: r.eventNames,
+	} {
+		for id, n := range names {
+			out[diagnose.LifetimeRef{Kind: kind, ID: id}] = n.bare()
+		}
+	}
+	return out
+}
+
 func (r *Runner) scriptTransitions(ts []system.Transition) []system.Transition {
 	if ts == nil {
 		return nil
 	}
 	out := make([]system.Transition, len(ts))
 	for i, t := range ts {
-		t.Detail = r.detail(t.Detail)
+		t.Detail = r.detail(t)
 		out[i] = t
 	}
 	return out
 }
 
-// lifetimeIDs finds the runtime's lease, hold and event ids in a message
-// ("lease 3 is not active").
-var lifetimeIDs = regexp.MustCompile(`\b(lease|hold|event) ([0-9]+)\b`)
-
-// scriptMessage is runner.message, and lease, hold and event ids by their
-// script names (the trace's details name them so).
-func (r *Runner) scriptMessage(msg string) string {
-	msg = r.message(msg)
-	return lifetimeIDs.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := lifetimeIDs.FindStringSubmatch(m)
-		n, err := strconv.ParseUint(sub[2], 10, 64)
-		if err != nil {
-			return m
+// inactiveWords is, for each lease, hold or event err's refusals name
+// (an *InvalidInputError's Inactive and ID, anywhere in err's tree), the
+// words the runtime's message gives it ("lease 3") and the script's name
+// for it (a scope's lease with its endpoint). The ids come from the
+// error's fields; the message still holds them as text, so that text is
+// what gets replaced.
+func (r *Runner) inactiveWords(err error) []phrase {
+	var out []phrase
+	walkErrors(err, func(e error) {
+		ie, ok := e.(*system.InvalidInputError)
+		if !ok || ie.Inactive == system.LifetimeNone {
+			return
 		}
-		var names map[uint64]string
-		switch sub[1] {
-		case "lease":
-			names = r.leaseNames
-		case "hold":
-			names = r.holdNames
-		default:
-			names = r.eventNames
+		var name scriptName
+		switch ie.Inactive {
+		case system.LifetimeLease:
+			name, ok = r.leaseNames[ie.ID]
+		case system.LifetimeHold:
+			name, ok = r.holdNames[ie.ID]
+		case system.LifetimeEvent:
+			name, ok = r.eventNames[ie.ID]
 		}
-		name, ok := names[n]
 		if !ok {
-			return m
+			return
 		}
-		if ep, ok := r.leaseEndpoints[n]; ok && sub[1] == "lease" && strings.HasPrefix(name, "lease of scope ") {
-			name += " on " + ep
+		to := name.String()
+		if ep, ok := r.leaseEndpoints[ie.ID]; ok && ie.Inactive == system.LifetimeLease && name.scope {
+			to += " on " + ep
 		}
-		return name
+		out = append(out, phrase{from: ie.Inactive.String() + " " + strconv.FormatUint(ie.ID, 10), to: to})
 	})
+	return out
+}
+
+// walkErrors calls f on err and every error it wraps.
+func walkErrors(err error, f func(error)) {
+	if err == nil {
+		return
+	}
+	f(err)
+	switch x := err.(type) {
+	case interface{ Unwrap() error }:
+		walkErrors(x.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, e := range x.Unwrap() {
+			walkErrors(e, f)
+		}
+	}
+}
+
+// phrase is one id as a runtime message words it, and the script's name.
+type phrase struct{ from, to string }
+
+// scriptMessage is runner.message, and the lifetimes ps name by their
+// script names. A phrase matches whole: "lease 1" not in "release 1" nor
+// in "lease 12".
+func (r *Runner) scriptMessage(msg string, ps []phrase) string {
+	msg = r.message(msg)
+	for _, p := range ps {
+		var b strings.Builder
+		for {
+			i := strings.Index(msg, p.from)
+			if i < 0 {
+				b.WriteString(msg)
+				break
+			}
+			end := i + len(p.from)
+			whole := (i == 0 || !isWordByte(msg[i-1])) && (end == len(msg) || !isWordByte(msg[end]))
+			if whole {
+				b.WriteString(msg[:i])
+				b.WriteString(p.to)
+			} else {
+				b.WriteString(msg[:end])
+			}
+			msg = msg[end:]
+		}
+		msg = b.String()
+	}
+	return msg
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // scriptWordsError is an error in the script's words: its message is
@@ -166,7 +230,7 @@ type scriptWordsError struct {
 func (e *scriptWordsError) Error() string { return e.msg }
 func (e *scriptWordsError) Unwrap() error { return e.err }
 
-func (r *Runner) scriptError(err error) error {
+func (r *Runner) scriptError(err error, ps []phrase) error {
 	if err == nil {
 		return nil
 	}
@@ -175,25 +239,25 @@ func (r *Runner) scriptError(err error) error {
 	switch x := e.(type) {
 	case *system.PlanError:
 		c := *x
-		c.Reason = r.scriptMessage(c.Reason)
+		c.Reason = r.scriptMessage(c.Reason, ps)
 		inner = &c
 	case *system.SearchLimitError:
 		c := *x
-		c.Detail = r.scriptMessage(c.Detail)
+		c.Detail = r.scriptMessage(c.Detail, ps)
 		inner = &c
 	case *system.UnavailableError:
 		c := *x
-		c.Detail = r.scriptMessage(c.Detail)
+		c.Detail = r.scriptMessage(c.Detail, ps)
 		inner = &c
 	case *system.InvalidInputError:
 		c := *x
-		c.Message = r.scriptMessage(c.Message)
+		c.Message = r.scriptMessage(c.Message, ps)
 		inner = &c
 	case *system.PlanExecutionError:
 		c := *x
 		c.PartialReport.Transitions = r.scriptTransitions(x.PartialReport.Transitions)
-		c.Cause = r.scriptError(x.Cause)
+		c.Cause = r.scriptError(x.Cause, ps)
 		inner = &c
 	}
-	return &scriptWordsError{msg: r.scriptMessage(err.Error()), err: inner}
+	return &scriptWordsError{msg: r.scriptMessage(err.Error(), ps), err: inner}
 }

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
@@ -55,7 +54,7 @@ func (r *Runner) execAcquire(ctx context.Context, o Op, _ *Result) (bool, error)
 		return true, err
 	}
 	r.leases[o.as] = &leaseEntry{lease: l}
-	r.leaseNames[uint64(l.ID())] = fmt.Sprintf("lease %q", o.as)
+	r.leaseNames[uint64(l.ID())] = scriptName{kind: "lease", name: o.as}
 	return true, nil
 }
 
@@ -73,7 +72,7 @@ func (r *Runner) execHold(ctx context.Context, o Op, _ *Result) (bool, error) {
 		return true, err
 	}
 	r.holds[o.as] = &holdEntry{hold: hd}
-	r.holdNames[uint64(hd.ID())] = fmt.Sprintf("hold %q", o.as)
+	r.holdNames[uint64(hd.ID())] = scriptName{kind: "hold", name: o.as}
 	return true, nil
 }
 
@@ -111,7 +110,7 @@ func (r *Runner) execRecordEvent(ctx context.Context, o Op, _ *Result) (bool, er
 	}
 	e.pending++
 	r.events[o.event] = &scriptEvent{ev: ev, id: id, lease: e}
-	r.eventNames[uint64(id)] = fmt.Sprintf("event %q", o.event)
+	r.eventNames[uint64(id)] = scriptName{kind: "event", name: o.event}
 	return true, nil
 }
 

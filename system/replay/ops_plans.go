@@ -143,7 +143,7 @@ func (r *Runner) execEnter(ctx context.Context, o Op, res *Result) (bool, error)
 	}
 	entry.state = scopeEntered
 	for _, id := range sc.Leases() {
-		r.leaseNames[uint64(id)] = fmt.Sprintf("lease of scope %q", o.as)
+		r.leaseNames[uint64(id)] = scriptName{kind: "lease", name: o.as, scope: true}
 	}
 	res.Report = r.toReport(sc.Report())
 	return true, nil

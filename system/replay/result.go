@@ -314,11 +314,11 @@ func (r *Runner) message(s string) string {
 	return r.words(s)
 }
 
-func (r *Runner) detail(s string) string {
+func (r *Runner) detail(t system.Transition) string {
 	if r == nil {
-		return s
+		return t.Detail
 	}
-	return r.detailWords(s)
+	return r.detailWords(t)
 }
 
 func (r *Runner) toExplanation(e system.Explanation) Explanation {
@@ -336,7 +336,7 @@ func (r *Runner) Transitions(ts []system.Transition) []Transition {
 	for _, t := range ts {
 		out = append(out, Transition{
 			Version: t.Version, Kind: t.Kind, Handle: nullable(t.Handle),
-			Location: nullable(t.Location), Bytes: t.Bytes, Detail: r.detail(t.Detail),
+			Location: nullable(t.Location), Bytes: t.Bytes, Detail: r.detail(t),
 		})
 	}
 	return out

@@ -42,10 +42,10 @@ type Runner struct {
 	scopes    map[string]*scopeEntry
 
 	// The runtime's ids and names → the script's words.
-	leaseNames map[uint64]string // `lease "L"` or `lease of scope "S"`
-	holdNames  map[uint64]string // `hold "H"`
-	eventNames map[uint64]string // `event "E"`
-	scopeNames map[string]string // "scope-3" → the script's name
+	leaseNames map[uint64]scriptName // `lease "L"` or `lease of scope "S"`
+	holdNames  map[uint64]scriptName // `hold "H"`
+	eventNames map[uint64]scriptName // `event "E"`
+	scopeNames map[string]string     // "scope-3" → the script's name
 
 	// Per op: handle names sent to the runtime unresolved (id 0), and a
 	// replica mode the runtime was given as invalid.
@@ -256,8 +256,8 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 		handles: map[string]system.Handle{}, leases: map[string]*leaseEntry{},
 		holds: map[string]*holdEntry{}, events: map[string]*scriptEvent{},
 		decisions: map[string]system.Decision{}, scopes: map[string]*scopeEntry{},
-		leaseNames: map[uint64]string{}, holdNames: map[uint64]string{},
-		eventNames: map[uint64]string{}, scopeNames: map[string]string{},
+		leaseNames: map[uint64]scriptName{}, holdNames: map[uint64]scriptName{},
+		eventNames: map[uint64]scriptName{}, scopeNames: map[string]string{},
 		done:    finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
 		doneIDs: finishedIDs{window: minIDWindow},
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/residency-go/residency/system"
 )
 
 // words puts a runtime message in the script's words: unknown handles of
@@ -60,46 +62,56 @@ func (r *Runner) scopeWords(msg string) string {
 	}
 }
 
-// detailWords rewrites a transition's detail: the runtime names leases,
-// holds and events by id ("lease 3", "event 2 on lease 3"); the script
+// scriptName is a lease, hold or event as the script knows it: its kind
+// and the name the script gave it; scope: a lease a scope took, named
+// after the scope.
+type scriptName struct {
+	kind  string // "lease", "hold" or "event"
+	name  string
+	scope bool
+}
+
+// String is the name in the script's words: `lease "L"`, `lease of scope
+// "S"`, `hold "H"`, `event "E"`.
+func (n scriptName) String() string {
+	if n.scope {
+		return n.kind + " " + n.bare()
+	}
+	return n.kind + " " + strconv.Quote(n.name)
+}
+
+// bare is the name without its kind: `L`, or `of scope "S"`.
+func (n scriptName) bare() string {
+	if n.scope {
+		return "of scope " + strconv.Quote(n.name)
+	}
+	return n.name
+}
+
+// detailWords is a transition's detail in the script's words: the
+// runtime names leases, holds and events by id ("lease 3", "event 2 on
+// lease 3"); the transition carries the ids (ID, Lease), and the script
 // knows them by name.
-func (r *Runner) detailWords(d string) string {
-	id := func(s string) (uint64, bool) {
-		n, err := strconv.ParseUint(s, 10, 64)
-		return n, err == nil
-	}
-	switch {
-	case strings.HasPrefix(d, "lease "):
-		if n, ok := id(d[len("lease "):]); ok {
-			if name, ok := r.leaseNames[n]; ok {
-				return name
-			}
+func (r *Runner) detailWords(t system.Transition) string {
+	switch t.Kind {
+	case "acquire", "release":
+		if n, ok := r.leaseNames[t.ID]; ok {
+			return n.String()
 		}
-	case strings.HasPrefix(d, "hold "):
-		if n, ok := id(d[len("hold "):]); ok {
-			if name, ok := r.holdNames[n]; ok {
-				return name
-			}
+	case "hold", "unhold":
+		if n, ok := r.holdNames[t.ID]; ok {
+			return n.String()
 		}
-	case strings.HasPrefix(d, "event "):
-		rest := d[len("event "):]
-		ev, lease, on := strings.Cut(rest, " on lease ")
-		n, ok := id(ev)
-		if !ok {
-			break
+	case "reap_event":
+		if n, ok := r.eventNames[t.ID]; ok {
+			return n.String()
 		}
-		evName, ok := r.eventNames[n]
-		if !ok {
-			break
-		}
-		if !on {
-			return evName
-		}
-		if m, ok := id(lease); ok {
-			if lName, ok := r.leaseNames[m]; ok {
-				return evName + " on " + lName
-			}
+	case "record_event":
+		ev, okEv := r.eventNames[t.ID]
+		lease, okLease := r.leaseNames[t.Lease]
+		if okEv && okLease {
+			return ev.String() + " on " + lease.String()
 		}
 	}
-	return r.words(d)
+	return r.words(t.Detail)
 }
