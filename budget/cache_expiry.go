@@ -324,3 +324,20 @@ func (b *CacheBook[E]) Entries() []CacheBookEntry[E] {
 	slices.SortFunc(out, func(a, b CacheBookEntry[E]) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
+
+// EvictAll removes every ready entry that evictable allows, least
+// recently used first, counting each as an eviction, and returns their
+// items. Loading entries stay.
+func (b *CacheBook[E]) EvictAll(evictable func(E) bool) []E {
+	var out []E
+	for s := b.head; s != nil; {
+		next := s.next
+		if evictable(s.item) {
+			b.remove(s)
+			b.evictions++
+			out = append(out, s.item)
+		}
+		s = next
+	}
+	return out
+}

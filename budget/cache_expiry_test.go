@@ -257,3 +257,24 @@ func TestCacheBookEntriesInKeyOrder(t *testing.T) {
 	assert.Equal(t, CacheBookEntry[int]{Key: "b", Item: 2, State: CacheReady, KeepAlive: time.Minute, LastUse: t0.Add(time.Second), Idle: true, Expiry: t0.Add(time.Minute + time.Second)}, got[1])
 	assert.Equal(t, CacheBookEntry[int]{Key: "c", Item: 3, State: CacheReady, KeepAlive: CacheKeepForever, LastUse: t0}, got[2])
 }
+
+func TestCacheBookEvictAll(t *testing.T) {
+	b := NewCacheBook[int]()
+	for i, k := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, b.StartLoad(k, i))
+		require.NoError(t, b.FinishLoad(k, i))
+		require.NoError(t, b.Use(k, t0))
+		require.NoError(t, b.SetKeepAlive(k, time.Second))
+		require.NoError(t, b.Idle(k, t0))
+	}
+	require.NoError(t, b.StartLoad("e", 9))
+	b.Get("a") // a is the most recently used
+	assert.Equal(t, []int{1, 3, 0}, b.EvictAll(func(i int) bool { return i != 2 }))
+	assert.Equal(t, []string{"c"}, b.Order())
+	assert.Equal(t, 2, b.Len(), "c and the loading e")
+	assert.Equal(t, uint64(3), b.Evictions())
+	at, ok := b.NextExpiry()
+	assert.True(t, ok)
+	assert.Equal(t, t0.Add(time.Second), at, "c's, the evicted ones are out of the heap")
+	assert.Nil(t, b.EvictAll(func(int) bool { return false }))
+}
