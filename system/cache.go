@@ -209,6 +209,11 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // is not loading — another caller whose peak fits loads it, and the first
 // joins that load when it looks again.
 //
+// Options: [WithKeepAlive] extends the entry's keep-alive. With
+// [CacheOptions].MaxEntries set, a load of a new key at the cap first
+// evicts the least recently used idle entry (waiting for its release);
+// with none idle it is a [*CacheBusyError] whose MaxEntries is the cap.
+//
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
 func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*CacheLease[T], error) {
