@@ -129,6 +129,7 @@ type CacheBook[E any] struct {
 	tail      *cacheSlot[E] // most recently used ready entry
 	ready     int
 	evictions uint64
+	expiry    expiryBook[E] // keep-alive expiries and due entries (cache_expiry.go)
 }
 
 type cacheSlot[E any] struct {
@@ -136,6 +137,7 @@ type cacheSlot[E any] struct {
 	item       E
 	state      CacheState
 	prev, next *cacheSlot[E]
+	keep       slotKeep // keep-alive and evict-when-idle (cache_expiry.go)
 }
 
 // NewCacheBook returns an empty book.
@@ -174,7 +176,7 @@ func (b *CacheBook[E]) StartLoad(key string, item E) error {
 	if s, ok := b.entries[key]; ok {
 		return invalidf("cache key %q is already %s", key, s.state)
 	}
-	b.entries[key] = &cacheSlot[E]{key: key, item: item, state: CacheLoading}
+	b.entries[key] = &cacheSlot[E]{key: key, item: item, state: CacheLoading, keep: newSlotKeep()}
 	return nil
 }
 
@@ -263,7 +265,8 @@ func (b *CacheBook[E]) Len() int { return len(b.entries) }
 // Ready returns the number of ready entries.
 func (b *CacheBook[E]) Ready() int { return b.ready }
 
-// Evictions returns the number of entries removed by Victim or Evict.
+// Evictions returns the number of entries removed by Victim, Evict, Due
+// or MakeCapRoom.
 func (b *CacheBook[E]) Evictions() uint64 { return b.evictions }
 
 // Order returns the keys of the ready entries, least recently used first.
@@ -276,6 +279,7 @@ func (b *CacheBook[E]) Order() []string {
 }
 
 func (b *CacheBook[E]) remove(s *cacheSlot[E]) {
+	b.expiry.forget(s)
 	b.unlink(s)
 	delete(b.entries, s.key)
 	b.ready--

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/residency-go/residency/budget"
@@ -22,6 +23,23 @@ type CacheOptions struct {
 	// Name appears in the names of the cache's reservations (snapshots,
 	// trace). Default "cache".
 	Name string
+
+	// Keep-alive and the entry cap (see cache_keepalive.go).
+
+	// KeepAlive is how long an entry stays once nothing holds it, counted
+	// from the release of its last lease, pin or keep-alive and reset by
+	// every use: 0 unloads it as soon as it is idle, a negative duration
+	// keeps it until it is evicted for room or on request. nil (the
+	// default) is [KeepForever]: entries stay until evicted. A [Load] can
+	// extend an entry's keep-alive ([WithKeepAlive]).
+	KeepAlive *time.Duration
+	// Clock is the time source of keep-alive (nil: [RealClock]).
+	Clock Clock
+	// MaxEntries caps the cache's entries, ready and loading (0: no cap;
+	// negative: [*InvalidInputError]). A load of a new key at the cap
+	// evicts the least recently used idle entry first, or answers a
+	// [*CacheBusyError] (MaxEntries set) if none is idle.
+	MaxEntries int
 }
 
 // Cache is a loader cache bound to the budget of one location: values the
@@ -59,6 +77,8 @@ type Cache struct {
 	// detachedLive counts entries Close drained whose release has not
 	// run yet (still leased, so still charged).
 	detachedLive atomic.Int64
+
+	ka cacheKeep // keep-alive, its clock and timer, the entry cap (cache_keepalive.go)
 }
 
 // cacheEntry is one key's value and charge.
@@ -72,6 +92,8 @@ type cacheEntry struct {
 	flight *cacheFlight // set while loading
 
 	refs     atomic.Int64 // leases, pins and keep-alives
+	pins     atomic.Int64 // of refs, the pins (for Entries)
+	keeps    atomic.Int64 // of refs, the keep-alives (for Entries)
 	detached atomic.Bool  // drained by Close: the last reference retires it
 	retiring atomic.Bool  // its release has started (once)
 	released chan struct{}
@@ -104,7 +126,12 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 	if name == "" {
 		name = "cache"
 	}
+	ka, err := newCacheKeep(opts)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cache{
+		ka:        ka,
 		sys:       s,
 		loc:       opts.Location,
 		owner:     fmt.Sprintf("%s%s#%d", budget.CacheOwnerPrefix, name, cacheSeq.Add(1)),
@@ -182,16 +209,21 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // is not loading — another caller whose peak fits loads it, and the first
 // joins that load when it looks again.
 //
+// Options: [WithKeepAlive] extends the entry's keep-alive. With
+// [CacheOptions].MaxEntries set, a load of a new key at the cap first
+// evicts the least recently used idle entry (waiting for its release);
+// with none idle it is a [*CacheBusyError] whose MaxEntries is the cap.
+//
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
-func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error)) (*CacheLease[T], error) {
+func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*CacheLease[T], error) {
 	if loader == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
 	if peak <= 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: peak bytes must be positive, got %d", key, peak)}
 	}
-	return load(ctx, c, key, peak, idle, loader)
+	return load(ctx, c, key, peak, idle, loader, newLoadOptions(opts))
 }
 
 // LoadBudgeted is [Load] for a value whose storage is charged allocation by
@@ -205,7 +237,7 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 // releases); the failure is a [*CacheLoadError] and a later call retries.
 // Other errors and versions as for Load (the entry itself costs no
 // version; each reservation costs its own).
-func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error)) (*CacheLease[T], error) {
+func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (*CacheLease[T], error) {
 	if loader == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
@@ -213,7 +245,7 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 	return load(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
 		v, err := loader(ctx, b)
 		return v, 0, err
-	})
+	}, newLoadOptions(opts))
 }
 
 // load is Load and LoadBudgeted (peak 0).
@@ -227,7 +259,7 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 // release of the idle entry it evicts, so that meanwhile another caller
 // whose peak fits loads the key, and this one joins that load when it
 // looks again.
-func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error)) (*CacheLease[T], error) {
+func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (*CacheLease[T], error) {
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
@@ -258,9 +290,11 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				return nil, typeError[T](key, e.box)
 			}
 			e.refs.Add(1)
+			c.usedLocked(e, o) // keep-alive hook
 			c.mu.Unlock()
 			return &CacheLease[T]{e: e, p: p}, nil
 		case budget.CacheLoading:
+			c.joinedLocked(key, o) // keep-alive hook
 			l, again, err := joinLoad[T](ctx, c, e, key)
 			if again {
 				continue
@@ -277,6 +311,12 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+		}
+		if again, err := c.capRoomLocked(ctx, key); again || err != nil { // entry cap hook
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
 		c.busy++ // the reservation, then the load goroutine
 		if peak > 0 {
@@ -304,6 +344,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			panic(err) // the key was absent a moment ago, under the same lock
 		}
 		c.flights[f] = struct{}{}
+		c.startedLocked(key, o) // keep-alive hook
 		c.mu.Unlock()
 		go runLoad(lctx, c, e, f, peak, loader)
 		return await[T](ctx, c, e, f)
@@ -512,11 +553,11 @@ func (c *Cache) Statistics(ctx context.Context) (CacheStats, error) {
 		return CacheStats{}, err
 	}
 	c.mu.Lock()
-	n, ev := c.book.Len()+int(c.detachedLive.Load()), c.book.Evictions()
+	n, ev, ex := c.book.Len()+int(c.detachedLive.Load()), c.book.Evictions(), c.book.Expirations()
 	c.mu.Unlock()
 	return CacheStats{
 		Location: ch.Location, HasBudget: ch.HasBudget, BudgetBytes: ch.BudgetBytes,
-		ReservedBytes: ch.OwnedBytes, Resources: n, Evictions: ev,
+		ReservedBytes: ch.OwnedBytes, Resources: n, Evictions: ev, Expirations: ex,
 		LocationUsedBytes: ch.UsedBytes, LocationReservedBytes: ch.ReservedBytes,
 	}, nil
 }

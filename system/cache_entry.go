@@ -25,9 +25,11 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 	e.flight = nil
 	if err != nil {
 		_ = c.book.AbortLoad(e.key)
+		close(e.released) // it never was resident: EvictWhenIdle's wait ends
 	} else {
 		e.refs.Add(int64(f.waiters))
 		_ = c.book.FinishLoad(e.key, e)
+		c.settledLocked(e)
 	}
 	c.mu.Unlock()
 	close(f.done)
@@ -92,13 +94,8 @@ func (c *Cache) victim() *cacheEntry {
 		c.mu.Unlock()
 		return nil
 	}
-	c.busy++
+	c.startReleaseLocked(e)
 	c.mu.Unlock()
-	e.retiring.Store(true)
-	go func() {
-		defer c.workDone()
-		e.release()
-	}()
 	return e
 }
 
@@ -127,6 +124,10 @@ func (e *cacheEntry) unref() {
 	}
 	if n == 0 && e.detached.Load() && e.retiring.CompareAndSwap(false, true) {
 		e.release()
+		return
+	}
+	if n == 0 && !e.detached.Load() {
+		e.idled() // its keep-alive starts; an entry due goes
 	}
 }
 
@@ -168,13 +169,9 @@ func (c *Cache) Evict(ctx context.Context, key string) (bool, error) {
 		c.mu.Unlock()
 		return false, &CacheBusyError{Key: key, Location: c.loc}
 	}
-	c.busy++
+	c.startReleaseLocked(e)
+	c.sweepLocked(c.ka.clock.Now())
 	c.mu.Unlock()
-	e.retiring.Store(true)
-	go func() {
-		defer c.workDone()
-		e.release()
-	}()
 	select {
 	case <-e.released:
 		return true, nil
@@ -236,6 +233,7 @@ func (c *Cache) Close(ctx context.Context) error {
 		return c.closeErr
 	}
 	c.closed = true
+	c.stopTimerLocked() // no expiry after Close
 	for f := range c.flights {
 		f.closing = true
 		f.cancel()
@@ -283,8 +281,13 @@ type CacheStats struct {
 	// Resources counts ready and loading entries, and, after Close, the
 	// entries still leased (charged until their last lease is released).
 	Resources int
-	// Evictions counts entries evicted, for capacity or by Evict.
+	// Evictions counts entries evicted: for room, for the entry cap, by
+	// Evict, EvictIdle or EvictWhenIdle, or because their keep-alive ran
+	// out.
 	Evictions uint64
+	// Expirations counts, of Evictions, the entries whose keep-alive ran
+	// out (0: unloaded when idle).
+	Expirations uint64
 	// LocationUsedBytes and LocationReservedBytes are the location's
 	// figures, every owner's charges included.
 	LocationUsedBytes     int64

@@ -15,14 +15,22 @@ type CacheBusyError struct {
 	Key      string
 	Location string
 	// Refusal is the ledger's refusal that found no victim, with the
-	// location's figures at that moment (nil for Evict).
+	// location's figures at that moment (nil for Evict and for the entry
+	// cap).
 	Refusal *BudgetError
+	// MaxEntries is set when the refusal is the cache's entry cap
+	// ([CacheOptions].MaxEntries): every entry is held, not idle or
+	// loading, and a new key would exceed it.
+	MaxEntries int
 }
 
 func (e *CacheBusyError) Error() string {
 	what := "memory budget reservation"
 	if e.Key != "" {
 		what = fmt.Sprintf("key %q", e.Key)
+	}
+	if e.MaxEntries > 0 {
+		return fmt.Sprintf("residency cache busy: %s at %s: the cache holds its cap of %d entries and none is idle to evict", what, e.Location, e.MaxEntries)
 	}
 	if e.Refusal == nil {
 		return fmt.Sprintf("residency cache busy: %s at %s is leased, pinned, kept alive, not idle or loading", what, e.Location)

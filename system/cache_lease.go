@@ -45,7 +45,8 @@ func (l *CacheLease[T]) Clone() *CacheLease[T] {
 // released lease panics.
 func (l *CacheLease[T]) Pin() *CachePin {
 	l.ref("Pin")
-	return &CachePin{cacheRef{e: l.e}}
+	l.e.pins.Add(1)
+	return &CachePin{cacheRef{e: l.e, kind: &l.e.pins}}
 }
 
 // KeepAlive returns an untyped reference that keeps the entry resident,
@@ -54,7 +55,8 @@ func (l *CacheLease[T]) Pin() *CachePin {
 // Calling it on a released lease panics.
 func (l *CacheLease[T]) KeepAlive() *CacheKeepAlive {
 	l.ref("KeepAlive")
-	return &CacheKeepAlive{cacheRef{e: l.e}}
+	l.e.keeps.Add(1)
+	return &CacheKeepAlive{cacheRef{e: l.e, kind: &l.e.keeps}}
 }
 
 func (l *CacheLease[T]) ref(what string) {
@@ -79,6 +81,7 @@ func (l *CacheLease[T]) Release() error {
 // cacheRef is a pin or keep-alive.
 type cacheRef struct {
 	e        *cacheEntry
+	kind     *atomic.Int64 // the entry's count of pins or of keep-alives
 	released atomic.Bool
 }
 
@@ -86,6 +89,7 @@ func (r *cacheRef) release(what string) error {
 	if !r.released.CompareAndSwap(false, true) {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("cache %s on %q was already released", what, r.e.key)}
 	}
+	r.kind.Add(-1)
 	r.e.unref()
 	return nil
 }

@@ -27,6 +27,12 @@
 // is a [*CacheBusyError] (errors.Is [ErrBusy]); a request larger than the
 // whole budget is a [*BudgetError].
 //
+// Keep-alive ([CacheOptions].KeepAlive, [WithKeepAlive]; time from
+// [CacheOptions].Clock) unloads an entry once it has been idle that long
+// (default: [KeepForever]); [Cache.EvictWhenIdle] makes an entry leave at
+// its last release; [Cache.EvictIdle] evicts every idle entry;
+// [CacheOptions].MaxEntries caps the entries; [Cache.Entries] lists them.
+//
 // [Cache.Budget] gives the [MemoryBudget]: reservations for memory the
 // application owns, under the same budget, which may evict idle entries
 // but never another reservation. It refers to its cache weakly (no

@@ -1,0 +1,31 @@
+package system
+
+import "time"
+
+// Clock is the time source of a [Cache]'s keep-alive ([CacheOptions].Clock):
+// the time of each use, and a timer for the earliest expiry. The cache
+// never polls: it checks expiries on its own operations and when the
+// timer fires. Tests pass a fake clock that they advance.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed, unless
+	// the returned timer is stopped first (as time.AfterFunc).
+	AfterFunc(d time.Duration, f func()) ClockTimer
+}
+
+// ClockTimer is a timer made by [Clock.AfterFunc].
+type ClockTimer interface {
+	// Stop prevents the call if it has not started; it reports whether it
+	// did (as time.Timer.Stop).
+	Stop() bool
+}
+
+// RealClock is the wall clock (package time): the default [Clock].
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (RealClock) AfterFunc(d time.Duration, f func()) ClockTimer { return time.AfterFunc(d, f) }
