@@ -81,11 +81,14 @@ func tlsConfig(cert tls.Certificate, roots *x509.CertPool) *tls.Config {
 // and the members cannot reach them either.
 func TestMutualTLS(t *testing.T) {
 	ca, other := newTestCA(t, "residency test CA"), newTestCA(t, "another CA")
-	short := 2 * time.Second
+	// The refused nodes ask with a short deadline; the members' own
+	// requests get a long one, so that a slow machine cannot fail the
+	// stream between them (a refusal never waits for it).
+	short, long := 2*time.Second, 30*time.Second
 	c := startNodes(t,
-		cluster.NodeOptions{Name: "node-a", TLS: tlsConfig(ca.node(t, "node-a"), ca.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-a", TLS: tlsConfig(ca.node(t, "node-a"), ca.pool), RequestTimeout: long,
 			Options: locs(system.NoLimit("pageable-host"), system.Limit("cuda:0", 1<<20))},
-		cluster.NodeOptions{Name: "node-b", TLS: tlsConfig(ca.node(t, "node-b"), ca.pool), RequestTimeout: short,
+		cluster.NodeOptions{Name: "node-b", TLS: tlsConfig(ca.node(t, "node-b"), ca.pool), RequestTimeout: long,
 			Options: locs(system.NoLimit("pageable-host"))},
 		cluster.NodeOptions{Name: "node-evil", TLS: tlsConfig(other.node(t, "node-evil"), other.pool), RequestTimeout: short,
 			Options: locs(system.NoLimit("pageable-host"))},
