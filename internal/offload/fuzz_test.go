@@ -1,4 +1,4 @@
-package main
+package offload
 
 import (
 	"bytes"
@@ -21,14 +21,14 @@ func allocated(f func()) uint64 {
 // fuzzSlack is the allowance for allocations besides the input's.
 const fuzzSlack = 1 << 20
 
-// FuzzOffloadTrace feeds arbitrary bytes to `demo offload`'s trace reader.
+// FuzzOffloadTrace feeds arbitrary bytes to the trace reader of `demo offload` ([ReadTrace]).
 // No input may panic. Bound: at most 16 bytes allocated per input byte
 // plus 1 MiB (fuzzSlack): one line (≤ maxTraceLine) at a time, the rows
 // kept. A trace accepted has at least one row, timestamps that never go
 // back, token counts 0 to maxRowTokens, and as many rows as its
 // non-header lines.
 //
-//	go test -run '^$' -fuzz '^FuzzOffloadTrace$' -fuzztime 30s ./cmd/demo/
+//	go test -run '^$' -fuzz '^FuzzOffloadTrace$' -fuzztime 30s ./internal/offload/
 func FuzzOffloadTrace(f *testing.F) {
 	head := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 	for _, s := range []string{
@@ -51,9 +51,9 @@ func FuzzOffloadTrace(f *testing.F) {
 	}
 	f.Add([]byte(head+"2023-11-16 18:15:46.68,1,1\n2023-11-16 18:15:47.68,2,2\n2023-11-16 18:15:48.68,3,3\n"), uint16(2))
 	f.Fuzz(func(t *testing.T, data []byte, limit uint16) {
-		var rows []traceRow
+		var rows []Row
 		var err error
-		n := allocated(func() { rows, err = readServingTrace(bytes.NewReader(data), int(limit)) })
+		n := allocated(func() { rows, err = ReadTrace(bytes.NewReader(data), int(limit)) })
 		if bound := uint64(16*len(data) + fuzzSlack); n > bound {
 			t.Fatalf("%d input bytes allocated %d bytes, more than the bound %d", len(data), n, bound)
 		}
@@ -71,13 +71,13 @@ func FuzzOffloadTrace(f *testing.F) {
 		}
 		var last time.Time
 		for i, r := range rows {
-			if r.context < 0 || r.gen < 0 || r.context > maxRowTokens || r.gen > maxRowTokens {
-				t.Fatalf("row %d: token counts %d, %d out of range", i, r.context, r.gen)
+			if r.Context < 0 || r.Gen < 0 || r.Context > maxRowTokens || r.Gen > maxRowTokens {
+				t.Fatalf("row %d: token counts %d, %d out of range", i, r.Context, r.Gen)
 			}
-			if i > 0 && r.at.Before(last) {
+			if i > 0 && r.At.Before(last) {
 				t.Fatalf("row %d goes back in time", i)
 			}
-			last = r.at
+			last = r.At
 		}
 	})
 }
