@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/internal/offload"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // fullWriter is a standard output that cannot be written (> /dev/full).
@@ -106,17 +106,6 @@ func TestOffloadHostileFlags(t *testing.T) {
 	}
 }
 
-// allocated returns the bytes f allocated (the Go heap's TotalAlloc; the
-// fuzzing engine allocates a little on the side, hence the slack in the
-// bounds below).
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
 // TestOffloadRefusesOversizedRequest (defect 16): a request with more KV
 // than one request may hold (10^9 tokens) is refused and counted, as a
 // server would; the rest of the trace runs. It used to abort the run (or
@@ -127,7 +116,7 @@ func TestOffloadRefusesOversizedRequest(t *testing.T) {
 	var rep offload.Report
 	var errb bytes.Buffer
 	var out bytes.Buffer
-	n := allocated(func() {
+	n := testsys.Allocated(func() {
 		code := run(context.Background(), []string{"offload", "--trace", trace, "--speed", "1000", "--json"}, strings.NewReader(""), &out, &errb)
 		require.Equal(t, 0, code, errb.String())
 	})

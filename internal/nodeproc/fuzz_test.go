@@ -5,22 +5,13 @@ import (
 	"bytes"
 	"io"
 	"math"
-	"runtime"
 	"testing"
+
+	"github.com/residency-go/residency/internal/testsys"
 )
 
-// allocated returns the bytes f allocated (the Go heap's TotalAlloc; the
-// fuzzing engine allocates a little on the side, hence the slack in the
-// bounds below).
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-// fuzzSlack is the allowance for allocations besides the input's.
+// fuzzSlack is the allowance for allocations besides the input's (the
+// fuzzing engine allocates a little on the side).
 const fuzzSlack = 1 << 20
 
 // FuzzNodeCommand feeds arbitrary bytes to a node's command reader, as
@@ -54,7 +45,7 @@ func FuzzNodeCommand(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var lines int
-		n := allocated(func() {
+		n := testsys.Allocated(func() {
 			br := bufio.NewReaderSize(bytes.NewReader(data), 64<<10)
 			var buf []byte
 			for {

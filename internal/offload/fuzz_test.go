@@ -2,23 +2,14 @@ package offload
 
 import (
 	"bytes"
-	"runtime"
 	"testing"
 	"time"
+
+	"github.com/residency-go/residency/internal/testsys"
 )
 
-// allocated returns the bytes f allocated (the Go heap's TotalAlloc; the
-// fuzzing engine allocates a little on the side, hence the slack in the
-// bounds below).
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-// fuzzSlack is the allowance for allocations besides the input's.
+// fuzzSlack is the allowance for allocations besides the input's (the
+// fuzzing engine allocates a little on the side).
 const fuzzSlack = 1 << 20
 
 // FuzzOffloadTrace feeds arbitrary bytes to the trace reader of `demo offload` ([ReadTrace]).
@@ -53,7 +44,7 @@ func FuzzOffloadTrace(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, limit uint16) {
 		var rows []Row
 		var err error
-		n := allocated(func() { rows, err = ReadTrace(bytes.NewReader(data), int(limit)) })
+		n := testsys.Allocated(func() { rows, err = ReadTrace(bytes.NewReader(data), int(limit)) })
 		if bound := uint64(16*len(data) + fuzzSlack); n > bound {
 			t.Fatalf("%d input bytes allocated %d bytes, more than the bound %d", len(data), n, bound)
 		}

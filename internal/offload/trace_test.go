@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // zeros is an endless stream of zero bytes (--trace /dev/zero).
@@ -26,7 +28,7 @@ func (z *zeros) Read(b []byte) (int, error) {
 func TestReadTraceBounds(t *testing.T) {
 	z := &zeros{}
 	var err error
-	n := allocated(func() { _, err = ReadTrace(z, 0) })
+	n := testsys.Allocated(func() { _, err = ReadTrace(z, 0) })
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "line 1: longer than 4096 bytes")
 	assert.Less(t, z.n, int64(1<<20), "bytes read")
