@@ -117,7 +117,7 @@ func clusterDemo(ctx context.Context, o clusterDemoOptions, stdout, stderr io.Wr
 	if code := c.startNodes(names, args); code != 0 {
 		return code
 	}
-	wantSum := digestOf(nodeproc.Pattern(demoSeed, demoBytes))
+	wantSum := nodeproc.Digest(nodeproc.Pattern(demoSeed, demoBytes))
 	for _, act := range []func(string) int{c.copyBetweenNodes, c.askDirectory, c.showSummaries} {
 		if code := act(wantSum); code != 0 {
 			return code

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -17,6 +16,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/offload"
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // fullWriter is a standard output that cannot be written (> /dev/full).
@@ -102,50 +104,6 @@ func TestOffloadHostileFlags(t *testing.T) {
 		assert.Empty(t, out)
 		assert.Contains(t, errs, "demo offload: "+args[0], "%v", args)
 	}
-	assert.Equal(t, time.Duration(math.MaxInt64), scaleDuration(time.Hour, 1e300))
-	assert.Equal(t, time.Duration(math.MinInt64), scaleDuration(-time.Hour, 1e300))
-	assert.Equal(t, time.Duration(math.MaxInt64), scaleDuration(time.Second, math.Inf(1)))
-	assert.Equal(t, 2*time.Second, scaleDuration(time.Second, 2))
-}
-
-// zeros is an endless stream of zero bytes (--trace /dev/zero).
-type zeros struct{ n int64 }
-
-func (z *zeros) Read(b []byte) (int, error) {
-	clear(b)
-	z.n += int64(len(b))
-	return len(b), nil
-}
-
-// TestOffloadTraceBounds (defect 16): a trace with no line ending is
-// refused after its first maxTraceLine bytes (it used to be read whole:
-// /dev/zero grew to 21 GB), and token counts beyond maxRowTokens are
-// refused (a row of 10^12 tokens used to be taken).
-func TestOffloadTraceBounds(t *testing.T) {
-	z := &zeros{}
-	var err error
-	n := allocated(func() { _, err = readServingTrace(z, 0) })
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "line 1: longer than 4096 bytes")
-	assert.Less(t, z.n, int64(1<<20), "bytes read")
-	assert.Less(t, n, uint64(1<<20), "bytes allocated")
-
-	head := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-	_, err = readServingTrace(strings.NewReader(head+"2023-11-16 18:15:46.68,1,1\n"+strings.Repeat("9", 5000)+"\n"), 0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "line 3: longer than")
-	_, err = readServingTrace(strings.NewReader(head+"2023-11-16 18:15:46.68,1000000000000,1\n"), 0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "line 2: token counts \"1000000000000\", \"1\" must be integers 0 to 2147483647")
-	rows, err := readServingTrace(strings.NewReader("\xef\xbb\xbf"+head+"\"2023-11-16 18:15:46.68\",1000000000,\"7\"\r\n2023-11-16 18:15:47,1,1"), 0)
-	require.NoError(t, err)
-	require.Len(t, rows, 2)
-	assert.Equal(t, int64(1_000_000_000), rows[0].context)
-	assert.Equal(t, int64(7), rows[0].gen)
-	_, err = readServingTrace(strings.NewReader(head+"2023-11-16 18:15:46.68,1,1,1\n"), 0)
-	assert.ErrorContains(t, err, "line 2: 4 fields, want 3")
-	_, err = readServingTrace(strings.NewReader(""), 0)
-	assert.ErrorContains(t, err, "the trace is empty")
 }
 
 // TestOffloadRefusesOversizedRequest (defect 16): a request with more KV
@@ -155,10 +113,10 @@ func TestOffloadTraceBounds(t *testing.T) {
 func TestOffloadRefusesOversizedRequest(t *testing.T) {
 	trace := writeFile(t, t.TempDir(), "trace.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"+
 		"2023-11-16 18:15:46.00,300,20\n2023-11-16 18:15:46.50,1000000000,5\n2023-11-16 18:15:47.00,10,2000000000\n2023-11-16 18:15:48.00,100,10\n")
-	var rep offloadReport
+	var rep offload.Report
 	var errb bytes.Buffer
 	var out bytes.Buffer
-	n := allocated(func() {
+	n := testsys.Allocated(func() {
 		code := run(context.Background(), []string{"offload", "--trace", trace, "--speed", "1000", "--json"}, strings.NewReader(""), &out, &errb)
 		require.Equal(t, 0, code, errb.String())
 	})

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,9 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -263,8 +259,8 @@ func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerol
 		log.Info().Msg("node stopped")
 		return 0
 	}
-	out := &replyWriter{w: stdout, log: &log}
-	if err := out.write(map[string]any{"event": "ready", "node": n.Name(), "address": n.Address(),
+	srv := nodeproc.NewServer(n, stdout, log)
+	if err := srv.WriteLine(map[string]any{"event": "ready", "node": n.Name(), "address": n.Address(),
 		"cluster": c.clusterName, "provider": c.provider, "pid": os.Getpid()}); err != nil {
 		log.Error().Msg("cannot print the ready line: leaving the cluster")
 		closeNode()
@@ -272,280 +268,9 @@ func runNode(ctx context.Context, c nodeConfig, tlsConf *tls.Config, rtLog zerol
 	}
 	log.Info().Str("address", n.Address()).Msg("node ready")
 
-	cmds := &nodeCommands{n: n, out: out, log: log}
-	go cmds.serve(ctx, stdin)
+	go srv.Serve(ctx, stdin)
 	<-ctx.Done()
 	log.Info().Msg("signal received: leaving the cluster")
-	cmds.stop()
+	srv.Stop()
 	return closeNode()
-}
-
-// replyWriter writes one JSON object per line, whole lines only. The
-// first write error is kept (and logged once): a node whose standard
-// output is gone cannot answer, but it keeps serving the cluster.
-type replyWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	err error
-	log *zerolog.Logger
-}
-
-func (r *replyWriter) write(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(nodeproc.Reply{Op: "?", Error: "cannot encode the reply: " + err.Error(), ErrorType: "Error"})
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	if _, err := r.w.Write(append(b, '\n')); err != nil {
-		r.err = err
-		if r.log != nil {
-			r.log.Error().Err(err).Msg("writing to standard output: no further replies can be sent")
-		}
-		return err
-	}
-	return nil
-}
-
-type nodeCommands struct {
-	n   *cluster.Node
-	out *replyWriter
-	log zerolog.Logger
-
-	mu      sync.Mutex
-	stopped bool
-	held    map[string]*cluster.Placement // held placements, by request name
-	wg      sync.WaitGroup
-}
-
-// stop refuses further commands and waits for those in flight (their
-// contexts end with the signal's).
-func (c *nodeCommands) stop() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
-	c.wg.Wait()
-}
-
-// serve reads commands until stdin ends or ctx does; each runs in its own
-// goroutine (a driver may keep several in flight, up to
-// maxCommandsInFlight), replies carry its id. A line that is not a
-// command (malformed, unknown field, longer than maxCommandLine) is
-// answered with an InvalidInputError reply; the node keeps serving.
-func (c *nodeCommands) serve(ctx context.Context, stdin io.Reader) {
-	br := bufio.NewReaderSize(stdin, 64<<10)
-	sem := make(chan struct{}, maxCommandsInFlight)
-	var buf []byte
-	for {
-		line, tooLong, err := readCommandLine(br, buf, maxCommandLine)
-		buf = line[:0:cap(line)]
-		if err != nil {
-			if err != io.EOF {
-				c.log.Error().Err(err).Msg("reading commands from standard input")
-			}
-			return
-		}
-		cmd, reply, ok := commandOfLine(line, tooLong)
-		if !ok {
-			if reply != nil {
-				_ = c.out.write(*reply)
-			}
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		c.mu.Lock()
-		if c.stopped {
-			c.mu.Unlock()
-			return
-		}
-		c.wg.Add(1)
-		c.mu.Unlock()
-		go func() {
-			defer func() { <-sem }()
-			defer c.wg.Done()
-			_ = c.out.write(c.run(ctx, cmd))
-		}()
-	}
-}
-
-// run carries out one command with its own deadline (timeout_ms, default
-// 30 s; a signal ends it too) and reports the outcome. A command that hits
-// a bug (a panic) is answered with an InternalError reply and logged; the
-// node keeps serving.
-func (c *nodeCommands) run(ctx context.Context, cmd nodeproc.Command) (r nodeproc.Reply) {
-	start := time.Now()
-	r = nodeproc.Reply{ID: cmd.ID, Op: cmd.Op}
-	defer func() {
-		if p := recover(); p != nil {
-			c.log.Error().Int64("id", cmd.ID).Str("op", cmd.Op).Str("panic", fmt.Sprint(p)).Msg("a command failed on a bug (please report it); the node keeps serving")
-			c.log.Debug().Str("stack", string(debug.Stack())).Msg("where the command failed")
-			r = nodeproc.Reply{ID: cmd.ID, Op: cmd.Op, Error: fmt.Sprintf("internal error: %v", p), ErrorType: "InternalError"}
-		}
-	}()
-	t := 30 * time.Second
-	if cmd.TimeoutMS > 0 {
-		t = time.Duration(cmd.TimeoutMS) * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, t)
-	defer cancel()
-	err := c.do(ctx, cmd, &r)
-	r.ElapsedMS = float64(time.Since(start).Microseconds()) / 1000
-	if err != nil {
-		r.Error, r.ErrorType = err.Error(), nodeproc.ErrorType(err)
-		return r
-	}
-	r.OK = true
-	return r
-}
-
-func (c *nodeCommands) do(ctx context.Context, cmd nodeproc.Command, r *nodeproc.Reply) error {
-	sys := c.n.System()
-	switch cmd.Op {
-	case "register":
-		sum, err := registerPattern(ctx, sys, cmd)
-		if err != nil {
-			return err
-		}
-		r.SHA256, r.Bytes = sum, cmd.Bytes
-	case "copy":
-		src := cmd.Source
-		if src == "" {
-			src = "pageable-host"
-		}
-		remote := cmd.Remote
-		if remote == "" {
-			remote = cmd.Name
-		}
-		h, err := c.n.RegisterRemote(ctx, system.Value{Name: cmd.Name, Bytes: cmd.Bytes, Source: src},
-			cluster.RemoteSource{Node: cmd.From, Handle: system.Handle{Name: remote}, Location: cmd.Location})
-		if err != nil {
-			return err
-		}
-		if err := sys.Place(ctx, h, cmd.At); err != nil {
-			_ = sys.Discard(context.WithoutCancel(ctx), h)
-			return err
-		}
-		b, err := sys.Read(ctx, h, cmd.At)
-		if err != nil {
-			return err
-		}
-		r.SHA256, r.Bytes = digestOf(b), int64(len(b))
-	case "read":
-		h, err := sys.Lookup(ctx, cmd.Name)
-		if err != nil {
-			return err
-		}
-		b, err := sys.Read(ctx, h, cmd.At)
-		if err != nil {
-			return err
-		}
-		r.SHA256, r.Bytes = digestOf(b), int64(len(b))
-	case "discard":
-		h, err := sys.Lookup(ctx, cmd.Name)
-		if err != nil {
-			return err
-		}
-		return sys.Discard(ctx, h)
-	case "whereis":
-		res, err := c.n.WhereIs(ctx, cmd.Name)
-		r.Residency = res
-		return err
-	case "members":
-		r.Members = c.n.Members()
-	case "summaries":
-		s, err := c.n.Summaries(ctx)
-		r.Summaries = s
-		return err
-	case "refresh":
-		return c.n.Refresh(ctx)
-	case "place":
-		return c.place(ctx, cmd, r)
-	case "release":
-		c.mu.Lock()
-		p := c.held[cmd.Name]
-		delete(c.held, cmd.Name)
-		c.mu.Unlock()
-		if p == nil {
-			return &system.InvalidInputError{Message: fmt.Sprintf("release: no held placement %q", cmd.Name)}
-		}
-		if err := p.Release(ctx); err != nil {
-			c.mu.Lock()
-			c.held[cmd.Name] = p // it can be released again
-			c.mu.Unlock()
-			return err
-		}
-	case "inspect":
-		snap, err := sys.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		v, ok := snap.Value(cmd.Name)
-		if !ok {
-			return &system.InvalidInputError{Message: fmt.Sprintf("inspect: no value %q on node %s", cmd.Name, c.n.Name())}
-		}
-		for _, m := range v.Materializations {
-			r.Materializations = append(r.Materializations, nodeproc.Materialization{Location: m.Location, State: m.State.String(), Bytes: m.ChargedBytes, UseCount: m.UseCount})
-		}
-	default:
-		return &system.InvalidInputError{Message: fmt.Sprintf("unknown op %q (register, copy, read, discard, whereis, members, summaries, refresh, place, release, inspect)", cmd.Op)}
-	}
-	return nil
-}
-
-// place runs a place command: this node places the request with
-// Node.Place and reports the evidence, also when no node admitted it.
-func (c *nodeCommands) place(ctx context.Context, cmd nodeproc.Command, r *nodeproc.Reply) error {
-	if cmd.Hold {
-		c.mu.Lock()
-		_, dup := c.held[cmd.Name]
-		c.mu.Unlock()
-		if dup {
-			return &system.InvalidInputError{Message: fmt.Sprintf("place: placement %q is held already (release it first)", cmd.Name)}
-		}
-	}
-	p, err := c.n.Place(ctx, cluster.PlacementRequest{Name: cmd.Name, Hold: cmd.Hold, MaxAttempts: cmd.MaxAttempts,
-		Requirements: []cluster.PlacementRequirement{{Value: cmd.Value, Tiers: cmd.Tiers}}})
-	if err != nil {
-		var pe *cluster.PlacementError
-		if errors.As(err, &pe) {
-			r.Placement = &nodeproc.Placement{Request: pe.Request, Candidates: pe.Candidates, Attempts: attempts(pe.Attempts), NotTried: pe.NotTried, Directory: pe.Directory, Stage: pe.Stage}
-		}
-		return err
-	}
-	r.Placement = &nodeproc.Placement{Request: p.Request, Node: p.Node, Why: p.Why, Candidates: p.Candidates,
-		Attempts: attempts(p.Attempts), Decision: &p.Decision, Directory: p.Directory}
-	if cmd.Hold {
-		c.mu.Lock()
-		if c.held == nil {
-			c.held = map[string]*cluster.Placement{}
-		}
-		_, dup := c.held[cmd.Name]
-		if !dup {
-			c.held[cmd.Name] = p
-		}
-		c.mu.Unlock()
-		if dup { // a concurrent place of the same name won
-			_ = p.Release(context.WithoutCancel(ctx))
-			return &system.InvalidInputError{Message: fmt.Sprintf("place: placement %q is held already (release it first)", cmd.Name)}
-		}
-	}
-	return nil
-}
-
-func attempts(as []cluster.PlacementAttempt) []nodeproc.Attempt {
-	out := make([]nodeproc.Attempt, len(as))
-	for i, a := range as {
-		out[i] = nodeproc.Attempt{Node: a.Node}
-		if a.Err != nil {
-			out[i].Error, out[i].ErrorType = a.Err.Error(), nodeproc.ErrorType(a.Err)
-		}
-	}
-	return out
 }

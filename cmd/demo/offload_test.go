@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/offload"
 )
 
 const repoTrace = "../../data/AzureLLMInferenceTrace_conv.csv"
@@ -22,7 +24,7 @@ func TestOffloadTracePrefix(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"offload", "--trace", repoTrace, "--limit", "200", "--speed", "5000", "--json"}, strings.NewReader(""), &out, &errb)
 	require.Equal(t, 0, code, errb.String())
-	var rep offloadReport
+	var rep offload.Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
 
 	assert.Equal(t, 200, rep.Requests)

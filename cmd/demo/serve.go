@@ -150,70 +150,82 @@ type activityView struct {
 // when one did not or the server failed, 2 for a malformed script or an
 // address it cannot listen on.
 func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr io.Writer) int {
+	s, sr, src, code := prepareServe(ctx, o, stdin, stderr)
+	if s == nil {
+		return code
+	}
+	defer src.close()
+	return s.listenAndPlay(ctx, o, sr, stdout, stderr)
+}
+
+// prepareServe checks the script (the embedded scenario when o names
+// none), reads it again and starts the runtime of its start op: the
+// server, the reader at its first op after start and the script's
+// source (the caller closes it); or no server and the exit status.
+func prepareServe(ctx context.Context, o serveOptions, stdin io.Reader, stderr io.Writer) (_ *server, _ *replay.Reader, _ *scriptSource, code int) {
 	path, in := o.script, stdin
 	name := o.script
 	if path == "" {
 		embedded, err := webFiles.ReadFile("web/scenario.jsonl")
 		if err != nil {
 			fmt.Fprintf(stderr, "demo serve: %v\n", err)
-			return 1
+			return nil, nil, nil, 1
 		}
 		path, in, name = "-", bytes.NewReader(embedded), "embedded scenario"
 	}
 	src, err := openScript(ctx, path, in)
 	if err != nil {
 		fmt.Fprintf(stderr, "demo serve: %v\n", err)
-		return 2
+		return nil, nil, nil, 2
 	}
-	defer src.close()
+	started := false
+	defer func() {
+		if !started {
+			src.close()
+		}
+	}()
 	info, err := replay.Check(ctx, src.first, src.tee)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0 // Ctrl-C before anything ran
+			return nil, nil, nil, 0 // Ctrl-C before anything ran
 		}
 		fmt.Fprintf(stderr, "demo serve: %s: %s\n", escapeText(name), escapeText(err.Error()))
-		return 2
+		return nil, nil, nil, 2
 	}
 	r, err := src.again()
 	if err != nil {
 		fmt.Fprintf(stderr, "demo serve: %s: reading the script again: %v\n", path, err)
-		return 2
+		return nil, nil, nil, 2
 	}
 	sr := replay.NewReader(ctx, r, nil)
 	start, ok, err := sr.Next()
 	if err != nil || !ok {
 		fmt.Fprintf(stderr, "demo serve: %s: the script changed after it was checked\n", escapeText(name))
-		return 2
+		return nil, nil, nil, 2
 	}
 	run, err := replay.Start(ctx, start)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0
+			return nil, nil, nil, 0
 		}
 		fmt.Fprintf(stderr, "demo serve: %s: line %d: bad start: %v\n", escapeText(name), start.Line, err)
-		return 2
+		return nil, nil, nil, 2
 	}
 	sys := run.System()
 	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: metrics.NewMetrics(sys), name: name,
 		run: run, total: info.Ops, done: 1}
 	s.reg.MustRegister(s.metrics)
-	closeSys := func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-		defer cancel()
-		if err := run.Close(cctx); err != nil {
-			var oe *system.OutstandingError
-			if !errors.As(err, &oe) {
-				fmt.Fprintf(stderr, "demo serve: closing the runtime: %s\n", escapeText(err.Error()))
-			}
-		}
-	}
+	started = true
+	return s, sr, src, 0
+}
 
+// listenAndPlay serves the HTTP view on o.addr while it plays the rest of
+// the script, until ctx ends, then closes the runtime; it returns the
+// exit status.
+func (s *server) listenAndPlay(ctx context.Context, o serveOptions, sr *replay.Reader, stdout, stderr io.Writer) int {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		closeSys()
+		s.closeRun(ctx, stderr)
 		fmt.Fprintf(stderr, "demo serve: %v\n", err)
 		return 2
 	}
@@ -221,34 +233,49 @@ func serve(ctx context.Context, o serveOptions, stdin io.Reader, stdout, stderr 
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "demo serve: %s on %s (Ctrl-C to stop)\n", name, url)
+	fmt.Fprintf(stdout, "demo serve: %s on %s (Ctrl-C to stop)\n", s.name, url)
 	if o.ready != nil {
 		o.ready(url, s)
 	}
 
 	code := 0
 	if err := s.play(ctx, sr, o.delay, stderr); err != nil {
-		fmt.Fprintf(stderr, "demo serve: %s: %v\n", escapeText(name), err)
+		fmt.Fprintf(stderr, "demo serve: %s: %v\n", escapeText(s.name), err)
 		code = 1
 	}
 	select {
 	case <-ctx.Done():
 	case err := <-served:
 		fmt.Fprintf(stderr, "demo serve: %v\n", err)
-		closeSys()
+		s.closeRun(ctx, stderr)
 		return 1
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	<-served
-	closeSys()
+	s.closeRun(ctx, stderr)
 	if s.failed > 0 {
-		fmt.Fprintf(stderr, "demo serve: %s: %d failed expectation(s)\n", escapeText(name), s.failed)
+		fmt.Fprintf(stderr, "demo serve: %s: %d failed expectation(s)\n", escapeText(s.name), s.failed)
 		code = 1
 	}
 	fmt.Fprintln(stderr, "demo serve: stopped")
 	return code
+}
+
+// closeRun closes the runtime; /healthz answers 503 from then on.
+func (s *server) closeRun(ctx context.Context, stderr io.Writer) {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	if err := s.run.Close(cctx); err != nil {
+		var oe *system.OutstandingError
+		if !errors.As(err, &oe) {
+			fmt.Fprintf(stderr, "demo serve: closing the runtime: %s\n", escapeText(err.Error()))
+		}
+	}
 }
 
 // play runs the script's ops after start, one every delay, until the

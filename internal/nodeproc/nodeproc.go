@@ -1,7 +1,8 @@
-// Package nodeproc runs residency cluster nodes as processes (`demo node`)
-// and etcd on loopback, and drives the nodes through their command
-// protocol: one JSON [Command] per line on the node's standard input, one
-// JSON [Reply] per line on its standard output (after a [Ready] line).
+// Package nodeproc holds the command protocol of residency cluster nodes
+// run as processes (`demo node`): one JSON [Command] per line on the
+// node's standard input, one JSON [Reply] per line on its standard output
+// (after a [Ready] line). [Server] is the node's side of it; [Proc] runs a
+// node process (and [StartEtcd] etcd on loopback) and drives it.
 // `demo cluster-demo` and the multi-process tests (tests/clusterproc) use
 // it; docs/cluster.md describes the protocol.
 package nodeproc
