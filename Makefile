@@ -75,8 +75,8 @@ FUZZ_TARGETS := \
 	budget:FuzzLedger \
 	system/replay:FuzzReplayScript \
 	internal/jsonline:FuzzByteSize \
-	cmd/demo:FuzzNodeCommand \
-	cmd/demo:FuzzOffloadTrace \
+	internal/nodeproc:FuzzNodeCommand \
+	internal/offload:FuzzOffloadTrace \
 	system/replay:FuzzStagingScript \
 	system/diagnose:FuzzEvidence
 
