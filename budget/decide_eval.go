@@ -48,24 +48,45 @@ func (a *evaluation) better(b *evaluation) bool {
 // otherwise it is reconstructed, charging its size temporarily at its
 // source location when that differs from the destination.
 func (d *decider) evaluate(chosen []int) (*evaluation, string) {
-	l := d.l
 	for _, loc := range d.touched {
 		d.adds[loc] = 0
 	}
 	d.touched = d.touched[:0]
 	d.entered = d.entered[:0]
-	add := func(loc int, b int64) {
-		if d.adds[loc] == 0 {
-			d.touched = append(d.touched, loc)
-		}
-		d.adds[loc] += b
-	}
 	ev := &evaluation{}
+	if fail := d.addEnters(chosen, ev); fail != "" {
+		return nil, fail
+	}
+	for loc, b := range d.reservationAdds {
+		if b > 0 {
+			d.add(loc, b)
+		}
+	}
+	if fail := d.chooseVictims(ev); fail != "" {
+		return nil, fail
+	}
+	return ev, ""
+}
+
+// add counts b more bytes the assignment adds at loc.
+func (d *decider) add(loc int, b int64) {
+	if d.adds[loc] == 0 {
+		d.touched = append(d.touched, loc)
+	}
+	d.adds[loc] += b
+}
+
+// addEnters counts what entering each requirement at its chosen location
+// adds (the value, and a temporary at its source when it is
+// reconstructed), and the transfer bytes; a reason when the assignment
+// cannot be carried out.
+func (d *decider) addEnters(chosen []int, ev *evaluation) string {
+	l := d.l
 	for i, r := range d.reqs {
 		v, dest := r.v, chosen[i]
 		if m := v.mat(dest); m != nil {
 			if m.state != Resident {
-				return nil, fmt.Sprintf("value %s: a transition into %s is in flight", v.name, l.locs[dest].name)
+				return fmt.Sprintf("value %s: a transition into %s is in flight", v.name, l.locs[dest].name)
 			}
 			continue
 		}
@@ -75,37 +96,49 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 		d.entered = append(d.entered, enteredAt{v, dest})
 		ev.transfer += v.bytes
 		if v.mode == Exclusive && len(v.mats) > 0 {
-			m := v.mats[0]
-			if m.state != Resident || len(v.mats) > 1 {
-				return nil, fmt.Sprintf("exclusive value %s has a transition in flight", v.name)
+			if fail := d.exclusiveMove(v, dest); fail != "" {
+				return fail
 			}
-			if m.protected() {
-				return nil, fmt.Sprintf("protected: exclusive value %s would move from %s to %s, but its materialization at %s is in use (%d leases, %d holds, %d pending events)",
-					v.name, l.locs[m.loc].name, l.locs[dest].name, l.locs[m.loc].name, m.uses, m.holds, m.pending)
-			}
-			if m.busy() {
-				return nil, fmt.Sprintf("exclusive value %s would move from %s, which is the source of a copy in flight", v.name, l.locs[m.loc].name)
-			}
-			add(dest, v.bytes)
+			d.add(dest, v.bytes)
 			continue
 		}
 		if d.hasSourceCopy(v) {
-			add(dest, v.bytes)
+			d.add(dest, v.bytes)
 			continue
 		}
 		if !v.hasSource {
-			return nil, fmt.Sprintf("value %s has no resident materialization and no source to reconstruct from", v.name)
+			return fmt.Sprintf("value %s has no resident materialization and no source to reconstruct from", v.name)
 		}
-		add(dest, v.bytes)
+		d.add(dest, v.bytes)
 		if v.source != dest {
-			add(v.source, v.bytes)
+			d.add(v.source, v.bytes)
 		}
 	}
-	for loc, b := range d.reservationAdds {
-		if b > 0 {
-			add(loc, b)
-		}
+	return ""
+}
+
+// exclusiveMove is why exclusive value v cannot move to dest now, or "".
+func (d *decider) exclusiveMove(v *value, dest int) string {
+	l := d.l
+	m := v.mats[0]
+	if m.state != Resident || len(v.mats) > 1 {
+		return fmt.Sprintf("exclusive value %s has a transition in flight", v.name)
 	}
+	if m.protected() {
+		return fmt.Sprintf("protected: exclusive value %s would move from %s to %s, but its materialization at %s is in use (%d leases, %d holds, %d pending events)",
+			v.name, l.locs[m.loc].name, l.locs[dest].name, l.locs[m.loc].name, m.uses, m.holds, m.pending)
+	}
+	if m.busy() {
+		return fmt.Sprintf("exclusive value %s would move from %s, which is the source of a copy in flight", v.name, l.locs[m.loc].name)
+	}
+	return ""
+}
+
+// chooseVictims finds the shortfall at each touched location with a budget
+// and the victims that cover it, with their priorities (highest first);
+// a reason when no victims can.
+func (d *decider) chooseVictims(ev *evaluation) string {
+	l := d.l
 	// Shortfalls, in location order.
 	d.short = d.short[:0]
 	for _, loc := range d.touched {
@@ -118,13 +151,13 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 		}
 	}
 	if len(d.short) == 0 {
-		return ev, ""
+		return ""
 	}
 	slices.SortFunc(d.short, func(a, b shortfall) int { return a.loc - b.loc })
 	for _, sf := range d.short {
 		e := d.victimsAt(sf.loc, sf.n)
 		if !e.ok {
-			return nil, e.fail
+			return e.fail
 		}
 		s := d.streams[sf.loc]
 		for _, p := range e.pos {
@@ -134,7 +167,7 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 	if len(d.short) > 1 && d.lastCopyConflict(ev.victims) {
 		var fail string
 		if ev.victims, fail = d.constrainedVictims(); fail != "" {
-			return nil, fail
+			return fail
 		}
 	}
 	for _, vc := range ev.victims {
@@ -150,7 +183,7 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 		}
 		return 0
 	})
-	return ev, ""
+	return ""
 }
 
 // hasSourceCopy reports whether v has a resident materialization to copy
