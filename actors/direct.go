@@ -152,6 +152,7 @@ func (s *supervisor) runStep(st *leaseStep) {
 	st.version = s.ledger.Version()
 	s.afterLedger()
 	s.handling = nil
+	s.noteRoom()
 }
 
 // recoverStep stops the runtime after a panic in a direct step, as

@@ -48,6 +48,12 @@ type Config struct {
 	// Hooks inject failures; only the project's tests can make them
 	// (package internal/testhooks).
 	Hooks testhooks.Hooks
+	// OnRoom, when set, is called by the supervisor after a request whose
+	// handling committed a transition that may make room (a removal, an
+	// unreserve, a released protection: budget.RoomKind). It runs on the
+	// supervisor's goroutine and must not block (package system wakes
+	// the callers waiting for room with it).
+	OnRoom func()
 }
 
 // Engine is a running set of actors around one ledger.
@@ -61,6 +67,7 @@ type Engine struct {
 	backend      cuda.Backend
 	log          zerolog.Logger
 	hooks        testhooks.Hooks
+	onRoom       func()
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
@@ -95,6 +102,7 @@ func Start(cfg Config) (*Engine, error) {
 		backend:      cfg.Backend,
 		log:          log,
 		hooks:        cfg.Hooks,
+		onRoom:       cfg.OnRoom,
 		stateLimit:   cfg.StateLimit,
 		allocTimeout: cfg.AllocTimeout,
 		locations:    map[string]*actor.PID{},
