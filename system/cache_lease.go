@@ -73,6 +73,7 @@ func (l *CacheLease[T]) Release() error {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("cache lease on %q was already released", l.e.key)}
 	}
 	l.e.unref()
+	l.e.c.sys.room.signal() // an entry may have become evictable: wake waiters
 	return nil
 }
 
@@ -87,6 +88,7 @@ func (r *cacheRef) release(what string) error {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("cache %s on %q was already released", what, r.e.key)}
 	}
 	r.e.unref()
+	r.e.c.sys.room.signal()
 	return nil
 }
 
