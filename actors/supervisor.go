@@ -214,6 +214,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
 	s.afterLedger()
+	s.noteRoom() // before the reply: a caller who made room sees its waiters woken
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
@@ -252,6 +253,7 @@ func (s *supervisor) replyDirect(sink ReplySink, to *actor.PID, msg any) {
 		return
 	}
 	s.afterLedger()
+	s.noteRoom()
 	if sink.Deliver(msg) {
 		s.mailbox.deferWake(sink)
 	}
