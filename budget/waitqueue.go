@@ -177,3 +177,41 @@ func RoomKind(kind string) bool {
 // may have made room ([RoomKind]). The runtime compares it before and after
 // each request to wake callers waiting for room.
 func (l *Ledger) RoomReleases() uint64 { return l.roomReleases }
+
+// CannotFit returns a [*PlanError] for a request that no amount of
+// waiting can admit, nil otherwise: its reservations at one location add
+// up to more than that location's budget, or a required value's charge is
+// larger than the budget of every location of its tiers. budgets lists the
+// budgeted locations (a location absent from it has no budget); bytes
+// gives a required value's charge (false: unknown, assumed to fit). Other
+// combinations that can never fit together are not detected.
+func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64, bool)) error {
+	sums := map[string]int64{}
+	for _, r := range req.Reservations {
+		b, ok := budgets[r.Location]
+		if !ok || r.Bytes <= 0 {
+			continue
+		}
+		if sums[r.Location] += r.Bytes; sums[r.Location] > b {
+			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at %s, more than its whole budget of %d: it can never be admitted", req.Name, sums[r.Location], r.Location, b)}
+		}
+	}
+	for _, rq := range req.Requirements {
+		n, ok := bytes(rq.Handle)
+		if !ok {
+			continue
+		}
+		fits := false
+		for _, tier := range rq.Tiers {
+			for _, loc := range tier {
+				if b, ok := budgets[loc]; !ok || n <= b {
+					fits = true
+				}
+			}
+		}
+		if !fits && len(rq.Tiers) > 0 {
+			return &PlanError{Reason: fmt.Sprintf("request %q requires %s (%d bytes), larger than the whole budget of every location it names: it can never be admitted", req.Name, rq.Handle.Name, n)}
+		}
+	}
+	return nil
+}

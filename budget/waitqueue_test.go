@@ -115,3 +115,32 @@ func TestRoomReleasesCountsRoomKinds(t *testing.T) {
 		assert.False(t, RoomKind(k), k)
 	}
 }
+
+func TestCannotFit(t *testing.T) {
+	h := Handle{Manager: "m", ID: 1, Name: "w"}
+	sizes := map[uint64]int64{1: 80}
+	bytes := func(h Handle) (int64, bool) { n, ok := sizes[h.ID]; return n, ok }
+	budgets := map[string]int64{"cuda:0": 100, "cuda:1": 50}
+	cases := []struct {
+		name  string
+		req   Request
+		never bool
+	}{
+		{"fits", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 100}}}, false},
+		{"one reservation too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:1", Bytes: 51}}}, true},
+		{"two add up too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 60}, {Name: "b", Location: "cuda:0", Bytes: 41}}}, true},
+		{"no budget", Request{Reservations: []ReservationSpec{{Name: "a", Location: "pageable-host", Bytes: 1 << 40}}}, false},
+		{"value fits one tier location", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}, {"cuda:0"}}}}}, false},
+		{"value fits nowhere", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}}}}}, true},
+		{"unknown value", Request{Requirements: []Requirement{{Handle: Handle{ID: 9}, Tiers: [][]string{{"cuda:1"}}}}}, false},
+	}
+	for _, tc := range cases {
+		err := CannotFit(tc.req, budgets, bytes)
+		if tc.never {
+			var pe *PlanError
+			assert.ErrorAs(t, err, &pe, tc.name)
+		} else {
+			assert.NoError(t, err, tc.name)
+		}
+	}
+}

@@ -35,7 +35,8 @@ import (
 // each time room may have been made (an exit, a lease release, an
 // eviction, a discard, an unreserve, a cache lease released), in queue
 // order (docs/semantics.md, "Waiting for room"). It returns once admitted,
-// on a refusal waiting cannot change, when ctx ends (ctx.Err(); nothing
+// on a refusal waiting cannot change (also a [*PlanError] for a request
+// that can never fit: see budget.CannotFit), when ctx ends (ctx.Err(); nothing
 // is left behind) or when the runtime closes ([ErrClosed]). A full queue
 // refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy];
 // Options.MaxWaiters). A waiter holds nothing while it waits: each try is
@@ -55,9 +56,19 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 		return nil, Decision{}, err
 	}
 	spec := budget.WaitSpec{Name: req.Name, Class: wc.class, Locations: requestLocations(req), AllowBypass: wc.bypass}
+	checked := false
 	rerr = s.room.wait(ctx, spec, func() (bool, error) {
 		sc, dec, rerr = s.admitOnce(ctx, req, limit)
-		return !roomWaitable(rerr), rerr
+		if !roomWaitable(rerr) {
+			return true, rerr
+		}
+		if !checked { // after the first refusal: can it ever fit?
+			checked = true
+			if err := s.cannotFit(ctx, req); err != nil {
+				return true, err
+			}
+		}
+		return false, rerr
 	})
 	if rerr != nil {
 		return nil, dec, rerr

@@ -279,7 +279,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if opts.AllocTimeout < 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
 	}
-	room, err := newWaitRoom(opts.MaxWaiters)
+	room, err := newWaitRoom(opts.MaxWaiters, opts.Locations)
 	if err != nil {
 		return nil, err
 	}

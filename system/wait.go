@@ -73,6 +73,9 @@ type waitRoom struct {
 	started bool          // the dispatcher goroutine runs
 	stopped chan struct{} // closed when the dispatcher has returned
 	scratch []budget.WaitID
+	// budgets of the budgeted locations (fixed for the runtime's life),
+	// for refusing at once what can never fit.
+	budgets map[string]int64
 	// onChange, when set (tests), runs under mu after every change of the
 	// queue or of a waiter.
 	onChange func()
@@ -87,13 +90,19 @@ type waiter struct {
 	epoch  uint64 // the epoch when it got its last turn
 }
 
-func newWaitRoom(max int) (*waitRoom, error) {
+func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
 	q, err := budget.NewWaitQueue(max)
 	if err != nil {
 		return nil, err
 	}
+	budgets := map[string]int64{}
+	for _, l := range locs {
+		if l.HasBudget {
+			budgets[l.Name] = l.BudgetBytes
+		}
+	}
 	return &waitRoom{q: q, ws: map[budget.WaitID]*waiter{}, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), stopped: make(chan struct{})}, nil
+		done: make(chan struct{}), stopped: make(chan struct{}), budgets: budgets}, nil
 }
 
 // signal records that room may have been made. It never blocks: the
@@ -239,6 +248,23 @@ func roomWaitable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// cannotFit refuses a request that no amount of waiting can admit
+// (budget.CannotFit); the values it requires are sized from one snapshot.
+func (s *System) cannotFit(ctx context.Context, req Request) error {
+	sizes := map[uint64]int64{}
+	if len(req.Requirements) > 0 {
+		if snap, err := s.Snapshot(ctx); err == nil {
+			for _, v := range snap.Values {
+				sizes[v.Handle.ID] = v.Bytes
+			}
+		}
+	}
+	return budget.CannotFit(req, s.room.budgets, func(h Handle) (int64, bool) {
+		n, ok := sizes[h.ID]
+		return n, ok
+	})
 }
 
 // requestLocations lists the locations a request may need room at: every

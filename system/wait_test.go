@@ -437,6 +437,14 @@ func TestWaitingAdmitReturnsFinalRefusalsAtOnce(t *testing.T) {
 	_, _, err = s.Admit(ctx, Request{Name: "y", Reservations: []ReservationSpec{{Name: "", Location: gpu, Bytes: 1}}}, WaitForRoom())
 	var ie *InvalidInputError
 	require.ErrorAs(t, err, &ie)
+	// Larger than the whole budget: refused at once, not left waiting.
+	_, _, err = s.Admit(ctx, resv("huge", 101), WaitForRoom())
+	var pe *PlanError
+	require.ErrorAs(t, err, &pe)
+	h, err := s.Register(ctx, Value{Name: "too-big", Bytes: 200, Mode: Exclusive, At: "pageable-host"})
+	require.NoError(t, err)
+	_, _, err = s.Admit(ctx, Request{Name: "r", Requirements: []Requirement{{Handle: h, Tiers: [][]string{{gpu}}}}}, WaitForRoom())
+	require.ErrorAs(t, err, &pe)
 	w.until(t, "nobody queued", func() bool { return w.r.q.Len() == 0 })
 	assert.False(t, roomWaitable(errors.New("other")))
 }
