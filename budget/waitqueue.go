@@ -67,6 +67,8 @@ type WaitQueue struct {
 	max   int
 	next  WaitID
 	items []waitItem // class descending, then arrival
+	// blocked is Eligible's scratch (reused: no allocation per call).
+	blocked []string
 }
 
 // NewWaitQueue returns an empty queue bounded to max waiters (0:
@@ -119,15 +121,20 @@ func (q *WaitQueue) Remove(id WaitID) bool {
 // Eligible appends to dst the waiters that may be tried now, in queue
 // order, and returns it (see the rule above).
 func (q *WaitQueue) Eligible(dst []WaitID) []WaitID {
-	var blocked []string
+	blocked := q.blocked[:0]
 	for _, it := range q.items {
 		if !overlaps(it.spec.Locations, blocked) {
 			dst = append(dst, it.id)
 		}
 		if !it.spec.AllowBypass {
-			blocked = append(blocked, it.spec.Locations...)
+			for _, loc := range it.spec.Locations {
+				if !slices.Contains(blocked, loc) {
+					blocked = append(blocked, loc)
+				}
+			}
 		}
 	}
+	q.blocked = blocked
 	return dst
 }
 

@@ -106,14 +106,24 @@ func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
 }
 
 // signal records that room may have been made. It never blocks: the
-// supervisor calls it on its own goroutine.
+// supervisor calls it on the goroutine running its step (often the
+// releasing caller's). It hands out the turns itself when the room's lock
+// is free, and leaves them to the dispatcher goroutine otherwise.
 func (r *waitRoom) signal() {
 	r.epoch.Add(1)
-	if r.queued.Load() > 0 {
-		select {
-		case r.kick <- struct{}{}:
-		default:
+	if r.queued.Load() == 0 {
+		return
+	}
+	if r.mu.TryLock() {
+		if !r.closed {
+			r.dispatchLocked()
 		}
+		r.mu.Unlock()
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
