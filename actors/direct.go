@@ -155,6 +155,7 @@ func (s *supervisor) runStep(st *leaseStep) {
 	}
 	s.afterLedger()
 	s.handling = nil
+	s.noteRoom()
 }
 
 // recoverStep stops the runtime after a panic in a direct step, as

@@ -51,6 +51,12 @@ type Config struct {
 	// Observer, if set, receives refusals, evictions and failed
 	// reconstructions as they happen (see [Observer]).
 	Observer Observer
+	// OnRoom, when set, is called by the supervisor after a request whose
+	// handling committed a transition that may make room (a removal, an
+	// unreserve, a released protection: budget.RoomKind). It runs on the
+	// supervisor's goroutine and must not block (package system wakes
+	// the callers waiting for room with it).
+	OnRoom func()
 }
 
 // Engine is a running set of actors around one ledger.
@@ -65,6 +71,7 @@ type Engine struct {
 	log          zerolog.Logger
 	hooks        testhooks.Hooks
 	obs          Observer
+	onRoom       func()
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
@@ -100,6 +107,7 @@ func Start(cfg Config) (*Engine, error) {
 		log:          log,
 		hooks:        cfg.Hooks,
 		obs:          cfg.Observer,
+		onRoom:       cfg.OnRoom,
 		stateLimit:   cfg.StateLimit,
 		allocTimeout: cfg.AllocTimeout,
 		locations:    map[string]*actor.PID{},

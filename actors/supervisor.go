@@ -79,6 +79,9 @@ type supervisor struct {
 	// shutting (Shutdown received) or stopped (the actor is stopping or
 	// stopped): direct calls (AcquireDirect) no longer run.
 	shutting, stopped bool
+	// roomSeen is the ledger's RoomReleases when Config.OnRoom was last
+	// called (see noteRoom).
+	roomSeen uint64
 }
 
 // Receive handles one message. A panic while handling it (a ledger
@@ -113,6 +116,19 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	s.handling, s.hooked = msg, false
 	s.receive(ctx, msg)
 	s.handling = nil // keep no message (nor its data) alive past its handling
+	s.noteRoom()
+}
+
+// noteRoom calls Config.OnRoom if the ledger committed a transition that
+// may make room since the last call.
+func (s *supervisor) noteRoom() {
+	if s.eng.onRoom == nil {
+		return
+	}
+	if n := s.ledger.RoomReleases(); n != s.roomSeen {
+		s.roomSeen = n
+		s.eng.onRoom()
+	}
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {
@@ -199,6 +215,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 func (s *supervisor) reply(to *actor.PID, msg any) {
 	s.afterLedger()
 	s.observe(msg)
+	s.noteRoom() // before the reply: a caller who made room sees its waiters woken
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
@@ -238,6 +255,7 @@ func (s *supervisor) replyDirect(sink ReplySink, to *actor.PID, msg any) {
 	}
 	s.afterLedger()
 	s.observe(msg)
+	s.noteRoom()
 	if sink.Deliver(msg) {
 		s.mailbox.deferWake(sink)
 	}

@@ -129,6 +129,9 @@ type Ledger struct {
 	// trace ring forgets).
 	counts   map[string]uint64
 	removals map[RemovalKind]uint64
+	// roomReleases counts the committed transitions that may make room
+	// (RoomKind, waitqueue.go).
+	roomReleases uint64
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
@@ -238,6 +241,9 @@ func (l *Ledger) commitEntry(kind string, v *value, loc int, bytes int64, detail
 			l.counts = map[string]uint64{}
 		}
 		l.counts[kind]++
+		if RoomKind(kind) {
+			l.roomReleases++
+		}
 		if kind == "remove" {
 			if l.removals == nil {
 				l.removals = map[RemovalKind]uint64{}

@@ -214,6 +214,18 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // evicts the least recently used idle entry (waiting for its release);
 // with none idle it is a [*CacheBusyError] whose MaxEntries is the cap.
 //
+// Waiting for room: with a [WaitOption] ([WaitForRoom], [WaitClass],
+// [WaitAllowBypass]) a [*CacheBusyError] does not return: the caller joins
+// the runtime's wait queue (shared with [System.Admit], at the cache's
+// location) and looks again, from the start, each time room may have
+// been made — a lease, pin or keep-alive of a cache entry released, or an
+// exit, release, eviction, discard or unreserve in the runtime. It
+// returns a lease, another error, ctx.Err() (leaving nothing behind),
+// or [ErrClosed] when the runtime closes; a full queue refuses at once
+// with a [*budget.QueueFullError] (errors.Is [ErrBusy]). A hit, or a key
+// already loading, never queues. An entry whose idle function turns true on its own (device work
+// finished) wakes no waiter until the next such event.
+//
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
 func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*CacheLease[T], error) {
@@ -223,7 +235,7 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 	if peak <= 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: peak bytes must be positive, got %d", key, peak)}
 	}
-	return load(ctx, c, key, peak, idle, loader, newLoadOptions(opts))
+	return loadWaiting(ctx, c, key, peak, idle, loader, newLoadOptions(opts))
 }
 
 // LoadBudgeted is [Load] for a value whose storage is charged allocation by
@@ -235,17 +247,63 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 //
 // A loader that fails or panics must release what it reserved (defer the
 // releases); the failure is a [*CacheLoadError] and a later call retries.
-// Other errors and versions as for Load (the entry itself costs no
-// version; each reservation costs its own).
+// Other errors, versions, keep-alive and waiting (opts) as for Load (the
+// entry itself costs no version; each reservation costs its own). A
+// loader refused by its memory budget should return the [*CacheBusyError]
+// it got (wrapped or not) for the caller to wait.
 func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (*CacheLease[T], error) {
 	if loader == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
 	b := c.budget
-	return load(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
+	return loadWaiting(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
 		v, err := loader(ctx, b)
 		return v, 0, err
 	}, newLoadOptions(opts))
+}
+
+// loadWaiting is load, waiting for room in the runtime's wait queue when
+// opts ask for it and the load is refused as busy.
+func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (*CacheLease[T], error) {
+	wc := lo.wait
+	if !wc.wait || c.present(key) {
+		// A hit or a load in flight needs no room: it never queues. (A
+		// key that left meanwhile is refused as busy and queues below.)
+		l, err := load(ctx, c, key, peak, idle, loader, lo)
+		if !wc.wait || !cacheWaitable(err) {
+			return l, err
+		}
+	}
+	if err := c.sys.refusal(ctx); err != nil {
+		return nil, err
+	}
+	var l *CacheLease[T]
+	var err error
+	spec := budget.WaitSpec{Name: key, Class: wc.class, Locations: []string{c.loc}, AllowBypass: wc.bypass}
+	err = c.sys.room.wait(ctx, spec, func() (bool, error) {
+		l, err = load(ctx, c, key, peak, idle, loader, lo)
+		return !cacheWaitable(err), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// present says whether key is resident or loading.
+func (c *Cache) present(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, state := c.book.Get(key)
+	return state == budget.CacheReady || state == budget.CacheLoading
+}
+
+// cacheWaitable says whether a load's refusal may turn into a lease once
+// room is made: the cache found nothing idle to evict, or the loader of a
+// budgeted load did.
+func cacheWaitable(err error) bool {
+	var cb *CacheBusyError
+	return errors.As(err, &cb)
 }
 
 // load is Load and LoadBudgeted (peak 0).

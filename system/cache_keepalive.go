@@ -44,19 +44,23 @@ func newCacheKeep(opts CacheOptions) (cacheKeep, error) {
 	return k, nil
 }
 
-// LoadOption is an option of [Load] and [LoadBudgeted].
-type LoadOption func(*loadOptions)
+// LoadOption is an option of [Load] and [LoadBudgeted]: [WithKeepAlive],
+// or any [WaitOption] ([WaitForRoom], [WaitClass], [WaitAllowBypass]).
+type LoadOption interface {
+	applyLoad(*loadOptions)
+}
 
 type loadOptions struct {
 	keepAlive    time.Duration
 	hasKeepAlive bool
+	wait         waitConfig // waiting for room (WaitOption)
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
 	var o loadOptions
 	for _, f := range opts {
 		if f != nil {
-			f(&o)
+			f.applyLoad(&o)
 		}
 	}
 	return o
@@ -67,8 +71,20 @@ func newLoadOptions(opts []LoadOption) loadOptions {
 // the shortest): a request can make a value stay longer, never shorter
 // (use [Cache.EvictWhenIdle] for that). It applies whether the load hits,
 // joins a load in flight or loads.
-func WithKeepAlive(d time.Duration) LoadOption {
-	return func(o *loadOptions) { o.keepAlive, o.hasKeepAlive = d, true }
+func WithKeepAlive(d time.Duration) LoadOption { return keepAliveOption(d) }
+
+// keepAliveOption is [WithKeepAlive]'s option.
+type keepAliveOption time.Duration
+
+func (d keepAliveOption) applyLoad(o *loadOptions) {
+	o.keepAlive, o.hasKeepAlive = time.Duration(d), true
+}
+
+// applyLoad makes a wait option an option of a cache's load.
+func (w WaitOption) applyLoad(o *loadOptions) {
+	if w != nil {
+		w(&o.wait)
+	}
 }
 
 // ---- hooks of the load path (Cache.mu held) -----------------------------------

@@ -75,6 +75,7 @@ func (l *CacheLease[T]) Release() error {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("cache lease on %q was already released", l.e.key)}
 	}
 	l.e.unref()
+	l.e.c.sys.room.signal() // an entry may have become evictable: wake waiters
 	return nil
 }
 
@@ -91,6 +92,7 @@ func (r *cacheRef) release(what string) error {
 	}
 	r.kind.Add(-1)
 	r.e.unref()
+	r.e.c.sys.room.signal()
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -173,50 +172,4 @@ func (s *System) WithScope(ctx context.Context, plan Plan, body func(*Scope) err
 		return berr
 	}
 	return xerr
-}
-
-// Admit asks the controller for a decision on req and enters it as a scope
-// in one step of the runtime: nothing can change the state between the
-// decision and the entry, so under load it never fails with a
-// [*StaleStateError] (the two-step path, [System.Decide] then
-// [System.ScopeFor] and [Scope.Enter], does as soon as other callers commit
-// in between; keep it for what-if questions).
-//
-// On success the scope is entered (a lease on every entered endpoint, the
-// decision's reservations owned by the scope) and the decision is returned
-// as evidence: explored states, evictions with their reasons, the plan and
-// its explanation. Exit the scope when done.
-//
-// Errors: the controller's ([*PlanError], [*SearchLimitError],
-// [*UnavailableError], [*InvalidInputError]; no decision, nothing changed)
-// or the entry's ([*PlanExecutionError] with the committed prefix; the
-// decision is returned alongside). If ctx ends before the reply, the call
-// returns ctx.Err() and whatever the entry took is handed back.
-func (s *System) Admit(ctx context.Context, req Request) (*Scope, Decision, error) {
-	return s.AdmitWithLimit(ctx, req, 0)
-}
-
-// AdmitWithLimit is Admit with an explicit state limit (0 = default).
-func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int) (_ *Scope, dec Decision, rerr error) {
-	defer s.stats.admitted(ctx, time.Now(), &dec, &rerr)
-	sc := s.NewScope(Plan{})
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.Admit{Request: req, StateLimit: limit, Scope: sc.name, ReplyTo: p}
-	}, sc.exitLate)
-	if err != nil {
-		return nil, Decision{}, err
-	}
-	rep := r.(*messages.RunReply)
-	var d Decision
-	if rep.Decision != nil {
-		d = *rep.Decision
-		sc.plan, sc.check, sc.expected = d.Plan, true, d.ExpectedStateVersion
-	}
-	if rep.Err != nil {
-		return nil, d, rep.Err
-	}
-	sc.state, sc.leases, sc.resv, sc.report = scopeEntered, rep.Leases, rep.Reservations, rep.Report
-	return sc, d, nil
 }

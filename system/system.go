@@ -209,6 +209,11 @@ type Options struct {
 	// sets LocationConfig.SpillTo of the locations it names. Default:
 	// none, and every decision is as without spill.
 	Spill map[string]string
+	// MaxWaiters bounds the callers waiting for room at once (Admit and
+	// cache loads with a [WaitOption]); one more is refused at once with a
+	// [*budget.QueueFullError], errors.Is [ErrBusy]. Default 1024
+	// (budget.DefaultMaxWaiters); negative: [*InvalidInputError].
+	MaxWaiters int
 }
 
 // System is a running residency runtime. All methods are safe for
@@ -243,13 +248,14 @@ type System struct {
 	loaderSeq atomic.Uint64
 
 	stats callStats // every call's outcome, for Metrics
+	room  *waitRoom // callers waiting for room (wait.go)
 }
 
 // Start starts a runtime on opts.Backend. Errors: invalid options
 // ([*InvalidInputError]: no locations, a malformed or duplicate location, a
 // budget ≤ 0, a node-qualified location such as `cuda:0@node-b`, which
 // only a cluster node can name: see package system/cluster; a negative
-// AllocTimeout; no Backend, with a message naming the fix).
+// AllocTimeout or MaxWaiters; no Backend, with a message naming the fix).
 func Start(ctx context.Context, opts Options) (*System, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -289,16 +295,20 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if opts.AllocTimeout < 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
 	}
+	room, err := newWaitRoom(opts.MaxWaiters, opts.Locations)
+	if err != nil {
+		return nil, err
+	}
 	backend := opts.Backend
 	if backend == nil {
 		return nil, &budget.InvalidInputError{Message: errNoBackend}
 	}
 	events := newEventLog(log, opts)
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx), Observer: events})
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx), Observer: events, OnRoom: room.signal})
 	if err != nil {
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room}
 	s.slots.reg = eng.System.ProcessRegistry
 	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Bool("simulated", cuda.IsSimulated(backend)).Int("locations", len(opts.Locations)).Msg("residency started")
@@ -640,7 +650,7 @@ func (e *OutstandingError) Error() string {
 }
 
 // Close shuts the runtime down: new calls get ErrClosed at once; transfers
-// in flight settle; outstanding leases, holds and pending events are
+// in flight settle; callers waiting for room return ErrClosed; outstanding leases, holds and pending events are
 // reported (an [*OutstandingError]) and released; every materialization is
 // freed, so every location is back to zero bytes; actors and streams stop.
 // The backend stays open (close it after Close). Idempotent: later calls return the first result.
@@ -653,6 +663,7 @@ func (s *System) Close(ctx context.Context) error {
 		return s.closeErr
 	}
 	s.closed.Store(true)
+	s.room.close() // every caller waiting for room returns ErrClosed
 	for s.inflight.Load() > 0 {
 		// A caller is between its closed check and its send: a few
 		// instructions. Yield until it has sent.

@@ -1,0 +1,224 @@
+package budget
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The wait queue: the pure ordering rule behind callers that wait for room
+// (package system: Admit and a cache's Load with a wait option). It holds
+// no goroutines and does no I/O; the runtime asks it which waiters may be
+// tried now and tries them.
+//
+// The rule:
+//   - Waiters are ordered by class, higher classes first, and first in
+//     first out within a class.
+//   - A waiter is eligible (may be tried) when no waiter ahead of it that
+//     needs room at one of its locations is still waiting — except ahead
+//     waiters that allow bypass: those never hold up a later one.
+//   - A waiter with no location is always eligible and holds up nobody.
+//
+// So a big waiter at the head of its location is never starved by later
+// small ones that would fit in the room it waits for, unless it opted in
+// to being bypassed; waiters at other locations are not held up by it.
+
+// DefaultMaxWaiters is the bound of a wait queue when none is configured.
+const DefaultMaxWaiters = 1024
+
+// WaitID identifies a waiter in a [WaitQueue].
+type WaitID uint64
+
+// WaitSpec describes one waiter.
+type WaitSpec struct {
+	// Name says who waits (a request's or a cache key's name), for
+	// diagnostics.
+	Name string
+	// Class is the waiter's priority class: higher classes are tried first.
+	Class int
+	// Locations are where the waiter needs room. Order and repeats do not
+	// matter.
+	Locations []string
+	// AllowBypass lets later waiters at its locations be tried while this
+	// one waits (it may then wait longer).
+	AllowBypass bool
+}
+
+// QueueFullError refuses a waiter when the queue already holds its
+// maximum. It matches errors.Is(err, [ErrBusy]).
+type QueueFullError struct {
+	Name       string
+	MaxWaiters int
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("residency busy: %q cannot wait for room, %d callers are already waiting (the maximum)", e.Name, e.MaxWaiters)
+}
+
+// Is reports the ErrBusy category.
+func (e *QueueFullError) Is(target error) bool { return target == ErrBusy }
+
+type waitItem struct {
+	id   WaitID
+	spec WaitSpec
+}
+
+// WaitQueue is the ordered set of waiters. Not safe for concurrent use.
+type WaitQueue struct {
+	max   int
+	next  WaitID
+	items []waitItem // class descending, then arrival
+	// blocked is Eligible's scratch (reused: no allocation per call).
+	blocked []string
+}
+
+// NewWaitQueue returns an empty queue bounded to max waiters (0:
+// [DefaultMaxWaiters]; negative: [*InvalidInputError]).
+func NewWaitQueue(max int) (*WaitQueue, error) {
+	if max < 0 {
+		return nil, invalidf("maximum waiters %d is negative (0 means the default %d)", max, DefaultMaxWaiters)
+	}
+	if max == 0 {
+		max = DefaultMaxWaiters
+	}
+	return &WaitQueue{max: max}, nil
+}
+
+// Max returns the queue's bound.
+func (q *WaitQueue) Max() int { return q.max }
+
+// Len returns the number of waiters.
+func (q *WaitQueue) Len() int { return len(q.items) }
+
+// Push adds a waiter behind every waiter of its class and of higher
+// classes. A full queue refuses it with a [*QueueFullError] and is left
+// unchanged.
+func (q *WaitQueue) Push(spec WaitSpec) (WaitID, error) {
+	if len(q.items) >= q.max {
+		return 0, &QueueFullError{Name: spec.Name, MaxWaiters: q.max}
+	}
+	q.next++
+	spec.Locations = slices.Clone(spec.Locations)
+	at := len(q.items)
+	for at > 0 && q.items[at-1].spec.Class < spec.Class {
+		at--
+	}
+	q.items = slices.Insert(q.items, at, waitItem{id: q.next, spec: spec})
+	return q.next, nil
+}
+
+// Remove removes a waiter (admitted, canceled or refused for good); false
+// if it is not in the queue.
+func (q *WaitQueue) Remove(id WaitID) bool {
+	for i := range q.items {
+		if q.items[i].id == id {
+			q.items = slices.Delete(q.items, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// Eligible appends to dst the waiters that may be tried now, in queue
+// order, and returns it (see the rule above).
+func (q *WaitQueue) Eligible(dst []WaitID) []WaitID {
+	blocked := q.blocked[:0]
+	for _, it := range q.items {
+		if !overlaps(it.spec.Locations, blocked) {
+			dst = append(dst, it.id)
+		}
+		if !it.spec.AllowBypass {
+			for _, loc := range it.spec.Locations {
+				if !slices.Contains(blocked, loc) {
+					blocked = append(blocked, loc)
+				}
+			}
+		}
+	}
+	q.blocked = blocked
+	return dst
+}
+
+// Waiting returns the waiters in queue order.
+func (q *WaitQueue) Waiting() []WaitSpec {
+	out := make([]WaitSpec, len(q.items))
+	for i, it := range q.items {
+		out[i] = it.spec
+		out[i].Locations = slices.Clone(it.spec.Locations)
+	}
+	return out
+}
+
+// Spec returns a waiter's spec; false if it is not in the queue.
+func (q *WaitQueue) Spec(id WaitID) (WaitSpec, bool) {
+	for _, it := range q.items {
+		if it.id == id {
+			return it.spec, true
+		}
+	}
+	return WaitSpec{}, false
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// RoomKind says whether a committed transition of kind may make room for
+// a waiter: it frees bytes (a removal, a failed transfer, an unreserve, a
+// shrinking resize) or ends a protection or a transfer that kept a victim
+// from being evicted (a lease release, an unhold, a reaped event, a
+// completed transfer, a discard).
+func RoomKind(kind string) bool {
+	switch kind {
+	case "remove", "fail", "unreserve", "resize", "release", "unhold", "reap_event", "complete", "discard":
+		return true
+	}
+	return false
+}
+
+// RoomReleases returns the number of committed transitions since New that
+// may have made room ([RoomKind]). The runtime compares it before and after
+// each request to wake callers waiting for room.
+func (l *Ledger) RoomReleases() uint64 { return l.roomReleases }
+
+// CannotFit returns a [*PlanError] for a request that no amount of
+// waiting can admit, nil otherwise: its reservations at one location add
+// up to more than that location's budget, or a required value's charge is
+// larger than the budget of every location of its tiers. budgets lists the
+// budgeted locations (a location absent from it has no budget); bytes
+// gives a required value's charge (false: unknown, assumed to fit). Other
+// combinations that can never fit together are not detected.
+func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64, bool)) error {
+	sums := map[string]int64{}
+	for _, r := range req.Reservations {
+		b, ok := budgets[r.Location]
+		if !ok || r.Bytes <= 0 {
+			continue
+		}
+		if sums[r.Location] += r.Bytes; sums[r.Location] > b {
+			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at %s, more than its whole budget of %d: it can never be admitted", req.Name, sums[r.Location], r.Location, b)}
+		}
+	}
+	for _, rq := range req.Requirements {
+		n, ok := bytes(rq.Handle)
+		if !ok {
+			continue
+		}
+		fits := false
+		for _, tier := range rq.Tiers {
+			for _, loc := range tier {
+				if b, ok := budgets[loc]; !ok || n <= b {
+					fits = true
+				}
+			}
+		}
+		if !fits && len(rq.Tiers) > 0 {
+			return &PlanError{Reason: fmt.Sprintf("request %q requires %s (%d bytes), larger than the whole budget of every location it names: it can never be admitted", req.Name, rq.Handle.Name, n)}
+		}
+	}
+	return nil
+}

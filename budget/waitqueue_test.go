@@ -1,0 +1,146 @@
+package budget
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWaitQueueEligible(t *testing.T) {
+	type w struct {
+		name   string
+		class  int
+		locs   []string
+		bypass bool
+	}
+	cases := []struct {
+		name    string
+		push    []w
+		remove  []string
+		order   []string // queue order
+		eligble []string
+	}{
+		{name: "empty"},
+		{name: "FIFO in a class: only the head of a location",
+			push:  []w{{"a", 0, []string{"g"}, false}, {"b", 0, []string{"g"}, false}, {"c", 0, []string{"g"}, false}},
+			order: []string{"a", "b", "c"}, eligble: []string{"a"}},
+		{name: "higher classes first, FIFO within",
+			push:  []w{{"a", 0, []string{"g"}, false}, {"b", 2, []string{"g"}, false}, {"c", 1, []string{"g"}, false}, {"d", 2, []string{"g"}, false}},
+			order: []string{"b", "d", "c", "a"}, eligble: []string{"b"}},
+		{name: "other locations are not held up",
+			push:  []w{{"a", 0, []string{"g0"}, false}, {"b", 0, []string{"g0"}, false}, {"c", 0, []string{"g1"}, false}},
+			order: []string{"a", "b", "c"}, eligble: []string{"a", "c"}},
+		{name: "a waiter over two locations is held up by either",
+			push:  []w{{"a", 0, []string{"g0"}, false}, {"b", 0, []string{"g1", "g0"}, false}, {"c", 0, []string{"g1"}, false}},
+			order: []string{"a", "b", "c"}, eligble: []string{"a"}},
+		{name: "bypass lets later ones through",
+			push:  []w{{"big", 0, []string{"g"}, true}, {"s1", 0, []string{"g"}, false}, {"s2", 0, []string{"g"}, false}},
+			order: []string{"big", "s1", "s2"}, eligble: []string{"big", "s1"}},
+		{name: "no location: always eligible, holds up nobody",
+			push:  []w{{"a", 0, nil, false}, {"b", 0, []string{"g"}, false}},
+			order: []string{"a", "b"}, eligble: []string{"a", "b"}},
+		{name: "removing the head makes the next eligible",
+			push:   []w{{"a", 0, []string{"g"}, false}, {"b", 0, []string{"g"}, false}},
+			remove: []string{"a"}, order: []string{"b"}, eligble: []string{"b"}},
+		{name: "a higher class holds up a lower one",
+			push:  []w{{"lo", 0, []string{"g"}, false}, {"hi", 5, []string{"g"}, false}},
+			order: []string{"hi", "lo"}, eligble: []string{"hi"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := NewWaitQueue(0)
+			require.NoError(t, err)
+			ids := map[string]WaitID{}
+			names := map[WaitID]string{}
+			for _, x := range tc.push {
+				id, err := q.Push(WaitSpec{Name: x.name, Class: x.class, Locations: x.locs, AllowBypass: x.bypass})
+				require.NoError(t, err)
+				ids[x.name], names[id] = id, x.name
+			}
+			for _, n := range tc.remove {
+				require.True(t, q.Remove(ids[n]))
+				require.False(t, q.Remove(ids[n]), "removed twice")
+			}
+			var order []string
+			for _, s := range q.Waiting() {
+				order = append(order, s.Name)
+			}
+			assert.Equal(t, tc.order, order)
+			var el []string
+			for _, id := range q.Eligible(nil) {
+				el = append(el, names[id])
+			}
+			assert.Equal(t, tc.eligble, el)
+			assert.Equal(t, len(tc.order), q.Len())
+		})
+	}
+}
+
+func TestWaitQueueBound(t *testing.T) {
+	_, err := NewWaitQueue(-1)
+	var ie *InvalidInputError
+	require.ErrorAs(t, err, &ie)
+	q, err := NewWaitQueue(2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, q.Max())
+	_, err = q.Push(WaitSpec{Name: "a"})
+	require.NoError(t, err)
+	b, err := q.Push(WaitSpec{Name: "b"})
+	require.NoError(t, err)
+	_, err = q.Push(WaitSpec{Name: "c"})
+	var qf *QueueFullError
+	require.ErrorAs(t, err, &qf)
+	assert.True(t, errors.Is(err, ErrBusy))
+	assert.Equal(t, 2, q.Len(), "a refusal changes nothing")
+	require.True(t, q.Remove(b))
+	_, err = q.Push(WaitSpec{Name: "c"})
+	require.NoError(t, err)
+	d, _ := NewWaitQueue(0)
+	assert.Equal(t, DefaultMaxWaiters, d.Max())
+}
+
+func TestRoomReleasesCountsRoomKinds(t *testing.T) {
+	l, err := New(Config{ManagerID: "m", Locations: []LocationConfig{{Name: "cuda:0", HasBudget: true, BudgetBytes: 100}}})
+	require.NoError(t, err)
+	require.NoError(t, l.Reserve("cuda:0", "r", 10))
+	assert.Equal(t, uint64(0), l.RoomReleases(), "a reservation makes no room")
+	require.NoError(t, l.Unreserve("r"))
+	assert.Equal(t, uint64(1), l.RoomReleases())
+	for _, k := range []string{"remove", "fail", "unreserve", "resize", "release", "unhold", "reap_event", "complete", "discard"} {
+		assert.True(t, RoomKind(k), k)
+	}
+	for _, k := range []string{"admit", "reserve", "acquire", "hold", "record_event", "register"} {
+		assert.False(t, RoomKind(k), k)
+	}
+}
+
+func TestCannotFit(t *testing.T) {
+	h := Handle{Manager: "m", ID: 1, Name: "w"}
+	sizes := map[uint64]int64{1: 80}
+	bytes := func(h Handle) (int64, bool) { n, ok := sizes[h.ID]; return n, ok }
+	budgets := map[string]int64{"cuda:0": 100, "cuda:1": 50}
+	cases := []struct {
+		name  string
+		req   Request
+		never bool
+	}{
+		{"fits", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 100}}}, false},
+		{"one reservation too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:1", Bytes: 51}}}, true},
+		{"two add up too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 60}, {Name: "b", Location: "cuda:0", Bytes: 41}}}, true},
+		{"no budget", Request{Reservations: []ReservationSpec{{Name: "a", Location: "pageable-host", Bytes: 1 << 40}}}, false},
+		{"value fits one tier location", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}, {"cuda:0"}}}}}, false},
+		{"value fits nowhere", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}}}}}, true},
+		{"unknown value", Request{Requirements: []Requirement{{Handle: Handle{ID: 9}, Tiers: [][]string{{"cuda:1"}}}}}, false},
+	}
+	for _, tc := range cases {
+		err := CannotFit(tc.req, budgets, bytes)
+		if tc.never {
+			var pe *PlanError
+			assert.ErrorAs(t, err, &pe, tc.name)
+		} else {
+			assert.NoError(t, err, tc.name)
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/residency-go/residency/budget"
+)
+
+// Waiting for room: the goroutine plumbing around budget.WaitQueue (the
+// pure ordering rule). Each waiting caller blocks on its own turn
+// channel; a turn is given to an eligible waiter when room may have been
+// made since its last try (the ledger committed a removal, an unreserve or
+// a released protection — the supervisor calls OnRoom — or a cache lease
+// was released). Nothing polls: with no such event, nobody is tried again.
+
+// WaitOption makes [System.Admit] or a cache's [Load] wait for room
+// instead of refusing at once. Options combine; any of them turns waiting
+// on. See docs/semantics.md, "Waiting for room".
+type WaitOption func(*waitConfig)
+
+type waitConfig struct {
+	wait   bool
+	class  int
+	bypass bool
+}
+
+// WaitForRoom makes the call wait until it can be admitted, its context
+// ends, or the runtime closes, in priority class 0.
+func WaitForRoom() WaitOption { return func(c *waitConfig) { c.wait = true } }
+
+// WaitClass makes the call wait in priority class class: waiters of
+// higher classes are tried first. Implies [WaitForRoom].
+func WaitClass(class int) WaitOption {
+	return func(c *waitConfig) { c.wait, c.class = true, class }
+}
+
+// WaitAllowBypass makes the call wait, letting later waiters at its
+// locations be admitted ahead of it while it does not fit (it may then
+// wait longer). Without it, a waiter holds up every later waiter of its
+// class, and of lower classes, that needs room at one of its locations.
+// Implies [WaitForRoom].
+func WaitAllowBypass() WaitOption {
+	return func(c *waitConfig) { c.wait, c.bypass = true, true }
+}
+
+func waitConfigOf(opts []WaitOption) waitConfig {
+	var c waitConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// waitRoom is a runtime's queue of callers waiting for room.
+type waitRoom struct {
+	// epoch counts the events that may have made room (signal).
+	epoch atomic.Uint64
+	// queued counts the waiters: a signal kicks the dispatcher only then.
+	queued atomic.Int64
+	kick   chan struct{} // capacity 1: the dispatcher has work
+
+	mu      sync.Mutex
+	q       *budget.WaitQueue
+	ws      map[budget.WaitID]*waiter
+	closed  bool
+	done    chan struct{} // closed by close: wakes every waiter
+	started bool          // the dispatcher goroutine runs
+	stopped chan struct{} // closed when the dispatcher has returned
+	scratch []budget.WaitID
+	// budgets of the budgeted locations (fixed for the runtime's life),
+	// for refusing at once what can never fit.
+	budgets map[string]int64
+	// onChange, when set (tests), runs under mu after every change of the
+	// queue or of a waiter.
+	onChange func()
+}
+
+// waiter is one waiting caller.
+type waiter struct {
+	turn   chan struct{} // capacity 1: try now
+	spec   budget.WaitSpec
+	trying bool   // it has a turn it has not finished
+	tried  bool   // it has had a turn
+	epoch  uint64 // the epoch when it got its last turn
+}
+
+func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
+	q, err := budget.NewWaitQueue(max)
+	if err != nil {
+		return nil, err
+	}
+	budgets := map[string]int64{}
+	for _, l := range locs {
+		if l.HasBudget {
+			budgets[l.Name] = l.BudgetBytes
+		}
+	}
+	return &waitRoom{q: q, ws: map[budget.WaitID]*waiter{}, kick: make(chan struct{}, 1),
+		done: make(chan struct{}), stopped: make(chan struct{}), budgets: budgets}, nil
+}
+
+// signal records that room may have been made. It never blocks: the
+// supervisor calls it on the goroutine running its step (often the
+// releasing caller's). It hands out the turns itself when the room's lock
+// is free, and leaves them to the dispatcher goroutine otherwise.
+func (r *waitRoom) signal() {
+	r.epoch.Add(1)
+	if r.queued.Load() == 0 {
+		return
+	}
+	if r.mu.TryLock() {
+		if !r.closed {
+			r.dispatchLocked()
+		}
+		r.mu.Unlock()
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the dispatcher: it hands out turns after signals.
+func (r *waitRoom) run() {
+	defer close(r.stopped)
+	for {
+		select {
+		case <-r.kick:
+			r.mu.Lock()
+			r.dispatchLocked()
+			r.mu.Unlock()
+		case <-r.done:
+			return
+		}
+	}
+}
+
+// dispatchLocked gives a turn to every eligible waiter that is not trying
+// and has not been tried since the last signal (r.mu held).
+func (r *waitRoom) dispatchLocked() {
+	ep := r.epoch.Load()
+	r.scratch = r.q.Eligible(r.scratch[:0])
+	for _, id := range r.scratch {
+		w := r.ws[id]
+		if w.trying || (w.tried && w.epoch >= ep) {
+			continue
+		}
+		w.trying, w.tried, w.epoch = true, true, ep
+		w.turn <- struct{}{}
+	}
+	r.changedLocked()
+}
+
+func (r *waitRoom) changedLocked() {
+	if r.onChange != nil {
+		r.onChange()
+	}
+}
+
+// wait queues the caller described by spec and calls try on each of its
+// turns until try reports done (admitted, or refused for a reason that
+// waiting cannot change), ctx ends or the room closes. A full queue
+// refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy]).
+// Whatever happens, the caller leaves the queue before wait returns.
+func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (done bool, err error)) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	id, err := r.q.Push(spec)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	w := &waiter{turn: make(chan struct{}, 1), spec: spec}
+	r.ws[id] = w
+	r.queued.Add(1)
+	if !r.started {
+		r.started = true
+		go r.run()
+	}
+	r.dispatchLocked()
+	r.mu.Unlock()
+	for {
+		select {
+		case <-w.turn:
+		case <-ctx.Done():
+			r.leave(id)
+			return ctx.Err()
+		case <-r.done:
+			r.leave(id)
+			return ErrClosed
+		}
+		done, err := try()
+		if done {
+			r.leave(id)
+			return err
+		}
+		r.mu.Lock()
+		w.trying = false
+		r.dispatchLocked() // a signal during the try gives it another turn
+		r.mu.Unlock()
+	}
+}
+
+// leave removes a waiter and gives turns to those it held up.
+func (r *waitRoom) leave(id budget.WaitID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q.Remove(id) {
+		delete(r.ws, id)
+		r.queued.Add(-1)
+	}
+	if !r.closed {
+		r.dispatchLocked()
+	}
+}
+
+// close wakes every waiter (they return ErrClosed) and stops the
+// dispatcher. Idempotent.
+func (r *waitRoom) close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	close(r.done)
+	started := r.started
+	r.changedLocked()
+	r.mu.Unlock()
+	if started {
+		<-r.stopped
+	}
+}
+
+// roomWaitable says whether a refusal may turn into an admission once room
+// is made: the controller found no plan, a budget was short, or something
+// was in use or in flight. Anything else (invalid input, an unknown
+// location, a failed entry, the search limit, a closed runtime) is final.
+func roomWaitable(err error) bool {
+	var pe *PlanError
+	var be *BudgetError
+	var xe *PlanExecutionError
+	var qf *budget.QueueFullError
+	switch {
+	case err == nil, errors.As(err, &xe), errors.As(err, &qf), errors.Is(err, ErrClosed):
+		return false
+	case errors.As(err, &pe), errors.As(err, &be), errors.Is(err, ErrBusy):
+		return true
+	}
+	return false
+}
+
+// cannotFit refuses a request that no amount of waiting can admit
+// (budget.CannotFit); the values it requires are sized from one snapshot.
+func (s *System) cannotFit(ctx context.Context, req Request) error {
+	sizes := map[uint64]int64{}
+	if len(req.Requirements) > 0 {
+		if snap, err := s.Snapshot(ctx); err == nil {
+			for _, v := range snap.Values {
+				sizes[v.Handle.ID] = v.Bytes
+			}
+		}
+	}
+	return budget.CannotFit(req, s.room.budgets, func(h Handle) (int64, bool) {
+		n, ok := sizes[h.ID]
+		return n, ok
+	})
+}
+
+// requestLocations lists the locations a request may need room at: every
+// location of every requirement's tiers and of its reservations.
+func requestLocations(req Request) []string {
+	var out []string
+	add := func(loc string) {
+		if !slices.Contains(out, loc) {
+			out = append(out, loc)
+		}
+	}
+	for _, rq := range req.Requirements {
+		for _, tier := range rq.Tiers {
+			for _, loc := range tier {
+				add(loc)
+			}
+		}
+	}
+	for _, rs := range req.Reservations {
+		add(rs.Location)
+	}
+	return out
+}

@@ -1,0 +1,332 @@
+package system
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/testsys"
+)
+
+// The randomized checker of waiting admission: many goroutines wait for
+// reservations at one location whose device capacity equals its budget.
+// Steps (a new waiter of random size, class and bypass; a holder exits; a
+// waiter is canceled) run one at a time, and after each the checker waits
+// until the runtime has settled (every waiter accounted for: queued or
+// returned, and tried since the last release), then compares with a
+// small reference model of the rule:
+//   - no oversubscription: the holders' bytes, and the ledger's, fit the
+//     budget;
+//   - no lost wake-up: no waiter that the rule lets through still waits
+//     while the free bytes fit it;
+//   - no starvation beyond the rule: nobody was admitted while a waiter
+//     ahead of it (higher class, or same class and earlier) that did not
+//     allow bypass was still waiting.
+//
+// Bounded by default (a few hundred steps); RESIDENCY_SOAK (a Go duration)
+// runs it that long instead. The seed is in every failure message;
+// RESIDENCY_WAIT_SEED replays one.
+func TestWaitingAdmissionChecker(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RESIDENCY_WAIT_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+		seed = n
+	}
+	steps, until := 300, time.Time{}
+	if v := os.Getenv("RESIDENCY_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "RESIDENCY_SOAK is a Go duration")
+		steps, until = 0, time.Now().Add(d)
+	}
+	t.Logf("seed %d (RESIDENCY_WAIT_SEED=%d replays it)", seed, seed)
+	c := newWaitChecker(t, seed)
+	defer c.shutdown()
+	for i := 0; steps == 0 || i < steps; i++ {
+		if !until.IsZero() && time.Now().After(until) {
+			break
+		}
+		c.step(i)
+	}
+	c.drain()
+	t.Logf("seed %d: %d waiters, %d admitted, %d canceled", seed, c.launched, c.admittedN, c.canceledN)
+}
+
+const checkerBudget = 100
+
+type modelWaiter struct {
+	name     string
+	seq      int
+	class    int
+	size     int64
+	bypass   bool
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+// ahead says whether a is ahead of b in the queue.
+func (a *modelWaiter) ahead(b *modelWaiter) bool {
+	return a.class > b.class || (a.class == b.class && a.seq < b.seq)
+}
+
+type waitChecker struct {
+	t    *testing.T
+	seed uint64
+	rng  *rand.Rand
+	s    *System
+	w    *roomWatch
+	out  chan admitted
+
+	waiting   map[string]*modelWaiter
+	holders   map[string]*Scope
+	sizes     map[string]int64
+	class     map[string]int
+	launched  int
+	admittedN int
+	canceledN int
+	fresh     []string // admitted during the current step
+}
+
+func newWaitChecker(t *testing.T, seed uint64) *waitChecker {
+	locs := []LocationConfig{Limit(gpu, checkerBudget)}
+	backend := testsys.Soft(t, locs, testsys.Capacity(map[string]int64{gpu: checkerBudget}))
+	s, err := Start(context.Background(), Options{Locations: locs, Backend: backend, MaxWaiters: 64})
+	require.NoError(t, err)
+	return &waitChecker{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s: s, w: watchRoom(s),
+		out: make(chan admitted, 64), waiting: map[string]*modelWaiter{}, holders: map[string]*Scope{}, sizes: map[string]int64{}, class: map[string]int{}}
+}
+
+func (c *waitChecker) fatalf(format string, args ...any) {
+	c.t.Helper()
+	c.t.Fatalf("seed %d: "+format, append([]any{c.seed}, args...)...)
+}
+
+func (c *waitChecker) step(i int) {
+	c.fresh = c.fresh[:0]
+	switch r := c.rng.IntN(10); {
+	case r < 5 && len(c.waiting) < 16:
+		c.spawn()
+	case r < 9 && len(c.holders) > 0:
+		c.releaseOne()
+	case len(c.waiting) > 0:
+		c.cancelOne()
+	default:
+		c.spawn()
+	}
+	c.settle()
+	c.check(i)
+}
+
+func (c *waitChecker) spawn() {
+	c.launched++
+	mw := &modelWaiter{name: "w" + strconv.Itoa(c.launched), seq: c.launched, class: c.rng.IntN(3),
+		size: 1 + c.rng.Int64N(checkerBudget), bypass: c.rng.IntN(5) == 0}
+	ctx, cancel := context.WithCancel(context.Background())
+	mw.cancel = cancel
+	c.waiting[mw.name] = mw
+	c.sizes[mw.name] = mw.size
+	c.class[mw.name] = mw.class
+	opts := []WaitOption{WaitClass(mw.class)}
+	if mw.bypass {
+		opts = append(opts, WaitAllowBypass())
+	}
+	admitAsync(ctx, c.s, mw.name, mw.size, c.out, opts...)
+	// Wait until it is queued or has returned, so queue order is spawn order.
+	c.waitFor(func() bool {
+		if _, ok := c.waiting[mw.name]; !ok {
+			return true
+		}
+		for _, s := range c.w.r.q.Waiting() {
+			if s.Name == mw.name {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (c *waitChecker) releaseOne() {
+	names := sortedKeys(c.holders)
+	n := names[c.rng.IntN(len(names))]
+	if err := c.holders[n].Exit(context.Background()); err != nil {
+		c.fatalf("exit %s: %v", n, err)
+	}
+	delete(c.holders, n)
+}
+
+func (c *waitChecker) cancelOne() {
+	names := sortedKeys(c.waiting)
+	mw := c.waiting[names[c.rng.IntN(len(names))]]
+	mw.canceled = true
+	mw.cancel()
+}
+
+// settle waits until every waiter of the model is accounted for (queued
+// and settled, or returned).
+func (c *waitChecker) settle() {
+	c.waitFor(func() bool {
+		if c.w.r.q.Len() != len(c.waiting) {
+			return false
+		}
+		for _, mw := range c.waiting {
+			if mw.canceled {
+				return false // its cancellation has not reached it yet
+			}
+		}
+		ep := c.w.r.epoch.Load()
+		for _, x := range c.w.r.ws {
+			if x.trying {
+				return false
+			}
+		}
+		for _, id := range c.w.r.q.Eligible(nil) {
+			if x := c.w.r.ws[id]; !x.tried || x.epoch < ep {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor waits for cond (under the room's lock), taking results as they
+// come.
+func (c *waitChecker) waitFor(cond func() bool) {
+	c.t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		c.w.r.mu.Lock()
+		ok := cond()
+		c.w.r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case a := <-c.out:
+			c.result(a)
+		case <-c.w.ch:
+		case <-deadline.C:
+			c.fatalf("the runtime did not settle: waiting %v, queue %d", sortedKeys(c.waiting), c.w.r.q.Len())
+		}
+	}
+}
+
+func (c *waitChecker) result(a admitted) {
+	mw, ok := c.waiting[a.name]
+	if !ok {
+		c.fatalf("result for %s, which is not waiting", a.name)
+	}
+	delete(c.waiting, a.name)
+	mw.cancel()
+	switch {
+	case a.err == nil:
+		c.holders[a.name] = a.sc
+		c.fresh = append(c.fresh, a.name)
+		c.admittedN++
+	case mw.canceled && errors.Is(a.err, context.Canceled):
+		c.canceledN++
+	default:
+		c.fatalf("waiter %s: %v", a.name, a.err)
+	}
+}
+
+func (c *waitChecker) check(i int) {
+	var used int64
+	for n := range c.holders {
+		used += c.sizes[n]
+	}
+	if used > checkerBudget {
+		c.fatalf("step %d: oversubscribed: holders take %d of %d", i, used, checkerBudget)
+	}
+	snap, err := c.s.Snapshot(context.Background())
+	if err != nil {
+		c.fatalf("snapshot: %v", err)
+	}
+	if l := snap.Locations[0]; l.UsedBytes+l.ReservedBytes != used {
+		c.fatalf("step %d: the ledger charges %d, the holders %d", i, l.UsedBytes+l.ReservedBytes, used)
+	}
+	order := make([]*modelWaiter, 0, len(c.waiting))
+	for _, mw := range c.waiting {
+		order = append(order, mw)
+	}
+	slices.SortFunc(order, func(a, b *modelWaiter) int {
+		return cmp.Or(cmp.Compare(b.class, a.class), cmp.Compare(a.seq, b.seq))
+	})
+	c.w.r.mu.Lock()
+	queue := c.w.r.q.Waiting()
+	c.w.r.mu.Unlock()
+	for k, mw := range order {
+		if k >= len(queue) || queue[k].Name != mw.name {
+			var got, want []string
+			for _, q := range queue {
+				got = append(got, q.Name)
+			}
+			for _, m := range order {
+				want = append(want, m.name)
+			}
+			c.fatalf("step %d: queue order %v differs from the model's %v", i, got, want)
+		}
+	}
+	free, blocked := checkerBudget-used, false
+	for _, mw := range order {
+		if !blocked && mw.size <= free {
+			c.fatalf("step %d: lost wake-up: %s (%d bytes, class %d) still waits with %d free", i, mw.name, mw.size, mw.class, free)
+		}
+		if !mw.bypass {
+			blocked = true
+		}
+	}
+	for _, n := range c.fresh {
+		x := &modelWaiter{name: n, seq: seqOf(n), class: c.class[n]}
+		for _, y := range order {
+			if !y.bypass && y.ahead(x) {
+				c.fatalf("step %d: %s was admitted while %s, ahead of it without bypass, waits", i, n, y.name)
+			}
+		}
+	}
+}
+
+func seqOf(n string) int {
+	v, _ := strconv.Atoi(n[1:])
+	return v
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// drain releases every holder until every waiter is admitted (each fits
+// the budget on its own) and checks the runtime ends empty.
+func (c *waitChecker) drain() {
+	for len(c.holders) > 0 || len(c.waiting) > 0 {
+		c.fresh = c.fresh[:0]
+		if len(c.holders) > 0 {
+			c.releaseOne()
+		}
+		c.settle()
+		c.check(-1)
+		if len(c.holders) == 0 && len(c.waiting) > 0 {
+			c.fatalf("waiters %v still wait on an empty budget", sortedKeys(c.waiting))
+		}
+	}
+}
+
+func (c *waitChecker) shutdown() {
+	for _, mw := range c.waiting {
+		mw.cancel()
+	}
+	require.NoError(c.t, c.s.Close(context.Background()))
+}
