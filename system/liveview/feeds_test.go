@@ -92,7 +92,7 @@ func TestCacheEntries(t *testing.T) {
 	at := t0.Format(time.RFC3339Nano)
 	assert.Equal(t, []entryJSON{
 		{Key: "decoder", State: "ready", Bytes: 16 << 10, LastUse: &at, KeepAliveNS: &keep, Expiry: &expiry},
-		{Key: "encoder", State: "ready", Bytes: 32 << 10, Leases: 1, Pins: 1, LastUse: &at, KeepAliveNS: &keep, EvictWhenIdle: true},
+		{Key: "encoder", State: "ready", Bytes: 32 << 10, Leases: 2, Pins: 1, LastUse: &at, KeepAliveNS: &keep, EvictWhenIdle: true},
 		{Key: "tokenizer", State: "loading", KeepAliveNS: &keep},
 	}, entries)
 	assert.Equal(t, budget.CacheLoading, before[2].State)

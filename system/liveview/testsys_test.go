@@ -71,7 +71,7 @@ const row = 256 // the fixture pipeline's pool row size
 
 // fixture is a runtime with something in every feed of the view: a value
 // on cuda:0 and a refused admission (populate); a loader cache "models"
-// with a leased, pinned entry marked to leave when idle, an idle one with
+// with an entry of two leases and a pin marked to leave when idle, an idle one with
 // an expiry and one still loading; a staging pipeline with a deferred task
 // holding a device clone, a dropped try-reserve and a staged step; and
 // the evidence of the refused admission.
@@ -118,8 +118,8 @@ func (f *fixture) cacheEntries(t *testing.T) {
 		return l
 	}
 	held := load("encoder", 32<<10)
-	pin := held.Pin()
-	t.Cleanup(func() { _ = pin.Release(); _ = held.Release() })
+	again, pin := held.Clone(), held.Pin()
+	t.Cleanup(func() { _ = pin.Release(); _ = again.Release(); _ = held.Release() })
 	_, found, err := c.EvictWhenIdle(ctx, "encoder")
 	require.NoError(t, err)
 	require.True(t, found)
