@@ -114,7 +114,6 @@ func ExampleWithCache() {
 	defer srv.Close()
 	var out struct {
 		Caches []struct {
-			Owner   string `json:"owner"`
 			Entries []struct {
 				Key         string `json:"key"`
 				State       string `json:"state"`
@@ -127,11 +126,11 @@ func ExampleWithCache() {
 	getJSON(srv.URL+"/caches", &out)
 	for _, c := range out.Caches {
 		for _, e := range c.Entries {
-			fmt.Println(c.Owner, e.Key, e.State, e.Bytes, "leases:", e.Leases, "kept forever:", e.KeepAliveNS == nil)
+			fmt.Println(e.Key, e.State, e.Bytes, "leases:", e.Leases, "kept forever:", e.KeepAliveNS == nil)
 		}
 	}
 	// Output:
-	// cache:models#1 encoder ready 16384 leases: 1 kept forever: true
+	// encoder ready 16384 leases: 1 kept forever: true
 }
 
 // Show a staging pipeline: /pipelines has its live tasks per state, its

@@ -167,7 +167,8 @@ func TestPipelines(t *testing.T) {
 
 	// The fixture's figures, so the comparison above compared something.
 	assert.Equal(t, 2, st.Slots)
-	assert.Equal(t, 1, st.FreeSlots, "the staged step holds a slot")
+	assert.Equal(t, 0, st.FreeSlots, "the staged steps hold the slots")
+	assert.Equal(t, 2, st.SlotHolders)
 	assert.Equal(t, int64(2*row), st.CloneBytes)
 	assert.Equal(t, int64(2*row), st.PeakCloneBytes)
 	assert.Equal(t, int64(4*row), st.CloneBudgetBytes)

@@ -73,7 +73,7 @@ const row = 256 // the fixture pipeline's pool row size
 // on cuda:0 and a refused admission (populate); a loader cache "models"
 // with an entry of two leases and a pin marked to leave when idle, an idle one with
 // an expiry and one still loading; a staging pipeline with a deferred task
-// holding a device clone, a dropped try-reserve and a staged step; and
+// holding a device clone, a dropped try-reserve and two staged steps holding both slots; and
 // the evidence of the refused admission.
 type fixture struct {
 	sys      *system.System
@@ -167,9 +167,11 @@ func (f *fixture) stagingPipeline(t *testing.T) {
 	require.ErrorAs(t, err, &drop)
 	require.Equal(t, staging.DropBudget, drop.Reason)
 
-	step, err := p.Stage(ctx, devBuf(t, f.sys, 4*row), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = step.Release() })
+	for range 2 { // every slot held
+		step, err := p.Stage(ctx, devBuf(t, f.sys, 4*row), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = step.Release() })
+	}
 }
 
 // devBuf allocates n bytes at cuda:0, freed when the test ends (before
