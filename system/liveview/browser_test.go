@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 )
 
 // findChromium returns the headless browser to drive, or "" when none is
@@ -41,11 +43,33 @@ type pageValue struct {
 	Mats         []pageMat
 }
 
+type pageEntry struct {
+	Key, State, Bytes, Expiry string
+	Leases, Pins, KeepAlives  int
+	EvictWhenIdle             string
+}
+
+type pagePipeline struct {
+	Pipeline                  string
+	Tasks, Drops              map[string]int64
+	Slots, Free, Holders      int
+	CloneUsed, ClonePeak, Cap int64
+}
+
+type pageDiagnosis struct {
+	Class string
+	Steps []int
+	Text  string
+}
+
 type pageView struct {
 	Version   string
 	Locations []pageLocation
 	Values    []pageValue
 	Trace     int
+	Entries   []pageEntry
+	Pipelines []pagePipeline
+	Diagnosis pageDiagnosis
 }
 
 const readPage = `(() => ({
@@ -64,11 +88,28 @@ const readPage = `(() => ({
       Leases: +m.dataset.leases, Holds: +m.dataset.holds, Events: +m.dataset.events})),
   })),
   Trace: document.querySelectorAll("#trace tbody tr").length,
+  Entries: [...document.querySelectorAll("tr.entries .entry")].map(e => ({
+    Key: e.dataset.key, State: e.dataset.state, Bytes: e.dataset.bytes, Expiry: e.dataset.expiry,
+    Leases: +e.dataset.leases, Pins: +e.dataset.pins, KeepAlives: +e.dataset.keepalives, EvictWhenIdle: e.dataset.evictWhenIdle,
+  })),
+  Pipelines: [...document.querySelectorAll("tr.pipeline")].map(p => {
+    const s = p.querySelector(".slots"), c = p.querySelector(".clone");
+    return {Pipeline: p.dataset.pipeline,
+      Tasks: Object.fromEntries([...p.querySelectorAll(".task")].map(x => [x.dataset.state, +x.dataset.count])),
+      Drops: Object.fromEntries([...p.querySelectorAll(".drop")].map(x => [x.dataset.reason, +x.dataset.count])),
+      Slots: +s.dataset.slots, Free: +s.dataset.free, Holders: +s.dataset.holders,
+      CloneUsed: +c.dataset.used, ClonePeak: +c.dataset.peak, Cap: +c.dataset.cap};
+  }),
+  Diagnosis: {Class: document.getElementById("diagnosis").dataset.class,
+    Steps: [...document.querySelectorAll("#diagnosis .step")].map(s => +s.dataset.number),
+    Text: document.getElementById("diagnosis").textContent},
 }))()`
 
-// TestPageInBrowser mounts the view under a prefix and opens its page in
+// TestPageInBrowser mounts the view (with a cache, a staging pipeline and
+// the evidence of a failure) under a prefix and opens its page in
 // headless Chromium: every figure it shows equals the snapshot at the
-// state version it shows.
+// state version it shows, the cache's entries, the pipeline's Stats and
+// the failure's diagnosis.
 func TestPageInBrowser(t *testing.T) {
 	browser := findChromium()
 	if browser == "" {
@@ -77,13 +118,13 @@ func TestPageInBrowser(t *testing.T) {
 		}
 		t.Skip("chromium is not installed (make chromium): skipped outside CI")
 	}
-	sys := startSoft(t)
-	populate(t, sys)
+	f := newFixture(t)
+	sys := f.sys
 	ctx := context.Background()
 	lease, err := sys.Acquire(ctx, mustHandle(t, sys, "weights"), "cuda:0")
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, lease.Release(ctx)) }()
-	srv := mount(t, sys)
+	srv := mount(t, sys, f.options()...)
 	snap, err := sys.Snapshot(ctx)
 	require.NoError(t, err)
 
@@ -129,6 +170,37 @@ func TestPageInBrowser(t *testing.T) {
 		}
 	}
 	assert.Positive(t, view.Trace, "the trace is shown")
+
+	entries := f.cache.Entries()
+	require.Len(t, view.Entries, len(entries))
+	for i, e := range entries {
+		expiry := ""
+		if !e.Expiry.IsZero() {
+			expiry = e.Expiry.UTC().Format(time.RFC3339Nano)
+		}
+		assert.Equal(t, pageEntry{Key: e.Key, State: e.State.String(), Bytes: strconv.FormatInt(e.Bytes, 10), Expiry: expiry,
+			Leases: e.Leases, Pins: e.Pins, KeepAlives: e.KeepAlives, EvictWhenIdle: strconv.FormatBool(e.EvictWhenIdle)}, view.Entries[i])
+	}
+
+	st := f.pipeline.Stats()
+	require.Len(t, view.Pipelines, 1)
+	tasks := map[string]int64{}
+	for _, s := range []staging.TaskState{staging.Pending, staging.Queued, staging.Copying, staging.HostReady} {
+		tasks[s.String()] = int64(st.Tasks[s])
+	}
+	assert.Equal(t, pagePipeline{Pipeline: "0", Tasks: tasks,
+		Drops: map[string]int64{staging.DropBudget: st.Drops[staging.DropBudget], staging.DropLocation: st.Drops[staging.DropLocation]},
+		Slots: st.Slots, Free: st.FreeSlots, Holders: st.SlotHolders,
+		CloneUsed: st.CloneBytes, ClonePeak: st.PeakCloneBytes, Cap: st.CloneBudgetBytes}, view.Pipelines[0])
+
+	d := diagnose.DiagnoseEvidence(f.failure)
+	assert.Equal(t, d.Class, view.Diagnosis.Class)
+	var steps []int
+	for _, s := range d.Steps {
+		steps = append(steps, s.Number)
+	}
+	assert.Equal(t, steps, view.Diagnosis.Steps)
+	assert.Contains(t, view.Diagnosis.Text, d.FirstAction)
 }
 
 func mustHandle(t *testing.T, sys interface {

@@ -12,9 +12,11 @@
 //	               and peak bytes against its budget and its named
 //	               reservations; every value with its size, replica mode
 //	               and materializations (state, leases, holds, pending
-//	               events); the loader caches; the last transitions of
-//	               the trace. It polls snapshot, trace and caches twice a
-//	               second while it is open.
+//	               events); the loader caches and their entries; the
+//	               staging pipelines; the diagnosis of the last failure;
+//	               the last transitions of the trace. It polls snapshot,
+//	               trace, caches, pipelines and diagnose twice a second
+//	               while it is open.
 //	/liveview.js   the page's script and style (liveview.css), which a
 //	/liveview.css  page of the application's own may reuse (cmd/demo's
 //	               serve page does).
@@ -23,11 +25,34 @@
 //	/trace         the runtime's trace ring (System.Trace), oldest first,
 //	               as JSON: {"trace": [transition, …]}.
 //	/caches        the loader caches given with [WithCache], as JSON:
-//	               {"caches": [{"owner": …, "stats": …}, …]}, each with its
-//	               statistics (Cache.Statistics) in the form of replay's
-//	               cache_stats op ([replay.CacheStatsOf]), or "error" in
-//	               their place when they could not be read. The page shows
-//	               them too.
+//	               {"caches": [{"owner": …, "stats": …, "entries": […]}, …]}:
+//	               each cache's statistics (Cache.Statistics) in the form
+//	               of replay's cache_stats op ([replay.CacheStatsOf]), or
+//	               "error" in their place when they could not be read, and
+//	               its entries (Cache.Entries), by key: "key", "state"
+//	               ("loading" or "ready"), "bytes", "leases", "pins",
+//	               "keep_alives", "last_use", "keep_alive_ns" (null: kept
+//	               until evicted), "expiry" (null: held, loading or kept
+//	               forever), "evict_when_idle"; times are RFC 3339 in UTC.
+//	               {"caches": []} without WithCache.
+//	/pipelines     the staging pipelines given with [WithPipeline], as
+//	               JSON: {"pipelines": [{"pipeline": n, "stats": …}, …]},
+//	               n the pipeline's position among those given, stats its
+//	               Pipeline.Stats in the form of replay's staging_stats op
+//	               ([replay.StagingStats]): slots, free and held; the clone
+//	               budget's bytes in use, peak and cap; live tasks per
+//	               state ("tasks": PENDING, QUEUED, COPYING, HOST_READY,
+//	               zeros included); drops
+//	               by reason ("drops"); tasks opened, written and failed;
+//	               the failure's message or null. {"pipelines": []}
+//	               without WithPipeline.
+//	/diagnose      the diagnosis (diagnose.DiagnoseEvidence) of the last
+//	               failure the application hands the view with
+//	               [WithEvidence]: its JSON form (Diagnosis.MarshalJSON),
+//	               or with ?format=text its text form (Diagnosis.String);
+//	               null (text: a sentence) while there is no failure. Any
+//	               other format is 400; without WithEvidence, 404. The
+//	               evidence is the application's: nothing is posted here.
 //
 // # The JSON form
 //
@@ -49,9 +74,11 @@
 // The handler is read-only: it answers GET and HEAD and refuses every
 // other method with 405 Method Not Allowed; an unknown path is 404. It
 // starts no goroutine and polls nothing: each request costs one snapshot
-// or one trace (or one statistics call per cache shown: a round trip to the runtime's supervisor, the same as
-// the application's own call), and a runtime nobody looks at pays
-// nothing. Every link and fetch of the page is relative, so the view
+// or one trace (or one statistics call per cache shown): a round trip to
+// the runtime's supervisor, the same as the application's own call; a
+// cache's entries are read under its lock, a pipeline's counters without
+// waiting on its work, the evidence by the application's function, and a
+// runtime nobody looks at pays nothing. Every link and fetch of the page is relative, so the view
 // works under any prefix, and its assets are embedded in the binary: it
 // needs nothing from outside. A runtime that is closed answers /snapshot
 // with its final snapshot and /trace with 503 Service Unavailable.

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/replay"
 )
 
@@ -17,20 +19,58 @@ var webFiles embed.FS
 type Option func(*config)
 
 type config struct {
-	snapshot func(system.Snapshot) *replay.Snapshot
-	trace    func([]system.Transition) []replay.Transition
-	caches   []*system.Cache
+	snapshot  func(system.Snapshot) *replay.Snapshot
+	trace     func([]system.Transition) []replay.Transition
+	caches    []*system.Cache
+	pipelines []*staging.Pipeline
+	evidence  func() (diagnose.Evidence, bool)
 }
 
-// WithCache shows the loader caches cs: their statistics under /caches
-// and on the page, in the order given (a cache given twice is shown
-// once). Each request to /caches asks each cache for its statistics.
+// WithCache shows the loader caches cs: their statistics and their
+// entries (Cache.Entries: state, bytes, leases, pins, keep-alives, last
+// use, keep-alive, expiry, the evict-when-idle mark) under /caches and
+// on the page, in the order given (a cache given twice is shown once).
+// Each request to /caches asks each cache for its statistics (a round
+// trip to the runtime) and lists its entries (under the cache's lock).
 func WithCache(cs ...*system.Cache) Option {
 	return func(c *config) {
 		for _, x := range cs {
 			if x != nil && !slices.Contains(c.caches, x) {
 				c.caches = append(c.caches, x)
 			}
+		}
+	}
+}
+
+// WithPipeline shows the staging pipelines ps (package staging): their
+// counters (Pipeline.Stats: live tasks per state, staging slots, the
+// clone budget's use, peak and cap, drops by reason, failure) under
+// /pipelines and on the page, in the order given (a pipeline given twice
+// is shown once), each by its position in that order. Stats never blocks
+// on a pipeline's work, and works after its Close.
+func WithPipeline(ps ...*staging.Pipeline) Option {
+	return func(c *config) {
+		for _, p := range ps {
+			if p != nil && !slices.Contains(c.pipelines, p) {
+				c.pipelines = append(c.pipelines, p)
+			}
+		}
+	}
+}
+
+// WithEvidence serves /diagnose: the diagnosis
+// (diagnose.DiagnoseEvidence) of the evidence that last returns, which
+// the application keeps (typically the diagnose.Capture of its last
+// failed call). last reports false while there is no failure to
+// diagnose. It is called from the request's goroutine, once per request
+// to /diagnose (and so twice a second while the page is open), possibly
+// concurrently: return what is kept, quickly, and do not call the
+// runtime from it. Without it, /diagnose is 404. A nil last changes
+// nothing. The view only reads: evidence is never posted to it.
+func WithEvidence(last func() (diagnose.Evidence, bool)) Option {
+	return func(c *config) {
+		if last != nil {
+			c.evidence = last
 		}
 	}
 }
@@ -98,6 +138,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/caches":
 		h.cacheStats(w, r)
 		return
+	case "/pipelines":
+		h.pipelineStats(w)
+		return
+	case "/diagnose":
+		h.diagnosis(w, r)
+		return
 	}
 	a, ok := assets[path]
 	if !ok {
@@ -132,32 +178,6 @@ func (h *handler) traceRing(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct {
 		Trace []replay.Transition `json:"trace"`
 	}{h.cfg.trace(tr)})
-}
-
-// cacheView is one cache on /caches: its owner name (Cache.Owner) and its
-// statistics in the form of replay's cache_stats op, or why they could
-// not be read.
-type cacheView struct {
-	Owner string             `json:"owner"`
-	Stats *replay.CacheStats `json:"stats"`
-	Error string             `json:"error,omitempty"`
-}
-
-func (h *handler) cacheStats(w http.ResponseWriter, r *http.Request) {
-	out := make([]cacheView, 0, len(h.cfg.caches))
-	for _, c := range h.cfg.caches {
-		v := cacheView{Owner: c.Owner()}
-		st, err := c.Statistics(r.Context())
-		if err != nil {
-			v.Error = err.Error()
-		} else {
-			v.Stats = replay.CacheStatsOf(st)
-		}
-		out = append(out, v)
-	}
-	writeJSON(w, struct {
-		Caches []cacheView `json:"caches"`
-	}{out})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

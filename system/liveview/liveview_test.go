@@ -20,12 +20,12 @@ import (
 
 const prefix = "/debug/residency"
 
-// mount serves the live view of sys under prefix on an httptest server,
-// beside an application route of its own.
-func mount(t *testing.T, sys *system.System) *httptest.Server {
+// mount serves the live view of sys (with opts) under prefix on an
+// httptest server, beside an application route of its own.
+func mount(t *testing.T, sys *system.System, opts ...liveview.Option) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(sys)))
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(sys, opts...)))
 	mux.HandleFunc("/app", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "app") })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -114,14 +114,17 @@ func TestTrace(t *testing.T) {
 	assert.Equal(t, v, tj.Trace[len(tj.Trace)-1].Version)
 }
 
-// TestReadOnly: every method but GET and HEAD is 405, on every path,
-// and changes nothing.
+// TestReadOnly: every method but GET and HEAD is 405, on every path
+// (those of the options included), and changes nothing.
 func TestReadOnly(t *testing.T) {
-	sys := startSoft(t)
-	srv := mount(t, sys)
+	f := newFixture(t)
+	sys := f.sys
+	srv := mount(t, sys, f.options()...)
 	before, err := sys.StateVersion(context.Background())
 	require.NoError(t, err)
-	for _, path := range []string{"/", "/snapshot", "/trace", "/liveview.js", "/nope"} {
+	entries := f.cache.Entries()
+	stats := f.pipeline.Stats()
+	for _, path := range []string{"/", "/snapshot", "/trace", "/liveview.js", "/caches", "/pipelines", "/diagnose", "/diagnose?format=text", "/nope"} {
 		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
 			resp, _ := do(t, m, srv.URL+prefix+path)
 			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s %s", m, path)
@@ -138,6 +141,8 @@ func TestReadOnly(t *testing.T) {
 	after, err := sys.StateVersion(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
+	assert.Equal(t, entries, f.cache.Entries())
+	assert.Equal(t, stats, f.pipeline.Stats())
 }
 
 // TestUnknownPath: a path the view does not serve is 404; the
@@ -145,7 +150,7 @@ func TestReadOnly(t *testing.T) {
 func TestUnknownPath(t *testing.T) {
 	sys := startSoft(t)
 	srv := mount(t, sys)
-	for _, path := range []string{"/nope", "/snapshot/", "/web/index.html", "/index.html", "/liveview.js/x", "/doc.go"} {
+	for _, path := range []string{"/nope", "/snapshot/", "/web/index.html", "/index.html", "/liveview.js/x", "/doc.go", "/caches/", "/pipelines/0", "/diagnose/"} {
 		resp, _ := do(t, http.MethodGet, srv.URL+prefix+path)
 		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 	}
@@ -160,15 +165,15 @@ func TestUnknownPath(t *testing.T) {
 
 var (
 	linkAttr  = regexp.MustCompile(`(?:href|src|action)\s*=\s*"([^"]*)"`)
-	fetchCall = regexp.MustCompile(`getJSON\("([^"]*)"\)|fetch\(\s*"([^"]*)"|extra\["([^"]*)"\]`)
+	fetchCall = regexp.MustCompile(`getJSON\("([^"]*)"\)|fetch\(\s*"([^"]*)"|extra\["([^"]*)"\]|href:\s*"([^"]*)"`)
 )
 
 // TestPageRelativeOnly: the page and its script link and fetch relative
-// URLs only, each of which the view serves under the prefix; nothing
-// comes from outside.
+// URLs only, each of which the view (with every option) serves under the
+// prefix; nothing comes from outside.
 func TestPageRelativeOnly(t *testing.T) {
-	sys := startSoft(t)
-	srv := mount(t, sys)
+	f := newFixture(t)
+	srv := mount(t, f.sys, f.options()...)
 	resp, page := do(t, http.MethodGet, srv.URL+prefix+"/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
@@ -183,9 +188,9 @@ func TestPageRelativeOnly(t *testing.T) {
 		refs = append(refs, m[1])
 	}
 	for _, m := range fetchCall.FindAllStringSubmatch(script, -1) {
-		refs = append(refs, m[1]+m[2]+m[3])
+		refs = append(refs, m[1]+m[2]+m[3]+m[4])
 	}
-	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace", "caches"}, refs)
+	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace", "caches", "pipelines", "diagnose", "diagnose?format=text"}, refs)
 	for _, ref := range refs {
 		assert.False(t, strings.HasPrefix(ref, "/"), "%q is absolute", ref)
 		assert.NotContains(t, ref, ":", "%q names a scheme", ref)
@@ -229,10 +234,17 @@ func TestCaches(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	st, err := c.Statistics(ctx)
 	require.NoError(t, err)
-	want, err := replay.Marshal(map[string]any{"caches": []any{map[string]any{"owner": c.Owner(), "stats": replay.CacheStatsOf(st)}}})
+	want, err := replay.Marshal(map[string]any{"caches": []any{map[string]any{"owner": c.Owner(), "stats": replay.CacheStatsOf(st), "entries": []any{}}}})
 	require.NoError(t, err)
 	assert.JSONEq(t, string(want), body)
 
 	_, body = do(t, http.MethodGet, srv.URL+"/bare/caches")
 	assert.JSONEq(t, `{"caches":[]}`, body)
+}
+
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -73,22 +73,98 @@ const LiveView = (() => {
     }
   }
 
+  function count(n, one, many) { return n + " " + (n === 1 ? one : many); }
+  function clock(t) { return t === null ? "" : new Date(t).toLocaleTimeString(); }
+  function keepAlive(ns) { return ns === null ? "kept until evicted" : ns === 0 ? "unloads when idle" : "keep-alive " + (ns / 1e9) + " s"; }
+
+  function renderEntries(entries) {
+    const td = el("td", {colspan: 5});
+    if (!entries.length) td.append(el("span", {class: "empty"}, "no entries"));
+    for (const e of entries) {
+      const prot = [];
+      if (e.leases) prot.push(count(e.leases, "lease", "leases"));
+      if (e.pins) prot.push(count(e.pins, "pin", "pins"));
+      if (e.keep_alives) prot.push(count(e.keep_alives, "keep-alive", "keep-alives"));
+      const when = [keepAlive(e.keep_alive_ns)];
+      if (e.expiry !== null) when.push("expires " + clock(e.expiry));
+      if (e.evict_when_idle) when.push("leaves when idle");
+      td.append(el("span", {class: "entry mat " + e.state, "data-key": e.key, "data-state": e.state, "data-bytes": e.bytes,
+        "data-leases": e.leases, "data-pins": e.pins, "data-keepalives": e.keep_alives, "data-expiry": e.expiry === null ? "" : e.expiry,
+        "data-evict-when-idle": String(e.evict_when_idle), title: e.last_use === null ? "loading" : "last use " + e.last_use},
+        e.key + " " + e.state + (e.state === "ready" ? " " + human(e.bytes) : ""),
+        prot.length ? el("span", {class: "prot"}, " · " + prot.join(", ")) : "",
+        el("span", {class: "reason"}, " · " + when.join(", "))));
+    }
+    return td;
+  }
+
   function renderCaches(cs) {
     const body = document.querySelector("#caches tbody");
     body.replaceChildren();
     if (!cs.caches.length) body.append(el("tr", {}, el("td", {colspan: 5, class: "empty"}, "no cache shown (liveview.WithCache)")));
     for (const c of cs.caches) {
-      if (!c.stats) { body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {colspan: 4, class: "reason"}, c.error))); continue; }
-      const st = c.stats;
-      body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {}, st.location),
-        el("td", {class: "num", "data-bytes": st.reserved_bytes}, human(st.reserved_bytes) +
-          (st.budget_bytes === null ? "" : " of " + human(st.budget_bytes))),
-        el("td", {class: "num"}, st.resources), el("td", {class: "num"}, st.evictions)));
+      if (!c.stats) {
+        body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {colspan: 4, class: "reason"}, c.error)));
+      } else {
+        const st = c.stats;
+        body.append(el("tr", {class: "cache", "data-owner": c.owner}, el("td", {}, c.owner), el("td", {}, st.location),
+          el("td", {class: "num", "data-bytes": st.reserved_bytes}, human(st.reserved_bytes) +
+            (st.budget_bytes === null ? "" : " of " + human(st.budget_bytes))),
+          el("td", {class: "num"}, st.resources), el("td", {class: "num"}, st.evictions)));
+      }
+      body.append(el("tr", {class: "entries", "data-owner": c.owner}, renderEntries(c.entries || [])));
     }
   }
 
-  async function getJSON(path) {
+  // fields lists a replay Object ({key: n, …}) as spans of class cls.
+  function fields(cls, attr, obj) {
+    return Object.entries(obj).map(([k, n]) => el("span", {class: cls + (n ? "" : " zero"), ["data-" + attr]: k, "data-count": n}, k + " " + n + " "));
+  }
+
+  function renderPipelines(ps) {
+    const body = document.querySelector("#pipelines tbody");
+    body.replaceChildren();
+    if (!ps.pipelines.length) body.append(el("tr", {}, el("td", {colspan: 6, class: "empty"}, "no pipeline shown (liveview.WithPipeline)")));
+    for (const p of ps.pipelines) {
+      const st = p.stats;
+      body.append(el("tr", {class: "pipeline", "data-pipeline": p.pipeline},
+        el("td", {}, "#" + p.pipeline, st.failure === null ? "" : el("div", {class: "failure prot"}, "failed: " + st.failure)),
+        el("td", {class: "tasks"}, ...fields("task", "state", st.tasks)),
+        el("td", {class: "slots num", "data-slots": st.slots, "data-free": st.free_slots, "data-holders": st.slot_holders},
+          st.free_slots + " of " + st.slots + " free · " + count(st.slot_holders, "holder", "holders")),
+        el("td", {class: "clone num", "data-used": st.clone_bytes, "data-peak": st.peak_clone_bytes, "data-cap": st.clone_budget_bytes},
+          human(st.clone_bytes) + " · peak " + human(st.peak_clone_bytes) + " · cap " + human(st.clone_budget_bytes)),
+        el("td", {class: "drops"}, ...fields("drop", "reason", st.drops)),
+        el("td", {class: "num"}, st.written + " written · " + st.failed + " failed · " + st.flushes + " flushed")));
+    }
+  }
+
+  // renderDiagnosis shows /diagnose: undefined when the view has no
+  // evidence source (404), null while there is no failure.
+  function renderDiagnosis(d) {
+    const box = document.getElementById("diagnosis");
+    box.replaceChildren();
+    box.className = d ? "" : "empty";
+    box.dataset.class = d ? d.class : "";
+    if (d === undefined) { box.append("no evidence source (liveview.WithEvidence)"); return; }
+    if (d === null) { box.append("no failure to diagnose"); return; }
+    const steps = el("ol", {class: "steps"});
+    for (const s of d.steps) {
+      const finds = el("ul", {});
+      for (const f of s.findings) finds.append(el("li", {}, f.what + (f.verdict ? ": " + f.verdict : "")));
+      steps.append(el("li", {class: "step", value: s.number, "data-number": s.number}, el("b", {}, s.title), finds));
+    }
+    box.append(el("div", {class: "head"}, el("span", {class: "class"}, d.class), " at state version " + d.state_version + " · ",
+      el("a", {href: "diagnose?format=text"}, "as text")),
+      el("div", {class: "message"}, d.message),
+      el("div", {class: "first"}, "first: " + d.first_action), steps);
+  }
+
+  // getJSON fetches a feed; an optional one the view does not serve
+  // (404) reads as undefined.
+  async function getJSON(path, optional) {
     const r = await fetch(path, {cache: "no-store"});
+    if (optional && r.status === 404) return undefined;
     if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()).trim());
     return r.json();
   }
@@ -100,8 +176,10 @@ const LiveView = (() => {
     try {
       extra = Object.assign({}, extra);
       if (document.getElementById("caches")) extra["caches"] = renderCaches;
+      if (document.getElementById("pipelines")) extra["pipelines"] = renderPipelines;
+      if (document.getElementById("diagnosis")) extra["diagnose"] = renderDiagnosis;
       const names = Object.keys(extra);
-      const [snap, tr, ...more] = await Promise.all([getJSON("snapshot"), getJSON("trace"), ...names.map(getJSON)]);
+      const [snap, tr, ...more] = await Promise.all([getJSON("snapshot"), getJSON("trace"), ...names.map(n => getJSON(n, n === "diagnose"))]);
       renderLocations(snap);
       renderValues(snap);
       renderTrace(tr);
