@@ -47,10 +47,8 @@ type Runner struct {
 	eventNames map[uint64]scriptName // `event "E"`
 	scopeNames map[string]string     // "scope-3" → the script's name
 
-	// Per op: handle names sent to the runtime unresolved (id 0), and a
-	// replica mode the runtime was given as invalid.
+	// Per op: handle names sent to the runtime unresolved (id 0).
 	unresolved []string
-	badReplica string
 
 	caches  *cacheState   // the loader caches of the script (ops_cache.go); nil until one is opened
 	staging *stagingState // the write pipelines of the script (ops_staging.go); nil until one is used
@@ -276,7 +274,7 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 // result's Err matches ctx's error and the op may not have finished.
 func (r *Runner) Do(ctx context.Context, o Op) Result {
 	res := Result{Line: o.Line, Op: o.Name}
-	r.unresolved, r.badReplica, r.explained = r.unresolved[:0], "", nil
+	r.unresolved, r.explained = r.unresolved[:0], nil
 	octx, cancel := r.watch.start(ctx)
 	var reached bool
 	var err error

@@ -9,14 +9,12 @@ import (
 )
 
 // words puts a runtime message in the script's words: unknown handles of
-// this op, an invalid replica mode, and scopes by their script names.
+// this op, and scopes by their script names.
 func (r *Runner) words(msg string) string {
 	for _, name := range r.unresolved {
 		msg = strings.ReplaceAll(msg, fmt.Sprintf("unknown handle %q (id 0)", name), fmt.Sprintf("unknown handle %q (register it first)", name))
 	}
-	if r.badReplica != "" {
-		msg = strings.ReplaceAll(msg, "unknown replica mode -1", fmt.Sprintf("unknown replica mode %q (use exclusive or replicable)", r.badReplica))
-	}
+
 	if len(r.scopeNames) > 0 && strings.Contains(msg, "scope-") {
 		msg = r.scopeWords(msg)
 	}
