@@ -170,7 +170,13 @@ func (r *Runner) execReserve(ctx context.Context, o Op, _ *Result) (bool, error)
 }
 
 func (r *Runner) execUnreserve(ctx context.Context, o Op, _ *Result) (bool, error) {
-	return true, r.sys.Unreserve(ctx, r.cacheResName(o.resName))
+	name := r.cacheResName(o.resName)
+	if err := r.scopeReservation(name); err != nil {
+		// The runtime would refuse it and change nothing: a scope's
+		// reservation is released when the scope exits.
+		return false, err
+	}
+	return true, r.sys.Unreserve(ctx, name)
 }
 
 func (r *Runner) execSnapshot(ctx context.Context, _ Op, res *Result) (bool, error) {

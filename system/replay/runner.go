@@ -46,6 +46,7 @@ type Runner struct {
 	holdNames  map[uint64]scriptName // `hold "H"`
 	eventNames map[uint64]scriptName // `event "E"`
 	scopeNames map[string]string     // "scope-3" → the script's name
+	resvScopes map[string]string     // reservation → the script name of the entered scope that owns it
 
 	// Per op: handle names sent to the runtime unresolved (id 0).
 	unresolved []string
@@ -246,6 +247,7 @@ const (
 type scopeEntry struct {
 	scope *system.Scope
 	state scopeState
+	resv  []string // the runtime names of the reservations it owns while entered
 }
 
 func newRunner(sys *system.System, locs []locationSpec) *Runner {
@@ -256,6 +258,7 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 		decisions: map[string]system.Decision{}, scopes: map[string]*scopeEntry{},
 		leaseNames: map[uint64]scriptName{}, holdNames: map[uint64]scriptName{},
 		eventNames: map[uint64]scriptName{}, scopeNames: map[string]string{},
+		resvScopes: map[string]string{},
 		done:    finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
 		doneIDs: finishedIDs{window: minIDWindow},
 	}
