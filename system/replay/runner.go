@@ -259,8 +259,8 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 		leaseNames: map[uint64]scriptName{}, holdNames: map[uint64]scriptName{},
 		eventNames: map[uint64]scriptName{}, scopeNames: map[string]string{},
 		resvScopes: map[string]string{},
-		done:    finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
-		doneIDs: finishedIDs{window: minIDWindow},
+		done:       finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
+		doneIDs:    finishedIDs{window: minIDWindow},
 	}
 	for _, l := range locs {
 		r.locations[l.name] = true
