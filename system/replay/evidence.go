@@ -83,7 +83,7 @@ func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 		l.Reservations = append([]system.ReservationRecord(nil), l.Reservations...)
 		for j := range l.Reservations {
 			l.Reservations[j].Name = r.message(l.Reservations[j].Name)
-			l.Reservations[j].Owner = r.message(l.Reservations[j].Owner)
+			l.Reservations[j].Owner = r.owner(l.Reservations[j].Owner)
 		}
 		locs[i] = l
 	}

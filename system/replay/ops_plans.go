@@ -121,20 +121,21 @@ func (r *Runner) execEnter(ctx context.Context, o Op, res *Result) (bool, error)
 		}
 	}()
 	var sc *system.Scope
+	var plan system.Plan
 	if o.decision != "" {
 		d, ok := r.decisions[o.decision]
 		if !ok {
 			return false, invalid("unknown decision %q", o.decision)
 		}
-		sc = r.sys.ScopeFor(d)
+		sc, plan = r.sys.ScopeFor(d), d.Plan
 	} else if o.expectedVersion != nil {
-		p := r.plan(o.plan)
-		r.explain(ctx, o, p)
-		sc = r.sys.NewScopeExpecting(p, *o.expectedVersion)
+		plan = r.plan(o.plan)
+		r.explain(ctx, o, plan)
+		sc = r.sys.NewScopeExpecting(plan, *o.expectedVersion)
 	} else {
-		p := r.plan(o.plan)
-		r.explain(ctx, o, p)
-		sc = r.sys.NewScope(p)
+		plan = r.plan(o.plan)
+		r.explain(ctx, o, plan)
+		sc = r.sys.NewScope(plan)
 	}
 	entry.scope = sc
 	r.scopeNames[sc.Name()] = o.as
@@ -142,6 +143,10 @@ func (r *Runner) execEnter(ctx context.Context, o Op, res *Result) (bool, error)
 		return true, err
 	}
 	entry.state = scopeEntered
+	for _, rs := range plan.Reservations {
+		entry.resv = append(entry.resv, rs.Name)
+		r.resvScopes[rs.Name] = o.as
+	}
 	for _, id := range sc.Leases() {
 		r.leaseNames[uint64(id)] = scriptName{kind: "lease", name: o.as, scope: true}
 	}
@@ -163,6 +168,9 @@ func (r *Runner) execExit(ctx context.Context, o Op, _ *Result) (bool, error) {
 	var pe *system.PlanExecutionError
 	if err == nil || errors.As(err, &pe) {
 		e.state = scopeExited // an exit failure is kept; the scope is done
+		for _, name := range e.resv {
+			delete(r.resvScopes, name)
+		}
 		r.finishScope(o.scope, e)
 	}
 	return true, err

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/residency-go/residency/cuda"
@@ -70,8 +71,18 @@ func (r *Runner) execRegister(ctx context.Context, o Op, _ *Result) (bool, error
 		mode = system.Replicable
 	default:
 		// The replica mode is a field after the name and bytes: the
-		// runtime checks them in order and refuses this mode.
-		mode, r.badReplica = system.ReplicaMode(-1), o.replica
+		// runtime checks them in order. When they pass, it would refuse
+		// the mode and change nothing, so the replay says so itself, in
+		// the script's words; otherwise the runtime reports the first
+		// problem (and changes nothing).
+		first, err := r.nameAndBytesPass(ctx, o)
+		if err != nil {
+			return false, err
+		}
+		if first {
+			return false, invalid("value %q: unknown replica mode %q (use exclusive or replicable)", o.handle, o.replica)
+		}
+		mode = system.ReplicaMode(-1)
 	}
 	v := system.Value{Name: o.handle, Bytes: o.bytes, Mode: mode, At: o.at, Source: o.source}
 	if o.source != "" {
@@ -90,6 +101,24 @@ func (r *Runner) execRegister(ctx context.Context, o Op, _ *Result) (bool, error
 	}
 	r.handles[o.handle] = h
 	return true, nil
+}
+
+// nameAndBytesPass reports whether a registration's fields before its
+// replica mode pass the runtime's checks: a name that is not empty and
+// not a live value's, and positive bytes.
+func (r *Runner) nameAndBytesPass(ctx context.Context, o Op) (bool, error) {
+	if o.handle == "" || o.bytes <= 0 {
+		return false, nil
+	}
+	_, err := r.sys.Lookup(ctx, o.handle)
+	var ie *system.InvalidInputError
+	switch {
+	case err == nil:
+		return false, nil // a duplicate name
+	case errors.As(err, &ie):
+		return true, nil // no live value has the name
+	}
+	return false, err
 }
 
 func (r *Runner) execPlace(ctx context.Context, o Op, _ *Result) (bool, error) {
@@ -141,7 +170,13 @@ func (r *Runner) execReserve(ctx context.Context, o Op, _ *Result) (bool, error)
 }
 
 func (r *Runner) execUnreserve(ctx context.Context, o Op, _ *Result) (bool, error) {
-	return true, r.sys.Unreserve(ctx, r.cacheResName(o.resName))
+	name := r.cacheResName(o.resName)
+	if err := r.scopeReservation(name); err != nil {
+		// The runtime would refuse it and change nothing: a scope's
+		// reservation is released when the scope exits.
+		return false, err
+	}
+	return true, r.sys.Unreserve(ctx, name)
 }
 
 func (r *Runner) execSnapshot(ctx context.Context, _ Op, res *Result) (bool, error) {

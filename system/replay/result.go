@@ -380,7 +380,7 @@ func (rn *Runner) Snapshot(s system.Snapshot) *Snapshot {
 			lj.BudgetBytes = &b
 		}
 		for _, res := range l.Reservations {
-			lj.Reservations = append(lj.Reservations, SnapshotReservation{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.message(res.Owner))})
+			lj.Reservations = append(lj.Reservations, SnapshotReservation{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.owner(res.Owner))})
 		}
 		out.Locations = append(out.Locations, lj)
 	}

@@ -46,11 +46,10 @@ type Runner struct {
 	holdNames  map[uint64]scriptName // `hold "H"`
 	eventNames map[uint64]scriptName // `event "E"`
 	scopeNames map[string]string     // "scope-3" → the script's name
+	resvScopes map[string]string     // reservation → the script name of the entered scope that owns it
 
-	// Per op: handle names sent to the runtime unresolved (id 0), and a
-	// replica mode the runtime was given as invalid.
+	// Per op: handle names sent to the runtime unresolved (id 0).
 	unresolved []string
-	badReplica string
 
 	caches  *cacheState   // the loader caches of the script (ops_cache.go); nil until one is opened
 	staging *stagingState // the write pipelines of the script (ops_staging.go); nil until one is used
@@ -248,6 +247,7 @@ const (
 type scopeEntry struct {
 	scope *system.Scope
 	state scopeState
+	resv  []string // the runtime names of the reservations it owns while entered
 }
 
 func newRunner(sys *system.System, locs []locationSpec) *Runner {
@@ -258,8 +258,9 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 		decisions: map[string]system.Decision{}, scopes: map[string]*scopeEntry{},
 		leaseNames: map[uint64]scriptName{}, holdNames: map[uint64]scriptName{},
 		eventNames: map[uint64]scriptName{}, scopeNames: map[string]string{},
-		done:    finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
-		doneIDs: finishedIDs{window: minIDWindow},
+		resvScopes: map[string]string{},
+		done:       finishedNames{maxCount: maxFinishedNames, maxWeight: maxFinishedBytes},
+		doneIDs:    finishedIDs{window: minIDWindow},
 	}
 	for _, l := range locs {
 		r.locations[l.name] = true
@@ -276,7 +277,7 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 // result's Err matches ctx's error and the op may not have finished.
 func (r *Runner) Do(ctx context.Context, o Op) Result {
 	res := Result{Line: o.Line, Op: o.Name}
-	r.unresolved, r.badReplica, r.explained = r.unresolved[:0], "", nil
+	r.unresolved, r.explained = r.unresolved[:0], nil
 	octx, cancel := r.watch.start(ctx)
 	var reached bool
 	var err error

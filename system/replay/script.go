@@ -20,8 +20,8 @@ import (
 // op, a missing, unknown or mistyped field, register with both or neither
 // of at/source, a first op that is not start, a bad start. Values that are
 // well typed but wrong (bytes ≤ 0, a malformed location inside an op, an
-// unknown replica mode) are left for the runtime, which reports them as
-// InvalidInput results.
+// unknown replica mode) are left for the op, which reports them in field
+// order as InvalidInput results.
 
 // ScriptError is a malformed script: a line that is not an op (bad
 // JSON, an unknown op or field, a missing or mistyped field, a bad start),

@@ -9,17 +9,12 @@ import (
 )
 
 // words puts a runtime message in the script's words: unknown handles of
-// this op, an invalid replica mode, and scopes by their script names.
+// this op (see fieldHandle), caches and write tasks by their script names.
 func (r *Runner) words(msg string) string {
 	for _, name := range r.unresolved {
 		msg = strings.ReplaceAll(msg, fmt.Sprintf("unknown handle %q (id 0)", name), fmt.Sprintf("unknown handle %q (register it first)", name))
 	}
-	if r.badReplica != "" {
-		msg = strings.ReplaceAll(msg, "unknown replica mode -1", fmt.Sprintf("unknown replica mode %q (use exclusive or replicable)", r.badReplica))
-	}
-	if len(r.scopeNames) > 0 && strings.Contains(msg, "scope-") {
-		msg = r.scopeWords(msg)
-	}
+
 	if r.caches != nil && strings.Contains(msg, "cache:") {
 		msg = r.caches.cacheWords(msg)
 	}
@@ -29,37 +24,28 @@ func (r *Runner) words(msg string) string {
 	return msg
 }
 
-// scopeWords replaces the runtime's scope names ("scope-3", quoted or
-// not) with the script's (`scope "S"`).
-func (r *Runner) scopeWords(msg string) string {
-	var b strings.Builder
-	for {
-		i := strings.Index(msg, "scope-")
-		if i < 0 {
-			b.WriteString(msg)
-			return b.String()
-		}
-		j := i + len("scope-")
-		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-			j++
-		}
-		name, ok := r.scopeNames[msg[i:j]]
-		if !ok || j == i+len("scope-") {
-			b.WriteString(msg[:j])
-			msg = msg[j:]
-			continue
-		}
-		quoted := i > 0 && msg[i-1] == '"' && j < len(msg) && msg[j] == '"'
-		if quoted {
-			b.WriteString(msg[:i-1])
-			b.WriteString(strconv.Quote(name))
-			msg = msg[j+1:]
-			continue
-		}
-		b.WriteString(msg[:i])
-		b.WriteString("scope " + strconv.Quote(name))
-		msg = msg[j:]
+// owner is a reservation's owner in the script's words: a scope of the
+// script by its name (`scope "S"`, looked up by the runtime's scope name
+// the owner is), a cache by cacheWords.
+func (r *Runner) owner(o string) string {
+	if r == nil {
+		return o
 	}
+	if name, ok := r.scopeNames[o]; ok {
+		return "scope " + strconv.Quote(name)
+	}
+	return r.message(o)
+}
+
+// scopeReservation is the refusal of unreserve for a reservation a scope
+// of the script owns, as the runtime words it but with the scope's script
+// name; nil when no entered scope owns name.
+func (r *Runner) scopeReservation(name string) error {
+	scope, ok := r.resvScopes[name]
+	if !ok {
+		return nil
+	}
+	return invalid("reservation %q belongs to scope %q; it is released when the scope exits", name, scope)
 }
 
 // scriptName is a lease, hold or event as the script knows it: its kind

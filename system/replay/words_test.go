@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -52,4 +53,30 @@ func TestScriptMessageReplacesTheNamedLifetimeOnly(t *testing.T) {
 	assert.Equal(t, `release 1; lease 12; lease of scope "s" on x at cuda:0 is not active; lease of scope "s" on x at cuda:0`, got)
 	// Without the fields nothing is rewritten.
 	assert.Empty(t, r.inactiveWords(errors.New("lease 1 is not active")))
+}
+
+// An unknown replica mode is the replay's own refusal, in the script's
+// words, once the fields before it pass; a duplicate name comes first.
+// Either way nothing changes.
+func TestUnknownReplicaModeInFieldOrder(t *testing.T) {
+	ctx := context.Background()
+	r, done := newTestRunner(t, locationSpec{name: "pageable-host"})
+	defer done()
+	res := r.Do(ctx, Op{Name: "register", handle: "a", bytes: 10, at: "pageable-host"})
+	require.True(t, res.OK)
+	before := res.StateVersion
+
+	res = r.Do(ctx, Op{Name: "register", handle: "b", bytes: 10, replica: "shared", at: "pageable-host"})
+	require.False(t, res.OK)
+	assert.Equal(t, `residency invalid input: value "b": unknown replica mode "shared" (use exclusive or replicable)`, res.Error.Message)
+	var ie *system.InvalidInputError
+	assert.ErrorAs(t, res.Err(), &ie)
+
+	res = r.Do(ctx, Op{Name: "register", handle: "a", bytes: 10, replica: "shared", at: "pageable-host"})
+	require.False(t, res.OK)
+	assert.Equal(t, `residency invalid input: duplicate value name "a"`, res.Error.Message)
+
+	v, err := r.sys.StateVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, before, v)
 }
