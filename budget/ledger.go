@@ -315,7 +315,11 @@ func (l *Ledger) value(h Handle) (*value, error) {
 	if h.Manager != l.id {
 		return nil, &UnavailableError{Handle: h.Name, Detail: fmt.Sprintf("foreign handle: it belongs to another manager (%q, this is %q)", h.Manager, l.id), Reason: UnavailableForeign}
 	}
-	if h.ID == 0 || h.ID > l.vals.maxID {
+	if h.ID == 0 {
+		// A handle no Register returned: only its name can say which.
+		return nil, invalidf("unknown handle %q (register it first)", h.Name)
+	}
+	if h.ID > l.vals.maxID {
 		return nil, invalidf("unknown handle %q (id %d)", h.Name, h.ID)
 	}
 	v := l.vals.get(h.ID)

@@ -27,8 +27,7 @@ const ManagerID = "replay"
 // plan or request that is not registered is therefore not refused here:
 // it goes to the runtime as a handle the runtime does not know (id 0), and
 // the runtime's own field checks, in their order, decide which problem of
-// the op is reported first. Its message is then put back in the script's
-// words ("register it first"). Results name leases, holds, events and
+// the op is reported first (an unknown handle "register it first"). Results name leases, holds, events and
 // scopes by their script names, never by the runtime's ids.
 type Runner struct {
 	sys       *system.System
@@ -47,9 +46,6 @@ type Runner struct {
 	eventNames map[uint64]scriptName // `event "E"`
 	scopeNames map[string]string     // "scope-3" → the script's name
 	resvScopes map[string]string     // reservation → the script name of the entered scope that owns it
-
-	// Per op: handle names sent to the runtime unresolved (id 0).
-	unresolved []string
 
 	caches  *cacheState   // the loader caches of the script (ops_cache.go); nil until one is opened
 	staging *stagingState // the write pipelines of the script (ops_staging.go); nil until one is used
@@ -277,7 +273,7 @@ func newRunner(sys *system.System, locs []locationSpec) *Runner {
 // result's Err matches ctx's error and the op may not have finished.
 func (r *Runner) Do(ctx context.Context, o Op) Result {
 	res := Result{Line: o.Line, Op: o.Name}
-	r.unresolved, r.explained = r.unresolved[:0], nil
+	r.explained = nil
 	octx, cancel := r.watch.start(ctx)
 	var reached bool
 	var err error
@@ -351,7 +347,6 @@ func (r *Runner) fieldHandle(name string) system.Handle {
 	if h, ok := r.handles[name]; ok {
 		return h
 	}
-	r.unresolved = append(r.unresolved, name)
 	return system.Handle{Manager: r.sys.ManagerID(), ID: 0, Name: name}
 }
 

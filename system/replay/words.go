@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -11,9 +10,6 @@ import (
 // words puts a runtime message in the script's words: unknown handles of
 // this op (see fieldHandle), caches and write tasks by their script names.
 func (r *Runner) words(msg string) string {
-	for _, name := range r.unresolved {
-		msg = strings.ReplaceAll(msg, fmt.Sprintf("unknown handle %q (id 0)", name), fmt.Sprintf("unknown handle %q (register it first)", name))
-	}
 
 	if r.caches != nil && strings.Contains(msg, "cache:") {
 		msg = r.caches.cacheWords(msg)
