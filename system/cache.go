@@ -71,8 +71,10 @@ type Cache struct {
 	quiet     []chan struct{} // closed when busy drops to 0
 	closeDone bool
 
-	closeMu  sync.Mutex // serializes Close
-	closeErr error
+	// closeTurn serializes Close (one token): a Close waiting for its
+	// turn honours its context.
+	closeTurn chan struct{}
+	closeErr  error
 
 	// detachedLive counts entries Close drained whose release has not
 	// run yet (still leased, so still charged).
@@ -139,6 +141,7 @@ func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
 		reserving: map[string]chan struct{}{},
+		closeTurn: make(chan struct{}, 1),
 	}
 	c.budget = &MemoryBudget{sys: s, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
 	ch, err := c.charges(ctx)

@@ -218,15 +218,20 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 // last lease, pin or keep-alive is. Reservations of the memory budget stay
 // until their holders release them: the budget's ceiling outlives the
 // cache. Close returns once all of that is done, or ctx.Err() (call it
-// again to keep waiting). Idempotent once it returned nil. Called with
+// again to keep waiting), also while it waits for another Close under
+// way. Idempotent once it returned nil. Called with
 // the context of one of the cache's loaders it would wait for itself:
 // [*InvalidInputError], nothing done.
 func (c *Cache) Close(ctx context.Context) error {
 	if inLoader(ctx, c, "") {
 		return &budget.InvalidInputError{Message: "Close of a cache called from one of its loaders: it would wait for itself"}
 	}
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
+	select {
+	case c.closeTurn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err() // another Close is under way; nothing done
+	}
+	defer func() { <-c.closeTurn }()
 	c.mu.Lock()
 	if c.closeDone {
 		c.mu.Unlock()

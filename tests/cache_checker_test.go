@@ -18,8 +18,10 @@ package tests
 //     per call and by a watcher: no oversubscription, one loader per key
 //     and none while a value of the key is held, no value closed while
 //     held or twice, no refusal that the caller's own request would not
-//     cause, every call done within its context (plus a grace), and at the
-//     end every value closed once and the location back to zero.
+//     cause, every call done within its context (plus a grace, and minus
+//     the time the process was kept from running meanwhile: see
+//     schedLag), and at the end every value closed once and the
+//     location back to zero.
 //
 // Bounded by default. RESIDENCY_SOAK (a Go duration) repeats both parts
 // with new seeds until it has passed; RESIDENCY_CACHE_SEED replays one
@@ -1085,66 +1087,11 @@ const ckGrace = time.Second
 
 type concurrentChecker struct {
 	ck      *ckRecorder
-	lag     schedLag
+	lag     *schedLag
 	sys     *system.System
 	c       *system.Cache
 	closing atomic.Bool // Close has been called
 	budgets sync.Map    // *system.MemoryReservation → *ckValue: budgeted values' allocations
-}
-
-// schedLag measures how late a goroutine that only sleeps wakes up (a
-// loaded machine, the race detector): a call that returns late by no
-// more than that, plus the grace, is not blamed for it.
-type schedLag struct {
-	mu      sync.Mutex
-	samples []lagSample
-}
-
-type lagSample struct {
-	at  time.Time
-	lag time.Duration
-}
-
-func (l *schedLag) run(stop <-chan struct{}) {
-	const tick = 2 * time.Millisecond
-	t := time.NewTimer(tick)
-	defer t.Stop()
-	want := time.Now().Add(tick)
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			// The time the timer channel carries is when the timer was
-			// due, not when this goroutine ran: a stalled process would
-			// show no lag. Read the clock here instead.
-			now := time.Now()
-			l.mu.Lock()
-			l.samples = append(l.samples, lagSample{now, now.Sub(want)})
-			l.mu.Unlock()
-			want = time.Now().Add(tick)
-			t.Reset(tick)
-		}
-	}
-}
-
-// worst is the largest lag seen from from to to (and the first sample
-// after to, which covers a probe asleep at to).
-func (l *schedLag) worst(from, to time.Time) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var w time.Duration
-	for i := len(l.samples) - 1; i >= 0; i-- {
-		s := l.samples[i]
-		if s.at.Before(from) {
-			break
-		}
-		if s.at.After(to.Add(time.Second)) {
-			continue
-		}
-		w = max(w, s.lag)
-	}
-	return w
 }
 
 // ckWorker is one goroutine's state.
@@ -1161,21 +1108,21 @@ type ckWorker struct {
 
 // callCtx returns a context for one call: one that never ends (checked
 // by a watchdog), one with a deadline, or one canceled at a random point.
-// done returns when the context ended (zero: it has not).
+// done returns when the context ended (zero: it has not): when it was
+// canceled, or when its Done channel was seen closed after its deadline
+// (see ckContextEnd).
 func (w *ckWorker) callCtx() (ctx context.Context, done func() time.Time, cancel func()) {
 	switch x := w.r.IntN(10); {
 	case x < 5:
 		return context.Background(), func() time.Time { return time.Time{} }, func() {}
 	case x < 8:
 		d := time.Duration(w.r.IntN(3000)) * time.Microsecond
-		deadline := time.Now().Add(d)
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		return ctx, func() time.Time {
-			if ctx.Err() == nil {
-				return time.Time{}
-			}
-			return deadline
-		}, cancel
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(d))
+		ended, stop := ckContextEnd(ctx)
+		return ctx, ended, func() {
+			stop()
+			cancel()
+		}
 	default:
 		ctx, cancel := context.WithCancel(context.Background())
 		var at atomic.Int64
@@ -1267,7 +1214,7 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "concurrent"})
 	require.NoError(t, err)
-	cc := &concurrentChecker{ck: ck, sys: sys, c: c}
+	cc := &concurrentChecker{ck: ck, sys: sys, c: c, lag: newSchedLag()}
 	master := rand.New(rand.NewPCG(seed, 0xc0c0))
 
 	stop := make(chan struct{})

@@ -628,3 +628,57 @@ func TestCacheLoaderThatWouldWaitForItselfIsRefused(t *testing.T) {
 	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader closing its cache")
 	require.NoError(t, ctx.Err(), "nothing waited for its deadline")
 }
+
+// A Close that waits behind another Close honours its own context: the
+// first Close waits for a loader that ignores its canceled context; a
+// second Close whose context ends returns ctx.Err() at once instead of
+// waiting for the first, and changes nothing. The first still finishes
+// once the loader returns.
+func TestCacheCloseWaitingBehindAnotherCloseHonoursItsContext(t *testing.T) {
+	ctx := context.Background()
+	sys, c := seedCache(t, 100)
+	entered, canceled, gate := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := system.Load(ctx, c, "stuck", 10, nil, func(lctx context.Context) (int, int64, error) {
+			close(entered)
+			<-lctx.Done() // Close canceled the load…
+			close(canceled)
+			<-gate // …but the loader returns only when the test lets it
+			return 0, 0, lctx.Err()
+		})
+		loaded <- err
+	}()
+	<-entered
+	first := make(chan error, 1)
+	go func() { first <- c.Close(ctx) }()
+	<-canceled // the first Close holds the close and waits for the loader
+
+	cctx, cancel := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() { second <- c.Close(cctx) }()
+	cancel()
+	// A Close that ignored its context would wait for the loader, which
+	// the test releases only below: the guard fails the test instead of
+	// hanging it.
+	guard := time.NewTimer(10 * time.Second)
+	defer guard.Stop()
+	select {
+	case err := <-second:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-guard.C:
+		close(gate)
+		t.Fatal("the second Close waited for the first one past its context's end")
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first Close returned (%v) before its loader did", err)
+	default:
+	}
+	close(gate)
+	require.NoError(t, <-first)
+	assert.ErrorIs(t, <-loaded, system.ErrCacheClosed)
+	require.NoError(t, c.Close(ctx), "idempotent")
+	l := loc(t, snapshot(t, sys), "cuda:0")
+	assert.Zero(t, l.UsedBytes+l.ReservedBytes)
+}
