@@ -98,7 +98,8 @@ SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
 	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
-	system/replay:TestNamesChecker
+	system/replay:TestNamesChecker \
+	system:TestWaitingAdmissionChecker
 
 soak:
 	@mkdir -p $(SOAK_DIR); pids=""; \
