@@ -26,6 +26,36 @@ type Request struct {
 	Name         string
 	Requirements []Requirement
 	Reservations []ReservationSpec
+	// TieBreak chooses among assignments the ranking leaves equal; the
+	// zero value, TieFirstListed, keeps the earliest listed.
+	TieBreak TieBreak
+}
+
+// TieBreak is how [Ledger.Decide] chooses among the assignments of one
+// tier-index vector that its ranking leaves equal (same victim
+// priorities, transfer bytes, evicted bytes and eviction count).
+type TieBreak uint8
+
+const (
+	// TieFirstListed keeps the earliest position-within-tier vector: the
+	// first listed location of each tier wins a tie. The default.
+	TieFirstListed TieBreak = iota
+	// TieMostFree prefers, requirement by requirement in order, the chosen
+	// location with the most free bytes (budget − used − reserved, before
+	// the plan; a location without a budget counts as having the most);
+	// assignments still equal keep the earliest position vector.
+	TieMostFree
+)
+
+// String names the tie-break: "first-listed" or "most-free".
+func (t TieBreak) String() string {
+	switch t {
+	case TieFirstListed:
+		return "first-listed"
+	case TieMostFree:
+		return "most-free"
+	}
+	return fmt.Sprintf("TieBreak(%d)", uint8(t))
 }
 
 // Eviction is one victim of a decision: the materialization of Handle at
@@ -95,7 +125,8 @@ type Decision struct {
 // Errors (nothing changes): a foreign or discarded handle, or a well-formed
 // but unconfigured location → [*UnavailableError]; an empty request name, a
 // malformed location, an unknown handle, a bad reservation (empty,
-// repeated or already active name, bytes ≤ 0) → [*InvalidInputError]; a
+// repeated or already active name, bytes ≤ 0), an unknown tie-break →
+// [*InvalidInputError]; a
 // requirement or tier with no locations, an exclusive handle required
 // twice, or no feasible assignment at all → [*PlanError] whose Reason
 // names what blocked (the budget with its location and shortfall,
@@ -219,6 +250,9 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		}
 		d.reservationAdds[loc] += r.Bytes
 	}
+	if req.TieBreak > TieMostFree {
+		return nil, invalidf("request %q: unknown tie-break %d (want TieFirstListed or TieMostFree)", req.Name, uint8(req.TieBreak))
+	}
 	// Rules only after every field passed, in the order of the rule list:
 	// a requirement or tier with no locations (any requirement), then an
 	// exclusive value required twice.
@@ -336,7 +370,7 @@ func (d *decider) scan(tv []int, budget int, rejected map[string]bool) scanResul
 			// already reported by search
 		} else if ev, why := d.evaluate(chosen); ev == nil {
 			d.fail(chosen, why)
-		} else if r.best == nil || ev.better(r.best) {
+		} else if r.best == nil || ev.better(r.best) || d.tieWin(ev, r.best, chosen, r.bestChosen) {
 			r.best, r.bestChosen, r.bestPos = ev, slices.Clone(chosen), slices.Clone(pos)
 		}
 		if !odometer(pos, func(i int) int { return len(d.reqs[i].tiers[tv[i]]) }) {

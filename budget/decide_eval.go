@@ -5,6 +5,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -37,6 +38,32 @@ func (a *evaluation) better(b *evaluation) bool {
 		return a.evicted < b.evicted
 	}
 	return len(a.victims) < len(b.victims)
+}
+
+// tieWin reports whether assignment chosen (evaluated as a) wins a tie
+// against the best so far (b at bestChosen) under the request's
+// tie-break. Only TieMostFree breaks ties; the caller asks only when a
+// does not rank before b.
+func (d *decider) tieWin(a, b *evaluation, chosen, bestChosen []int) bool {
+	if d.req.TieBreak != TieMostFree || b.better(a) {
+		return false
+	}
+	for i, loc := range chosen {
+		if fa, fb := d.free(loc), d.free(bestChosen[i]); fa != fb {
+			return fa > fb
+		}
+	}
+	return false
+}
+
+// free is loc's free bytes before the plan: budget − used − reserved, or
+// the most an int64 holds when loc has no budget.
+func (d *decider) free(loc int) int64 {
+	lc := &d.l.locs[loc]
+	if !lc.hasBudget {
+		return math.MaxInt64
+	}
+	return lc.budget - lc.used - lc.reserved
 }
 
 // evaluate computes the outcome of one assignment (chosen[i] is the

@@ -146,7 +146,10 @@
 //  4. Finish the first tier-index vector with a feasible assignment and
 //     return its best: the smallest descending-sorted list of victim
 //     priorities (all locations), then fewest bytes transferred, fewest
-//     evicted bytes, fewest evictions, earliest position vector.
+//     evicted bytes, fewest evictions, then (only with [TieMostFree]) the
+//     most free bytes (budget − used − reserved before the plan) at the
+//     chosen locations, requirement by requirement, then the earliest
+//     position vector. The tie-break never changes the explored states.
 //  5. Build the plan (victims in reclaim, in location then candidate order;
 //     the request's reservations; one enter per requirement, in requirement
 //     order, without From so that execution picks the source as place()
@@ -207,7 +210,8 @@
 //   - a plan: every reclaim action, then every reservation, then every
 //     enter action, each list in order;
 //   - a request: its name, then its requirements in order (each one's
-//     handle, then its tiers' locations in order), then its reservations;
+//     handle, then its tiers' locations in order), then its reservations,
+//     then its tie-break;
 //   - an action: handle, location, from (a from on a reclaim action is
 //     invalid input, checked in from's place);
 //   - a reservation: name (empty, repeated within the plan or request, or

@@ -41,7 +41,7 @@ package budget
 //	run ID [scope=S] [expect=N|current] PLAN    StartRun; then:
 //	next ID               step-complete ID         step-fail ID [CAUSE…]     finish ID
 //	execute [scope=S] [expect=N|current] PLAN   StartRun, every step completed, Finish
-//	decide NAME [limit=N] need=NAME@TIER/TIER… … [reserve=…]
+//	decide NAME [limit=N] [tie=first-listed|most-free] need=NAME@TIER/TIER… … [reserve=…]
 //	                      a TIER is LOC or LOC+LOC (equally preferred)
 //	snapshot              trace                    version
 //
@@ -619,6 +619,15 @@ func (s *scriptRunner) decide(args []string) error {
 		switch key {
 		case "limit":
 			limit = int(s.int(val))
+		case "tie":
+			switch val {
+			case "first-listed":
+				req.TieBreak = TieFirstListed
+			case "most-free":
+				req.TieBreak = TieMostFree
+			default:
+				req.TieBreak = TieBreak(s.int(val)) // a number, to reach the unknown-value check
+			}
 		case "need":
 			name, tiers, _ := strings.Cut(val, "@")
 			r := Requirement{Handle: s.handle(name)}
