@@ -138,3 +138,26 @@ func ExampleLedger_Decide_limit() {
 	// enter weights at pinned-host after 3 states
 	// limit: generate 2 2 true
 }
+
+// Two GPUs that both fit the request with no victim: by default the first
+// listed wins; with TieMostFree the one with more free bytes does.
+func ExampleTieBreak() {
+	l := decideExampleLedger()
+	decideExamplePut(l, "cache", 60, "cuda:0", 0) // cuda:0: 40 free, cuda:1: 100
+	weights := decideExamplePut(l, "weights", 30, "", 0)
+
+	for _, tie := range []budget.TieBreak{budget.TieFirstListed, budget.TieMostFree} {
+		d, err := l.Decide(budget.Request{
+			Name:         "generate",
+			Requirements: []budget.Requirement{{Handle: weights, Tiers: [][]string{{"cuda:0", "cuda:1"}}}},
+			TieBreak:     tie,
+		}, 0)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: %s (%d explored)\n", tie, d.Plan.Enter[0].Location, d.ExploredStates)
+	}
+	// Output:
+	// first-listed: cuda:0 (2 explored)
+	// most-free: cuda:1 (2 explored)
+}
