@@ -57,3 +57,15 @@ func RemovalKinds() []RemovalKind { return budget.RemovalKinds() }
 func ParseUnavailableReason(s string) (UnavailableReason, bool) {
 	return budget.ParseUnavailableReason(s)
 }
+
+// TieBreak is a request's [Request].TieBreak: how the controller chooses
+// among equally ranked assignments within a tier.
+type TieBreak = budget.TieBreak
+
+// Tie-breaks ([Request].TieBreak).
+const (
+	// TieFirstListed (the default): the first listed location of a tier wins a tie.
+	TieFirstListed = budget.TieFirstListed
+	// TieMostFree: the chosen location with the most free bytes wins a tie.
+	TieMostFree = budget.TieMostFree
+)
