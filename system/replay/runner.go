@@ -410,6 +410,9 @@ func (r *Runner) reservations(in []reservationSpec) []system.ReservationSpec {
 // request turns a script request into a runtime request (see fieldHandle).
 func (r *Runner) request(q *requestSpec) system.Request {
 	out := system.Request{Name: q.name, Reservations: r.reservations(q.reservations)}
+	if q.mostFree {
+		out.TieBreak = system.TieMostFree
+	}
 	for _, req := range q.requirements {
 		out.Requirements = append(out.Requirements, system.Requirement{Handle: r.fieldHandle(req.handle), Tiers: req.tiers})
 	}

@@ -92,6 +92,7 @@ type requestSpec struct {
 	name         string
 	requirements []requirementSpec
 	reservations []reservationSpec
+	mostFree     bool // "tie_break":"most_free"
 }
 
 type requirementSpec struct {
@@ -389,7 +390,16 @@ func readRequest(f *jsonline.Fields, key string) *requestSpec {
 		r.requirements = append(r.requirements, req)
 	}
 	r.reservations = readReservations(sub, "reservations")
-	f.Done(sub, "name", "requirements", "reservations")
+	if tie, ok := sub.OptStr("tie_break"); ok {
+		switch tie {
+		case "first_listed":
+		case "most_free":
+			r.mostFree = true
+		default:
+			sub.Fail(fmt.Errorf("field %q: unknown tie-break %q (want \"first_listed\" or \"most_free\")", sub.Path+"tie_break", tie))
+		}
+	}
+	f.Done(sub, "name", "requirements", "reservations", "tie_break")
 	return r
 }
 
