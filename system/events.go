@@ -1,6 +1,7 @@
 package system
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -23,6 +24,16 @@ const (
 	EventEvicted          = "evicted"
 	EventLoaderFailed     = "loader_failed"
 	EventStagingFailed    = "staging_failed"
+	EventWaitStarted      = "wait_started"
+	EventWaitEnded        = "wait_ended"
+)
+
+// Outcomes of a wait (the "outcome" field of a wait_ended event).
+const (
+	WaitAdmitted = "admitted" // admitted (or loaded) after waiting
+	WaitCanceled = "canceled" // its context ended first
+	WaitClosed   = "closed"   // the runtime closed first
+	WaitRefused  = "refused"  // refused for good, or the queue was full
 )
 
 // Default rate bound of each event kind (Options.EventsPerSecond,
@@ -39,10 +50,12 @@ const (
 	evEvicted
 	evLoaderFailed
 	evStagingFailed
+	evWaitStarted
+	evWaitEnded
 	numEventKinds
 )
 
-var eventNames = [numEventKinds]string{EventAdmissionRefused, EventEvicted, EventLoaderFailed, EventStagingFailed}
+var eventNames = [numEventKinds]string{EventAdmissionRefused, EventEvicted, EventLoaderFailed, EventStagingFailed, EventWaitStarted, EventWaitEnded}
 
 // eventLog writes the events: a token bucket per kind (burst tokens,
 // refilled at rate a second, by the clock now: no goroutine). An event
@@ -225,4 +238,55 @@ func (s *System) ReportStagingFailure(pipeline, device string, task uint64, err 
 		return
 	}
 	e.Str("pipeline", pipeline).Str("location", device).Uint64("task", task).Err(err).Msg("staging pipeline failed")
+}
+
+// waitStarted writes a wait_started event: a caller queued to wait for
+// room, queued the queue's length with it.
+func (l *eventLog) waitStarted(spec budget.WaitSpec, queued int) {
+	e := l.start(evWaitStarted)
+	if e == nil {
+		return
+	}
+	e.Str("name", spec.Name).Int("wait_class", spec.Class).Strs("locations", spec.Locations).
+		Bool("bypass", spec.AllowBypass).Int("queue_length", queued).Msg("waiting for room")
+}
+
+// waitOutcome names how a wait that returned err ended.
+func waitOutcome(err error) string {
+	switch {
+	case err == nil:
+		return WaitAdmitted
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return WaitCanceled
+	case errors.Is(err, ErrClosed):
+		return WaitClosed
+	}
+	return WaitRefused
+}
+
+// waitEnded writes a wait_ended event: the wait of spec ended with err
+// after waited and tries turns, queued callers left waiting. A caller
+// refused because the queue was full has no wait_started; its wait_ended
+// has 0 tries.
+func (l *eventLog) waitEnded(spec budget.WaitSpec, err error, waited time.Duration, tries, queued int) {
+	e := l.start(evWaitEnded)
+	if e == nil {
+		return
+	}
+	outcome := waitOutcome(err)
+	e = e.Str("name", spec.Name).Int("wait_class", spec.Class).Strs("locations", spec.Locations).
+		Str("outcome", outcome).Float64("waited_ms", float64(waited)/float64(time.Millisecond)).
+		Int("tries", tries).Int("queue_length", queued)
+	if outcome == WaitRefused {
+		class, _ := ClassifiedError(err)
+		e = e.Str("class", class.String())
+		var qf *budget.QueueFullError
+		if errors.As(err, &qf) {
+			e = e.Str("reason", "queue_full").Int("max_waiters", qf.MaxWaiters)
+		}
+	}
+	if err != nil {
+		e = e.Err(err)
+	}
+	e.Msg("wait for room ended")
 }

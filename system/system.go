@@ -304,6 +304,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 		return nil, &budget.InvalidInputError{Message: errNoBackend}
 	}
 	events := newEventLog(log, opts)
+	room.events = events
 	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx), Observer: events, OnRoom: room.signal})
 	if err != nil {
 		return nil, err

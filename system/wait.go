@@ -1,11 +1,13 @@
 package system
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/residency-go/residency/budget"
 )
@@ -79,15 +81,21 @@ type waitRoom struct {
 	// onChange, when set (tests), runs under mu after every change of the
 	// queue or of a waiter.
 	onChange func()
+	// events receives wait_started and wait_ended (nil: none); now is the
+	// clock of a waiter's Since and waited time.
+	events *eventLog
+	now    func() time.Time
 }
 
 // waiter is one waiting caller.
 type waiter struct {
 	turn   chan struct{} // capacity 1: try now
 	spec   budget.WaitSpec
-	trying bool   // it has a turn it has not finished
-	tried  bool   // it has had a turn
-	epoch  uint64 // the epoch when it got its last turn
+	trying bool      // it has a turn it has not finished
+	tried  bool      // it has had a turn
+	epoch  uint64    // the epoch when it got its last turn
+	since  time.Time // when it was queued
+	tries  int       // the turns it has been given
 }
 
 func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
@@ -102,7 +110,7 @@ func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
 		}
 	}
 	return &waitRoom{q: q, ws: map[budget.WaitID]*waiter{}, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), stopped: make(chan struct{}), budgets: budgets}, nil
+		done: make(chan struct{}), stopped: make(chan struct{}), budgets: budgets, now: time.Now}, nil
 }
 
 // signal records that room may have been made. It never blocks: the
@@ -153,6 +161,7 @@ func (r *waitRoom) dispatchLocked() {
 			continue
 		}
 		w.trying, w.tried, w.epoch = true, true, ep
+		w.tries++
 		w.turn <- struct{}{}
 	}
 	r.changedLocked()
@@ -177,32 +186,33 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (d
 	}
 	id, err := r.q.Push(spec)
 	if err != nil {
+		n := r.q.Len()
 		r.mu.Unlock()
+		r.events.waitEnded(spec, err, 0, 0, n)
 		return err
 	}
-	w := &waiter{turn: make(chan struct{}, 1), spec: spec}
+	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now()}
 	r.ws[id] = w
 	r.queued.Add(1)
+	n := r.q.Len()
 	if !r.started {
 		r.started = true
 		go r.run()
 	}
 	r.dispatchLocked()
 	r.mu.Unlock()
+	r.events.waitStarted(spec, n)
 	for {
 		select {
 		case <-w.turn:
 		case <-ctx.Done():
-			r.leave(id)
-			return ctx.Err()
+			return r.leave(id, w, ctx.Err())
 		case <-r.done:
-			r.leave(id)
-			return ErrClosed
+			return r.leave(id, w, ErrClosed)
 		}
 		done, err := try()
 		if done {
-			r.leave(id)
-			return err
+			return r.leave(id, w, err)
 		}
 		r.mu.Lock()
 		w.trying = false
@@ -211,10 +221,10 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (d
 	}
 }
 
-// leave removes a waiter and gives turns to those it held up.
-func (r *waitRoom) leave(id budget.WaitID) {
+// leave removes a waiter, gives turns to those it held up, writes its
+// wait_ended event (err: how its wait ended) and returns err.
+func (r *waitRoom) leave(id budget.WaitID, w *waiter, err error) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.q.Remove(id) {
 		delete(r.ws, id)
 		r.queued.Add(-1)
@@ -222,6 +232,63 @@ func (r *waitRoom) leave(id budget.WaitID) {
 	if !r.closed {
 		r.dispatchLocked()
 	}
+	tries, n := w.tries, r.q.Len()
+	r.mu.Unlock()
+	r.events.waitEnded(w.spec, err, r.now().Sub(w.since), tries, n)
+	return err
+}
+
+// WaiterInfo describes one caller waiting for room ([System.Waiters]).
+type WaiterInfo struct {
+	// Name is the request's name (Admit) or the cache key (Load).
+	Name string
+	// Class is its priority class ([WaitClass]; 0 by default).
+	Class int
+	// Locations are where it needs room.
+	Locations []string
+	// AllowBypass: later waiters at its locations may be admitted ahead of
+	// it ([WaitAllowBypass]).
+	AllowBypass bool
+	// Since is when it was queued.
+	Since time.Time
+	// Tries counts the turns it has been given: each is one try to admit
+	// it, made when room may have been made.
+	Tries int
+	// Eligible: no waiter ahead of it holds it up, so it is tried whenever
+	// room may have been made.
+	Eligible bool
+}
+
+// Waiters returns the callers waiting for room (Admit and a cache's Load
+// with a [WaitOption]) in queue order: higher classes first, first in
+// first out within a class. It is a copy taken under the queue's lock:
+// it sends nothing to the runtime, changes nothing and never blocks on a
+// waiter. Empty when nobody waits, and after Close.
+func (s *System) Waiters() []WaiterInfo { return s.room.waiters() }
+
+func (r *waitRoom) waiters() []WaiterInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]budget.WaitID, 0, len(r.ws))
+	for id := range r.ws {
+		ids = append(ids, id)
+	}
+	// The queue's order (budget.WaitQueue.Push): class descending, then
+	// arrival, which is the order of the ids it hands out.
+	slices.SortFunc(ids, func(a, b budget.WaitID) int {
+		if c := cmp.Compare(r.ws[b].spec.Class, r.ws[a].spec.Class); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	eligible := r.q.Eligible(nil)
+	out := make([]WaiterInfo, len(ids))
+	for i, id := range ids {
+		w := r.ws[id]
+		out[i] = WaiterInfo{Name: w.spec.Name, Class: w.spec.Class, Locations: slices.Clone(w.spec.Locations),
+			AllowBypass: w.spec.AllowBypass, Since: w.since, Tries: w.tries, Eligible: slices.Contains(eligible, id)}
+	}
+	return out
 }
 
 // close wakes every waiter (they return ErrClosed) and stops the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,11 @@ type pagePipeline struct {
 	CloneUsed, ClonePeak, Cap int64
 }
 
+type pageWaiter struct {
+	Name, Locations, Since, Eligible, Bypass string
+	Class, Tries                             int
+}
+
 type pageDiagnosis struct {
 	Class string
 	Steps []int
@@ -69,6 +75,7 @@ type pageView struct {
 	Trace     int
 	Entries   []pageEntry
 	Pipelines []pagePipeline
+	Waiters   []pageWaiter
 	Diagnosis pageDiagnosis
 }
 
@@ -100,6 +107,8 @@ const readPage = `(() => ({
       Slots: +s.dataset.slots, Free: +s.dataset.free, Holders: +s.dataset.holders,
       CloneUsed: +c.dataset.used, ClonePeak: +c.dataset.peak, Cap: +c.dataset.cap};
   }),
+  Waiters: [...document.querySelectorAll("tr.waiter")].map(w => ({Name: w.dataset.name, Locations: w.dataset.locations,
+    Since: w.dataset.since, Eligible: w.dataset.eligible, Bypass: w.dataset.bypass, Class: +w.dataset.class, Tries: +w.dataset.tries})),
   Diagnosis: {Class: document.getElementById("diagnosis").dataset.class,
     Steps: [...document.querySelectorAll("#diagnosis .step")].map(s => +s.dataset.number),
     Text: document.getElementById("diagnosis").textContent},
@@ -192,6 +201,14 @@ func TestPageInBrowser(t *testing.T) {
 		Drops: map[string]int64{staging.DropBudget: st.Drops[staging.DropBudget], staging.DropLocation: st.Drops[staging.DropLocation]},
 		Slots: st.Slots, Free: st.FreeSlots, Holders: st.SlotHolders,
 		CloneUsed: st.CloneBytes, ClonePeak: st.PeakCloneBytes, Cap: st.CloneBudgetBytes}, view.Pipelines[0])
+
+	ws := sys.Waiters()
+	require.Len(t, view.Waiters, len(ws))
+	require.NotEmpty(t, ws)
+	for i, w := range ws {
+		assert.Equal(t, pageWaiter{Name: w.Name, Locations: strings.Join(w.Locations, ","), Since: w.Since.UTC().Format(time.RFC3339Nano),
+			Eligible: strconv.FormatBool(w.Eligible), Bypass: strconv.FormatBool(w.AllowBypass), Class: w.Class, Tries: w.Tries}, view.Waiters[i])
+	}
 
 	d := diagnose.DiagnoseEvidence(f.failure)
 	assert.Equal(t, d.Class, view.Diagnosis.Class)

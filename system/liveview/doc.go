@@ -13,10 +13,10 @@
 //	               reservations; every value with its size, replica mode
 //	               and materializations (state, leases, holds, pending
 //	               events); the loader caches and their entries; the
-//	               staging pipelines; the diagnosis of the last failure;
-//	               the last transitions of the trace. It polls snapshot,
-//	               trace, caches, pipelines and diagnose twice a second
-//	               while it is open.
+//	               staging pipelines; the callers waiting for room; the
+//	               diagnosis of the last failure; the last transitions of
+//	               the trace. It polls snapshot, trace, caches, pipelines,
+//	               waiters and diagnose twice a second while it is open.
 //	/liveview.js   the page's script and style (liveview.css), which a
 //	/liveview.css  page of the application's own may reuse (cmd/demo's
 //	               serve page does).
@@ -46,6 +46,16 @@
 //	               by reason ("drops"); tasks opened, written and failed;
 //	               the failure's message or null. {"pipelines": []}
 //	               without WithPipeline.
+//	/waiters       the callers waiting for room (System.Waiters: Admit or
+//	               a cache's Load with a system.WaitOption), in queue
+//	               order, as JSON: {"waiters": [{"name": …, "class": …,
+//	               "locations": […], "allow_bypass": …, "since": …,
+//	               "tries": …, "eligible": …}, …]}: the request's name or
+//	               cache key, its priority class, where it needs room,
+//	               whether later waiters may pass it, when it was queued
+//	               (RFC 3339 in UTC), the turns it has had, and whether no
+//	               waiter ahead holds it up. {"waiters": []} when nobody
+//	               waits.
 //	/diagnose      the diagnosis (diagnose.DiagnoseEvidence) of the last
 //	               failure the application hands the view with
 //	               [WithEvidence]: its JSON form (Diagnosis.MarshalJSON),
@@ -77,7 +87,7 @@
 // or one trace (or one statistics call per cache shown): a round trip to
 // the runtime's supervisor, the same as the application's own call; a
 // cache's entries are read under its lock, a pipeline's counters without
-// waiting on its work, the evidence by the application's function, and a
+// waiting on its work, the waiters under the wait queue's lock, the evidence by the application's function, and a
 // runtime nobody looks at pays nothing. Every link and fetch of the page is relative, so the view
 // works under any prefix, and its assets are embedded in the binary: it
 // needs nothing from outside. A runtime that is closed answers /snapshot

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 
 	"github.com/residency-go/residency/cuda/soft"
@@ -225,4 +226,55 @@ func ExampleWithEvidence() {
 	// Output:
 	// before any failure: true
 	// ResidencyBudgetError register cuda:0
+}
+
+// See who waits for room: /waiters lists the callers of Admit (or of a
+// cache's Load) that wait with a system.WaitOption, in queue order.
+func ExampleHandler_waiters() {
+	ctx := context.Background()
+	sys, stop := startExample(ctx, system.NoLimit("pageable-host"), system.Limit("cuda:0", 64<<10))
+	defer stop()
+	block := func(name string, bytes int64) system.Request {
+		return system.Request{Name: name, Reservations: []system.ReservationSpec{{Name: name, Location: "cuda:0", Bytes: bytes}}}
+	}
+	holder, _, err := sys.Admit(ctx, block("batch-1", 48<<10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		sc, _, err := sys.Admit(ctx, block("batch-2", 32<<10), system.WaitClass(1))
+		if err == nil {
+			err = sc.Exit(ctx)
+		}
+		done <- err
+	}()
+	for len(sys.Waiters()) == 0 { // until batch-2 is queued
+		runtime.Gosched()
+	}
+
+	srv := httptest.NewServer(liveview.Handler(sys))
+	defer srv.Close()
+	var out struct {
+		Waiters []struct {
+			Name      string   `json:"name"`
+			Class     int      `json:"class"`
+			Locations []string `json:"locations"`
+		} `json:"waiters"`
+	}
+	getJSON(srv.URL+"/waiters", &out)
+	for _, w := range out.Waiters {
+		fmt.Println(w.Name, "waits in class", w.Class, "at", w.Locations)
+	}
+	if err := holder.Exit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	getJSON(srv.URL+"/waiters", &out)
+	fmt.Println("waiting now:", len(out.Waiters))
+	// Output:
+	// batch-2 waits in class 1 at [cuda:0]
+	// waiting now: 0
 }

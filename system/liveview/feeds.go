@@ -14,7 +14,7 @@ import (
 )
 
 // The feeds of the options: /caches (WithCache), /pipelines
-// (WithPipeline) and /diagnose (WithEvidence).
+// (WithPipeline) and /diagnose (WithEvidence); and /waiters.
 
 // cacheView is one cache on /caches: its owner name (Cache.Owner), its
 // statistics in the form of replay's cache_stats op, or why they could
@@ -185,4 +185,38 @@ func (h *handler) diagnosis(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, diagnose.DiagnoseEvidence(ev))
+}
+
+// waiterView is the JSON form of one caller waiting for room on /waiters
+// ([system.WaiterInfo]).
+type waiterView struct {
+	Name        string   `json:"name"`
+	Class       int      `json:"class"`
+	Locations   []string `json:"locations"`
+	AllowBypass bool     `json:"allow_bypass"`
+	// Since is when it was queued, RFC 3339 in UTC.
+	Since    *string `json:"since"`
+	Tries    int     `json:"tries"`
+	Eligible bool    `json:"eligible"`
+}
+
+func waiterOf(w system.WaiterInfo) waiterView {
+	locs := w.Locations
+	if locs == nil {
+		locs = []string{}
+	}
+	return waiterView{Name: w.Name, Class: w.Class, Locations: locs, AllowBypass: w.AllowBypass,
+		Since: timeOf(w.Since), Tries: w.Tries, Eligible: w.Eligible}
+}
+
+// waiters serves the callers waiting for room, in queue order.
+func (h *handler) waiters(w http.ResponseWriter) {
+	ws := h.sys.Waiters()
+	out := make([]waiterView, 0, len(ws))
+	for _, x := range ws {
+		out = append(out, waiterOf(x))
+	}
+	writeJSON(w, struct {
+		Waiters []waiterView `json:"waiters"`
+	}{out})
 }

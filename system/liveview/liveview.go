@@ -141,6 +141,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/pipelines":
 		h.pipelineStats(w)
 		return
+	case "/waiters":
+		h.waiters(w)
+		return
 	case "/diagnose":
 		h.diagnosis(w, r)
 		return

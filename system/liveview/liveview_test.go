@@ -124,7 +124,8 @@ func TestReadOnly(t *testing.T) {
 	require.NoError(t, err)
 	entries := f.cache.Entries()
 	stats := f.pipeline.Stats()
-	for _, path := range []string{"/", "/snapshot", "/trace", "/liveview.js", "/caches", "/pipelines", "/diagnose", "/diagnose?format=text", "/nope"} {
+	waiters := sys.Waiters()
+	for _, path := range []string{"/", "/snapshot", "/trace", "/liveview.js", "/caches", "/pipelines", "/waiters", "/diagnose", "/diagnose?format=text", "/nope"} {
 		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
 			resp, _ := do(t, m, srv.URL+prefix+path)
 			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s %s", m, path)
@@ -143,6 +144,7 @@ func TestReadOnly(t *testing.T) {
 	assert.Equal(t, before, after)
 	assert.Equal(t, entries, f.cache.Entries())
 	assert.Equal(t, stats, f.pipeline.Stats())
+	assert.Equal(t, waiters, sys.Waiters())
 }
 
 // TestUnknownPath: a path the view does not serve is 404; the
@@ -150,7 +152,7 @@ func TestReadOnly(t *testing.T) {
 func TestUnknownPath(t *testing.T) {
 	sys := startSoft(t)
 	srv := mount(t, sys)
-	for _, path := range []string{"/nope", "/snapshot/", "/web/index.html", "/index.html", "/liveview.js/x", "/doc.go", "/caches/", "/pipelines/0", "/diagnose/"} {
+	for _, path := range []string{"/nope", "/snapshot/", "/web/index.html", "/index.html", "/liveview.js/x", "/doc.go", "/caches/", "/pipelines/0", "/waiters/", "/diagnose/"} {
 		resp, _ := do(t, http.MethodGet, srv.URL+prefix+path)
 		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 	}
@@ -190,7 +192,7 @@ func TestPageRelativeOnly(t *testing.T) {
 	for _, m := range fetchCall.FindAllStringSubmatch(script, -1) {
 		refs = append(refs, m[1]+m[2]+m[3]+m[4])
 	}
-	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace", "caches", "pipelines", "diagnose", "diagnose?format=text"}, refs)
+	assert.ElementsMatch(t, []string{"liveview.css", "liveview.js", "snapshot", "trace", "caches", "pipelines", "waiters", "diagnose", "diagnose?format=text"}, refs)
 	for _, ref := range refs {
 		assert.False(t, strings.HasPrefix(ref, "/"), "%q is absolute", ref)
 		assert.NotContains(t, ref, ":", "%q names a scheme", ref)

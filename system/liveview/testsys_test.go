@@ -72,7 +72,7 @@ const row = 256 // the fixture pipeline's pool row size
 // fixture is a runtime with something in every feed of the view: a value
 // on cuda:0 and a refused admission (populate); a loader cache "models"
 // with an entry of two leases and a pin marked to leave when idle, an idle one with
-// an expiry and one still loading; a staging pipeline with a deferred task
+// an expiry and one still loading; an Admit waiting for room; a staging pipeline with a deferred task
 // holding a device clone, a dropped try-reserve and two staged steps holding both slots; and
 // the evidence of the refused admission.
 type fixture struct {
@@ -95,6 +95,7 @@ func newFixture(t *testing.T) *fixture {
 	populate(t, f.sys)
 	f.cacheEntries(t)
 	f.stagingPipeline(t)
+	f.waiter(t)
 
 	_, err := f.sys.Register(ctx, system.Value{Name: "too-big", Bytes: 2 << 20, At: "cuda:0"})
 	require.Error(t, err)
@@ -102,6 +103,25 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	f.evidence.set(f.failure)
 	return f
+}
+
+// waiter leaves an Admit waiting for room at cuda:0 in class 2 until the
+// test ends: its 600 KiB cannot fit beside the 512 KiB reservation kv,
+// so each of its tries is refused and changes nothing.
+func (f *fixture) waiter(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := f.sys.Admit(ctx, system.Request{Name: "batch-7",
+			Reservations: []system.ReservationSpec{{Name: "batch-7", Location: "cuda:0", Bytes: 600 << 10}}}, system.WaitClass(2))
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, func() bool { // queued and tried
+		ws := f.sys.Waiters()
+		return len(ws) == 1 && ws[0].Tries > 0
+	})
 }
 
 func (f *fixture) cacheEntries(t *testing.T) {

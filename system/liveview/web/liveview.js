@@ -139,6 +139,25 @@ const LiveView = (() => {
     }
   }
 
+  // renderWaiters shows /waiters: the callers waiting for room, in queue
+  // order; one held up by a waiter ahead is marked so.
+  function renderWaiters(ws) {
+    const body = document.querySelector("#waiters tbody");
+    body.replaceChildren();
+    if (!ws.waiters.length) body.append(el("tr", {}, el("td", {colspan: 6, class: "empty"}, "nobody waits")));
+    ws.waiters.forEach((w, i) => {
+      const notes = [];
+      if (!w.eligible) notes.push("held up");
+      if (w.allow_bypass) notes.push("may be bypassed");
+      body.append(el("tr", {class: "waiter", "data-name": w.name, "data-class": w.class, "data-locations": w.locations.join(","),
+        "data-since": w.since === null ? "" : w.since, "data-tries": w.tries, "data-eligible": String(w.eligible), "data-bypass": String(w.allow_bypass)},
+        el("td", {class: "num"}, String(i + 1)),
+        el("td", {}, w.name, notes.length ? el("span", {class: "reason"}, " · " + notes.join(", ")) : ""),
+        el("td", {class: "num"}, String(w.class)), el("td", {}, w.locations.join(", ")),
+        el("td", {title: w.since === null ? "" : w.since}, clock(w.since)), el("td", {class: "num"}, String(w.tries))));
+    });
+  }
+
   // renderDiagnosis shows /diagnose: undefined when the view has no
   // evidence source (404), null while there is no failure.
   function renderDiagnosis(d) {
@@ -177,6 +196,7 @@ const LiveView = (() => {
       extra = Object.assign({}, extra);
       if (document.getElementById("caches")) extra["caches"] = renderCaches;
       if (document.getElementById("pipelines")) extra["pipelines"] = renderPipelines;
+      if (document.getElementById("waiters")) extra["waiters"] = renderWaiters;
       if (document.getElementById("diagnosis")) extra["diagnose"] = renderDiagnosis;
       const names = Object.keys(extra);
       const [snap, tr, ...more] = await Promise.all([getJSON("snapshot"), getJSON("trace"), ...names.map(n => getJSON(n, n === "diagnose"))]);
