@@ -30,8 +30,9 @@ import (
 //     re-arming its timer wherever it ran last.
 //   - threads: how long the OS kept each of the process's threads
 //     runnable but off a CPU (Linux: run_delay in
-//     /proc/self/task/*/schedstat), which sees such a stall whether or
-//     not a probe was there.
+//     /proc/self/task/*/schedstat), which sees a thread waiting for a
+//     CPU whether or not a probe was there (not one blocked in the
+//     kernel: only a probe sees that).
 //
 // A stall that ends when the call returns is seen only by the samples
 // taken after it: worst waits for them.
