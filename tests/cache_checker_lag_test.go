@@ -19,23 +19,27 @@ import (
 
 // schedLag measures two kinds of stall while a checker run lasts:
 //
-//   - probe: how late a goroutine that only sleeps wakes up (a
-//     stop-the-world pause, the whole process off the CPUs);
+//   - probes: how late goroutines that only sleep wake up (a
+//     stop-the-world pause, the process off the CPUs). One thread of the
+//     process can stall while the others run (it waits for a CPU on a
+//     machine with more runnable threads than cores): every goroutine
+//     queued on its processor waits with it — a caller, the timer
+//     goroutine that cancels a caller's context, the holder of a lock a
+//     caller waits for — and so does a probe whose timer is there, but
+//     not one on another processor. So there are several probes, each
+//     re-arming its timer wherever it ran last.
 //   - threads: how long the OS kept each of the process's threads
 //     runnable but off a CPU (Linux: run_delay in
-//     /proc/self/task/*/schedstat). With more runnable threads on the
-//     machine than cores, one thread can wait a second for a CPU while
-//     the others run. Every goroutine on that thread waits with it — a
-//     caller, the timer goroutine that cancels a caller's context, the
-//     holder of a lock a caller waits for — while the probe, on another
-//     thread, wakes on time.
+//     /proc/self/task/*/schedstat), which sees a thread waiting for a
+//     CPU whether or not a probe was there (not one blocked in the
+//     kernel: only a probe sees that).
 //
 // A stall that ends when the call returns is seen only by the samples
 // taken after it: worst waits for them.
 type schedLag struct {
 	mu      sync.Mutex
-	cond    *sync.Cond // signalled at every sample and at stop
-	samples []lagSample
+	cond    *sync.Cond    // signalled at every sample and at stop
+	samples [][]lagSample // by probe, oldest first
 	threads []threadSample
 	// noThreads: the run-queue delays cannot be read (not Linux).
 	noThreads bool
@@ -57,17 +61,20 @@ type threadSample struct {
 	delay map[int]time.Duration
 }
 
-func newSchedLag() *schedLag {
-	l := &schedLag{}
+// newSchedLag returns a schedLag with probes probes (run starts them).
+func newSchedLag(probes int) *schedLag {
+	l := &schedLag{samples: make([][]lagSample, probes)}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
 
-// run samples until stop is closed: the probe every 2 ms, the threads'
+// run samples until stop is closed: each probe every 2 ms, the threads'
 // run-queue delays every 20 ms.
 func (l *schedLag) run(stop <-chan struct{}) {
 	var wg sync.WaitGroup
-	wg.Go(func() { l.probe(stop) })
+	for i := range l.samples {
+		wg.Go(func() { l.probe(i, stop) })
+	}
 	wg.Go(func() { l.readThreads(stop) })
 	wg.Wait()
 	l.mu.Lock()
@@ -76,7 +83,7 @@ func (l *schedLag) run(stop <-chan struct{}) {
 	l.mu.Unlock()
 }
 
-func (l *schedLag) probe(stop <-chan struct{}) {
+func (l *schedLag) probe(i int, stop <-chan struct{}) {
 	const tick = 2 * time.Millisecond
 	t := time.NewTimer(tick)
 	defer t.Stop()
@@ -90,7 +97,7 @@ func (l *schedLag) probe(stop <-chan struct{}) {
 			// due, not when this goroutine ran: a stalled process would
 			// show no lag. Read the clock here instead.
 			now := time.Now()
-			l.addProbe(now, now.Sub(want))
+			l.addProbe(i, now, now.Sub(want))
 			want = time.Now().Add(tick)
 			t.Reset(tick)
 		}
@@ -151,9 +158,9 @@ func threadDelays() (map[int]time.Duration, bool) {
 	return d, len(d) > 0
 }
 
-func (l *schedLag) addProbe(at time.Time, lag time.Duration) {
+func (l *schedLag) addProbe(i int, at time.Time, lag time.Duration) {
 	l.mu.Lock()
-	l.samples = append(l.samples, lagSample{at, lag})
+	l.samples[i] = append(l.samples[i], lagSample{at, lag})
 	l.cond.Broadcast()
 	l.mu.Unlock()
 }
@@ -165,15 +172,17 @@ func (l *schedLag) addThreads(at time.Time, delay map[int]time.Duration) {
 	l.mu.Unlock()
 }
 
-// covered says whether the samples after to are in (mu held): the
+// covered says whether the samples after to are in (mu held): every
 // probe's and the threads' (unless they cannot be read), or sampling has
 // stopped.
 func (l *schedLag) covered(to time.Time) bool {
 	if l.stopped {
 		return true
 	}
-	if n := len(l.samples); n == 0 || !l.samples[n-1].at.After(to) {
-		return false
+	for _, ps := range l.samples {
+		if n := len(ps); n == 0 || !ps[n-1].at.After(to) {
+			return false
+		}
 	}
 	if l.noThreads {
 		return true
@@ -183,9 +192,9 @@ func (l *schedLag) covered(to time.Time) bool {
 }
 
 // worst is the longest the process was kept from running from from to
-// to: the probe's largest lag there (including its first sample after
-// to, which covers a probe asleep at to), or the most run-queue delay
-// one thread gathered over the thread samples around [from, to],
+// to: the probes' largest lag there (including each one's first sample
+// after to, which covers a probe asleep at to), or the most run-queue
+// delay one thread gathered over the thread samples around [from, to],
 // whichever is larger. It waits for the samples after to.
 func (l *schedLag) worst(from, to time.Time) time.Duration {
 	l.mu.Lock()
@@ -200,15 +209,17 @@ func (l *schedLag) worst(from, to time.Time) time.Duration {
 		l.cond.Wait()
 	}
 	var w time.Duration
-	for i := len(l.samples) - 1; i >= 0; i-- {
-		s := l.samples[i]
-		if s.at.Before(from) {
-			break
+	for _, ps := range l.samples {
+		for i := len(ps) - 1; i >= 0; i-- {
+			s := ps[i]
+			if s.at.Before(from) {
+				break
+			}
+			if s.at.After(to) && i > 0 && ps[i-1].at.After(to) {
+				continue // not the first sample after to
+			}
+			w = max(w, s.lag)
 		}
-		if s.at.After(to) && i > 0 && l.samples[i-1].at.After(to) {
-			continue // not the first sample after to
-		}
-		w = max(w, s.lag)
 	}
 	if len(l.threads) == 0 {
 		return w
@@ -269,25 +280,50 @@ func ckContextEnd(ctx context.Context) (ended func() time.Time, stop func() bool
 // checker must measure.
 
 // A stall seen only by the samples taken after the call returned: one
-// thread waited 1.19 s for a CPU, the probe (on another thread) woke on
-// time. The lag must include it.
+// thread waited 1.19 s for a CPU; probe 0, on another thread, woke on
+// time; probe 1's timer was on the stalled thread's processor. The lag
+// must include the stall, by either measure.
 func TestCacheCheckerLagCoversAThreadStallThatEndsWithTheCall(t *testing.T) {
-	l := newSchedLag()
 	base := time.Now()
-	l.addProbe(base, time.Millisecond)
-	l.addThreads(base, map[int]time.Duration{1: 0, 2: 0})
 	from, to := base.Add(5*time.Millisecond), base.Add(1200*time.Millisecond)
-	l.addProbe(from.Add(10*time.Millisecond), time.Millisecond) // the probe runs on thread 1 meanwhile
-	waited := false
-	l.waiting = func() {
-		// The samplers' next readings, once the call has returned.
-		waited = true
-		l.addProbe(to.Add(time.Millisecond), time.Millisecond)
-		l.addThreads(to.Add(2*time.Millisecond), map[int]time.Duration{1: 3 * time.Millisecond, 2: 1190 * time.Millisecond})
+	for _, c := range []struct {
+		name          string
+		threads       bool // the run-queue delays can be read
+		probe1Stalled bool
+	}{{"run-queue delay", true, false}, {"a probe on the stalled processor", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newSchedLag(2)
+			for i := range 2 {
+				l.addProbe(i, base, time.Millisecond)
+			}
+			l.addProbe(0, from.Add(10*time.Millisecond), time.Millisecond) // probe 0 runs meanwhile
+			if c.threads {
+				l.addThreads(base, map[int]time.Duration{1: 0, 2: 0})
+			} else {
+				l.noThreads = true
+			}
+			if !c.probe1Stalled {
+				l.addProbe(1, from.Add(10*time.Millisecond), time.Millisecond)
+			}
+			waited := false
+			l.waiting = func() {
+				// The samplers' next readings, once the call has returned.
+				waited = true
+				l.addProbe(0, to.Add(time.Millisecond), time.Millisecond)
+				stalled := time.Millisecond
+				if c.probe1Stalled {
+					stalled = to.Add(time.Millisecond).Sub(base.Add(2 * time.Millisecond))
+				}
+				l.addProbe(1, to.Add(time.Millisecond), stalled)
+				if c.threads {
+					l.addThreads(to.Add(2*time.Millisecond), map[int]time.Duration{1: 3 * time.Millisecond, 2: 1190 * time.Millisecond})
+				}
+			}
+			lag := l.worst(from, to)
+			assert.True(t, waited, "worst must wait for the samples after the call")
+			require.GreaterOrEqual(t, lag, 1190*time.Millisecond, "the 1.19 s thread 2 was kept off a CPU")
+		})
 	}
-	lag := l.worst(from, to)
-	assert.True(t, waited, "worst must wait for the samples after the call")
-	require.GreaterOrEqual(t, lag, 1190*time.Millisecond, "the 1.19 s thread 2 spent waiting for a CPU")
 }
 
 // A deadline context whose timer goroutine ran late: the context ended
