@@ -55,10 +55,10 @@ func (j *demoteJob) GetPriority() int8 { return prioDemote }
 
 // demoteState is the pipeline's demotion bookkeeping, guarded by p.mu.
 type demoteState struct {
-	stop    func()                  // unregisters the pipeline (nil: not serving)
-	queued  map[*demoteJob]struct{} // on the copy queue, not started
-	wg      sync.WaitGroup // demotion copies running (Close waits for them)
-	counts  demoteCounts
+	stop   func()                  // unregisters the pipeline (nil: not serving)
+	queued map[*demoteJob]struct{} // on the copy queue, not started
+	wg     sync.WaitGroup          // demotion copies running (Close waits for them)
+	counts demoteCounts
 }
 
 type demoteCounts struct {
