@@ -167,3 +167,20 @@ func TestServeDemotionsValidatesAndStops(t *testing.T) {
 	stop2()
 	assert.Nil(t, h.eng.demoters.copier(locGPU0, locGPU1))
 }
+
+// A value actor that crashes while carrying out a demotion's copy fails
+// that transfer like any other: the demotion drops the value, the target's
+// buffer is freed, and the run goes on.
+func TestDemotionValueActorCrashDropsTheValue(t *testing.T) {
+	h := startEngine(t, withHooks(Hooks{PanicOnTransfer: func(e budget.Effect) bool { return e.Location == locGPU1 }}))
+	data := testPattern(6, 1<<10)
+	v := h.mustRegister(budget.ValueSpec{Name: "v", Bytes: int64(len(data)), Mode: budget.Replicable, At: locHost}, data)
+	require.NoError(t, h.transition(messages.Copy, v, locHost, locGPU0).Err)
+	require.NoError(t, h.execute(budget.Plan{Reclaim: []budget.Action{{Handle: v, Location: locGPU0, To: locGPU1}}}).Err)
+	h.drain(locGPU0, locGPU1)
+	for _, loc := range []string{locGPU0, locGPU1} {
+		assert.Zero(t, h.used(loc), "device bytes at %s", loc)
+		assert.Zero(t, h.locRecord(loc).UsedBytes, "ledger bytes at %s", loc)
+	}
+	assert.Equal(t, data, h.read(v, locHost))
+}
