@@ -125,6 +125,17 @@ func (df *demoteFixture) waitStats(what string, cond func(staging.Stats) bool) {
 	}
 }
 
+// blockQueue submits task a, whose copy stage waits for the returned
+// freeze gate, and waits until the copy queue is busy with it.
+func (df *demoteFixture) blockQueue() (*staging.Step, *staging.Task, *gate) {
+	df.t.Helper()
+	freeze := newGate()
+	sa, a := df.stepTask(fill(1, rowBytes), freeze, "k", 0)
+	require.NoError(df.t, df.p.Submit(df.ctx, a))
+	df.waitStats("task a's copy stage", func(s staging.Stats) bool { return s.Tasks[staging.Copying] == 1 })
+	return sa, a, freeze
+}
+
 func (df *demoteFixture) read(b cuda.Buffer) []byte {
 	df.t.Helper()
 	got, err := df.rt.be.Read(df.ctx, b)
@@ -138,10 +149,7 @@ func TestDemotionRunsBehindQueuedWriteTasks(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Slots = 4
 	df := newDemoteFixture(t, cfg)
-	freeze := newGate()
-	sa, a := df.stepTask(fill(1, rowBytes), freeze, "k", 0)
-	require.NoError(t, df.p.Submit(df.ctx, a))
-	df.waitStats("task a's copy stage", func(s staging.Stats) bool { return s.Tasks[staging.Copying] == 1 })
+	sa, a, freeze := df.blockQueue()
 
 	data := fill(9, 3*rowBytes)
 	d := df.demotion("v", data)
@@ -198,10 +206,7 @@ func TestDemotionCopyFailureIsTheDemotions(t *testing.T) {
 // ahead of them, unregisters the pipeline, and declines what comes later.
 func TestDemotionQueuedAtCloseIsDeclined(t *testing.T) {
 	df := newDemoteFixture(t, baseConfig())
-	freeze := newGate()
-	sa, a := df.stepTask(fill(1, rowBytes), freeze, "k", 0)
-	require.NoError(t, df.p.Submit(df.ctx, a))
-	df.waitStats("task a's copy stage", func(s staging.Stats) bool { return s.Tasks[staging.Copying] == 1 })
+	sa, a, freeze := df.blockQueue()
 	d := df.demotion("v", fill(7, rowBytes))
 	res := df.start(df.ctx, d)
 	df.waitStats("the demotion on the copy queue", func(s staging.Stats) bool { return s.DemotionsQueued == 1 })
@@ -232,10 +237,7 @@ func TestDemotionQueuedAtCloseIsDeclined(t *testing.T) {
 // runs; one that runs is seen through.
 func TestDemotionGivenUpBeforeItRunsNeverRuns(t *testing.T) {
 	df := newDemoteFixture(t, baseConfig())
-	freeze := newGate()
-	sa, a := df.stepTask(fill(1, rowBytes), freeze, "k", 0)
-	require.NoError(t, df.p.Submit(df.ctx, a))
-	df.waitStats("task a's copy stage", func(s staging.Stats) bool { return s.Tasks[staging.Copying] == 1 })
+	sa, a, freeze := df.blockQueue()
 	ctx, cancel := context.WithCancel(df.ctx)
 	d := df.demotion("v", fill(7, rowBytes))
 	res := df.start(ctx, d)
