@@ -70,7 +70,9 @@ func (l *Ledger) unreserve(name, owner string) error {
 	}
 	if r.owner != owner {
 		if owner == "" && strings.HasPrefix(r.owner, CacheOwnerPrefix) {
-			return invalidf("reservation %q is a charge of %s; only the cache releases it (when its entry leaves the cache)", name, r.owner)
+			// A cache's charge name quotes the cache's name itself
+			// (`cache "m"/k#1`): it is written as it is.
+			return invalidf("reservation %s is a charge of %s; only the cache releases it (when its entry leaves the cache)", name, r.owner)
 		}
 		if owner == "" {
 			return invalidf("reservation %q belongs to scope %q; it is released when the scope exits", name, r.owner)
