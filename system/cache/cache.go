@@ -152,7 +152,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	}
 	// The location is checked before the name is taken: a cache refused
 	// for its location leaves its name free.
-	ch, err := rt.Charges(ctx, c.loc, OwnerName(opts.Name))
+	ch, err := rt.Charges(ctx, c.loc, ownerName(opts.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -164,22 +164,22 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	return c, nil
 }
 
-// OwnerName is the owner name in the ledger of a cache named name:
+// ownerName is the owner name in the ledger of a cache named name:
 // `cache "NAME"` (the name Go-quoted). Its charges are named
 // OWNER/KEY#N, its memory budget's reservations OWNER/budget#N.
-func OwnerName(name string) string { return budget.CacheOwnerPrefix + strconv.Quote(name) }
+func ownerName(name string) string { return budget.CacheOwnerPrefix + strconv.Quote(name) }
 
 // claimOwner claims the owner name of a cache named name in its runtime;
 // an empty name gets the first free "cache#N".
 func claimOwner(rt owners.Runtime, name string) (string, error) {
 	if name != "" {
-		if !rt.Register(OwnerName(name)) {
+		if !rt.Register(ownerName(name)) {
 			return "", &budget.InvalidInputError{Message: fmt.Sprintf("cache name %q is taken: another cache of this runtime has it (names stay taken after Close)", name)}
 		}
-		return OwnerName(name), nil
+		return ownerName(name), nil
 	}
 	for {
-		if o := OwnerName(fmt.Sprintf("cache#%d", rt.Seq())); rt.Register(o) {
+		if o := ownerName(fmt.Sprintf("cache#%d", rt.Seq())); rt.Register(o) {
 			return o, nil
 		}
 	}
@@ -189,7 +189,7 @@ func claimOwner(rt owners.Runtime, name string) (string, error) {
 func (c *Cache) Location() string { return c.loc }
 
 // Owner returns the owner name of the cache's reservations, as snapshots
-// and the trace show it: [OwnerName] of its name.
+// and the trace show it: `cache "NAME"`, its name Go-quoted.
 func (c *Cache) Owner() string { return c.owner }
 
 // Budget returns the cache's memory budget: reservations for allocations
@@ -250,8 +250,9 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // evicts the least recently used idle entry (waiting for its release);
 // with none idle it is a [*system.CacheBusyError] whose MaxEntries is the cap.
 //
-// Waiting for room: with a [system.WaitOption] ([system.WaitForRoom], [system.WaitClass],
-// [system.WaitAllowBypass]) a [*system.CacheBusyError] does not return: the caller joins
+// Waiting for room: with [Wait] and a [system.WaitOption]
+// ([system.WaitForRoom], [system.WaitClass], [system.WaitAllowBypass]) a
+// [*system.CacheBusyError] does not return: the caller joins
 // the runtime's wait queue (shared with [system.System.Admit], at the cache's
 // location) and looks again, from the start, each time room may have
 // been made — a lease, pin or keep-alive of a cache entry released, or an

@@ -1,11 +1,16 @@
-// # Loader cache
+// Package cache is the loader cache of a residency runtime (package
+// system): values the application loads itself and the runtime does not
+// copy — model weights, corpora, compiled kernels — loaded once per key,
+// shared by every caller, and charged under one location's budget.
 //
-// [system.System.NewCache] creates a [Cache] bound to one location's budget, for
-// values the application loads itself and the runtime does not copy:
-// model weights, corpora, compiled kernels. Everything the cache charges
-// is a reservation owned by the cache at that location, so it appears in
-// [system.System.Snapshot] (with the cache's [Cache.Owner]) and shares the
-// budget with every materialization and reservation there.
+// [New] creates a [Cache] of a runtime bound to one location's budget.
+// Everything the cache charges is a reservation owned by the cache at that
+// location, so it appears in [system.System.Snapshot] and the trace (owner
+// [Cache.Owner], `cache "NAME"`; charges `cache "NAME"/KEY#N`, see
+// [Options].Name) and shares the budget with every materialization and
+// reservation there. The cache's errors ([*system.CacheBusyError],
+// [*system.CacheLoadError], [system.ErrCacheClosed]) are package system's,
+// classified by [system.ErrorClass] with every other error.
 //
 // [Load] returns a typed [*Lease] on a key's value. On a miss it
 // reserves the load's peak bytes before the loader runs (evicting idle
@@ -26,6 +31,10 @@
 // request. When the budget is short and nothing is evictable, the answer
 // is a [*system.CacheBusyError] (errors.Is [system.ErrBusy]); a request larger than the
 // whole budget is a [*system.BudgetError].
+//
+// Waiting: with [Wait] and the runtime's wait options a load that finds
+// the budget short waits in the runtime's queue, shared with
+// [system.System.Admit], instead of answering busy.
 //
 // Keep-alive ([Options].KeepAlive, [WithKeepAlive]; time from
 // [Options].Clock) unloads an entry once it has been idle that long
