@@ -1,6 +1,9 @@
 package budget
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Named reservations (the owned ones' resizing and charges: cache.go).
 
@@ -27,12 +30,22 @@ func (l *Ledger) ReserveOwned(loc, name string, bytes int64, owner string) error
 	return l.reserve(loc, name, bytes, owner)
 }
 
+// shownName is how a message writes the name of an active reservation: a
+// loader cache's charge as it is (its name quotes the cache's own name:
+// `cache "m"/k#1`), any other Go-quoted.
+func (l *Ledger) shownName(name string) string {
+	if r, ok := l.reservations[name]; ok && strings.HasPrefix(r.owner, CacheOwnerPrefix) {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
 func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if name == "" {
 		return invalidf("reservation name is empty")
 	}
 	if _, dup := l.reservations[name]; dup || l.parentReservations[name] != nil {
-		return invalidf("duplicate reservation name %q (already active)", name)
+		return invalidf("duplicate reservation name %s (already active)", l.shownName(name))
 	}
 	if bytes <= 0 {
 		return invalidf("reservation %q: bytes must be positive, got %d", name, bytes)
