@@ -5,9 +5,9 @@ import "fmt"
 // ---- owned reservations: the ledger side of a loader cache ------------------
 
 // CacheOwnerPrefix starts the owner name of every loader cache's
-// reservations ("cache:NAME#N"), which tells them from a scope's in the
-// ledger's messages.
-const CacheOwnerPrefix = "cache:"
+// reservations (`cache "NAME"`, the name Go-quoted), which tells them
+// from a scope's in the ledger's messages.
+const CacheOwnerPrefix = "cache "
 
 // ResizeOwned sets the bytes of the active reservation name, which must
 // belong to owner ("" for an ordinary reservation), to bytes. Shrinking is

@@ -95,7 +95,7 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 			return nil, invalidf("reservation name %q appears twice in the plan", r.Name)
 		}
 		if _, active := l.reservations[r.Name]; active {
-			return nil, invalidf("duplicate reservation name %q (already active)", r.Name)
+			return nil, invalidf("duplicate reservation name %s (already active)", l.shownName(r.Name))
 		}
 		names[r.Name] = true
 		if r.Bytes <= 0 {
