@@ -70,6 +70,8 @@
 //	     └──────────── the owner refuses (Run.FailStep) ◀─────────────┤
 //	                   the owner confirms (Run.Complete) ──▶ released ◀┘
 //
+// In words:
+//
 //   - not offered (a new charge's state): the owner keeps it. A loading
 //     entry, a leased or pinned one, or one whose idle predicate is false
 //     is never offered. The controller never chooses it.

@@ -27,8 +27,8 @@ type Run struct {
 	index        int
 	pending      AdmissionID
 	charge       *reservation // the charge of a pending charge eviction
-	report       recorder // every transition the run commits
-	reservations []string // reservations this run admitted, in order
+	report       recorder     // every transition the run commits
+	reservations []string     // reservations this run admitted, in order
 	failed       error
 	done         bool
 }
