@@ -12,6 +12,11 @@ type reservation struct {
 	loc   int
 	bytes int64
 	owner string // "" for ordinary reservations; a run/scope owner otherwise
+	// As a charge (charges.go): its state, its candidate key while
+	// offered, and its sequence number (a stable id, from admission).
+	state ChargeState
+	key   candidate
+	seq   uint64
 }
 
 // Reserve admits a named reservation of bytes at loc (1 version). Errors
@@ -57,7 +62,8 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if err := l.admits(i, bytes); err != nil {
 		return err
 	}
-	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner}
+	l.nextCharge++
+	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner, seq: l.nextCharge}
 	l.reservations[name] = r
 	lc := &l.locs[i]
 	lc.reservations = append(lc.reservations, r)
@@ -92,6 +98,7 @@ func (l *Ledger) unreserve(name, owner string) error {
 		}
 		return invalidf("reservation %q does not belong to %q", name, owner)
 	}
+	l.unofferIndex(r)
 	delete(l.reservations, name)
 	lc := &l.locs[r.loc]
 	for i, x := range lc.reservations {
