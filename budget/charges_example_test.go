@@ -12,7 +12,7 @@ import (
 // to drop the idle entry, which it confirms.
 func ExampleLedger_OfferCharge() {
 	l := newExampleLedger()
-	owner := budget.CacheOwnerPrefix + "weights#1"
+	owner := budget.CacheOwnerPrefix + `"weights"`
 	_ = l.ReserveOwned("cuda:0", "model-a", 70, owner)
 	_ = l.OfferCharge("model-a", owner, 2) // idle: H = L(cuda:0) + 2
 
@@ -39,16 +39,16 @@ func ExampleLedger_OfferCharge() {
 	info, _ := l.Charge("model-b")
 	fmt.Println(err, info.Owner, info.Bytes)
 	// Output:
-	// idle_cache_entry cache:weights#1 model-a 70
-	// drop charge model-a of cache:weights#1 at cuda:0 (70 bytes)
-	// <nil> cache:weights#1 60
+	// idle_cache_entry cache "weights" model-a 70
+	// drop charge model-a of cache "weights" at cuda:0 (70 bytes)
+	// <nil> cache "weights" 60
 }
 
 // A lease taken on an entry withdraws its offer; the controller then
 // never chooses it.
 func ExampleLedger_WithdrawCharge() {
 	l := newExampleLedger()
-	owner := budget.CacheOwnerPrefix + "weights#1"
+	owner := budget.CacheOwnerPrefix + `"weights"`
 	_ = l.ReserveOwned("cuda:0", "model-a", 70, owner)
 	_ = l.OfferCharge("model-a", owner, 0)
 	_ = l.WithdrawCharge("model-a", owner)
@@ -65,7 +65,7 @@ func ExampleLedger_WithdrawCharge() {
 // Charge reads one reservation's state as a charge.
 func ExampleLedger_Charge() {
 	l := newExampleLedger()
-	owner := budget.CacheOwnerPrefix + "weights#1"
+	owner := budget.CacheOwnerPrefix + `"weights"`
 	_ = l.ReserveOwned("cuda:0", "model-a", 70, owner)
 	_ = l.OfferCharge("model-a", owner, 3)
 	info, ok := l.Charge("model-a")
@@ -78,7 +78,7 @@ func ExampleLedger_Charge() {
 // ErrBusy, and the charge is no longer offered.
 func ExampleChargeBusyError() {
 	l := newExampleLedger()
-	owner := budget.CacheOwnerPrefix + "weights#1"
+	owner := budget.CacheOwnerPrefix + `"weights"`
 	_ = l.ReserveOwned("cuda:0", "model-a", 70, owner)
 	_ = l.OfferCharge("model-a", owner, 0)
 	run, _ := l.StartRun(budget.Plan{Reclaim: []budget.Action{{Location: "cuda:0", Owner: owner, Charge: "model-a"}}}, budget.RunOptions{})
