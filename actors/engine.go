@@ -79,6 +79,7 @@ type Engine struct {
 	newLoaders   *registry[uint64, cuda.Loader]
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
+	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
 	watchers     sync.WaitGroup
 	ctx          context.Context
 	cancel       context.CancelFunc

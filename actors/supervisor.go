@@ -350,7 +350,7 @@ func (s *supervisor) dispatch(effects []budget.Effect, adm budget.AdmissionID, d
 			s.eng.root.Send(s.eng.locations[e.Location], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.Location}})
 			continue
 		}
-		s.sendTransfer(&messages.DoTransfer{Admission: adm, Effect: e, Data: data})
+		s.sendTransfer(&messages.DoTransfer{Admission: adm, Effect: e, Data: data}, false)
 	}
 }
 
@@ -361,8 +361,9 @@ type valueWorker struct {
 }
 
 // sendTransfer sends a transfer to its value's actor, spawning the actor
-// if the value has none (no transfer in flight).
-func (s *supervisor) sendTransfer(t *messages.DoTransfer) {
+// if the value has none (no transfer in flight); a demotion's copy goes as
+// a demoteTransfer.
+func (s *supervisor) sendTransfer(t *messages.DoTransfer, demotion bool) {
 	id := t.Effect.Handle.ID
 	w := s.workers[id]
 	if w == nil {
@@ -370,6 +371,10 @@ func (s *supervisor) sendTransfer(t *messages.DoTransfer) {
 		s.workers[id] = w
 	}
 	w.inflight++
+	if demotion {
+		s.eng.root.Send(w.pid, &demoteTransfer{t})
+		return
+	}
 	s.eng.root.Send(w.pid, t)
 }
 
@@ -584,6 +589,10 @@ func (s *supervisor) advance(rs *runState) {
 		adm := step.Admission
 		if adm.Pending {
 			s.pending[adm.ID] = &pendingOp{kind: pendRun, request: s.handling, run: rs, effect: adm.Effects[0]}
+			if step.Phase == budget.PhaseReclaim {
+				s.dispatchDemotion(adm)
+				return
+			}
 			s.dispatch(adm.Effects, adm.ID, nil)
 			return
 		}
@@ -684,6 +693,9 @@ func (s *supervisor) maybeFinishShutdown() {
 // next transfers queued to it, or stopped when there are none.
 func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
 	msg := actor.UnwrapEnvelopeMessage(message)
+	if d, ok := msg.(*demoteTransfer); ok {
+		msg = d.DoTransfer
+	}
 	s.eng.log.Error().Str("actor", child.String()).Interface("reason", reason).Msg("actor crashed; restarting it")
 	defer func() {
 		if r := recover(); r != nil {

@@ -22,14 +22,21 @@ type valueActor struct {
 }
 
 func (a *valueActor) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	var m *messages.DoTransfer
+	demotion := false
+	switch msg := ctx.Message().(type) {
 	case *messages.DoTransfer:
-		if a.eng.hooks.PanicOnTransfer != nil && a.eng.hooks.PanicOnTransfer(m.Effect) {
-			panic(fmt.Sprintf("injected value actor panic during %s (test hook)", m.Effect))
-		}
-		err := a.transfer(ctx, m)
-		ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
+		m = msg
+	case *demoteTransfer:
+		m, demotion = msg.DoTransfer, true
+	default:
+		return
 	}
+	if a.eng.hooks.PanicOnTransfer != nil && a.eng.hooks.PanicOnTransfer(m.Effect) {
+		panic(fmt.Sprintf("injected value actor panic during %s (test hook)", m.Effect))
+	}
+	err := a.transfer(ctx, m, demotion)
+	ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
 }
 
 func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
@@ -49,10 +56,11 @@ func (a *valueActor) free(ctx actor.Context, key messages.BufferKey) {
 	ctx.Send(a.eng.locations[key.Location], &messages.Free{Key: key})
 }
 
-// transfer runs one transfer effect. On failure every buffer it allocated
-// is freed again; the destination's ledger charge is released by the
-// supervisor when it commits the failure.
-func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer) (err error) {
+// transfer runs one transfer effect (demotion: the copy of a demotion
+// step, see demoteCopy). On failure every buffer it allocated is freed
+// again; the destination's ledger charge is released by the supervisor
+// when it commits the failure.
+func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer, demotion bool) (err error) {
 	e := m.Effect
 	dst := messages.BufferKey{Value: e.Handle.ID, Location: e.Location}
 	if err := a.allocate(ctx, dst, e.Bytes); err != nil {
@@ -76,6 +84,9 @@ func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer) (err er
 		sbuf, ok := a.eng.Buffers.Get(messages.BufferKey{Value: e.Handle.ID, Location: e.From})
 		if !ok {
 			return fmt.Errorf("copy of %s: no buffer at %s", e.Handle.Name, e.From)
+		}
+		if demotion {
+			return a.demoteCopy(opctx, e, dbuf, sbuf)
 		}
 		return a.copy(opctx, dbuf, sbuf)
 	case budget.EffectReconstruct:

@@ -5,9 +5,9 @@ import "fmt"
 // ---- owned reservations: the ledger side of a loader cache ------------------
 
 // CacheOwnerPrefix starts the owner name of every loader cache's
-// reservations ("cache:NAME#N"), which tells them from a scope's in the
-// ledger's messages.
-const CacheOwnerPrefix = "cache:"
+// reservations (`cache "NAME"`, the name Go-quoted), which tells them
+// from a scope's in the ledger's messages.
+const CacheOwnerPrefix = "cache "
 
 // ResizeOwned sets the bytes of the active reservation name, which must
 // belong to owner ("" for an ordinary reservation), to bytes. Shrinking is
@@ -16,8 +16,12 @@ const CacheOwnerPrefix = "cache:"
 // whose other figures are the location's as they were). One version when
 // the size changes, none when it is already bytes.
 //
+// An offered charge stays offered with its priority and last use, at its
+// new size.
+//
 // Errors (nothing changed): invalid input (name not active, another owner,
-// bytes ≤ 0: release the reservation instead), [*BudgetError].
+// bytes ≤ 0: release the reservation instead), [*BudgetError],
+// [*ChargeBusyError] (the charge is evicting).
 func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 	r, ok := l.reservations[name]
 	if !ok {
@@ -28,6 +32,9 @@ func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 	}
 	if bytes <= 0 {
 		return invalidf("reservation %q: bytes must be positive, got %d (release it instead)", name, bytes)
+	}
+	if r.state == ChargeEvicting {
+		return l.chargeBusy(r)
 	}
 	if bytes == r.bytes {
 		return nil
@@ -40,7 +47,10 @@ func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 	}
 	old := r.bytes
 	lc.reserved += bytes - old
+	l.unofferIndex(r)
 	r.bytes = bytes
+	r.key.bytes = bytes
+	l.offerIndex(r)
 	if lc.reserved < 0 {
 		panic("budget: reserved bytes went negative")
 	}

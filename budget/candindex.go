@@ -8,7 +8,8 @@ import (
 // The controller's candidate indexes (issue 10, part 2). Every location
 // keeps its candidates — materializations there that are resident,
 // unprotected, not the source of a copy in flight, and not the last
-// resident copy of a value without a source — in candidate order
+// resident copy of a value without a source, and the charges offered
+// there (charges.go) — in candidate order
 // (ascending H, then last use, then registration), and the bytes of its
 // other materializations by why they are not candidates. The ledger keeps
 // both up to date on every mutation that changes a materialization's
@@ -221,8 +222,16 @@ func (l *Ledger) checkIndexes(vals []*value) error {
 			}
 		}
 	}
+	chargeBytes, chargeKeys, err := l.checkCharges()
+	if err != nil {
+		return err
+	}
+	for k := range chargeKeys {
+		cands[l.charges[k.id].loc][k] = true
+	}
 	for i := range l.locs {
 		lc := &l.locs[i]
+		bytes[i][catCandidate] += chargeBytes[i]
 		if lc.catBytes != bytes[i] {
 			return fmt.Errorf("%s: category bytes %v, materializations %v", lc.name, lc.catBytes, bytes[i])
 		}

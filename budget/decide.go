@@ -59,7 +59,7 @@ func (t TieBreak) String() string {
 }
 
 // Eviction is one victim of a decision: the materialization of Handle at
-// Location, its charge, and why it was chosen: in words (Reason) and as a
+// Location (or an idle cache entry's charge there), its bytes, and why it was chosen: in words (Reason) and as a
 // kind (Kind), which programs read instead of the words.
 type Eviction struct {
 	Handle   Handle
@@ -71,6 +71,10 @@ type Eviction struct {
 	// To is the spill target the victim is demoted to ("" when it is
 	// dropped); its reclaim action carries the same To (spill.go).
 	To string
+	// Owner and Charge name the victim when it is an offered charge (an
+	// idle cache entry, Kind EvictionIdleCacheEntry; Handle is zero).
+	Owner  string
+	Charge string
 }
 
 // Decision is the controller's answer to a request.

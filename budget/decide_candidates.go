@@ -21,8 +21,10 @@ type candidate struct {
 }
 
 // candLess is the candidate order: ascending H, then ascending last use,
-// then registration order. It is a strict total order at one location
-// (a value has at most one materialization there).
+// then id: registration order among values, then the offered charges
+// (ids with chargeIDBit, charges.go) in admission order. It is a strict
+// total order at one location (a value has at most one materialization
+// there, and a charge's id is its own).
 func candLess(a, b *candidate) bool {
 	if a.prio != b.prio {
 		return a.prio < b.prio

@@ -235,6 +235,9 @@ func (d *decider) hasSourceCopy(v *value) bool {
 func (d *decider) lastCopyConflict(vs []victim) bool {
 	var count map[*value]int
 	for _, vc := range vs {
+		if isChargeID(vc.c.id) {
+			continue
+		}
 		v := d.l.valueByID(vc.c.id)
 		if v.hasSource {
 			continue
@@ -272,7 +275,9 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 				break
 			}
 			c := s.sorted[i]
-			if v := d.l.valueByID(c.id); !v.hasSource && removed[v]+1 >= v.residentCount() {
+			if isChargeID(c.id) {
+				// an offered charge: never a last copy
+			} else if v := d.l.valueByID(c.id); !v.hasSource && removed[v]+1 >= v.residentCount() {
 				skipped += c.bytes
 				continue
 			}
@@ -287,7 +292,9 @@ func (d *decider) constrainedVictims() ([]victim, string) {
 		slices.Reverse(pos)
 		for _, p := range pos {
 			out = append(out, victim{loc: sf.loc, c: list[p], n: sf.n})
-			removed[d.l.valueByID(list[p].id)]++
+			if !isChargeID(list[p].id) {
+				removed[d.l.valueByID(list[p].id)]++
+			}
 		}
 	}
 	return out, ""

@@ -137,8 +137,10 @@
 //     the shortfall is N = added − (budget − used − reserved).
 //  3. For N > 0, choose victims among the candidates there (resident,
 //     unprotected, not the source of a copy in flight, of no required
-//     handle, and not the last resident copy of a value without a source),
-//     ordered by ascending H, then last use, then registration: take the
+//     handle, and not the last resident copy of a value without a source,
+//     and the idle cache entries' charges offered there: doc_cache.go),
+//     ordered by ascending H, then last use, then id (values in
+//     registration order, then charges in admission order): take the
 //     first candidate c_k at which the running byte sum reaches N, then the
 //     victims for N − bytes(c_k) among c_1…c_{k−1}. This is the least
 //     valuable set: the smallest highest priority, then the smallest second

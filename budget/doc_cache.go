@@ -58,4 +58,52 @@
 // recorded: 0); a resize 1 (0 when the size does not change). Statistics
 // 0. A budgeted load's own entry has no charge: its allocations are
 // memory budget reservations, each with its own versions.
+//
+// # Idle cache entries as victims
+//
+// A cache's charge may also be a victim of the controller, ranked with
+// the values at its location by one rule. An owned charge (owner starting
+// with [CacheOwnerPrefix]) is in one of three states ([ChargeState]):
+//
+//	not offered ──OfferCharge──▶ offered ──a run's reclaim step──▶ evicting
+//	     ▲  ◀──WithdrawCharge──────┘                                  │
+//	     └──────────── the owner refuses (Run.FailStep) ◀─────────────┤
+//	                   the owner confirms (Run.Complete) ──▶ released ◀┘
+//
+// In words:
+//
+//   - not offered (a new charge's state): the owner keeps it. A loading
+//     entry, a leased or pinned one, or one whose idle predicate is false
+//     is never offered. The controller never chooses it.
+//   - offered ([Ledger.OfferCharge], 1 version): the entry is idle (ready,
+//     no lease, no pin, idle predicate true). The charge is a candidate at
+//     its location with priority H = L(location) + freq, freq being the
+//     owner's use count of the entry, exactly the formula of a value's
+//     materialization, and with the offer's version as its last use. An
+//     offer of an offered charge stamps it again (1 version).
+//     [Ledger.WithdrawCharge] (a lease was taken) makes it not offered
+//     again (1 version; 0 when it was not offered).
+//   - evicting: a run's reclaim step for the charge (an [Action] with
+//     Charge and Owner) admitted it (1 version). Its bytes stay reserved;
+//     it cannot be offered or resized ([*ChargeBusyError]); a withdrawal
+//     changes nothing (0 versions: the owner's answer settles it). The
+//     step is pending, and its one effect, [EffectDropCharge], names the
+//     owner and the charge: the runtime asks the owner to drop the entry.
+//     The owner confirms ([Run.Complete]: the charge is released, 1
+//     version, its location's L rises to its H as for any removal) or
+//     refuses because the entry became busy in between ([Run.FailStep]:
+//     the charge is not offered again, 1 version, and the run fails with a
+//     [*PlanExecutionError] whose cause is a [*ChargeBusyError] with
+//     Refused set; errors.Is(err, ErrBusy) holds, and the caller decides
+//     again). When the owner released the charge meanwhile (its cache
+//     closed), the answer commits nothing more: a confirmation completes
+//     the step, a refusal still fails the run.
+//
+// A reservation that a cache load needs goes through the same
+// controller: a [Request] whose [ReservationSpec] has Owner set asks for
+// a plan that makes room for it (evicting unprotected values and other
+// offered charges) and then admits it as that owner's charge, as
+// [Ledger.ReserveOwned] would. A failed scope entry does not release such
+// a reservation, and [Run.Reservations] does not list it: it belongs to
+// its owner, which releases it.
 package budget

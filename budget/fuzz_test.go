@@ -30,7 +30,8 @@ import (
 // or unknown (odd) one; name b%8 == 0 an already used name, else a fresh
 // one; bytes 1 + b%16, or 0/−1 for b ≥ 250; mode b%2 (1 replicable);
 // admission, lease, hold, event, reservation b%n over all ever issued
-// (released ones included).
+// (released ones included). An opcode byte ≥ fzChargeOpsFrom is a charge
+// operation instead (fuzz_charges_test.go).
 func FuzzLedger(f *testing.F) {
 	// A few inline seeds besides testdata/fuzz/FuzzLedger.
 	f.Add([]byte{})
@@ -42,6 +43,16 @@ func FuzzLedger(f *testing.F) {
 	f.Add([]byte{200, 204, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 0, 13, 0, 0, 1, fzExplain, 13, 0, 1, 2})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2, fzRun, 8, 13, 0, 2, 1})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 9, 13, 0, 0, 1})
+	// Charges: an idle cache entry offered, then room decided for another
+	// charge: the entry is the victim, its owner refuses (failAt 0) or
+	// confirms (failAt −1); then a withdrawal and a direct eviction.
+	for _, failAt := range []byte{1, 0} {
+		f.Add([]byte{0, 0, 21, 0, 5, fzRegisterSrc, 1, 9, 0, 0, fzPlaceDone, 0, 2,
+			fzChargeOpsFrom + fzReserveCharge, 0, 0, 2, 7, fzChargeOpsFrom + fzOfferCharge, 0, 1,
+			fzChargeOpsFrom + fzDecideRoom, 1, 2, 9, failAt,
+			fzChargeOpsFrom + fzWithdrawCharge, 0, fzChargeOpsFrom + fzOfferCharge, 0, 3,
+			fzChargeOpsFrom + fzEvictCharge, 0, 0, failAt})
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newFzHarness(t, data)
 		for n := 0; !h.r.done() && n < 200; n++ {
@@ -229,6 +240,7 @@ func fzErr(err error) string {
 	if err == nil {
 		return ""
 	}
+	var cb *ChargeBusyError
 	var pe *PlanExecutionError
 	if errors.As(err, &pe) {
 		cause := "injected"
@@ -244,6 +256,8 @@ func fzErr(err error) string {
 	var pl *PlanError
 	var ii *InvalidInputError
 	switch {
+	case errors.As(err, &cb):
+		return refChargeBusy(cb.Charge, cb.State, cb.Refused)
 	case errors.As(err, &be):
 		return refBudget(be.Location, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes)
 	case errors.As(err, &ie):
@@ -276,7 +290,11 @@ func (h *fzHarness) same(what string, ledger, model any) {
 func (h *fzHarness) step() {
 	h.t.Helper()
 	c, m := h.c, h.m
-	op := h.r.next() % fzOps
+	b := h.r.next()
+	op := b % fzOps
+	if b >= fzChargeOpsFrom {
+		op = fzOps // a charge operation (fuzz_charges_test.go)
+	}
 	var desc string
 	var lerr error
 	var merr string
@@ -449,6 +467,8 @@ func (h *fzHarness) step() {
 		h.same("explain feasible ("+ex.Reason+")", ex.Feasible, ok)
 		h.same("explain peaks", ex.PredictedPeakBytes, peaks)
 		h.same("explain reason given", ex.Reason != "", !ok)
+	case fzOps:
+		desc, lerr, merr = h.chargeStep(b - fzChargeOpsFrom)
 	case fzRun:
 		mode := h.r.next()
 		p := h.plan()
@@ -488,6 +508,7 @@ func (h *fzHarness) step() {
 		h.log[len(h.log)-1] += " → " + merr
 	}
 	h.same("state after "+desc, strings.Join(ledgerState(c.L.Snapshot()), "\n"), strings.Join(m.State(), "\n"))
+	h.same("charges after "+desc, ledgerCharges(c.L, m), m.charges())
 }
 
 // fzRunLedger runs p on the ledger: every step admitted and completed, the

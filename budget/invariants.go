@@ -10,8 +10,12 @@ import (
 // in-flight temporary charges, reserved bytes equal its reservations, no
 // location is over its budget, peaks cover current charges, every count
 // equals its active leases, holds and events and none is negative,
-// exclusive values have at most one materialization outside a move, and
-// discarded values have none. Tests call it after every transition.
+// exclusive values have at most one materialization outside a move,
+// discarded values have none, every offered charge is an active
+// reservation indexed as a candidate at its location and every indexed
+// charge is offered (offered ⊆ active), and an evicting charge's bytes
+// are still reserved (it stays an active reservation until its owner
+// answers). Tests call it after every transition.
 func (l *Ledger) CheckInvariants() error {
 	if err := l.checkCounts(); err != nil {
 		return err

@@ -123,6 +123,12 @@ type Ledger struct {
 	dirty        []*value
 	dirtyRetired int
 	scratch      *decideScratch // Decide's reusable candidate buffers
+	// charges: the offered charges by candidate id (charges.go);
+	// nextCharge numbers reservations; simDropped: the charges a
+	// simulation evicted.
+	charges    map[uint64]*reservation
+	nextCharge uint64
+	simDropped map[*reservation]bool
 
 	// Cumulative committed transitions by kind, and removals by
 	// [RemovalKind], since New: the exact counts behind a snapshot (the

@@ -26,8 +26,9 @@ type Run struct {
 	phase        planPhase
 	index        int
 	pending      AdmissionID
-	report       recorder // every transition the run commits
-	reservations []string // reservations this run admitted, in order
+	charge       *reservation // the charge of a pending charge eviction
+	report       recorder     // every transition the run commits
+	reservations []string     // reservations this run admitted, in order
 	failed       error
 	done         bool
 }
@@ -133,6 +134,9 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			if a.To != "" {
 				return r.nextDemotion(i, a)
 			}
+			if a.Charge != "" {
+				return r.nextChargeEviction(i, a)
+			}
 			return r.nextReclaim(i, a)
 		case planReserve:
 			if r.index >= len(r.plan.Reservations) {
@@ -142,11 +146,17 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			i, s := r.index, r.plan.Reservations[r.index]
 			r.index++
 			var e error
-			r.l.recordInto(&r.report, func() { e = r.l.reserve(s.Location, s.Name, s.Bytes, r.opts.Scope) })
+			owner := r.opts.Scope
+			if s.Owner != "" {
+				owner = s.Owner
+			}
+			r.l.recordInto(&r.report, func() { e = r.l.reserve(s.Location, s.Name, s.Bytes, owner) })
 			if e != nil {
 				return Step{}, false, r.fail(e, nil, -1, &s, i)
 			}
-			r.reservations = append(r.reservations, s.Name)
+			if s.Owner == "" {
+				r.reservations = append(r.reservations, s.Name)
+			}
 			return Step{Phase: PhaseReserve, Index: i}, true, nil
 		case planEnter:
 			if r.index >= len(r.plan.Enter) {
@@ -217,10 +227,17 @@ func (r *Run) nextEnter(i int, a Action) (Step, bool, error) {
 }
 
 // Complete settles the pending step (an enter, or a demotion) as done and
-// returns the effects its completion produced (a move's source free).
+// returns the effects its completion produced (a move's source free). For
+// a charge's eviction (EffectDropCharge) it is the owner's confirmation:
+// the charge is released; no effects.
 func (r *Run) Complete() ([]Effect, error) {
 	if r.pending == 0 {
 		return nil, invalidf("no run step is pending")
+	}
+	if r.charge != nil {
+		r.pending = 0
+		r.completeCharge()
+		return nil, nil
 	}
 	var effects []Effect
 	var err error
@@ -235,13 +252,18 @@ func (r *Run) Complete() ([]Effect, error) {
 // location instead, as a plain reclaim would have, and the run goes on:
 // it returns the free effect to carry out and no error; only when that
 // removal would lose data does the run fail (phase reclaim, cause the
-// copy's failure).
+// copy's failure). For a charge's eviction it is the owner's refusal: the
+// charge is not offered again and the run fails (phase reclaim) with a
+// [*ChargeBusyError] (Refused, Cause cause) as its cause.
 func (r *Run) FailStep(cause error) ([]Effect, error) {
 	if r.pending == 0 {
 		return nil, invalidf("no run step is pending")
 	}
 	id := r.pending
 	r.pending = 0
+	if r.charge != nil {
+		return nil, r.failCharge(cause)
+	}
 	if r.phase == planReclaim {
 		return r.failDemotion(id, cause)
 	}

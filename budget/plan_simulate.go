@@ -55,6 +55,9 @@ func (l *Ledger) simValue(id uint64) *value { return l.vals.byID[id] }
 func (l *Ledger) planValues(p Plan) ([]*value, error) {
 	var vals []*value
 	check := func(a Action, what string, i int) error {
+		if a.Charge != "" || a.Owner != "" {
+			return l.checkChargeAction(a, what, i)
+		}
 		v, err := l.value(a.Handle)
 		if err != nil {
 			return err
@@ -95,7 +98,7 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 			return nil, invalidf("reservation name %q appears twice in the plan", r.Name)
 		}
 		if _, active := l.reservations[r.Name]; active {
-			return nil, invalidf("duplicate reservation name %q (already active)", r.Name)
+			return nil, invalidf("duplicate reservation name %s (already active)", l.shownName(r.Name))
 		}
 		names[r.Name] = true
 		if r.Bytes <= 0 {
@@ -115,7 +118,8 @@ func (l *Ledger) planValues(p Plan) ([]*value, error) {
 
 // Explain simulates plan p on the current state without changing it: every
 // reclaim (a demotion, a reclaim with To, as a move admitted and
-// completed), then every reservation, then every enter one after another (each
+// completed; a charge's, as its owner's confirmation: the charge must be
+// offered), then every reservation, then every enter one after another (each
 // admitted and completed before the next). It reports whether the plan is
 // feasible, the first failure in words, and the predicted peak of
 // used+reserved at every location, overlap and temporary reconstruction
@@ -139,6 +143,12 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		return Explanation{Reason: err.Error(), PredictedPeakBytes: c.simPeaks()}, err
 	}
 	for i, a := range p.Reclaim {
+		if a.Charge != "" {
+			if err := c.simEvictCharge(a); err != nil {
+				return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
+			}
+			continue
+		}
 		v := c.simValue(a.Handle.ID)
 		loc := c.locIndex[a.Location]
 		if a.To != "" {

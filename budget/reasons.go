@@ -99,16 +99,22 @@ const (
 	// value had no other resident copy and is demoted to its location's
 	// spill target ([Eviction].To) instead of dropped (spill.go).
 	EvictionDemoted
+	// EvictionIdleCacheEntry: an idle cache entry's offered charge
+	// ([Eviction].Owner, [Eviction].Charge), chosen by the same rule as
+	// EvictionLowestPriority: the least valuable at its location.
+	EvictionIdleCacheEntry
 )
 
 // String is the kind in snake case: "lowest_priority", "demoted",
-// "other".
+// "idle_cache_entry", "other".
 func (k EvictionKind) String() string {
 	switch k {
 	case EvictionLowestPriority:
 		return "lowest_priority"
 	case EvictionDemoted:
 		return "demoted"
+	case EvictionIdleCacheEntry:
+		return "idle_cache_entry"
 	}
 	return "other"
 }
@@ -120,7 +126,7 @@ func (k EvictionKind) MarshalText() ([]byte, error) { return []byte(k.String()),
 // other text reads as EvictionOther.
 func (k *EvictionKind) UnmarshalText(b []byte) error {
 	*k = EvictionOther
-	for _, x := range []EvictionKind{EvictionLowestPriority, EvictionDemoted} {
+	for _, x := range []EvictionKind{EvictionLowestPriority, EvictionDemoted, EvictionIdleCacheEntry} {
 		if string(b) == x.String() {
 			*k = x
 		}

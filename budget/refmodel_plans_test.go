@@ -11,6 +11,9 @@ import "fmt"
 // reservations, then enter), as the ledger does before simulating.
 func (m *refModel) validate(p Plan) string {
 	action := func(a Action, reclaim bool) string {
+		if a.Charge != "" || a.Owner != "" {
+			return m.validateCharge(a, reclaim)
+		}
 		if _, e := m.resolve(a.Handle); e != "" {
 			return e
 		}
@@ -105,6 +108,13 @@ func (m *refModel) Explain(p Plan) (bool, map[string]int64) {
 
 func (m *refModel) simulate(p Plan) bool {
 	for _, a := range p.Reclaim {
+		if a.Charge != "" {
+			if m.checkChargeEvict(a) != "" {
+				return false
+			}
+			m.resv = append(m.resv[:m.findResv(a.Charge)], m.resv[m.findResv(a.Charge)+1:]...)
+			continue
+		}
 		v, _ := m.resolve(a.Handle)
 		if a.To != "" {
 			if m.demotion(v, a, false) != "" {
@@ -182,6 +192,12 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 		return refRunResult{err: refExec(phase(ph), a, ai, r, ri, n, cause), report: n}
 	}
 	for i, a := range p.Reclaim {
+		if a.Charge != "" {
+			if e := m.runChargeEviction(a, i == failAt); e != "" {
+				return fail(PhaseReclaim, &a, i, nil, -1, e)
+			}
+			continue
+		}
 		v, e := m.resolve(a.Handle)
 		switch {
 		case e == "" && a.To != "":
@@ -197,10 +213,16 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 		}
 	}
 	for i, r := range p.Reservations {
-		if e := m.Reserve(r.Location, r.Name, r.Bytes, scope); e != "" {
+		owner := scope
+		if r.Owner != "" {
+			owner = r.Owner
+		}
+		if e := m.Reserve(r.Location, r.Name, r.Bytes, owner); e != "" {
 			return fail(PhaseReserve, nil, -1, &r, i, e)
 		}
-		admitted = append(admitted, r.Name)
+		if r.Owner == "" {
+			admitted = append(admitted, r.Name)
+		}
 	}
 	for i, a := range p.Enter {
 		adm, e := m.enter(a)

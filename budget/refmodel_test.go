@@ -57,6 +57,7 @@ type refResv struct {
 	loc   string
 	bytes int64
 	owner string
+	state ChargeState // as a charge (refmodel_charges_test.go)
 }
 
 type refModel struct {

@@ -1,6 +1,9 @@
 package budget
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Named reservations (the owned ones' resizing and charges: cache.go).
 
@@ -9,6 +12,11 @@ type reservation struct {
 	loc   int
 	bytes int64
 	owner string // "" for ordinary reservations; a run/scope owner otherwise
+	// As a charge (charges.go): its state, its candidate key while
+	// offered, and its sequence number (a stable id, from admission).
+	state ChargeState
+	key   candidate
+	seq   uint64
 }
 
 // Reserve admits a named reservation of bytes at loc (1 version). Errors
@@ -27,12 +35,22 @@ func (l *Ledger) ReserveOwned(loc, name string, bytes int64, owner string) error
 	return l.reserve(loc, name, bytes, owner)
 }
 
+// shownName is how a message writes the name of an active reservation: a
+// loader cache's charge as it is (its name quotes the cache's own name:
+// `cache "m"/k#1`), any other Go-quoted.
+func (l *Ledger) shownName(name string) string {
+	if r, ok := l.reservations[name]; ok && strings.HasPrefix(r.owner, CacheOwnerPrefix) {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
 func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if name == "" {
 		return invalidf("reservation name is empty")
 	}
 	if _, dup := l.reservations[name]; dup || l.parentReservations[name] != nil {
-		return invalidf("duplicate reservation name %q (already active)", name)
+		return invalidf("duplicate reservation name %s (already active)", l.shownName(name))
 	}
 	if bytes <= 0 {
 		return invalidf("reservation %q: bytes must be positive, got %d", name, bytes)
@@ -44,7 +62,8 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 	if err := l.admits(i, bytes); err != nil {
 		return err
 	}
-	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner}
+	l.nextCharge++
+	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner, seq: l.nextCharge}
 	l.reservations[name] = r
 	lc := &l.locs[i]
 	lc.reservations = append(lc.reservations, r)
@@ -70,13 +89,16 @@ func (l *Ledger) unreserve(name, owner string) error {
 	}
 	if r.owner != owner {
 		if owner == "" && strings.HasPrefix(r.owner, CacheOwnerPrefix) {
-			return invalidf("reservation %q is a charge of %s; only the cache releases it (when its entry leaves the cache)", name, r.owner)
+			// A cache's charge name quotes the cache's name itself
+			// (`cache "m"/k#1`): it is written as it is.
+			return invalidf("reservation %s is a charge of %s; only the cache releases it (when its entry leaves the cache)", name, r.owner)
 		}
 		if owner == "" {
 			return invalidf("reservation %q belongs to scope %q; it is released when the scope exits", name, r.owner)
 		}
 		return invalidf("reservation %q does not belong to %q", name, owner)
 	}
+	l.unofferIndex(r)
 	delete(l.reservations, name)
 	lc := &l.locs[r.loc]
 	for i, x := range lc.reservations {

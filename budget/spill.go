@@ -154,8 +154,10 @@ func (d *decider) demotions(chosen []int, victims []victim) []int {
 	for i, vc := range victims {
 		out[i] = -1
 		t := l.locs[vc.loc].spill
-		v := l.valueByID(vc.c.id)
-		if t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
+		if isChargeID(vc.c.id) {
+			t = -1 // an idle cache entry is dropped by its owner, never demoted
+		}
+		if v := l.valueByID(vc.c.id); t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
 			out[i] = t
 			into[t] += vc.c.bytes
 		}
@@ -183,8 +185,14 @@ func (d *decider) reclaims(victims []victim, targets []int) ([]Action, []Evictio
 	var actions []Action
 	var evictions []Eviction
 	for i, vc := range victims {
-		h := l.handle(l.valueByID(vc.c.id))
 		name := l.locs[vc.loc].name
+		if isChargeID(vc.c.id) {
+			a, e := d.chargeReclaim(vc, name)
+			actions = append(actions, a)
+			evictions = append(evictions, e)
+			continue
+		}
+		h := l.handle(l.valueByID(vc.c.id))
 		a := Action{Handle: h, Location: name}
 		e := Eviction{Handle: h, Location: name, Bytes: vc.c.bytes, Kind: EvictionLowestPriority}
 		what := "evicted"

@@ -110,6 +110,11 @@ const (
 	EffectReconstruct
 	// EffectFree: release the buffer of the value at Location.
 	EffectFree
+	// EffectDropCharge: ask Owner to drop the idle cache entry whose
+	// charge is Charge (Bytes at Location), then settle the pending step:
+	// [Run.Complete] when it dropped it, [Run.FailStep] when it refused
+	// because the entry became busy (doc_cache.go). Handle is zero.
+	EffectDropCharge
 )
 
 func (k EffectKind) String() string {
@@ -120,6 +125,8 @@ func (k EffectKind) String() string {
 		return "copy"
 	case EffectReconstruct:
 		return "reconstruct"
+	case EffectDropCharge:
+		return "drop_charge"
 	default:
 		return "free"
 	}
@@ -133,6 +140,10 @@ type Effect struct {
 	From     string
 	TempAt   string
 	Bytes    int64
+	// Owner and Charge name the charge of an EffectDropCharge ("" for
+	// every other kind).
+	Owner  string
+	Charge string
 }
 
 func (e Effect) String() string {
@@ -144,6 +155,8 @@ func (e Effect) String() string {
 			return fmt.Sprintf("reconstruct %s into %s via temporary buffer at %s (%d bytes)", e.Handle.Name, e.Location, e.TempAt, e.Bytes)
 		}
 		return fmt.Sprintf("reconstruct %s into %s (%d bytes)", e.Handle.Name, e.Location, e.Bytes)
+	case EffectDropCharge:
+		return fmt.Sprintf("drop charge %s of %s at %s (%d bytes)", e.Charge, e.Owner, e.Location, e.Bytes)
 	default:
 		return fmt.Sprintf("%s %s at %s (%d bytes)", e.Kind, e.Handle.Name, e.Location, e.Bytes)
 	}
@@ -163,15 +176,23 @@ type Admission struct {
 // only): the resident materialization to copy (replicable) or move
 // (exclusive) from. To is optional (reclaim only): it makes the reclaim a
 // demotion, a move of the materialization at Location to To carried out
-// in the reclaim phase with the move's charges (see spill.go).
+// in the reclaim phase with the move's charges (see spill.go). Charge and
+// Owner (reclaim only, with no Handle, From or To) make the reclaim the
+// eviction of an offered charge of a cache at Location, carried out by
+// its owner (doc_cache.go).
 type Action struct {
 	Handle   Handle
 	Location string
 	From     string
 	To       string
+	Owner    string
+	Charge   string
 }
 
 func (a Action) String() string {
+	if a.Charge != "" {
+		return fmt.Sprintf("charge %s of %s at %s", a.Charge, a.Owner, a.Location)
+	}
 	if a.To != "" {
 		return fmt.Sprintf("%s %s→%s (demotion)", a.Handle.Name, a.Location, a.To)
 	}
@@ -181,11 +202,17 @@ func (a Action) String() string {
 	return fmt.Sprintf("%s at %s", a.Handle.Name, a.Location)
 }
 
-// ReservationSpec is a named reservation of a plan.
+// ReservationSpec is a named reservation of a plan. Owner, when set,
+// admits it as that owner's charge (as [Ledger.ReserveOwned]), whatever
+// the run: a cache load's charge, for which a [Request] asks the
+// controller to make room (doc_cache.go). It is then the owner's to
+// release: a failed scope entry keeps it and [Run.Reservations] does not
+// list it.
 type ReservationSpec struct {
 	Name     string
 	Location string
 	Bytes    int64
+	Owner    string
 }
 
 func (r ReservationSpec) String() string {

@@ -171,10 +171,11 @@ func overlaps(a, b []string) bool {
 // a waiter: it frees bytes (a removal, a failed transfer, an unreserve, a
 // shrinking resize) or ends a protection or a transfer that kept a victim
 // from being evicted (a lease release, an unhold, a reaped event, a
-// completed transfer, a discard).
+// completed transfer, a discard), or offers a new victim (an idle cache
+// entry's charge offered, doc_cache.go).
 func RoomKind(kind string) bool {
 	switch kind {
-	case "remove", "fail", "unreserve", "resize", "release", "unhold", "reap_event", "complete", "discard":
+	case "remove", "fail", "unreserve", "resize", "release", "unhold", "reap_event", "complete", "discard", "offer_charge":
 		return true
 	}
 	return false

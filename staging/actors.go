@@ -410,6 +410,10 @@ type commitJob struct {
 type copyQueueActor struct{ st *actorSystem }
 
 func (a *copyQueueActor) Receive(ctx actor.Context) {
+	if d, ok := ctx.Message().(*demoteJob); ok {
+		a.st.p.runDemotion(d)
+		return
+	}
 	j, ok := ctx.Message().(*copyJob)
 	if !ok {
 		return

@@ -34,6 +34,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		p.idle = idle
 	}
 	p.mu.Unlock()
+	p.stopDemotions()
 	p.slots.close()
 	p.budget.fail(ErrClosed)
 
@@ -87,6 +88,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		_ = p.be.Free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
+	p.demo.wg.Wait() // a demotion copy running on the landing stream
 	for _, s := range []*lockedStream{p.d2h, p.cloner, p.land} {
 		if s != nil {
 			_ = s.Close()

@@ -112,4 +112,15 @@
 // blocking call takes a context. [Pipeline.Close] drains: it writes every
 // task that has not failed, frees every buffer and releases every
 // reservation.
+//
+// # Demotions
+//
+// When the Runtime is also a [DemotionServer] (*system.System is) and the
+// pipeline is not eager, the runtime's demotions from Device to Pinned
+// (spill: docs/semantics.md) are copied by the pipeline's copy queue at
+// the lowest priority, below every write task, on its landing stream. The
+// runtime's ledger has charged them as moves; the pipeline only copies.
+// A failing or closing pipeline hands them back to the runtime, which
+// copies itself. See Stats (Demotions and its siblings) and
+// Config.OnDemotion.
 package staging

@@ -74,6 +74,12 @@ type Config struct {
 	// pipeline. (The replay uses it to know what a copy stage waits for.)
 	OnCopyStarted func(id TaskID)
 
+	// OnDemotion, if set, is called by the copy queue after each demotion
+	// copy it carried out (see [DemotionServer]), with the value's name,
+	// its bytes and the copy's outcome, before the runtime learns it. It
+	// must not call the pipeline.
+	OnDemotion func(value string, bytes int64, err error)
+
 	// skipFreezeWait drops the device→host copy's wait on the step's
 	// freeze event. Tests only (export_test.go): it exists to show that
 	// the ordering is load-bearing.
@@ -180,6 +186,7 @@ type Pipeline struct {
 	active   int           // entries in progress
 	idle     chan struct{} // closed when active drops to 0 during close
 	counts   counters
+	demo     demoteState // the runtime's demotions (demote.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -263,6 +270,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	p.sys = sys
+	p.serveDemotions()
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
 }

@@ -30,6 +30,14 @@ type Stats struct {
 	StepsStaged, LiveSteps  int64
 	// CommittedBytes counts the bytes the committer wrote to the pool.
 	CommittedBytes int64
+	// Demotions counts the runtime's demotion copies the pipeline carried
+	// out (DemotedBytes their bytes), DemotionFailures those that failed
+	// or were given up before they ran (the runtime dropped the value),
+	// DemotionsDeclined those it handed back to the runtime (closing or
+	// failed pipeline); DemotionsQueued are waiting on the copy queue now.
+	// See [DemotionServer].
+	Demotions, DemotedBytes, DemotionFailures, DemotionsDeclined int64
+	DemotionsQueued                                              int
 	// Failure is the failure record (nil while healthy).
 	Failure error
 }
@@ -51,6 +59,9 @@ func (p *Pipeline) Stats() Stats {
 	st.Opened, st.Written, st.Failed = p.counts.opened, p.counts.written, p.counts.failed
 	st.StepsStaged, st.LiveSteps = p.counts.stepsStaged, int64(len(p.steps))
 	st.CommittedBytes = p.counts.committedBytes
+	dc := p.demo.counts
+	st.Demotions, st.DemotedBytes, st.DemotionFailures, st.DemotionsDeclined = dc.done, dc.bytes, dc.failed, dc.declined
+	st.DemotionsQueued = len(p.demo.queued)
 	if p.failure != nil {
 		st.Failure = p.failure
 	}

@@ -49,13 +49,13 @@ func (s *System) Admit(ctx context.Context, req Request, opts ...WaitOption) (*S
 func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opts ...WaitOption) (sc *Scope, dec Decision, rerr error) {
 	defer s.stats.admitted(ctx, time.Now(), &dec, &rerr)
 	wc := waitConfigOf(opts)
-	if !wc.wait {
+	if !wc.Wait {
 		return s.admitOnce(ctx, req, limit)
 	}
 	if err := s.refusal(ctx); err != nil {
 		return nil, Decision{}, err
 	}
-	spec := budget.WaitSpec{Name: req.Name, Class: wc.class, Locations: requestLocations(req), AllowBypass: wc.bypass}
+	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
 	rerr = s.room.wait(ctx, spec, func() (bool, error) {
 		sc, dec, rerr = s.admitOnce(ctx, req, limit)

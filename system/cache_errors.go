@@ -2,11 +2,28 @@ package system
 
 import "fmt"
 
-// CacheBusyError is a cache's refusal that may succeed later: a load or a
-// memory budget reservation found the location's budget short and nothing
-// of the cache idle to evict (every entry leased, pinned, kept alive, not
-// idle or loading, or the bytes held by other charges), or [Cache.Evict]
-// found the entry in use or loading. It matches errors.Is(err, [ErrBusy])
+// The loader cache's errors (package system/cache). They live here, with
+// every other error of the runtime, so that [ErrorClass] classifies them
+// in one place.
+
+// ErrCacheClosed is returned by calls on a closed loader cache (the
+// runtime may still be running): loads and evictions after the cache's
+// Close, and a load that Close interrupted. errors.Is(err, [ErrClosed])
+// also holds.
+var ErrCacheClosed error = cacheClosedError{}
+
+type cacheClosedError struct{}
+
+func (cacheClosedError) Error() string { return "residency: cache is closed" }
+
+// Is matches [ErrClosed].
+func (cacheClosedError) Is(target error) bool { return target == ErrClosed }
+
+// CacheBusyError is a loader cache's refusal that may succeed later: a
+// load or a memory budget reservation found the location's budget short
+// and nothing of the cache idle to evict (every entry leased, pinned, kept
+// alive, not idle or loading, or the bytes held by other charges), or the
+// cache's Evict found the entry in use or loading. It matches errors.Is(err, [ErrBusy])
 // and is never a [*BudgetError] (a request larger than the whole budget
 // is one).
 type CacheBusyError struct {
@@ -19,7 +36,7 @@ type CacheBusyError struct {
 	// cap).
 	Refusal *BudgetError
 	// MaxEntries is set when the refusal is the cache's entry cap
-	// ([CacheOptions].MaxEntries): every entry is held, not idle or
+	// (cache.Options.MaxEntries): every entry is held, not idle or
 	// loading, and a new key would exceed it.
 	MaxEntries int
 }

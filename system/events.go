@@ -213,7 +213,7 @@ func (l *eventLog) LoaderFailed(eff budget.Effect, err error, version uint64) {
 
 // cacheLoadFailed writes a loader_failed event for a cache's loader (a
 // load refused before its loader ran, or a resize, is not one).
-func (l *eventLog) cacheLoadFailed(c *Cache, key string, peak int64, err error) {
+func (l *eventLog) cacheLoadFailed(owner, loc, key string, peak int64, err error) {
 	var le *CacheLoadError
 	if !errors.As(err, &le) {
 		return
@@ -222,7 +222,7 @@ func (l *eventLog) cacheLoadFailed(c *Cache, key string, peak int64, err error) 
 	if e == nil {
 		return
 	}
-	e.Str("loader", "cache").Str("cache", c.owner).Str("key", key).Str("location", c.loc).Int64("bytes", peak).
+	e.Str("loader", "cache").Str("cache", owner).Str("key", key).Str("location", loc).Int64("bytes", peak).
 		Bool("panicked", le.Panic != nil).Err(err).Msg("cache load failed")
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // syncBuffer is a log sink safe for the runtime's goroutines.
@@ -146,9 +147,9 @@ func TestEventLoaderFailed(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, sys.Place(ctx, h, "cuda:0"), boom)
 
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "models"})
 	require.NoError(t, err)
-	_, err = system.Load(ctx, c, "m", 200, nil, func(context.Context) (*int, int64, error) { return nil, 0, boom })
+	_, err = cache.Load(ctx, c, "m", 200, nil, func(context.Context) (*int, int64, error) { return nil, 0, boom })
 	require.ErrorIs(t, err, boom)
 	require.NoError(t, c.Close(ctx))
 

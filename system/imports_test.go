@@ -15,8 +15,8 @@ import (
 )
 
 // A user of the runtime imports package system (and package
-// system/cluster for cluster mode, package cuda for device work of their
-// own): every type, constant and error they meet is re-exported there.
+// system/cluster for cluster mode, package system/cache for the loader
+// cache, package cuda for device work of their own): every type, constant and error they meet is re-exported there.
 // The runnable examples and the demo CLI are written as a user would, so
 // they must not import the inner packages.
 func TestUsersImportOnlySystem(t *testing.T) {
@@ -27,7 +27,7 @@ func TestUsersImportOnlySystem(t *testing.T) {
 		"github.com/residency-go/residency/messages/clusterpb": true,
 	}
 	var files []string
-	for _, pattern := range []string{"example*_test.go", "cluster/example*_test.go", "cluster/providers/example*_test.go", "../cmd/demo/*.go"} {
+	for _, pattern := range []string{"example*_test.go", "cache/example*_test.go", "cluster/example*_test.go", "cluster/providers/example*_test.go", "../cmd/demo/*.go"} {
 		m, err := filepath.Glob(pattern)
 		require.NoError(t, err)
 		files = append(files, m...)

@@ -249,6 +249,8 @@ type System struct {
 
 	stats callStats // every call's outcome, for Metrics
 	room  *waitRoom // callers waiting for room (wait.go)
+
+	owners ownerNames // owners of charges: the loader caches (owners.go)
 }
 
 // Start starts a runtime on opts.Backend. Errors: invalid options

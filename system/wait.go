@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Waiting for room: the goroutine plumbing around budget.WaitQueue (the
@@ -19,25 +20,24 @@ import (
 // a released protection — the supervisor calls OnRoom — or a cache lease
 // was released). Nothing polls: with no such event, nobody is tried again.
 
-// WaitOption makes [System.Admit] or a cache's [Load] wait for room
+// WaitOption makes [System.Admit] or a cache's load (package
+// system/cache, through its Wait option) wait for room
 // instead of refusing at once. Options combine; any of them turns waiting
 // on. See docs/semantics.md, "Waiting for room".
 type WaitOption func(*waitConfig)
 
-type waitConfig struct {
-	wait   bool
-	class  int
-	bypass bool
-}
+// waitConfig is shared with the owners of charges (system/internal/owners),
+// which apply wait options to their own loads.
+type waitConfig = owners.WaitConfig
 
 // WaitForRoom makes the call wait until it can be admitted, its context
 // ends, or the runtime closes, in priority class 0.
-func WaitForRoom() WaitOption { return func(c *waitConfig) { c.wait = true } }
+func WaitForRoom() WaitOption { return func(c *waitConfig) { c.Wait = true } }
 
 // WaitClass makes the call wait in priority class class: waiters of
 // higher classes are tried first. Implies [WaitForRoom].
 func WaitClass(class int) WaitOption {
-	return func(c *waitConfig) { c.wait, c.class = true, class }
+	return func(c *waitConfig) { c.Wait, c.Class = true, class }
 }
 
 // WaitAllowBypass makes the call wait, letting later waiters at its
@@ -46,7 +46,7 @@ func WaitClass(class int) WaitOption {
 // class, and of lower classes, that needs room at one of its locations.
 // Implies [WaitForRoom].
 func WaitAllowBypass() WaitOption {
-	return func(c *waitConfig) { c.wait, c.bypass = true, true }
+	return func(c *waitConfig) { c.Wait, c.Bypass = true, true }
 }
 
 func waitConfigOf(opts []WaitOption) waitConfig {

@@ -155,43 +155,43 @@ func TestWaitingAdmitWakesOnEveryKindOfRelease(t *testing.T) {
 	cases := []struct {
 		name string
 		// fill takes the whole budget and returns the release.
-		fill func(t *testing.T, s *System, c *Cache) func()
+		fill func(t *testing.T, s *System, c TestCache) func()
 		// cache: the waiter is a cache load instead of an Admit.
 		cache bool
 	}{
-		{name: "exit", fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "exit", fill: func(t *testing.T, s *System, c TestCache) func() {
 			sc := mustAdmit(t, s, "holder", 100)
 			return func() { require.NoError(t, sc.Exit(ctx)) }
 		}},
-		{name: "unreserve", fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "unreserve", fill: func(t *testing.T, s *System, c TestCache) func() {
 			require.NoError(t, s.Reserve(ctx, gpu, "holder", 100))
 			return func() { require.NoError(t, s.Unreserve(ctx, "holder")) }
 		}},
-		{name: "lease release", fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "lease release", fill: func(t *testing.T, s *System, c TestCache) func() {
 			h := replicaOnGPU(t, s)
 			l, err := s.Acquire(ctx, h, gpu)
 			require.NoError(t, err)
 			return func() { require.NoError(t, l.Release(ctx)) }
 		}},
-		{name: "unhold", fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "unhold", fill: func(t *testing.T, s *System, c TestCache) func() {
 			h := replicaOnGPU(t, s)
 			hd, err := s.Hold(ctx, h, gpu)
 			require.NoError(t, err)
 			return func() { require.NoError(t, hd.Release(ctx)) }
 		}},
-		{name: "discard", fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "discard", fill: func(t *testing.T, s *System, c TestCache) func() {
 			h, err := s.Register(ctx, Value{Name: "last-copy", Bytes: 100, Mode: Exclusive, At: gpu})
 			require.NoError(t, err)
 			return func() { require.NoError(t, s.Discard(ctx, h)) }
 		}},
-		{name: "evict", cache: true, fill: func(t *testing.T, s *System, c *Cache) func() {
+		{name: "evict", cache: true, fill: func(t *testing.T, s *System, c TestCache) func() {
 			h := replicaOnGPU(t, s)
 			return func() { require.NoError(t, s.Evict(ctx, h, gpu)) }
 		}},
-		{name: "cache lease release", cache: true, fill: func(t *testing.T, s *System, c *Cache) func() {
-			l, err := Load(ctx, c, "held", 100, nil, bytesLoader(100))
+		{name: "cache lease release", cache: true, fill: func(t *testing.T, s *System, c TestCache) func() {
+			release, err := c.Load(ctx, "held", 100)
 			require.NoError(t, err)
-			return func() { require.NoError(t, l.Release()) }
+			return func() { require.NoError(t, release()) }
 		}},
 	}
 	for _, tc := range cases {
@@ -203,9 +203,9 @@ func TestWaitingAdmitWakesOnEveryKindOfRelease(t *testing.T) {
 			done := make(chan error, 1)
 			if tc.cache {
 				go func() {
-					l, err := Load(ctx, c, "waiter", 60, nil, bytesLoader(60), WaitForRoom())
+					release, err := c.Load(ctx, "waiter", 60, WaitForRoom())
 					if err == nil {
-						err = l.Release()
+						err = release()
 					}
 					done <- err
 				}()
@@ -247,16 +247,9 @@ func replicaOnGPU(t *testing.T, s *System) Handle {
 	return h
 }
 
-func cacheFor(t *testing.T, s *System) *Cache {
-	c, err := s.NewCache(context.Background(), CacheOptions{Location: gpu})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	return c
-}
-
-func bytesLoader(n int64) func(context.Context) ([]byte, int64, error) {
-	return func(context.Context) ([]byte, int64, error) { return make([]byte, n), n, nil }
-}
+// cacheFor is a loader cache at the GPU (package system/cache, through
+// export_test.go).
+func cacheFor(t *testing.T, s *System) TestCache { return NewTestCache(t, s, gpu) }
 
 // ---- order -----------------------------------------------------------------
 
@@ -356,7 +349,7 @@ func TestFullWaitQueueAnswersBusyAtOnce(t *testing.T) {
 	require.ErrorAs(t, err, &qf)
 	assert.ErrorIs(t, err, ErrBusy)
 	c := cacheFor(t, s)
-	_, err = Load(ctx, c, "k", 10, nil, bytesLoader(10), WaitForRoom())
+	_, err = c.Load(ctx, "k", 10, WaitForRoom())
 	assert.ErrorAs(t, err, &qf, "a cache load shares the queue")
 	w.queued(t, "a", "b")
 	cancel()
@@ -381,7 +374,7 @@ func TestCanceledWaiterLeavesNothingBehind(t *testing.T) {
 	c := cacheFor(t, s)
 	loadErr := make(chan error, 1)
 	go func() {
-		_, err := Load(ctx, c, "gone-key", 60, nil, bytesLoader(60), WaitForRoom())
+		_, err := c.Load(ctx, "gone-key", 60, WaitForRoom())
 		loadErr <- err
 	}()
 	w.until(t, "two waiters", func() bool { return w.r.q.Len() == 2 })
@@ -395,9 +388,9 @@ func TestCanceledWaiterLeavesNothingBehind(t *testing.T) {
 	for _, l := range snap.Locations {
 		assert.Zero(t, l.UsedBytes+l.ReservedBytes, "%s holds nothing", l.Location)
 	}
-	st, err := c.Statistics(context.Background())
+	n, err := c.Resources(context.Background())
 	require.NoError(t, err)
-	assert.Zero(t, st.Resources)
+	assert.Zero(t, n)
 }
 
 // Close wakes every waiter with ErrClosed.
@@ -413,7 +406,7 @@ func TestCloseWakesEveryWaiter(t *testing.T) {
 	admitAsync(ctx, s, "c", 30, out, WaitAllowBypass())
 	loadErr := make(chan error, 1)
 	go func() {
-		_, err := Load(ctx, c, "k", 10, nil, bytesLoader(10), WaitForRoom())
+		_, err := c.Load(ctx, "k", 10, WaitForRoom())
 		loadErr <- err
 	}()
 	w.until(t, "four waiters", func() bool { return w.r.q.Len() == 4 })

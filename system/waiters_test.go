@@ -50,7 +50,7 @@ func TestWaitersSnapshotInQueueOrder(t *testing.T) {
 	w.queued(t, "b", "a", "c")
 	loadErr := make(chan error, 1)
 	go func() {
-		_, err := Load(ctx, c, "k", 10, nil, bytesLoader(10), WaitForRoom())
+		_, err := c.Load(ctx, "k", 10, WaitForRoom())
 		loadErr <- err
 	}()
 	w.queued(t, "b", "a", "c", "k")

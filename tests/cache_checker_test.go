@@ -45,6 +45,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 var errInjected = errors.New("checker: injected loader failure")
@@ -60,8 +61,8 @@ type ckValue struct {
 	closed   atomic.Int32  // Close calls
 	slow     time.Duration // how long Close takes (simulated native release)
 	mu       sync.Mutex
-	res      []*system.MemoryReservation // a budgeted value's allocations
-	wantGone bool                        // model: the value left the cache (sequential part)
+	res      []*cache.MemoryReservation // a budgeted value's allocations
+	wantGone bool                       // model: the value left the cache (sequential part)
 }
 
 func (v *ckValue) String() string { return fmt.Sprintf("%s#%d", v.key, v.id) }
@@ -336,12 +337,12 @@ func TestCacheChecker(t *testing.T) {
 const ckBudget = 100
 
 type ckPin struct {
-	p *system.CachePin
+	p *cache.Pin
 	v *ckValue
 }
 
 type ckKeep struct {
-	k *system.CacheKeepAlive
+	k *cache.KeepAlive
 	v *ckValue
 }
 
@@ -355,21 +356,21 @@ type modelChecker struct {
 	r    *rand.Rand
 	ctx  context.Context
 	sys  *system.System
-	c    *system.Cache
+	c    *cache.Cache
 	step int
 	op   string
 
 	// The model.
-	order     []*ckValue                             // ready entries, least recently used first
-	res       map[*system.MemoryReservation]int64    // live budget reservations (the checker's and values')
-	owner     map[*system.MemoryReservation]*ckValue // a budgeted value's reservations
-	mine      []*system.MemoryReservation
+	order     []*ckValue                            // ready entries, least recently used first
+	res       map[*cache.MemoryReservation]int64    // live budget reservations (the checker's and values')
+	owner     map[*cache.MemoryReservation]*ckValue // a budgeted value's reservations
+	mine      []*cache.MemoryReservation
 	ext       []ckExt
 	evictions uint64
 	closed    bool
 	detached  []*ckValue // held when the cache closed
 
-	leases []*system.CacheLease[*ckValue]
+	leases []*cache.Lease[*ckValue]
 	pins   []ckPin
 	keeps  []ckKeep
 	extSeq int
@@ -509,10 +510,10 @@ func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget)}, TraceCapacity: 16})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "model"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "model"})
 	require.NoError(t, err)
 	m := &modelChecker{ck: ck, r: rand.New(rand.NewPCG(seed, 0xcac4e)), ctx: ctx, sys: sys, c: c,
-		res: map[*system.MemoryReservation]int64{}, owner: map[*system.MemoryReservation]*ckValue{}}
+		res: map[*cache.MemoryReservation]int64{}, owner: map[*cache.MemoryReservation]*ckValue{}}
 	closeAt := steps * (70 + m.r.IntN(25)) / 100
 	for m.step = 0; m.step < steps; m.step++ {
 		if m.step == closeAt {
@@ -624,11 +625,11 @@ func (m *modelChecker) load() {
 	i, hit := m.find(key)
 	switch {
 	case m.closed:
-		_, err := system.Load(m.ctx, m.c, key, peak, ckIdle, loader)
+		_, err := cache.Load(m.ctx, m.c, key, peak, ckIdle, loader)
 		m.wantClosedErr(err)
 	case peak > ckBudget:
 		// The seed checks the peak before the lookup: refused, resident or not.
-		_, err := system.Load(m.ctx, m.c, key, peak, ckIdle, loader)
+		_, err := cache.Load(m.ctx, m.c, key, peak, ckIdle, loader)
 		if m.want("budget", err) {
 			var be *system.BudgetError
 			errors.As(err, &be)
@@ -638,7 +639,7 @@ func (m *modelChecker) load() {
 		}
 	case hit != nil:
 		m.touch(i)
-		l, err := system.Load(m.ctx, m.c, key, peak, ckIdle, loader)
+		l, err := cache.Load(m.ctx, m.c, key, peak, ckIdle, loader)
 		if !m.want("ok", err) {
 			return
 		}
@@ -648,7 +649,7 @@ func (m *modelChecker) load() {
 		m.hold(l, keep)
 	default:
 		fits, _ := m.makeRoom(peak, nil)
-		l, err := system.Load(m.ctx, m.c, key, peak, ckIdle, loader)
+		l, err := cache.Load(m.ctx, m.c, key, peak, ckIdle, loader)
 		if !fits {
 			m.wantBusy(err, key, peak)
 			if ran {
@@ -691,7 +692,7 @@ func (m *modelChecker) load() {
 	}
 }
 
-func (m *modelChecker) hold(l *system.CacheLease[*ckValue], keep bool) {
+func (m *modelChecker) hold(l *cache.Lease[*ckValue], keep bool) {
 	if keep {
 		l.Value().holders.Add(1)
 		m.leases = append(m.leases, l)
@@ -711,9 +712,9 @@ func (m *modelChecker) loadBudgeted() {
 	keep := m.r.IntN(2) == 0
 	m.op = fmt.Sprintf("load budgeted %s %d bytes fail %v keep %v", key, n, fail, keep)
 	var created *ckValue
-	var got *system.MemoryReservation
+	var got *cache.MemoryReservation
 	ran := false
-	loader := func(ctx context.Context, b *system.MemoryBudget) (*ckValue, error) {
+	loader := func(ctx context.Context, b *cache.MemoryBudget) (*ckValue, error) {
 		ran = true
 		m.ck.loaderStart(key)
 		defer m.ck.loaderEnd(key)
@@ -726,18 +727,18 @@ func (m *modelChecker) loadBudgeted() {
 			return nil, errInjected
 		}
 		created = m.ck.newValue(key, 0, 0)
-		created.res = []*system.MemoryReservation{r}
+		created.res = []*cache.MemoryReservation{r}
 		got = r
 		return created, nil
 	}
 	i, hit := m.find(key)
 	switch {
 	case m.closed:
-		_, err := system.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
+		_, err := cache.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
 		m.wantClosedErr(err)
 	case hit != nil:
 		m.touch(i)
-		l, err := system.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
+		l, err := cache.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
 		if !m.want("ok", err) {
 			return
 		}
@@ -747,7 +748,7 @@ func (m *modelChecker) loadBudgeted() {
 		m.hold(l, keep)
 	default:
 		fits, _ := m.makeRoom(n, nil)
-		l, err := system.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
+		l, err := cache.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
 		switch {
 		case !fits:
 			if m.want("load", err) && !errors.Is(err, system.ErrBusy) {
@@ -775,7 +776,7 @@ func (m *modelChecker) loadBudgeted() {
 // growModel resizes a budgeted value's allocation, held or not, with a
 // context that never ends: the value itself may be the victim.
 func (m *modelChecker) growModel() {
-	var rs []*system.MemoryReservation
+	var rs []*cache.MemoryReservation
 	for r := range m.owner {
 		rs = append(rs, r)
 	}
@@ -1124,9 +1125,9 @@ type concurrentChecker struct {
 	ck      *ckRecorder
 	lag     *schedLag
 	sys     *system.System
-	c       *system.Cache
+	c       *cache.Cache
 	closing atomic.Bool // Close has been called
-	budgets sync.Map    // *system.MemoryReservation → *ckValue: budgeted values' allocations
+	budgets sync.Map    // *cache.MemoryReservation → *ckValue: budgeted values' allocations
 }
 
 // ckWorker is one goroutine's state.
@@ -1134,11 +1135,11 @@ type ckWorker struct {
 	cc     *concurrentChecker
 	r      *rand.Rand
 	id     int
-	leases []*system.CacheLease[*ckValue]
+	leases []*cache.Lease[*ckValue]
 	pins   []ckPin
 	keeps  []ckKeep
-	mine   []*system.MemoryReservation
-	sizes  map[*system.MemoryReservation]int64
+	mine   []*cache.MemoryReservation
+	sizes  map[*cache.MemoryReservation]int64
 }
 
 // callCtx returns a context for one call: one that never ends (checked
@@ -1250,7 +1251,7 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", ckBudget*2)}, TraceCapacity: 16})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "concurrent"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "concurrent"})
 	require.NoError(t, err)
 	cc := &concurrentChecker{ck: ck, sys: sys, c: c, lag: newSchedLag(2 * runtime.GOMAXPROCS(0))}
 	master := rand.New(rand.NewPCG(seed, 0xc0c0))
@@ -1283,7 +1284,7 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 	var wg sync.WaitGroup
 	ws := make([]*ckWorker, workers)
 	for i := range ws {
-		ws[i] = &ckWorker{cc: cc, r: rand.New(rand.NewPCG(seed, uint64(i))), id: i, sizes: map[*system.MemoryReservation]int64{}}
+		ws[i] = &ckWorker{cc: cc, r: rand.New(rand.NewPCG(seed, uint64(i))), id: i, sizes: map[*cache.MemoryReservation]int64{}}
 		w := ws[i]
 		wg.Go(func() {
 			for range ops {
@@ -1407,9 +1408,9 @@ func (w *ckWorker) load() {
 		}
 		return ck.newValue(key, resident, closeSlow), resident, nil
 	}
-	var l *system.CacheLease[*ckValue]
+	var l *cache.Lease[*ckValue]
 	err := w.call(what, func(ctx context.Context) (err error) {
-		l, err = system.Load(ctx, w.cc.c, key, peak, ckIdle, loader)
+		l, err = cache.Load(ctx, w.cc.c, key, peak, ckIdle, loader)
 		return err
 	})
 	switch ckClass(err) {
@@ -1451,7 +1452,7 @@ func (w *ckWorker) loadBudgeted() {
 	closeSlow := w.slowness()
 	what := fmt.Sprintf("worker %d: load budgeted %s %d bytes", w.id, key, n)
 	ck := w.cc.ck
-	loader := func(ctx context.Context, b *system.MemoryBudget) (*ckValue, error) {
+	loader := func(ctx context.Context, b *cache.MemoryBudget) (*ckValue, error) {
 		ck.loaderStart(key)
 		defer ck.loaderEnd(key)
 		r, err := b.Reserve(ctx, n)
@@ -1459,13 +1460,13 @@ func (w *ckWorker) loadBudgeted() {
 			return nil, err
 		}
 		v := ck.newValue(key, 0, closeSlow)
-		v.res = []*system.MemoryReservation{r}
+		v.res = []*cache.MemoryReservation{r}
 		w.cc.budgets.Store(r, v)
 		return v, nil
 	}
-	var l *system.CacheLease[*ckValue]
+	var l *cache.Lease[*ckValue]
 	err := w.call(what, func(ctx context.Context) (err error) {
-		l, err = system.LoadBudgeted(ctx, w.cc.c, key, ckIdle, loader)
+		l, err = cache.LoadBudgeted(ctx, w.cc.c, key, ckIdle, loader)
 		return err
 	})
 	switch ckClass(err) {
@@ -1611,7 +1612,7 @@ func (w *ckWorker) reserve() {
 		n = 2*ckBudget + 1
 	}
 	what := fmt.Sprintf("worker %d: reserve %d", w.id, n)
-	var r *system.MemoryReservation
+	var r *cache.MemoryReservation
 	err := w.call(what, func(ctx context.Context) (err error) {
 		r, err = w.cc.c.Budget().Reserve(ctx, n)
 		return err
@@ -1634,7 +1635,7 @@ func (w *ckWorker) reserve() {
 }
 
 func (w *ckWorker) resize() {
-	var rs []*system.MemoryReservation
+	var rs []*cache.MemoryReservation
 	for _, r := range w.mine {
 		if w.sizes[r] > 0 {
 			rs = append(rs, r)
@@ -1666,10 +1667,10 @@ func (w *ckWorker) resize() {
 // growModel resizes a budgeted value's allocation, leased or not: it may
 // evict that value, whose Close releases the reservation being resized.
 func (w *ckWorker) growModel() {
-	var rs []*system.MemoryReservation
+	var rs []*cache.MemoryReservation
 	w.cc.budgets.Range(func(k, v any) bool {
 		if v.(*ckValue).closed.Load() == 0 {
-			rs = append(rs, k.(*system.MemoryReservation))
+			rs = append(rs, k.(*cache.MemoryReservation))
 		} else {
 			w.cc.budgets.Delete(k)
 		}

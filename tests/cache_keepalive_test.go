@@ -14,13 +14,14 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // Keep-alive, evict-when-idle, EvictIdle, Entries and the entry cap of the
 // loader cache. Time comes from fakeClock: nothing sleeps, and expiry
 // happens when the test advances the clock.
 
-// fakeClock is a system.Clock that moves only when advanced. Advance runs
+// fakeClock is a cache.Clock that moves only when advanced. Advance runs
 // the callbacks of the timers it passes, in time order, on the caller's
 // goroutine.
 type fakeClock struct {
@@ -46,7 +47,7 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) system.ClockTimer {
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) cache.ClockTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
@@ -145,7 +146,7 @@ func waitDone(t *testing.T, done <-chan struct{}) {
 	}
 }
 
-func keepCache(t *testing.T, budgetBytes int64, opts system.CacheOptions) (*system.System, *system.Cache, *fakeClock) {
+func keepCache(t *testing.T, budgetBytes int64, opts cache.Options) (*system.System, *cache.Cache, *fakeClock) {
 	t.Helper()
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", budgetBytes)}})
 	clk := newFakeClock()
@@ -153,26 +154,26 @@ func keepCache(t *testing.T, budgetBytes int64, opts system.CacheOptions) (*syst
 	if opts.Name == "" {
 		opts.Name = "keep"
 	}
-	c, err := sys.NewCache(context.Background(), opts)
+	c, err := cache.New(context.Background(), sys, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
 	return sys, c, clk
 }
 
-func entry(t *testing.T, c *system.Cache, key string) (system.CacheEntry, bool) {
+func entry(t *testing.T, c *cache.Cache, key string) (cache.Entry, bool) {
 	t.Helper()
 	for _, e := range c.Entries() {
 		if e.Key == key {
 			return e, true
 		}
 	}
-	return system.CacheEntry{}, false
+	return cache.Entry{}, false
 }
 
-func loadGone(t *testing.T, c *system.Cache, key string, bytes int64, opts ...system.LoadOption) (*system.CacheLease[*goneValue], *goneValue) {
+func loadGone(t *testing.T, c *cache.Cache, key string, bytes int64, opts ...cache.LoadOption) (*cache.Lease[*goneValue], *goneValue) {
 	t.Helper()
 	g := newGone()
-	l, err := system.Load(context.Background(), c, key, bytes, nil, value(g, bytes), opts...)
+	l, err := cache.Load(context.Background(), c, key, bytes, nil, value(g, bytes), opts...)
 	require.NoError(t, err)
 	return l, l.Value()
 }
@@ -180,7 +181,7 @@ func loadGone(t *testing.T, c *system.Cache, key string, bytes int64, opts ...sy
 // An entry expires its keep-alive after its last release, through the
 // eviction path: value closed, charge released, counted in the statistics.
 func TestCacheKeepAliveExpiresAnIdleEntryOnTheClock(t *testing.T) {
-	_, c, clk := keepCache(t, 100, system.CacheOptions{KeepAlive: new(10 * time.Second)})
+	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(10 * time.Second)})
 	l, g := loadGone(t, c, "a", 30)
 	clk.Advance(time.Hour)
 	assert.False(t, g.isClosed(), "a held entry never expires")
@@ -207,11 +208,11 @@ func TestCacheKeepAliveExpiresAnIdleEntryOnTheClock(t *testing.T) {
 
 // Every use resets the keep-alive; WithKeepAlive extends it, never shortens.
 func TestCacheKeepAliveResetsOnUseAndALoadExtendsIt(t *testing.T) {
-	_, c, clk := keepCache(t, 100, system.CacheOptions{KeepAlive: new(10 * time.Second)})
+	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(10 * time.Second)})
 	l, g := loadGone(t, c, "a", 30)
 	require.NoError(t, l.Release())
 	clk.Advance(8 * time.Second)
-	hit, err := system.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), system.WithKeepAlive(time.Second))
+	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Second))
 	require.NoError(t, err)
 	e, _ := entry(t, c, "a")
 	assert.Equal(t, 10*time.Second, e.KeepAlive, "not shortened")
@@ -221,7 +222,7 @@ func TestCacheKeepAliveResetsOnUseAndALoadExtendsIt(t *testing.T) {
 	clk.Advance(9 * time.Second)
 	assert.False(t, g.isClosed(), "the use at 8 s reset it")
 
-	hit, err = system.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), system.WithKeepAlive(time.Minute))
+	hit, err = cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Minute))
 	require.NoError(t, err)
 	require.NoError(t, hit.Release())
 	e, _ = entry(t, c, "a")
@@ -235,18 +236,18 @@ func TestCacheKeepAliveResetsOnUseAndALoadExtendsIt(t *testing.T) {
 // The default keeps today's behaviour: entries stay until evicted, and no
 // timer is ever set.
 func TestCacheKeepAliveDefaultKeepsEntriesForever(t *testing.T) {
-	_, c, clk := keepCache(t, 100, system.CacheOptions{})
+	_, c, clk := keepCache(t, 100, cache.Options{})
 	l, g := loadGone(t, c, "a", 30)
 	require.NoError(t, l.Release())
 	clk.Advance(1000 * time.Hour)
 	assert.False(t, g.isClosed())
 	e, ok := entry(t, c, "a")
 	require.True(t, ok)
-	assert.Equal(t, system.KeepForever, e.KeepAlive)
+	assert.Equal(t, cache.KeepForever, e.KeepAlive)
 	assert.True(t, e.Expiry.IsZero())
 	assert.Equal(t, 0, clk.Pending())
 	// A load can make it expire? No: forever is the longest keep-alive.
-	hit, err := system.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), system.WithKeepAlive(0))
+	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(0))
 	require.NoError(t, err)
 	require.NoError(t, hit.Release())
 	assert.False(t, g.isClosed())
@@ -260,18 +261,18 @@ func TestCacheEntryLeavesAtTheLastReleaseOfEveryKind(t *testing.T) {
 		name string
 		// hold takes more references from the lease and returns their
 		// releases in the order the test calls them (the last one frees it).
-		hold func(l *system.CacheLease[*goneValue]) []func() error
+		hold func(l *cache.Lease[*goneValue]) []func() error
 	}{
-		{"lease", func(l *system.CacheLease[*goneValue]) []func() error { return []func() error{l.Release} }},
-		{"clone", func(l *system.CacheLease[*goneValue]) []func() error {
+		{"lease", func(l *cache.Lease[*goneValue]) []func() error { return []func() error{l.Release} }},
+		{"clone", func(l *cache.Lease[*goneValue]) []func() error {
 			cl := l.Clone()
 			return []func() error{l.Release, cl.Release}
 		}},
-		{"pin", func(l *system.CacheLease[*goneValue]) []func() error {
+		{"pin", func(l *cache.Lease[*goneValue]) []func() error {
 			p := l.Pin()
 			return []func() error{l.Release, p.Release}
 		}},
-		{"keep-alive", func(l *system.CacheLease[*goneValue]) []func() error {
+		{"keep-alive", func(l *cache.Lease[*goneValue]) []func() error {
 			k := l.KeepAlive()
 			return []func() error{l.Release, k.Release}
 		}},
@@ -279,7 +280,7 @@ func TestCacheEntryLeavesAtTheLastReleaseOfEveryKind(t *testing.T) {
 	for _, how := range []string{"keep-alive 0", "evict when idle"} {
 		for _, k := range kinds {
 			t.Run(how+"/"+k.name, func(t *testing.T) {
-				opts := system.CacheOptions{}
+				opts := cache.Options{}
 				if how == "keep-alive 0" {
 					opts.KeepAlive = new(time.Duration(0))
 				}
@@ -324,11 +325,11 @@ func TestCacheEntryLeavesAtTheLastReleaseOfEveryKind(t *testing.T) {
 // the next cache operation that finds it idle (nothing polls).
 func TestCacheExpiredEntryWaitsForItsIdlePredicate(t *testing.T) {
 	ctx := context.Background()
-	_, c, clk := keepCache(t, 100, system.CacheOptions{KeepAlive: new(time.Second)})
+	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(time.Second)})
 	var busy atomic.Bool
 	busy.Store(true)
 	g := newGone()
-	l, err := system.Load(ctx, c, "a", 30, func(*goneValue) bool { return !busy.Load() }, value(g, 30))
+	l, err := cache.Load(ctx, c, "a", 30, func(*goneValue) bool { return !busy.Load() }, value(g, 30))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	clk.Advance(time.Minute)
@@ -336,7 +337,7 @@ func TestCacheExpiredEntryWaitsForItsIdlePredicate(t *testing.T) {
 	assert.True(t, ok, "its device work is still queued")
 	assert.Equal(t, 0, clk.Pending(), "no timer polls the predicate")
 	busy.Store(false)
-	other, err := system.Load(ctx, c, "b", 10, nil, value(1, 10))
+	other, err := cache.Load(ctx, c, "b", 10, nil, value(1, 10))
 	require.NoError(t, err)
 	g.waitClosed(t)
 	require.NoError(t, other.Release())
@@ -346,13 +347,13 @@ func TestCacheExpiredEntryWaitsForItsIdlePredicate(t *testing.T) {
 // A load finished after every caller gave up is idle at once: with
 // keep-alive 0 it goes straight away.
 func TestCacheKeepAliveZeroUnloadsALoadNobodyWaitsFor(t *testing.T) {
-	_, c, _ := keepCache(t, 100, system.CacheOptions{KeepAlive: new(time.Duration(0))})
+	_, c, _ := keepCache(t, 100, cache.Options{KeepAlive: new(time.Duration(0))})
 	g := newGone()
 	gate, started := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "a", 30, nil, func(context.Context) (*goneValue, int64, error) {
+		_, err := cache.Load(ctx, c, "a", 30, nil, func(context.Context) (*goneValue, int64, error) {
 			close(started)
 			<-gate
 			return g, 30, nil
@@ -361,7 +362,7 @@ func TestCacheKeepAliveZeroUnloadsALoadNobodyWaitsFor(t *testing.T) {
 	}()
 	<-started
 	e, _ := entry(t, c, "a")
-	assert.Equal(t, system.CacheEntry{Key: "a", State: budget.CacheLoading, KeepAlive: 0}, e)
+	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheLoading, KeepAlive: 0}, e)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	close(gate) // the loader ignores its context and finishes
@@ -373,7 +374,7 @@ func TestCacheKeepAliveZeroUnloadsALoadNobodyWaitsFor(t *testing.T) {
 // canceled call marks nothing; a closed cache refuses.
 func TestCacheEvictWhenIdleCases(t *testing.T) {
 	ctx := context.Background()
-	_, c, _ := keepCache(t, 100, system.CacheOptions{})
+	_, c, _ := keepCache(t, 100, cache.Options{})
 
 	l, g := loadGone(t, c, "idle", 10)
 	require.NoError(t, l.Release())
@@ -402,9 +403,9 @@ func TestCacheEvictWhenIdleCases(t *testing.T) {
 	// a hit before then still gets the value.
 	gate, started := make(chan struct{}), make(chan struct{})
 	lg := newGone()
-	res := make(chan *system.CacheLease[*goneValue], 1)
+	res := make(chan *cache.Lease[*goneValue], 1)
 	go func() {
-		l, err := system.Load(ctx, c, "loading", 10, nil, func(context.Context) (*goneValue, int64, error) {
+		l, err := cache.Load(ctx, c, "loading", 10, nil, func(context.Context) (*goneValue, int64, error) {
 			close(started)
 			<-gate
 			return lg, 10, nil
@@ -418,7 +419,7 @@ func TestCacheEvictWhenIdleCases(t *testing.T) {
 	require.True(t, found)
 	close(gate)
 	ll := <-res
-	hit, err := system.Load(ctx, c, "loading", 10, nil, unreachable[*goneValue](t))
+	hit, err := cache.Load(ctx, c, "loading", 10, nil, unreachable[*goneValue](t))
 	require.NoError(t, err)
 	require.NoError(t, ll.Release())
 	assert.False(t, lg.isClosed())
@@ -430,7 +431,7 @@ func TestCacheEvictWhenIdleCases(t *testing.T) {
 	gate, started = make(chan struct{}), make(chan struct{})
 	failed := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "failing", 10, nil, func(context.Context) (*goneValue, int64, error) {
+		_, err := cache.Load(ctx, c, "failing", 10, nil, func(context.Context) (*goneValue, int64, error) {
 			close(started)
 			<-gate
 			return nil, 0, errors.New("no such model")
@@ -455,7 +456,7 @@ func TestCacheEvictWhenIdleCases(t *testing.T) {
 // ones; the cache stays open.
 func TestCacheEvictIdleLeavesHeldAndBusyEntries(t *testing.T) {
 	ctx := context.Background()
-	_, c, _ := keepCache(t, 100, system.CacheOptions{})
+	_, c, _ := keepCache(t, 100, cache.Options{})
 	var idle []*goneValue
 	for _, k := range []string{"a", "b", "c"} {
 		l, g := loadGone(t, c, k, 10)
@@ -464,7 +465,7 @@ func TestCacheEvictIdleLeavesHeldAndBusyEntries(t *testing.T) {
 	}
 	held, hg := loadGone(t, c, "held", 10)
 	busyVal := newGone()
-	bl, err := system.Load(ctx, c, "busy", 10, func(*goneValue) bool { return false }, value(busyVal, 10))
+	bl, err := cache.Load(ctx, c, "busy", 10, func(*goneValue) bool { return false }, value(busyVal, 10))
 	require.NoError(t, err)
 	require.NoError(t, bl.Release())
 
@@ -499,7 +500,7 @@ func TestCacheEvictIdleLeavesHeldAndBusyEntries(t *testing.T) {
 // Entries lists every entry by key with its references, bytes and times.
 func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 	ctx := context.Background()
-	_, c, clk := keepCache(t, 100, system.CacheOptions{KeepAlive: new(time.Minute)})
+	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(time.Minute)})
 	lb, _ := loadGone(t, c, "b", 20)
 	pin := lb.Pin()
 	ka := lb.KeepAlive()
@@ -510,9 +511,9 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 
 	got := c.Entries()
 	require.Len(t, got, 2)
-	assert.Equal(t, system.CacheEntry{Key: "a", State: budget.CacheReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
+	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
 		KeepAlive: time.Minute, Expiry: ckT0.Add(time.Second + time.Minute)}, got[0])
-	assert.Equal(t, system.CacheEntry{Key: "b", State: budget.CacheReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
+	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
 		LastUse: ckT0, KeepAlive: time.Minute}, got[1])
 	assert.True(t, sort.SliceIsSorted(got, func(i, j int) bool { return got[i].Key < got[j].Key }))
 
@@ -520,7 +521,7 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 		require.NoError(t, r())
 	}
 	e, _ := entry(t, c, "b")
-	assert.Equal(t, system.CacheEntry{Key: "b", State: budget.CacheReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
+	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
 	require.NoError(t, ka.Release())
 	_ = ctx
 }
@@ -530,12 +531,12 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 // loader does not run.
 func TestCacheMaxEntriesEvictsTheLeastRecentlyUsedOrAnswersBusy(t *testing.T) {
 	ctx := context.Background()
-	_, c, _ := keepCache(t, 1000, system.CacheOptions{MaxEntries: 2})
+	_, c, _ := keepCache(t, 1000, cache.Options{MaxEntries: 2})
 	la, ga := loadGone(t, c, "a", 10)
 	lb, gb := loadGone(t, c, "b", 10)
 	require.NoError(t, la.Release())
 	require.NoError(t, lb.Release())
-	hit, err := system.Load(ctx, c, "a", 10, nil, unreachable[*goneValue](t)) // b is now the LRU
+	hit, err := cache.Load(ctx, c, "a", 10, nil, unreachable[*goneValue](t)) // b is now the LRU
 	require.NoError(t, err)
 	require.NoError(t, hit.Release())
 
@@ -544,9 +545,9 @@ func TestCacheMaxEntriesEvictsTheLeastRecentlyUsedOrAnswersBusy(t *testing.T) {
 	assert.False(t, ga.isClosed())
 	assert.Len(t, c.Entries(), 2)
 
-	la, err = system.Load(ctx, c, "a", 10, nil, unreachable[*goneValue](t))
+	la, err = cache.Load(ctx, c, "a", 10, nil, unreachable[*goneValue](t))
 	require.NoError(t, err)
-	_, err = system.Load(ctx, c, "d", 10, nil, unreachable[*goneValue](t))
+	_, err = cache.Load(ctx, c, "d", 10, nil, unreachable[*goneValue](t))
 	var busy *system.CacheBusyError
 	require.ErrorAs(t, err, &busy)
 	assert.ErrorIs(t, err, system.ErrBusy)
@@ -557,7 +558,7 @@ func TestCacheMaxEntriesEvictsTheLeastRecentlyUsedOrAnswersBusy(t *testing.T) {
 	assert.Equal(t, uint64(1), stats(t, c).Evictions)
 
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 10)}})
-	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", MaxEntries: -1})
+	_, err = cache.New(ctx, sys, cache.Options{Location: "cuda:0", MaxEntries: -1})
 	require.ErrorIs(t, err, system.ErrInvalidInput)
 }
 
@@ -565,15 +566,15 @@ func TestCacheMaxEntriesEvictsTheLeastRecentlyUsedOrAnswersBusy(t *testing.T) {
 // canceled; it leaves nothing behind, and the eviction completes.
 func TestCacheMaxEntriesWaitCanceledLeavesNothingBehind(t *testing.T) {
 	ctx := context.Background()
-	_, c, _ := keepCache(t, 1000, system.CacheOptions{MaxEntries: 1})
+	_, c, _ := keepCache(t, 1000, cache.Options{MaxEntries: 1})
 	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
-	l, err := system.Load(ctx, c, "slow", 10, nil, value(slow, 10))
+	l, err := cache.Load(ctx, c, "slow", 10, nil, value(slow, 10))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := system.Load(cctx, c, "next", 10, nil, unreachable[int](t))
+		_, err := cache.Load(cctx, c, "next", 10, nil, unreachable[int](t))
 		done <- err
 	}()
 	<-slow.started
@@ -589,7 +590,7 @@ func TestCacheMaxEntriesWaitCanceledLeavesNothingBehind(t *testing.T) {
 // is left pending (goleak, TestMain, checks for goroutines).
 func TestCacheCloseStopsTheKeepAliveTimer(t *testing.T) {
 	ctx := context.Background()
-	_, c, clk := keepCache(t, 100, system.CacheOptions{KeepAlive: new(time.Minute)})
+	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(time.Minute)})
 	l, _ := loadGone(t, c, "a", 10)
 	require.NoError(t, l.Release())
 	assert.Equal(t, 1, clk.Pending())
@@ -601,9 +602,9 @@ func TestCacheCloseStopsTheKeepAliveTimer(t *testing.T) {
 
 	// The real clock: a pending timer is stopped by Close.
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 100)}})
-	rc, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", KeepAlive: new(time.Hour)})
+	rc, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", KeepAlive: new(time.Hour)})
 	require.NoError(t, err)
-	rl, err := system.Load(ctx, rc, "a", 10, nil, value(1, 10))
+	rl, err := cache.Load(ctx, rc, "a", 10, nil, value(1, 10))
 	require.NoError(t, err)
 	require.NoError(t, rl.Release())
 	e, _ := entry(t, rc, "a")

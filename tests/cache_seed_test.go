@@ -19,27 +19,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // seedCache starts a runtime whose cuda:0 has budget bytes and opens a
 // cache there; both close when the test ends (cache first).
-func seedCache(t *testing.T, budget int64) (*system.System, *system.Cache) {
+func seedCache(t *testing.T, budget int64) (*system.System, *cache.Cache) {
 	t.Helper()
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", budget)}})
-	c, err := sys.NewCache(context.Background(), system.CacheOptions{Location: "cuda:0", Name: "seed"})
+	c, err := cache.New(context.Background(), sys, cache.Options{Location: "cuda:0", Name: "seed"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
 	return sys, c
 }
 
-func stats(t *testing.T, c *system.Cache) system.CacheStats {
+func stats(t *testing.T, c *cache.Cache) cache.Stats {
 	t.Helper()
 	s, err := c.Statistics(context.Background())
 	require.NoError(t, err)
 	return s
 }
 
-func reservedBytes(t *testing.T, b *system.MemoryBudget) int64 {
+func reservedBytes(t *testing.T, b *cache.MemoryBudget) int64 {
 	t.Helper()
 	n, err := b.ReservedBytes(context.Background())
 	require.NoError(t, err)
@@ -65,10 +66,10 @@ func value[T any](v T, bytes int64) func(context.Context) (T, int64, error) {
 // them (the seed's Mutex<Vec<MemoryReservation>> dropped).
 type budgetedModel struct {
 	mu  sync.Mutex
-	res []*system.MemoryReservation
+	res []*cache.MemoryReservation
 }
 
-func (m *budgetedModel) add(r *system.MemoryReservation) {
+func (m *budgetedModel) add(r *cache.MemoryReservation) {
 	m.mu.Lock()
 	m.res = append(m.res, r)
 	m.mu.Unlock()
@@ -91,12 +92,12 @@ func TestBudgetedUnitsGrowWithoutDoubleChargingAndEvictOnlyWhenIdle(t *testing.T
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
 	b := c.Budget()
-	model, err := system.LoadBudgeted(ctx, c, "model", always[*budgetedModel], func(ctx context.Context, b *system.MemoryBudget) (*budgetedModel, error) {
+	model, err := cache.LoadBudgeted(ctx, c, "model", always[*budgetedModel], func(ctx context.Context, b *cache.MemoryBudget) (*budgetedModel, error) {
 		r, err := b.Reserve(ctx, 40)
 		if err != nil {
 			return nil, err
 		}
-		return &budgetedModel{res: []*system.MemoryReservation{r}}, nil
+		return &budgetedModel{res: []*cache.MemoryReservation{r}}, nil
 	})
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), model.Bytes())
@@ -124,10 +125,10 @@ func TestBudgetedUnitsGrowWithoutDoubleChargingAndEvictOnlyWhenIdle(t *testing.T
 func TestBudgetedLoaderFailureAndPanicReleaseAllocationsAndAllowRetry(t *testing.T) {
 	ctx := context.Background()
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 64)}})
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0"})
 	require.NoError(t, err)
 	for _, panics := range []bool{false, true} {
-		_, err := system.LoadBudgeted(ctx, c, "model", always[*system.MemoryReservation], func(ctx context.Context, b *system.MemoryBudget) (*system.MemoryReservation, error) {
+		_, err := cache.LoadBudgeted(ctx, c, "model", always[*cache.MemoryReservation], func(ctx context.Context, b *cache.MemoryBudget) (*cache.MemoryReservation, error) {
 			held, err := b.Reserve(ctx, 64)
 			if err != nil {
 				return nil, err
@@ -145,7 +146,7 @@ func TestBudgetedLoaderFailureAndPanicReleaseAllocationsAndAllowRetry(t *testing
 		assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
 		assert.Equal(t, 0, stats(t, c).Resources)
 	}
-	model, err := system.LoadBudgeted(ctx, c, "model", always[*system.MemoryReservation], func(ctx context.Context, b *system.MemoryBudget) (*system.MemoryReservation, error) {
+	model, err := cache.LoadBudgeted(ctx, c, "model", always[*cache.MemoryReservation], func(ctx context.Context, b *cache.MemoryBudget) (*cache.MemoryReservation, error) {
 		return b.Reserve(ctx, 64)
 	})
 	require.NoError(t, err)
@@ -166,7 +167,7 @@ func TestAllocationsAndLoadersShareACeilingAndIdleEviction(t *testing.T) {
 	b := c.Budget()
 	scratch, err := b.Reserve(ctx, 40)
 	require.NoError(t, err)
-	model, err := system.Load(ctx, c, "model", 60, always[uint8], value[uint8](1, 50))
+	model, err := cache.Load(ctx, c, "model", 60, always[uint8], value[uint8](1, 50))
 	require.NoError(t, err)
 	assert.Equal(t, int64(90), reservedBytes(t, b))
 	_, err = b.Reserve(ctx, 11)
@@ -176,7 +177,7 @@ func TestAllocationsAndLoadersShareACeilingAndIdleEviction(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), stats(t, c).Evictions)
 	assert.Equal(t, int64(100), stats(t, c).ReservedBytes)
-	_, err = system.Load(ctx, c, "other", 1, always[uint8], value[uint8](2, 1))
+	_, err = cache.Load(ctx, c, "other", 1, always[uint8], value[uint8](2, 1))
 	assert.Error(t, err)
 	require.NoError(t, staging.Release())
 	require.NoError(t, scratch.Release())
@@ -191,14 +192,14 @@ func TestAllocationsAndLoadersShareACeilingAndIdleEviction(t *testing.T) {
 func TestBudgetOwnersDoNotCycleAndSurviveRegistryTeardown(t *testing.T) {
 	ctx := context.Background()
 	sys := start(t, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 64)}})
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0"})
 	require.NoError(t, err)
 	registry := weak.Make(c)
 	b := c.Budget()
 	scratch, err := b.Reserve(ctx, 16)
 	require.NoError(t, err)
 	func() { // the lease, like the seed's temporary, is gone after this
-		owner, err := system.Load(ctx, c, "owner", 32, always[*system.MemoryBudget], func(context.Context) (*system.MemoryBudget, int64, error) {
+		owner, err := cache.Load(ctx, c, "owner", 32, always[*cache.MemoryBudget], func(context.Context) (*cache.MemoryBudget, int64, error) {
 			return b, 32, nil
 		})
 		require.NoError(t, err)
@@ -270,17 +271,17 @@ func TestRetiringNativeStorageRemainsChargedUntilItsDestructorFinishes(t *testin
 	_, c := seedCache(t, 64)
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
-	old, err := system.Load(ctx, c, "old", 64, always[*retiring], value(&retiring{started: started, release: release}, 64))
+	old, err := cache.Load(ctx, c, "old", 64, always[*retiring], value(&retiring{started: started, release: release}, 64))
 	require.NoError(t, err)
 	require.NoError(t, old.Release())
 
 	type result struct {
-		lease *system.CacheLease[uint8]
+		lease *cache.Lease[uint8]
 		err   error
 	}
 	loading := make(chan result, 1)
 	go func() {
-		l, err := system.Load(ctx, c, "new", 64, always[uint8], value[uint8](1, 64))
+		l, err := cache.Load(ctx, c, "new", 64, always[uint8], value[uint8](1, 64))
 		loading <- result{l, err}
 	}()
 	select {
@@ -289,7 +290,7 @@ func TestRetiringNativeStorageRemainsChargedUntilItsDestructorFinishes(t *testin
 		t.Fatal("the old value's release never started")
 	}
 	assert.Equal(t, int64(64), stats(t, c).ReservedBytes)
-	_, err = system.Load(ctx, c, "other", 1, always[uint8], value[uint8](2, 1))
+	_, err = cache.Load(ctx, c, "other", 1, always[uint8], value[uint8](2, 1))
 	assert.ErrorIs(t, err, system.ErrBusy)
 	close(release)
 	r := <-loading
@@ -301,24 +302,24 @@ func TestRetiringNativeStorageRemainsChargedUntilItsDestructorFinishes(t *testin
 func TestLeasesPinsAndExportedWorkPreventEviction(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
-	model, err := system.Load(ctx, c, "one", 70, func(v *atomic.Int64) bool { return v.Load() == 0 }, value(new(atomic.Int64), 60))
+	model, err := cache.Load(ctx, c, "one", 70, func(v *atomic.Int64) bool { return v.Load() == 0 }, value(new(atomic.Int64), 60))
 	require.NoError(t, err)
 	pin := model.Pin()
 	require.NoError(t, model.Release())
-	_, err = system.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
+	_, err = cache.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
 	assert.ErrorIs(t, err, system.ErrBusy)
 	require.NoError(t, pin.Release())
-	model, err = system.Load(ctx, c, "one", 70, always[*atomic.Int64], unreachable[*atomic.Int64](t))
+	model, err = cache.Load(ctx, c, "one", 70, always[*atomic.Int64], unreachable[*atomic.Int64](t))
 	require.NoError(t, err)
 	model.Value().Store(1)
 	require.NoError(t, model.Release())
-	_, err = system.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
+	_, err = cache.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
 	assert.ErrorIs(t, err, system.ErrBusy)
-	again, err := system.Load(ctx, c, "one", 70, always[*atomic.Int64], unreachable[*atomic.Int64](t))
+	again, err := cache.Load(ctx, c, "one", 70, always[*atomic.Int64], unreachable[*atomic.Int64](t))
 	require.NoError(t, err)
 	again.Value().Store(0)
 	require.NoError(t, again.Release())
-	second, err := system.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
+	second, err := cache.Load(ctx, c, "two", 50, always[uint8], value[uint8](2, 50))
 	require.NoError(t, err)
 	assert.Equal(t, uint8(2), second.Value())
 	assert.Equal(t, uint64(1), stats(t, c).Evictions)
@@ -329,12 +330,12 @@ func TestLeasesPinsAndExportedWorkPreventEviction(t *testing.T) {
 func TestFailedLoadsRollbackAndConcurrentLoadsShareOneReservation(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 64)
-	_, err := system.Load(ctx, c, "a", 64, always[int], func(context.Context) (int, int64, error) {
+	_, err := cache.Load(ctx, c, "a", 64, always[int], func(context.Context) (int, int64, error) {
 		return 0, 0, errors.New("injected")
 	})
 	assert.Error(t, err)
 	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
-	_, err = system.Load(ctx, c, "a", 64, always[int], value(1, 65))
+	_, err = cache.Load(ctx, c, "a", 64, always[int], value(1, 65))
 	assert.Error(t, err)
 
 	var ready, done sync.WaitGroup
@@ -347,7 +348,7 @@ func TestFailedLoadsRollbackAndConcurrentLoadsShareOneReservation(t *testing.T) 
 			defer done.Done()
 			ready.Done()
 			<-startLine
-			l, err := system.Load(ctx, c, "a", 64, always[int], func(context.Context) (int, int64, error) {
+			l, err := cache.Load(ctx, c, "a", 64, always[int], func(context.Context) (int, int64, error) {
 				calls.Add(1)
 				return 9, 32, nil
 			})
@@ -362,6 +363,6 @@ func TestFailedLoadsRollbackAndConcurrentLoadsShareOneReservation(t *testing.T) 
 	done.Wait()
 	assert.Equal(t, int64(1), calls.Load())
 	assert.Equal(t, int64(32), stats(t, c).ReservedBytes)
-	_, err = system.Load(ctx, c, "a", 64, always[uint8], unreachable[uint8](t))
+	_, err = cache.Load(ctx, c, "a", 64, always[uint8], unreachable[uint8](t))
 	assert.Error(t, err)
 }

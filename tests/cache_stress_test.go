@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // stressItem is a cached value of the cache stress test.
@@ -54,7 +55,7 @@ func TestCacheStress(t *testing.T) {
 	ctx := context.Background()
 	sys, err := startSoft(t, ctx, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", budget)}, TraceCapacity: 16})
 	require.NoError(t, err)
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "stress"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "stress"})
 	require.NoError(t, err)
 
 	peak := func(k int) int64 { return int64(40 + (k%8)*10) }
@@ -143,7 +144,7 @@ func TestCacheStress(t *testing.T) {
 				fail := r.IntN(100) < 10
 				boom := !fail && r.IntN(100) < 1
 				ran := false
-				l, err := system.Load(ctx, c, key, peak(k), func(*stressItem) bool { return true }, func(context.Context) (*stressItem, int64, error) {
+				l, err := cache.Load(ctx, c, key, peak(k), func(*stressItem) bool { return true }, func(context.Context) (*stressItem, int64, error) {
 					ran = true
 					loaderRuns.Add(1)
 					if loading[k].Add(1) != 1 {
@@ -183,7 +184,7 @@ func TestCacheStress(t *testing.T) {
 				if v.key != k || v.closed.Load() != 0 || l.Bytes() != resident(k) {
 					problem("key %s: lease on %+v (bytes %d), closed %d", key, v.key, l.Bytes(), v.closed.Load())
 				}
-				var pin *system.CachePin
+				var pin *cache.Pin
 				if r.IntN(10) == 0 {
 					pin = l.Pin()
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 func version(t *testing.T, sys *system.System) uint64 {
@@ -29,7 +30,7 @@ func TestCacheChargesAreOwnedReservationsWithTheirVersions(t *testing.T) {
 	sys, c := seedCache(t, 100)
 	v0 := version(t, sys)
 
-	a, err := system.Load(ctx, c, "a", 40, nil, value("A", 30))
+	a, err := cache.Load(ctx, c, "a", 40, nil, value("A", 30))
 	require.NoError(t, err)
 	assert.Equal(t, v0+2, version(t, sys), "reserve the peak, shrink to the resident bytes")
 	s := snapshot(t, sys)
@@ -46,17 +47,17 @@ func TestCacheChargesAreOwnedReservationsWithTheirVersions(t *testing.T) {
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
 	assert.ErrorContains(t, err, "is a charge of "+c.Owner()+"; only the cache releases it")
 
-	lb, err := system.Load(ctx, c, "b", 20, nil, value("B", 20))
+	lb, err := cache.Load(ctx, c, "b", 20, nil, value("B", 20))
 	require.NoError(t, err)
 	require.NoError(t, lb.Release())
 	assert.Equal(t, v0+3, version(t, sys), "resident bytes equal to the peak: no shrink")
 
-	hit, err := system.Load(ctx, c, "a", 40, nil, unreachable[string](t))
+	hit, err := cache.Load(ctx, c, "a", 40, nil, unreachable[string](t))
 	require.NoError(t, err)
 	assert.Equal(t, "A", hit.Value())
 	assert.Equal(t, v0+3, version(t, sys), "a hit changes nothing in the ledger")
 
-	_, err = system.Load(ctx, c, "f", 10, nil, func(context.Context) (string, int64, error) { return "", 0, errors.New("no") })
+	_, err = cache.Load(ctx, c, "f", 10, nil, func(context.Context) (string, int64, error) { return "", 0, errors.New("no") })
 	var le *system.CacheLoadError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, "f", le.Key)
@@ -91,7 +92,7 @@ func TestCacheSharesItsLocationBudgetWithMaterializations(t *testing.T) {
 	ctx := context.Background()
 	sys, c := seedCache(t, 100)
 	h := register(t, sys, system.Value{Name: "w", Bytes: 60, At: "cuda:0"})
-	_, err := system.Load(ctx, c, "a", 50, nil, value(1, 50))
+	_, err := cache.Load(ctx, c, "a", 50, nil, value(1, 50))
 	var busy *system.CacheBusyError
 	require.ErrorAs(t, err, &busy, "the cache has nothing to evict for the materialization's bytes")
 	assert.Equal(t, "a", busy.Key)
@@ -100,7 +101,7 @@ func TestCacheSharesItsLocationBudgetWithMaterializations(t *testing.T) {
 	assert.False(t, errors.As(err, &be), "busy is never a BudgetError")
 
 	require.NoError(t, sys.Discard(ctx, h))
-	a, err := system.Load(ctx, c, "a", 50, nil, value(1, 50))
+	a, err := cache.Load(ctx, c, "a", 50, nil, value(1, 50))
 	require.NoError(t, err)
 	require.NoError(t, a.Release())
 	_, err = sys.Register(ctx, system.Value{Name: "x", Bytes: 60, At: "cuda:0"})
@@ -108,7 +109,7 @@ func TestCacheSharesItsLocationBudgetWithMaterializations(t *testing.T) {
 	assert.Equal(t, int64(50), be.ReservedBytes)
 
 	// A peak larger than the whole budget never fits: a BudgetError, nothing evicted.
-	_, err = system.Load(ctx, c, "huge", 101, nil, value(1, 1))
+	_, err = cache.Load(ctx, c, "huge", 101, nil, value(1, 1))
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, uint64(0), stats(t, c).Evictions)
 	assert.Equal(t, 1, stats(t, c).Resources)
@@ -133,19 +134,19 @@ func TestCacheCallerGivingUpLeavesTheSharedLoadToOthers(t *testing.T) {
 	actx, cancel := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
 	go func() {
-		_, err := system.Load(actx, c, "k", 10, nil, loader)
+		_, err := cache.Load(actx, c, "k", 10, nil, loader)
 		aDone <- err
 	}()
 	<-entered
 	type res struct {
-		l   *system.CacheLease[int]
+		l   *cache.Lease[int]
 		err error
 	}
 	bDone := make(chan res, 1)
 	bStarted := make(chan struct{})
 	go func() {
 		close(bStarted)
-		l, err := system.Load(ctx, c, "k", 10, nil, loader)
+		l, err := cache.Load(ctx, c, "k", 10, nil, loader)
 		bDone <- res{l, err}
 	}()
 	<-bStarted
@@ -169,7 +170,7 @@ func TestCacheLoadNobodyWaitsForIsCanceledAndRetried(t *testing.T) {
 	actx, cancel := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
 	go func() {
-		_, err := system.Load(actx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, err := cache.Load(actx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
 			close(entered)
 			<-lctx.Done() // canceled once nobody waits
 			return 0, 0, lctx.Err()
@@ -179,7 +180,7 @@ func TestCacheLoadNobodyWaitsForIsCanceledAndRetried(t *testing.T) {
 	<-entered
 	cancel()
 	assert.ErrorIs(t, <-aDone, context.Canceled)
-	l, err := system.Load(ctx, c, "k", 10, nil, value(2, 10))
+	l, err := cache.Load(ctx, c, "k", 10, nil, value(2, 10))
 	require.NoError(t, err)
 	assert.Equal(t, 2, l.Value())
 	assert.Equal(t, int64(10), stats(t, c).ReservedBytes, "the abandoned load's reservation was released")
@@ -205,10 +206,10 @@ func TestCacheSlowReleaseDoesNotBlockUnrelatedLookups(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
 	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
-	l, err := system.Load(ctx, c, "slow", 40, nil, value(slow, 40))
+	l, err := cache.Load(ctx, c, "slow", 40, nil, value(slow, 40))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
-	other, err := system.Load(ctx, c, "other", 10, nil, value(1, 10))
+	other, err := cache.Load(ctx, c, "other", 10, nil, value(1, 10))
 	require.NoError(t, err)
 	require.NoError(t, other.Release())
 
@@ -218,11 +219,11 @@ func TestCacheSlowReleaseDoesNotBlockUnrelatedLookups(t *testing.T) {
 		evicted <- err
 	}()
 	<-slow.started
-	hit, err := system.Load(ctx, c, "other", 10, nil, unreachable[int](t))
+	hit, err := cache.Load(ctx, c, "other", 10, nil, unreachable[int](t))
 	require.NoError(t, err)
 	require.NoError(t, hit.Release())
 	assert.Equal(t, int64(50), stats(t, c).ReservedBytes, "the slow value is still charged")
-	fresh, err := system.Load(ctx, c, "fresh", 10, nil, value(3, 10))
+	fresh, err := cache.Load(ctx, c, "fresh", 10, nil, value(3, 10))
 	require.NoError(t, err)
 	require.NoError(t, fresh.Release())
 	select {
@@ -247,9 +248,9 @@ func TestCacheCloseReleasesIdleEntriesNowAndHeldOnesAtTheirLastRelease(t *testin
 	ctx := context.Background()
 	sys, c := seedCache(t, 100)
 	held, idle := &closer{}, &closer{}
-	lh, err := system.Load(ctx, c, "held", 30, nil, value(held, 30))
+	lh, err := cache.Load(ctx, c, "held", 30, nil, value(held, 30))
 	require.NoError(t, err)
-	li, err := system.Load(ctx, c, "idle", 20, func(*closer) bool { return false }, value(idle, 20))
+	li, err := cache.Load(ctx, c, "idle", 20, func(*closer) bool { return false }, value(idle, 20))
 	require.NoError(t, err)
 	require.NoError(t, li.Release())
 	keep := lh.KeepAlive()
@@ -263,7 +264,7 @@ func TestCacheCloseReleasesIdleEntriesNowAndHeldOnesAtTheirLastRelease(t *testin
 	assert.Equal(t, int64(30), stats(t, c).ReservedBytes)
 	assert.Equal(t, 1, stats(t, c).Resources, "the held entry is still counted while it is charged")
 
-	_, err = system.Load(ctx, c, "new", 1, nil, value(1, 1))
+	_, err = cache.Load(ctx, c, "new", 1, nil, value(1, 1))
 	assert.ErrorIs(t, err, system.ErrClosed)
 	_, err = c.Evict(ctx, "held")
 	assert.ErrorIs(t, err, system.ErrClosed)
@@ -288,7 +289,7 @@ func TestCacheKeyOfAnotherTypeWhileLoading(t *testing.T) {
 	entered := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		l, err := system.Load(ctx, c, "k", 10, nil, func(context.Context) (int, int64, error) {
+		l, err := cache.Load(ctx, c, "k", 10, nil, func(context.Context) (int, int64, error) {
 			close(entered)
 			<-gate
 			return 5, 10, nil
@@ -301,7 +302,7 @@ func TestCacheKeyOfAnotherTypeWhileLoading(t *testing.T) {
 	<-entered
 	wrong := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "k", 10, nil, unreachable[string](t))
+		_, err := cache.Load(ctx, c, "k", 10, nil, unreachable[string](t))
 		wrong <- err
 	}()
 	// The wrong-typed caller either joined the flight or will find the
@@ -317,24 +318,24 @@ func TestCacheKeyOfAnotherTypeWhileLoading(t *testing.T) {
 func TestCacheRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
 	sys, c := seedCache(t, 100)
-	_, err := system.Load(ctx, c, "", 1, nil, value(1, 1))
+	_, err := cache.Load(ctx, c, "", 1, nil, value(1, 1))
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = system.Load(ctx, c, "k", 0, nil, value(1, 1))
+	_, err = cache.Load(ctx, c, "k", 0, nil, value(1, 1))
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = system.Load[int](ctx, c, "k", 1, nil, nil)
+	_, err = cache.Load[int](ctx, c, "k", 1, nil, nil)
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = system.LoadBudgeted[int](ctx, c, "k", nil, nil)
+	_, err = cache.LoadBudgeted[int](ctx, c, "k", nil, nil)
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
 	_, err = c.Budget().Reserve(ctx, -1)
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = sys.NewCache(ctx, system.CacheOptions{})
+	_, err = cache.New(ctx, sys, cache.Options{})
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "gpu:0"})
+	_, err = cache.New(ctx, sys, cache.Options{Location: "gpu:0"})
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "cuda:3"})
+	_, err = cache.New(ctx, sys, cache.Options{Location: "cuda:3"})
 	var ue *system.UnavailableError
 	assert.ErrorAs(t, err, &ue)
-	l, err := system.Load(ctx, c, "k", 10, nil, value(1, 0))
+	l, err := cache.Load(ctx, c, "k", 10, nil, value(1, 0))
 	var le *system.CacheLoadError
 	require.ErrorAs(t, err, &le, "zero resident bytes")
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
@@ -347,7 +348,7 @@ func TestCacheRefusesBadInput(t *testing.T) {
 func TestCacheMemoryReservationGrowsByEvictingIdleEntries(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
-	a, err := system.Load(ctx, c, "a", 60, nil, value(1, 60))
+	a, err := cache.Load(ctx, c, "a", 60, nil, value(1, 60))
 	require.NoError(t, err)
 	require.NoError(t, a.Release())
 	r, err := c.Budget().Reserve(ctx, 30)
@@ -371,7 +372,7 @@ func TestCacheEvictHonoursItsContext(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
 	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
-	l, err := system.Load(ctx, c, "slow", 40, nil, value(slow, 40))
+	l, err := cache.Load(ctx, c, "slow", 40, nil, value(slow, 40))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
@@ -389,7 +390,7 @@ func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
 	v := &closer{}
-	_, err := system.Load(ctx, c, "k", 10, nil, func(context.Context) (*closer, int64, error) {
+	_, err := cache.Load(ctx, c, "k", 10, nil, func(context.Context) (*closer, int64, error) {
 		return v, 10, errors.New("half loaded")
 	})
 	var le *system.CacheLoadError
@@ -399,18 +400,18 @@ func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
 	assert.Equal(t, 0, stats(t, c).Resources)
 
 	bv := &closer{}
-	_, err = system.LoadBudgeted(ctx, c, "b", nil, func(context.Context, *system.MemoryBudget) (*closer, error) {
+	_, err = cache.LoadBudgeted(ctx, c, "b", nil, func(context.Context, *cache.MemoryBudget) (*closer, error) {
 		return bv, errors.New("half loaded")
 	})
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, int32(1), bv.n.Load(), "the returned budgeted value was closed")
 
-	_, err = system.Load(ctx, c, "nil", 10, nil, func(context.Context) (*closer, int64, error) {
+	_, err = cache.Load(ctx, c, "nil", 10, nil, func(context.Context) (*closer, int64, error) {
 		return nil, 0, errors.New("nothing")
 	})
 	require.ErrorAs(t, err, &le, "a nil value is not closed (its Close would dereference nil)")
 
-	l, err := system.Load(ctx, c, "k", 10, nil, value(&closer{}, 10))
+	l, err := cache.Load(ctx, c, "k", 10, nil, value(&closer{}, 10))
 	require.NoError(t, err, "the next load retries")
 	require.NoError(t, l.Release())
 }
@@ -430,7 +431,7 @@ func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
 	entered := make(chan struct{})
 	running := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, err := cache.Load(ctx, c, "k", 10, nil, func(lctx context.Context) (int, int64, error) {
 			close(entered)
 			<-lctx.Done()
 			return 0, 0, lctx.Err()
@@ -440,12 +441,12 @@ func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
 	<-entered
 	// A load waiting for the release of the value it evicts.
 	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
-	l, err := system.Load(ctx, c, "slow", 90, nil, value(slow, 90))
+	l, err := cache.Load(ctx, c, "slow", 90, nil, value(slow, 90))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	evicting := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "big", 80, nil, value(1, 80))
+		_, err := cache.Load(ctx, c, "big", 80, nil, value(1, 80))
 		evicting <- err
 	}()
 	<-slow.started
@@ -461,7 +462,7 @@ func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
 		assert.NotErrorIs(t, err, context.Canceled)
 	}
 	require.NoError(t, <-closed)
-	_, err = system.Load(ctx, c, "k", 10, nil, value(1, 10))
+	_, err = cache.Load(ctx, c, "k", 10, nil, value(1, 10))
 	assert.ErrorIs(t, err, system.ErrCacheClosed)
 	assert.Equal(t, "residency: cache is closed", err.Error())
 	l2 := loc(t, snapshot(t, sys), "cuda:0")
@@ -476,11 +477,11 @@ func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
 	for _, k := range []string{"a", "b"} {
-		l, err := system.Load(ctx, c, k, 40, nil, value(k, 40))
+		l, err := cache.Load(ctx, c, k, 40, nil, value(k, 40))
 		require.NoError(t, err)
 		require.NoError(t, l.Release())
 	}
-	_, err := system.Load(ctx, c, "a", 101, nil, unreachable[string](t))
+	_, err := cache.Load(ctx, c, "a", 101, nil, unreachable[string](t))
 	var be *system.BudgetError
 	require.ErrorAs(t, err, &be, "a resident key with a peak above the budget")
 	assert.Equal(t, int64(101), be.RequestedBytes)
@@ -489,10 +490,10 @@ func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
 	assert.Equal(t, uint64(0), stats(t, c).Evictions)
 	// "a" is still the least recently used entry: a load that needs room
 	// evicts it, not "b".
-	l, err := system.Load(ctx, c, "c", 30, nil, value("c", 30))
+	l, err := cache.Load(ctx, c, "c", 30, nil, value("c", 30))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
-	hit, err := system.Load(ctx, c, "b", 40, nil, unreachable[string](t))
+	hit, err := cache.Load(ctx, c, "b", 40, nil, unreachable[string](t))
 	require.NoError(t, err, "b stayed")
 	require.NoError(t, hit.Release())
 	evicted, err := c.Evict(ctx, "a")
@@ -509,20 +510,20 @@ func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
 func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
-	y, err := system.Load(ctx, c, "y", 50, nil, value("y", 50))
+	y, err := cache.Load(ctx, c, "y", 50, nil, value("y", 50))
 	require.NoError(t, err) // leased: never a victim
 	slow := &blocking{started: make(chan struct{}), gate: make(chan struct{})}
-	x, err := system.Load(ctx, c, "x", 20, nil, value(slow, 20))
+	x, err := cache.Load(ctx, c, "x", 20, nil, value(slow, 20))
 	require.NoError(t, err)
 	require.NoError(t, x.Release())
 
 	type res struct {
-		l   *system.CacheLease[string]
+		l   *cache.Lease[string]
 		err error
 	}
 	aDone, bDone := make(chan res, 1), make(chan res, 1)
 	go func() {
-		l, err := system.Load(ctx, c, "k", 90, nil, func(context.Context) (string, int64, error) {
+		l, err := cache.Load(ctx, c, "k", 90, nil, func(context.Context) (string, int64, error) {
 			t.Error("A's loader ran: it should have joined B's load")
 			return "A", 90, nil
 		})
@@ -530,7 +531,7 @@ func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 	}()
 	<-slow.started // A evicts x and waits for its release
 	go func() {
-		l, err := system.Load(ctx, c, "k", 30, nil, value("B", 30))
+		l, err := cache.Load(ctx, c, "k", 30, nil, value("B", 30))
 		bDone <- res{l, err}
 	}()
 	var b res
@@ -563,12 +564,12 @@ func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 func TestCacheResizeThatEvictsItsOwnValueDoesNotWaitOnItself(t *testing.T) {
 	ctx := context.Background()
 	_, c := seedCache(t, 100)
-	model, err := system.LoadBudgeted(ctx, c, "model", nil, func(ctx context.Context, b *system.MemoryBudget) (*budgetedModel, error) {
+	model, err := cache.LoadBudgeted(ctx, c, "model", nil, func(ctx context.Context, b *cache.MemoryBudget) (*budgetedModel, error) {
 		r, err := b.Reserve(ctx, 40)
 		if err != nil {
 			return nil, err
 		}
-		return &budgetedModel{res: []*system.MemoryReservation{r}}, nil
+		return &budgetedModel{res: []*cache.MemoryReservation{r}}, nil
 	})
 	require.NoError(t, err)
 	r := model.Value().res[0]
@@ -599,17 +600,17 @@ func TestCacheLoaderThatWouldWaitForItselfIsRefused(t *testing.T) {
 	defer cancel()
 	_, c := seedCache(t, 100)
 	var inner error
-	_, err := system.Load(ctx, c, "a", 10, nil, func(lctx context.Context) (int, int64, error) {
-		_, inner = system.Load(lctx, c, "a", 10, nil, value(2, 10))
+	_, err := cache.Load(ctx, c, "a", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, inner = cache.Load(lctx, c, "a", 10, nil, value(2, 10))
 		return 1, 10, nil
 	})
 	require.NoError(t, err)
 	assert.ErrorIs(t, inner, system.ErrInvalidInput, "a loader loading its own key")
 	assert.ErrorContains(t, inner, "it would wait for itself")
 
-	_, err = system.Load(ctx, c, "x", 10, nil, func(lctx context.Context) (int, int64, error) {
-		l, err := system.Load(lctx, c, "y", 10, nil, func(lctx2 context.Context) (int, int64, error) {
-			_, inner = system.Load(lctx2, c, "x", 10, nil, value(3, 10))
+	_, err = cache.Load(ctx, c, "x", 10, nil, func(lctx context.Context) (int, int64, error) {
+		l, err := cache.Load(lctx, c, "y", 10, nil, func(lctx2 context.Context) (int, int64, error) {
+			_, inner = cache.Load(lctx2, c, "x", 10, nil, value(3, 10))
 			return 2, 10, nil
 		})
 		if err != nil {
@@ -620,7 +621,7 @@ func TestCacheLoaderThatWouldWaitForItselfIsRefused(t *testing.T) {
 	require.NoError(t, err, "a loader may load other keys")
 	assert.ErrorIs(t, inner, system.ErrInvalidInput, "x → y → x")
 
-	_, err = system.Load(ctx, c, "z", 10, nil, func(lctx context.Context) (int, int64, error) {
+	_, err = cache.Load(ctx, c, "z", 10, nil, func(lctx context.Context) (int, int64, error) {
 		inner = c.Close(lctx)
 		return 1, 10, nil
 	})
@@ -640,7 +641,7 @@ func TestCacheCloseWaitingBehindAnotherCloseHonoursItsContext(t *testing.T) {
 	entered, canceled, gate := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	loaded := make(chan error, 1)
 	go func() {
-		_, err := system.Load(ctx, c, "stuck", 10, nil, func(lctx context.Context) (int, int64, error) {
+		_, err := cache.Load(ctx, c, "stuck", 10, nil, func(lctx context.Context) (int, int64, error) {
 			close(entered)
 			<-lctx.Done() // Close canceled the load…
 			close(canceled)

@@ -140,7 +140,7 @@
 //	snapshot, trace
 //	fail_next      kind (alloc, copy or reconstruct), location   inject a fault
 //
-// and for the loader cache (system.NewCache, system.Load):
+// and for the loader cache (cache.New, cache.Load):
 //
 //	cache_open     name, location                open a cache
 //	load           cache, key, peak, resident, as (optional)   a lease named as

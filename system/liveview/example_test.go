@@ -13,6 +13,7 @@ import (
 	"github.com/residency-go/residency/cuda/soft"
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/liveview"
 )
@@ -98,12 +99,12 @@ func ExampleWithCache() {
 	ctx := context.Background()
 	sys, stop := startExample(ctx, system.NoLimit("pageable-host"), system.Limit("cuda:0", 64<<10))
 	defer stop()
-	models, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	models, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "models"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer models.Close(ctx)
-	lease, err := system.Load(ctx, models, "encoder", 16<<10, nil, func(context.Context) (string, int64, error) {
+	lease, err := cache.Load(ctx, models, "encoder", 16<<10, nil, func(context.Context) (string, int64, error) {
 		return "weights", 16 << 10, nil
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/replay"
 )
@@ -27,13 +28,13 @@ type cacheView struct {
 }
 
 // cacheEntry is the JSON form of one entry of a loader cache on /caches
-// ([system.CacheEntry]). Times are RFC 3339 in UTC, to the nanosecond.
+// ([cache.Entry]). Times are RFC 3339 in UTC, to the nanosecond.
 type cacheEntry struct {
 	Key string `json:"key"`
 	// State is "loading" or "ready".
 	State string `json:"state"`
 	// Bytes are the declared resident bytes (0 while loading, and for a
-	// value loaded with system.LoadBudgeted).
+	// value loaded with cache.LoadBudgeted).
 	Bytes int64 `json:"bytes"`
 	// Leases, Pins and KeepAlives count the references that hold it.
 	Leases     int `json:"leases"`
@@ -43,7 +44,7 @@ type cacheEntry struct {
 	// (null while it loads).
 	LastUse *string `json:"last_use"`
 	// KeepAliveNS is its keep-alive in nanoseconds: null when it is kept
-	// until evicted (system.KeepForever), 0 when it unloads once idle.
+	// until evicted (cache.KeepForever), 0 when it unloads once idle.
 	KeepAliveNS *int64 `json:"keep_alive_ns"`
 	// Expiry is when it leaves if nobody uses it before (null while it is
 	// held or loading, or kept forever).
@@ -53,7 +54,7 @@ type cacheEntry struct {
 }
 
 // entryOf is e in the JSON form /caches serves.
-func entryOf(e system.CacheEntry) cacheEntry {
+func entryOf(e cache.Entry) cacheEntry {
 	out := cacheEntry{
 		Key: e.Key, State: e.State.String(), Bytes: e.Bytes,
 		Leases: e.Leases, Pins: e.Pins, KeepAlives: e.KeepAlives,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/staging"
-	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/liveview"
 )
@@ -254,7 +254,7 @@ func TestDiagnoseFeed(t *testing.T) {
 func TestCachesClosed(t *testing.T) {
 	ctx := context.Background()
 	sys := startSoft(t)
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "gone"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "gone"})
 	require.NoError(t, err)
 	srv := mount(t, sys, liveview.WithCache(c))
 	require.NoError(t, sys.Close(ctx))

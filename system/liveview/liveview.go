@@ -8,6 +8,7 @@ import (
 
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/replay"
 )
@@ -21,7 +22,7 @@ type Option func(*config)
 type config struct {
 	snapshot  func(system.Snapshot) *replay.Snapshot
 	trace     func([]system.Transition) []replay.Transition
-	caches    []*system.Cache
+	caches    []*cache.Cache
 	pipelines []*staging.Pipeline
 	evidence  func() (diagnose.Evidence, bool)
 }
@@ -32,7 +33,7 @@ type config struct {
 // on the page, in the order given (a cache given twice is shown once).
 // Each request to /caches asks each cache for its statistics (a round
 // trip to the runtime) and lists its entries (under the cache's lock).
-func WithCache(cs ...*system.Cache) Option {
+func WithCache(cs ...*cache.Cache) Option {
 	return func(c *config) {
 		for _, x := range cs {
 			if x != nil && !slices.Contains(c.caches, x) {

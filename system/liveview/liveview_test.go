@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/liveview"
 	"github.com/residency-go/residency/system/replay"
 )
@@ -223,7 +224,7 @@ func TestClosedRuntime(t *testing.T) {
 func TestCaches(t *testing.T) {
 	ctx := context.Background()
 	sys := startSoft(t)
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "models"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(ctx) })
 	mux := http.NewServeMux()

@@ -13,6 +13,7 @@ import (
 	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
 	"github.com/residency-go/residency/system/liveview"
 )
@@ -38,7 +39,7 @@ func startLocs(t *testing.T, locs ...system.LocationConfig) *system.System {
 type fakeClock struct{ now time.Time }
 
 func (c *fakeClock) Now() time.Time { return c.now }
-func (c *fakeClock) AfterFunc(time.Duration, func()) system.ClockTimer {
+func (c *fakeClock) AfterFunc(time.Duration, func()) cache.ClockTimer {
 	return stoppedTimer{}
 }
 
@@ -77,7 +78,7 @@ const row = 256 // the fixture pipeline's pool row size
 // the evidence of the refused admission.
 type fixture struct {
 	sys      *system.System
-	cache    *system.Cache
+	cache    *cache.Cache
 	pipeline *staging.Pipeline
 	evidence *kept
 	failure  diagnose.Evidence
@@ -128,12 +129,12 @@ func (f *fixture) cacheEntries(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	keep := 30 * time.Second
-	c, err := f.sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models", KeepAlive: &keep, Clock: &fakeClock{now: t0}})
+	c, err := cache.New(ctx, f.sys, cache.Options{Location: "cuda:0", Name: "models", KeepAlive: &keep, Clock: &fakeClock{now: t0}})
 	require.NoError(t, err)
 	f.cache = c
 	t.Cleanup(func() { _ = c.Close(ctx) })
-	load := func(key string, bytes int64) *system.CacheLease[string] {
-		l, err := system.Load(ctx, c, key, bytes, nil, func(context.Context) (string, int64, error) { return key, bytes, nil })
+	load := func(key string, bytes int64) *cache.Lease[string] {
+		l, err := cache.Load(ctx, c, key, bytes, nil, func(context.Context) (string, int64, error) { return key, bytes, nil })
 		require.NoError(t, err)
 		return l
 	}
@@ -148,7 +149,7 @@ func (f *fixture) cacheEntries(t *testing.T) {
 	// A load that waits for the test: listed as loading until it ends.
 	started, finish, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		l, err := system.Load(ctx, c, "tokenizer", 8<<10, nil, func(context.Context) (string, int64, error) {
+		l, err := cache.Load(ctx, c, "tokenizer", 8<<10, nil, func(context.Context) (string, int64, error) {
 			close(started)
 			<-finish
 			return "", 0, errors.New("the test is over")

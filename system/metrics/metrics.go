@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"sort"
 	"sync"
 	"time"
@@ -50,7 +51,7 @@ type Metrics struct {
 	sys *system.System
 
 	mu     sync.Mutex // serializes scrapes and guards the fields below
-	caches []*system.Cache
+	caches []*cache.Cache
 	// byKind and removals are the ledger's counts at the last scrape
 	// (removals keyed by reason), kept so a scrape that cannot read the
 	// runtime still reports them.
@@ -76,7 +77,7 @@ func NewMetrics(sys *system.System) *Metrics {
 // Owner, and location). A closed cache (or any cache once the runtime is
 // closed) is dropped at the next scrape.
 // Watching a cache twice has no further effect.
-func (m *Metrics) WatchCache(c *system.Cache) {
+func (m *Metrics) WatchCache(c *cache.Cache) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, x := range m.caches {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/metrics"
 )
 
@@ -164,10 +165,10 @@ func TestMetricsAfterScenario(t *testing.T) {
 	refused(err, &sl)
 
 	// A loader cache with one entry.
-	cache, err := sys.NewCache(ctx, system.CacheOptions{Location: "pinned-host", Name: "weights"})
+	lc, err := cache.New(ctx, sys, cache.Options{Location: "pinned-host", Name: "weights"})
 	must(err)
-	m.WatchCache(cache)
-	l, err := system.Load(ctx, cache, "w1", 8<<10, nil, func(context.Context) (string, int64, error) { return "w1", 4 << 10, nil })
+	m.WatchCache(lc)
+	l, err := cache.Load(ctx, lc, "w1", 8<<10, nil, func(context.Context) (string, int64, error) { return "w1", 4 << 10, nil })
 	must(err)
 	must(l.Release())
 
@@ -216,9 +217,9 @@ func TestMetricsAfterScenario(t *testing.T) {
 	assert.Equal(t, 1.0, got.get(t, "residency_protections{kind=event,location=cuda:0}"))
 	assert.Equal(t, 0.0, got.get(t, "residency_protections{kind=lease,location=cuda:0}"))
 
-	st, err := cache.Statistics(ctx)
+	st, err := lc.Statistics(ctx)
 	must(err)
-	cl := "{cache=" + cache.Owner() + ",location=pinned-host}"
+	cl := "{cache=" + lc.Owner() + ",location=pinned-host}"
 	assert.Equal(t, float64(st.BudgetBytes), got.get(t, "residency_cache_budget_bytes"+cl))
 	assert.Equal(t, float64(4<<10), got.get(t, "residency_cache_reserved_bytes"+cl))
 	assert.Equal(t, float64(st.ReservedBytes), got.get(t, "residency_cache_reserved_bytes"+cl))
@@ -297,7 +298,7 @@ func TestMetricsAfterScenario(t *testing.T) {
 	must(hold.Release(ctx))
 	ev.Complete()
 	must(sys.WaitReaped(ctx, evID)) // reaped (asynchronously) before Close
-	must(cache.Close(ctx))
+	must(lc.Close(ctx))
 	closed = true
 	must(sys.Close(ctx))
 	final, err := sys.Snapshot(ctx)

@@ -10,11 +10,12 @@ import (
 	"strings"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
-// The loader cache ops of a replay script (system.NewCache, system.Load,
-// Cache.Evict, Cache.Statistics, Cache.Close and the cache's leases and
-// pins). They are kept here so that the dispatch in script.go, Runner.go
+// The loader cache ops of a replay script (package system/cache: New,
+// Load, Cache.Evict, Cache.Statistics, Cache.Close and the cache's leases
+// and pins). They are kept here so that the dispatch in script.go, Runner.go
 // and output.go stays a line per hook.
 //
 // A cached value stands for its bytes: the loader returns a small struct
@@ -76,47 +77,40 @@ type cachedValue struct {
 var errLoaderFailed = errors.New("the script's loader failed (load_fail mode \"error\")")
 
 // cacheState is a replay's caches, cache leases and pins, by script name.
+// A script's cache has its script name in the runtime too
+// (cache.Options.Name), so the runtime's words for its charges are the
+// script's: owner `cache "NAME"`, charges `cache "NAME"/KEY#N`.
 type cacheState struct {
 	caches map[string]*replayCache
 	leases map[string]*cacheLeaseEntry
 	pins   map[string]*cachePinEntry
-	owners map[string]string // the runtime's owner names → the script's words (`cache "NAME"`)
 }
 
 type replayCache struct {
-	c      *system.Cache
-	owner  string // the runtime's owner name of its charges
+	c      *cache.Cache
 	closed bool
 }
 
 type cacheLeaseEntry struct {
-	lease    *system.CacheLease[*cachedValue]
+	lease    *cache.Lease[*cachedValue]
 	released bool
 }
 
 type cachePinEntry struct {
-	pin      *system.CachePin
+	pin      *cache.Pin
 	released bool
 }
 
-// replayCacheName is the name a replay gives the runtime for every cache
-// (see cacheWords).
-const replayCacheName = "replay"
-
-// replayOwnerPrefix starts the runtime's owner name of each replay cache;
-// a number follows.
-const replayOwnerPrefix = "cache:" + replayCacheName + "#"
-
 func (r *Runner) cacheState() *cacheState {
 	if r.caches == nil {
-		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}, owners: map[string]string{}}
+		r.caches = &cacheState{caches: map[string]*replayCache{}, leases: map[string]*cacheLeaseEntry{}, pins: map[string]*cachePinEntry{}}
 	}
 	return r.caches
 }
 
 // openCache resolves a cache name that is an op's first field; a closed
 // cache refuses loads and evictions.
-func (cs *cacheState) openCache(name string) (*system.Cache, error) {
+func (cs *cacheState) openCache(name string) (*cache.Cache, error) {
 	e, ok := cs.caches[name]
 	switch {
 	case !ok:
@@ -149,16 +143,14 @@ func (r *Runner) execCacheOpen(ctx context.Context, o Op, res *Result) (bool, er
 	case dup:
 		return false, invalid("duplicate cache name %q", o.resName)
 	}
-	// The runtime knows every cache of a replay by one name, so its
-	// owner names ("cache:replay#3") say nothing of the script's
-	// names: a script name can neither look like another cache's
-	// owner (`x#1` and the first `x`) nor like anything else.
-	sc, err := r.sys.NewCache(ctx, system.CacheOptions{Location: o.location, Name: replayCacheName})
+	// The runtime knows the cache by its script name: its owner name is
+	// `cache "NAME"`, as the script's words say it. (Names are unique in
+	// the runtime as in the script, also after cache_close.)
+	sc, err := cache.New(ctx, r.sys, cache.Options{Location: o.location, Name: o.resName})
 	if err != nil {
 		return true, err
 	}
-	cs.caches[o.resName] = &replayCache{c: sc, owner: sc.Owner()}
-	cs.owners[sc.Owner()] = fmt.Sprintf("cache %q", o.resName)
+	cs.caches[o.resName] = &replayCache{c: sc}
 	return true, nil
 }
 
@@ -200,7 +192,7 @@ func (r *Runner) execLoad(ctx context.Context, o Op, res *Result) (bool, error) 
 		}
 		return nil, 0, errLoaderFailed
 	}
-	l, err := system.Load(ctx, sc, c.key, c.peak, nil, loader)
+	l, err := cache.Load(ctx, sc, c.key, c.peak, nil, loader)
 	if err != nil {
 		return true, err
 	}
@@ -337,7 +329,7 @@ type CacheStats struct {
 	LocationReservedBytes int64  `json:"location_reserved_bytes"`
 }
 
-func toCacheStats(st system.CacheStats) *CacheStats {
+func toCacheStats(st cache.Stats) *CacheStats {
 	out := &CacheStats{
 		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
 		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
@@ -371,92 +363,6 @@ func (r *Runner) cacheErrorFields(e error) []Field {
 		return []Field{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
 	}
 	return nil
-}
-
-// cacheWords replaces the runtime's owner names of the replay's caches
-// ("cache:replay#3", unique in the process but not the same from one run
-// to the next) with the script's (`cache "models"`), so that a replay
-// prints the same thing every time. A quoted name that holds one (a
-// charge's name in a message, "cache:replay#3/k#1") loses its quotes:
-// `cache "models"/k#1` reads as one name.
-func (cs *cacheState) cacheWords(msg string) string {
-	if !strings.Contains(msg, replayOwnerPrefix) {
-		return msg
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(msg, replayOwnerPrefix)
-		if i < 0 {
-			b.WriteString(msg)
-			return b.String()
-		}
-		if i > 0 && msg[i-1] == '"' {
-			if q, err := strconv.QuotedPrefix(msg[i-1:]); err == nil {
-				if inner, err := strconv.Unquote(q); err == nil && strings.HasPrefix(inner, replayOwnerPrefix) {
-					if words := cs.ownerWords(inner); words != inner {
-						b.WriteString(msg[:i-1])
-						b.WriteString(words)
-						msg = msg[i-1+len(q):]
-						continue
-					}
-				}
-			}
-		}
-		b.WriteString(msg[:i])
-		msg = msg[i:]
-		w := cs.ownerWords(msg)
-		if w == msg {
-			// Not an owner of this replay: keep it as it is.
-			b.WriteString(replayOwnerPrefix)
-			msg = msg[len(replayOwnerPrefix):]
-			continue
-		}
-		j := ownerEnd(msg)
-		b.WriteString(cs.owners[msg[:j]])
-		msg = msg[j:]
-	}
-}
-
-// ownerEnd is the length of the owner name msg starts with (the prefix
-// and its number).
-func ownerEnd(msg string) int {
-	j := len(replayOwnerPrefix)
-	for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-		j++
-	}
-	return j
-}
-
-// ownerWords rewrites the owner name s starts with, if it is one of this
-// replay's; s unchanged otherwise.
-func (cs *cacheState) ownerWords(s string) string {
-	j := ownerEnd(s)
-	words, ok := cs.owners[s[:j]]
-	if !ok || j == len(replayOwnerPrefix) {
-		return s
-	}
-	return words + s[j:]
-}
-
-// cacheResName is a reservation name of the script as the runtime knows
-// it: a cache's charge written as snapshots show it (`cache "m"/a#1`)
-// is that charge ("cache:replay#3/a#1"), so that unreserve and the like
-// get the runtime's own answer about it. Any other name is unchanged.
-func (r *Runner) cacheResName(name string) string {
-	if r.caches == nil || !strings.HasPrefix(name, `cache "`) {
-		return name
-	}
-	q, err := strconv.QuotedPrefix(name[len("cache "):])
-	if err != nil {
-		return name
-	}
-	script, err := strconv.Unquote(q)
-	rest := name[len("cache ")+len(q):]
-	e, ok := r.caches.caches[script]
-	if err != nil || !ok || !strings.HasPrefix(rest, "/") {
-		return name
-	}
-	return e.owner + rest
 }
 
 // cacheOutstanding lists the cache leases and pins the script still
@@ -542,4 +448,4 @@ func parseCacheRelease(o *Op, f *jsonline.Fields) {
 }
 
 // CacheStatsOf is st in the JSON form of a cache_stats op's statistics.
-func CacheStatsOf(st system.CacheStats) *CacheStats { return toCacheStats(st) }
+func CacheStatsOf(st cache.Stats) *CacheStats { return toCacheStats(st) }

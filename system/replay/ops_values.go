@@ -166,11 +166,11 @@ func (r *Runner) execDiscard(ctx context.Context, o Op, _ *Result) (bool, error)
 }
 
 func (r *Runner) execReserve(ctx context.Context, o Op, _ *Result) (bool, error) {
-	return true, r.sys.Reserve(ctx, o.location, r.cacheResName(o.resName), o.bytes)
+	return true, r.sys.Reserve(ctx, o.location, o.resName, o.bytes)
 }
 
 func (r *Runner) execUnreserve(ctx context.Context, o Op, _ *Result) (bool, error) {
-	name := r.cacheResName(o.resName)
+	name := o.resName
 	if err := r.scopeReservation(name); err != nil {
 		// The runtime would refuse it and change nothing: a scope's
 		// reservation is released when the scope exits.

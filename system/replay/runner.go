@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // opTimeout bounds one op: a runtime that stops answering fails the op
@@ -145,11 +146,11 @@ func (r *Runner) SetHooks(h Hooks) { r.hooks = h }
 func (r *Runner) Explained() *system.Explanation { return r.explained }
 
 // Caches returns the loader caches the script opened and has not closed.
-func (r *Runner) Caches() []*system.Cache {
+func (r *Runner) Caches() []*cache.Cache {
 	if r.caches == nil {
 		return nil
 	}
-	var out []*system.Cache
+	var out []*cache.Cache
 	for _, c := range r.caches.caches {
 		if !c.closed {
 			out = append(out, c.c)
@@ -402,7 +403,7 @@ func (r *Runner) plan(p *planSpec) system.Plan {
 func (r *Runner) reservations(in []reservationSpec) []system.ReservationSpec {
 	var out []system.ReservationSpec
 	for _, rs := range in {
-		out = append(out, system.ReservationSpec{Name: r.cacheResName(rs.name), Location: rs.location, Bytes: rs.bytes})
+		out = append(out, system.ReservationSpec{Name: rs.name, Location: rs.location, Bytes: rs.bytes})
 	}
 	return out
 }

@@ -352,12 +352,22 @@ func TestFill(t *testing.T) {
 	}
 }
 
-func TestCacheWords(t *testing.T) {
-	cs := &cacheState{owners: map[string]string{"cache:replay#1": `cache "m"`, "cache:replay#12": `cache "n"`}}
-	assert.Equal(t, `cache "m"/a#1 and cache "n"/b#2, cache "m"`, cs.cacheWords("cache:replay#1/a#1 and cache:replay#12/b#2, cache:replay#1"))
-	assert.Equal(t, "cache:replay#123 cache:replay#", cs.cacheWords("cache:replay#123 cache:replay#"), "not an owner of this replay")
-	assert.Equal(t, `reservation cache "m"/k#1 is a charge of cache "m"`, cs.cacheWords(`reservation "cache:replay#1/k#1" is a charge of cache:replay#1`), "a quoted charge name loses its quotes")
-	assert.Equal(t, `key "cache:replay#9"`, cs.cacheWords(`key "cache:replay#9"`))
+// A script's cache has the script's name in the runtime: its owner and
+// charge names in snapshots and in the ledger's messages are the
+// script's words as they come (no rewriting), and a charge written that
+// way is the charge itself.
+func TestCacheNamesAreTheScripts(t *testing.T) {
+	script := cacheStart + `{"op":"load","cache":"c","key":"a","peak":2,"resident":2}
+{"op":"unreserve","name":"cache \"c\"/a#1"}
+{"op":"snapshot"}
+`
+	var out bytes.Buffer
+	_, err := Run(context.Background(), strings.NewReader(script), &out, Options{})
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5)
+	assert.Contains(t, lines[3], `reservation cache \"c\"/a#1 is a charge of cache \"c\"; only the cache releases it`)
+	assert.Contains(t, lines[4], `{"name":"cache \"c\"/a#1","bytes":2,"owner":"cache \"c\""}`)
 }
 
 // Defect 12 (issue 18): the note at close lists the cache leases and pins

@@ -2,18 +2,14 @@ package replay
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/residency-go/residency/system"
 )
 
 // words puts a runtime message in the script's words: unknown handles of
-// this op (see fieldHandle), caches and write tasks by their script names.
+// this op (see fieldHandle), write tasks by their script names (a cache
+// has its script name in the runtime: nothing to rewrite).
 func (r *Runner) words(msg string) string {
-
-	if r.caches != nil && strings.Contains(msg, "cache:") {
-		msg = r.caches.cacheWords(msg)
-	}
 	if r.staging != nil {
 		msg = r.staging.stagingWords(msg)
 	}
@@ -22,7 +18,8 @@ func (r *Runner) words(msg string) string {
 
 // owner is a reservation's owner in the script's words: a scope of the
 // script by its name (`scope "S"`, looked up by the runtime's scope name
-// the owner is), a cache by cacheWords.
+// the owner is); a cache's owner is the script's words already
+// (`cache "NAME"`).
 func (r *Runner) owner(o string) string {
 	if r == nil {
 		return o

@@ -1,4 +1,4 @@
-package system
+package cache
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Keep-alive, evict-when-idle and the entry cap of a loader cache: the
@@ -30,7 +32,7 @@ type cacheKeep struct {
 }
 
 // newCacheKeep validates the keep-alive options of opts.
-func newCacheKeep(opts CacheOptions) (cacheKeep, error) {
+func newCacheKeep(opts Options) (cacheKeep, error) {
 	k := cacheKeep{clock: opts.Clock, keepAlive: KeepForever, maxEntries: opts.MaxEntries}
 	if k.clock == nil {
 		k.clock = RealClock{}
@@ -45,7 +47,7 @@ func newCacheKeep(opts CacheOptions) (cacheKeep, error) {
 }
 
 // LoadOption is an option of [Load] and [LoadBudgeted]: [WithKeepAlive],
-// or any [WaitOption] ([WaitForRoom], [WaitClass], [WaitAllowBypass]).
+// or [Wait] with the runtime's wait options.
 type LoadOption interface {
 	applyLoad(*loadOptions)
 }
@@ -53,7 +55,7 @@ type LoadOption interface {
 type loadOptions struct {
 	keepAlive    time.Duration
 	hasKeepAlive bool
-	wait         waitConfig // waiting for room (WaitOption)
+	wait         owners.WaitConfig // waiting for room (Wait)
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -80,10 +82,20 @@ func (d keepAliveOption) applyLoad(o *loadOptions) {
 	o.keepAlive, o.hasKeepAlive = time.Duration(d), true
 }
 
-// applyLoad makes a wait option an option of a cache's load.
-func (w WaitOption) applyLoad(o *loadOptions) {
-	if w != nil {
-		w(&o.wait)
+// Wait makes a load wait for room in the runtime's wait queue, as the
+// options say ([system.WaitForRoom], [system.WaitClass],
+// [system.WaitAllowBypass]); see [Load], "Waiting for room". Without a
+// non-nil option it changes nothing.
+func Wait(opts ...system.WaitOption) LoadOption { return waitOption(opts) }
+
+// waitOption is [Wait]'s option.
+type waitOption []system.WaitOption
+
+func (w waitOption) applyLoad(o *loadOptions) {
+	for _, f := range w {
+		if f != nil {
+			f(&o.wait)
+		}
 	}
 }
 
@@ -131,7 +143,7 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 // (absent and not being reserved). Returns as reserveLoad: c.mu held if
 // neither again nor err, released otherwise. At the cap it evicts the
 // least recently used evictable entry and waits for its release (again:
-// look again); with nothing evictable it answers a [*CacheBusyError]
+// look again); with nothing evictable it answers a [*system.CacheBusyError]
 // whose MaxEntries is the cap.
 func (c *Cache) capRoomLocked(ctx context.Context, key string) (again bool, err error) {
 	_, e, out := c.book.MakeCapRoom(c.ka.maxEntries, len(c.reserving), (*cacheEntry).evictable)
@@ -140,7 +152,7 @@ func (c *Cache) capRoomLocked(ctx context.Context, key string) (again bool, err 
 		return false, nil
 	case budget.CapFull:
 		c.mu.Unlock()
-		return false, &CacheBusyError{Key: key, Location: c.loc, MaxEntries: c.ka.maxEntries}
+		return false, &system.CacheBusyError{Key: key, Location: c.loc, MaxEntries: c.ka.maxEntries}
 	}
 	c.startReleaseLocked(e)
 	c.armTimerLocked(c.ka.clock.Now())
@@ -244,7 +256,7 @@ func (c *Cache) expire(gen uint64) {
 // charge released, or its load failed — so a caller may wait for a busy
 // victim with its own context. found is false (done nil) when the key has
 // no entry. A Load of the key before the entry leaves still hits it (and
-// does not clear the mark). Errors: [ErrCacheClosed]; ctx.Err() (nothing
+// does not clear the mark). Errors: [system.ErrCacheClosed]; ctx.Err() (nothing
 // marked). Versions: 1 when the entry leaves (the release of its charge).
 func (c *Cache) EvictWhenIdle(ctx context.Context, key string) (done <-chan struct{}, found bool, err error) {
 	if err := ctx.Err(); err != nil {
@@ -269,7 +281,7 @@ func (c *Cache) EvictWhenIdle(ctx context.Context, key string) (done <-chan stru
 // once their values are closed and their charges released. Loading and
 // held entries stay. If ctx ends while the releases run, it returns the
 // count and ctx.Err(), and the releases finish on their own. Errors:
-// [ErrCacheClosed]. Versions: 1 per entry.
+// [system.ErrCacheClosed]. Versions: 1 per entry.
 func (c *Cache) EvictIdle(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -292,8 +304,8 @@ func (c *Cache) EvictIdle(ctx context.Context) (int, error) {
 	return len(out), nil
 }
 
-// CacheEntry describes one entry of a cache ([Cache.Entries]).
-type CacheEntry struct {
+// Entry describes one entry of a cache ([Cache.Entries]).
+type Entry struct {
 	Key string
 	// State is [budget.CacheLoading] or [budget.CacheReady].
 	State budget.CacheState
@@ -320,14 +332,14 @@ type CacheEntry struct {
 // a snapshot under the cache's lock (no runtime round trip; entries
 // drained by Close are not listed). Reading changes nothing: an entry
 // past its expiry is listed until its eviction runs.
-func (c *Cache) Entries() []CacheEntry {
+func (c *Cache) Entries() []Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	book := c.book.Entries()
-	out := make([]CacheEntry, 0, len(book))
+	out := make([]Entry, 0, len(book))
 	for _, b := range book {
 		e := b.Item
-		x := CacheEntry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle}
+		x := Entry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle}
 		if b.State == budget.CacheReady {
 			// Written before the entry became ready, under this lock.
 			x.Bytes = e.bytes

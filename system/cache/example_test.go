@@ -1,4 +1,4 @@
-package system_test
+package cache_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // weights stands for model weights the application loads itself. Its
@@ -34,7 +35,7 @@ func loadWeights(name string, resident int64) func(context.Context) (*weights, i
 
 // startCacheExample starts a runtime with a 100-byte cuda:0 and a cache
 // there.
-func startCacheExample() (*system.System, *system.Cache) {
+func startCacheExample() (*system.System, *cache.Cache) {
 	ctx := context.Background()
 	sys, err := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"),
@@ -43,14 +44,14 @@ func startCacheExample() (*system.System, *system.Cache) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "models"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	return sys, c
 }
 
-func closeCacheExample(sys *system.System, c *system.Cache) {
+func closeCacheExample(sys *system.System, c *cache.Cache) {
 	ctx := context.Background()
 	if err := c.Close(ctx); err != nil {
 		log.Fatal(err)
@@ -60,18 +61,18 @@ func closeCacheExample(sys *system.System, c *system.Cache) {
 	}
 }
 
-func ExampleSystem_NewCache() {
+func ExampleNew() {
 	ctx := context.Background()
 	sys, err := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}}))
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0", Name: "models"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "models"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(c.Location())
-	_, err = sys.NewCache(ctx, system.CacheOptions{Location: "cuda:7"})
+	_, err = cache.New(ctx, sys, cache.Options{Location: "cuda:7"})
 	var ue *system.UnavailableError
 	fmt.Println(errors.As(err, &ue))
 	closeCacheExample(sys, c)
@@ -86,13 +87,13 @@ func ExampleLoad() {
 	defer closeCacheExample(sys, c)
 
 	// Reserve 60 bytes while loading; 50 stay resident.
-	l, err := system.Load(ctx, c, "llama/q4/cuda:0", 60, idleWeights, loadWeights("llama", 50))
+	l, err := cache.Load(ctx, c, "llama/q4/cuda:0", 60, idleWeights, loadWeights("llama", 50))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(l.Value().name, l.Bytes())
 	// A second Load of the key is a hit: the loader does not run.
-	again, err := system.Load(ctx, c, "llama/q4/cuda:0", 60, idleWeights, loadWeights("llama", 50))
+	again, err := cache.Load(ctx, c, "llama/q4/cuda:0", 60, idleWeights, loadWeights("llama", 50))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -116,13 +117,13 @@ func ExampleLoad_eviction() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	a, _ := system.Load(ctx, c, "a", 60, idleWeights, loadWeights("a", 60))
+	a, _ := cache.Load(ctx, c, "a", 60, idleWeights, loadWeights("a", 60))
 	// While a is leased there is no room for b and nothing to evict.
-	_, err := system.Load(ctx, c, "b", 60, idleWeights, loadWeights("b", 60))
+	_, err := cache.Load(ctx, c, "b", 60, idleWeights, loadWeights("b", 60))
 	fmt.Println(errors.Is(err, system.ErrBusy))
 	_ = a.Release()
 	// Idle and unleased, a is evicted for b (after its Close returned).
-	b, err := system.Load(ctx, c, "b", 60, idleWeights, loadWeights("b", 60))
+	b, err := cache.Load(ctx, c, "b", 60, idleWeights, loadWeights("b", 60))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func ExampleLoadBudgeted() {
 
 	// A budgeted value charges each of its allocations itself; its Close
 	// (here the reservation's own) releases them.
-	l, err := system.LoadBudgeted(ctx, c, "kv-cache", nil, func(ctx context.Context, b *system.MemoryBudget) (*system.MemoryReservation, error) {
+	l, err := cache.LoadBudgeted(ctx, c, "kv-cache", nil, func(ctx context.Context, b *cache.MemoryBudget) (*cache.MemoryReservation, error) {
 		return b.Reserve(ctx, 40)
 	})
 	if err != nil {
@@ -164,12 +165,12 @@ func ExampleLoadBudgeted() {
 	// 70
 }
 
-func ExampleCacheLease_Pin() {
+func ExampleLease_Pin() {
 	ctx := context.Background()
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "corpus", 80, nil, loadWeights("corpus", 80))
+	l, _ := cache.Load(ctx, c, "corpus", 80, nil, loadWeights("corpus", 80))
 	pin := l.Pin()
 	_ = l.Release()
 	_, err := c.Evict(ctx, "corpus")
@@ -184,12 +185,12 @@ func ExampleCacheLease_Pin() {
 	// true <nil>
 }
 
-func ExampleCacheLease_KeepAlive() {
+func ExampleLease_KeepAlive() {
 	ctx := context.Background()
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 50, idleWeights, loadWeights("m", 50))
+	l, _ := cache.Load(ctx, c, "m", 50, idleWeights, loadWeights("m", 50))
 	keep := l.KeepAlive() // e.g. held by an output that aliases the weights
 	clone := l.Clone()    // another request's lease
 	_ = l.Release()
@@ -198,7 +199,7 @@ func ExampleCacheLease_KeepAlive() {
 	fmt.Println(errors.Is(err, system.ErrBusy))
 	_ = keep.Release()
 	// Queued device work keeps it busy too, with no reference left.
-	l, _ = system.Load(ctx, c, "m", 50, idleWeights, loadWeights("m", 50))
+	l, _ = cache.Load(ctx, c, "m", 50, idleWeights, loadWeights("m", 50))
 	l.Value().queue.Add(1)
 	_ = l.Release()
 	_, err = c.Evict(ctx, "m")
@@ -215,7 +216,7 @@ func ExampleCache_Evict() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 50, nil, loadWeights("m", 50))
+	l, _ := cache.Load(ctx, c, "m", 50, nil, loadWeights("m", 50))
 	_, err := c.Evict(ctx, "m")
 	fmt.Println("leased:", errors.Is(err, system.ErrBusy))
 	_ = l.Release()
@@ -238,7 +239,7 @@ func ExampleCache_Budget() {
 
 	b := c.Budget()
 	scratch, _ := b.Reserve(ctx, 40)
-	l, _ := system.Load(ctx, c, "m", 60, nil, loadWeights("m", 50))
+	l, _ := cache.Load(ctx, c, "m", 60, nil, loadWeights("m", 50))
 	n, _ := b.ReservedBytes(ctx)
 	fmt.Println(n)
 	_ = l.Release()
@@ -317,7 +318,7 @@ func ExampleCache_Statistics() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 60, nil, loadWeights("m", 45))
+	l, _ := cache.Load(ctx, c, "m", 60, nil, loadWeights("m", 45))
 	_ = l.Release()
 	st, err := c.Statistics(ctx)
 	if err != nil {
@@ -333,13 +334,13 @@ func ExampleCache_Statistics() {
 func ExampleCache_Close() {
 	ctx := context.Background()
 	sys, c := startCacheExample()
-	idle, _ := system.Load(ctx, c, "idle", 30, nil, loadWeights("idle", 30))
+	idle, _ := cache.Load(ctx, c, "idle", 30, nil, loadWeights("idle", 30))
 	_ = idle.Release()
-	held, _ := system.Load(ctx, c, "held", 30, nil, loadWeights("held", 30))
+	held, _ := cache.Load(ctx, c, "held", 30, nil, loadWeights("held", 30))
 
 	fmt.Println("close")
 	_ = c.Close(ctx) // closes idle now; held when its last lease goes
-	_, err := system.Load(ctx, c, "x", 1, nil, loadWeights("x", 1))
+	_, err := cache.Load(ctx, c, "x", 1, nil, loadWeights("x", 1))
 	fmt.Println(errors.Is(err, system.ErrClosed))
 	fmt.Println("release")
 	_ = held.Release()
@@ -354,12 +355,12 @@ func ExampleCache_Close() {
 	// closing held
 }
 
-func ExampleCacheLoadError() {
+func ExampleLoad_loaderFailed() {
 	ctx := context.Background()
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	_, err := system.Load(ctx, c, "m", 60, nil, func(context.Context) (*weights, int64, error) {
+	_, err := cache.Load(ctx, c, "m", 60, nil, func(context.Context) (*weights, int64, error) {
 		panic("corrupt file")
 	})
 	var le *system.CacheLoadError
@@ -367,7 +368,7 @@ func ExampleCacheLoadError() {
 	// Rolled back: nothing charged, and the next Load tries again.
 	st, _ := c.Statistics(ctx)
 	fmt.Println(st.ReservedBytes, st.Resources)
-	l, err := system.Load(ctx, c, "m", 60, nil, loadWeights("m", 60))
+	l, err := cache.Load(ctx, c, "m", 60, nil, loadWeights("m", 60))
 	fmt.Println(err)
 	_ = l.Release()
 	// Output:
@@ -378,13 +379,13 @@ func ExampleCacheLoadError() {
 	// closing m
 }
 
-func ExampleCacheBusyError() {
+func ExampleLoad_busy() {
 	ctx := context.Background()
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "big", 90, nil, loadWeights("big", 90))
-	_, err := system.Load(ctx, c, "small", 20, nil, loadWeights("small", 20))
+	l, _ := cache.Load(ctx, c, "big", 90, nil, loadWeights("big", 90))
+	_, err := cache.Load(ctx, c, "small", 20, nil, loadWeights("small", 20))
 	var busy *system.CacheBusyError
 	if errors.As(err, &busy) {
 		fmt.Println(busy.Key, busy.Refusal.RequestedBytes, busy.Refusal.ReservedBytes)
@@ -394,4 +395,39 @@ func ExampleCacheBusyError() {
 	// loading big
 	// small 20 90
 	// closing big
+}
+
+// A load with Wait(system.WaitForRoom()) waits in the runtime's queue
+// while every entry is leased; the release of a lease lets it evict the
+// idle entry and load.
+func ExampleWait() {
+	ctx := context.Background()
+	sys, c := startCacheExample()
+	defer closeCacheExample(sys, c)
+	bytes := func(n int64) func(context.Context) ([]byte, int64, error) {
+		return func(context.Context) ([]byte, int64, error) { return make([]byte, n), n, nil }
+	}
+	a, err := cache.Load(ctx, c, "model-a", 60, nil, bytes(60))
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		b, err := cache.Load(ctx, c, "model-b", 60, nil, bytes(60), cache.Wait(system.WaitForRoom()))
+		if err == nil {
+			fmt.Println("model-b loaded")
+			err = b.Release()
+		}
+		done <- err
+	}()
+	fmt.Println("model-a released")
+	if err := a.Release(); err != nil {
+		log.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// model-a released
+	// model-b loaded
 }

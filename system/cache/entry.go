@@ -1,4 +1,4 @@
-package system
+package cache
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
 )
 
 // The life of a cache entry after its load: settling, releases, eviction
@@ -18,7 +19,7 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 	if err != nil && f.closing {
 		// Its context was canceled by Close, not by any caller: its
 		// callers, whose contexts are live, are told the cache closed.
-		err = ErrCacheClosed
+		err = system.ErrCacheClosed
 	}
 	delete(c.flights, f)
 	f.finished, f.err = true, err
@@ -59,7 +60,7 @@ func (e *cacheEntry) evictable() bool {
 func (c *Cache) admit(ctx context.Context, key string, total int64, try func(context.Context) error) error {
 	for {
 		err := try(ctx)
-		var be *BudgetError
+		var be *system.BudgetError
 		if !errors.As(err, &be) {
 			return err
 		}
@@ -68,7 +69,7 @@ func (c *Cache) admit(ctx context.Context, key string, total int64, try func(con
 		}
 		e := c.victim()
 		if e == nil {
-			return &CacheBusyError{Key: key, Location: be.Location, Refusal: be}
+			return &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be}
 		}
 		select {
 		case <-e.released:
@@ -140,18 +141,18 @@ func closeValue(c *Cache, key string, v any) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.sys.log.Error().Str("cache", c.owner).Str("key", key).Interface("panic", r).Msg("cached value's Close panicked; its charge is released")
+			c.rt.Log().Error().Str("cache", c.owner).Str("key", key).Interface("panic", r).Msg("cached value's Close panicked; its charge is released")
 		}
 	}()
 	if err := cl.Close(); err != nil {
-		c.sys.log.Warn().Err(err).Str("cache", c.owner).Str("key", key).Msg("cached value's Close failed; its charge is released")
+		c.rt.Log().Warn().Err(err).Str("cache", c.owner).Str("key", key).Msg("cached value's Close failed; its charge is released")
 	}
 }
 
 // Evict removes key's entry if it is idle and neither leased, pinned, kept
 // alive nor loading, and returns once its value is closed and its charge
 // released (true). An absent key: false, nil. Otherwise a
-// [*CacheBusyError] (errors.Is [ErrBusy]) and nothing changes. If ctx ends
+// [*system.CacheBusyError] (errors.Is [system.ErrBusy]) and nothing changes. If ctx ends
 // while the release runs, Evict returns ctx.Err() and the release
 // finishes on its own. Versions: 1 (the release of the charge).
 func (c *Cache) Evict(ctx context.Context, key string) (bool, error) {
@@ -167,7 +168,7 @@ func (c *Cache) Evict(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	case budget.EvictBusy:
 		c.mu.Unlock()
-		return false, &CacheBusyError{Key: key, Location: c.loc}
+		return false, &system.CacheBusyError{Key: key, Location: c.loc}
 	}
 	c.startReleaseLocked(e)
 	c.sweepLocked(c.ka.clock.Now())
@@ -210,7 +211,7 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 	}
 }
 
-// Close closes the cache: new loads and evictions get [ErrClosed]; loads
+// Close closes the cache: new loads and evictions get [system.ErrClosed]; loads
 // in flight have their context canceled and are waited for; every entry
 // that no lease, pin or keep-alive holds is released (its value closed,
 // then its charge released), whether idle or not — a value's Close must
@@ -221,7 +222,7 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 // again to keep waiting), also while it waits for another Close under
 // way. Idempotent once it returned nil. Called with
 // the context of one of the cache's loaders it would wait for itself:
-// [*InvalidInputError], nothing done.
+// [*system.InvalidInputError], nothing done.
 func (c *Cache) Close(ctx context.Context) error {
 	if inLoader(ctx, c, "") {
 		return &budget.InvalidInputError{Message: "Close of a cache called from one of its loaders: it would wait for itself"}
@@ -272,8 +273,8 @@ func (c *Cache) Close(ctx context.Context) error {
 
 // ---- statistics --------------------------------------------------------------
 
-// CacheStats is a cache's accounting at one moment.
-type CacheStats struct {
+// Stats is a cache's accounting at one moment.
+type Stats struct {
 	// Location and its budget (HasBudget false: no limit, no eviction for
 	// capacity).
 	Location    string

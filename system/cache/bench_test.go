@@ -1,4 +1,4 @@
-package system_test
+package cache_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // The cache hit path — a lease on a resident key and its release — with
@@ -33,19 +34,19 @@ var benchKeyNames = func() []string {
 
 type benchModel struct{ id int }
 
-func benchCache(b *testing.B) (*system.System, *system.Cache) {
+func benchCache(b *testing.B) (*system.System, *cache.Cache) {
 	b.Helper()
 	ctx := context.Background()
 	sys, err := startSoft(b, ctx, system.Options{Locations: []system.LocationConfig{system.Limit("cuda:0", 1<<30)}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := sys.NewCache(ctx, system.CacheOptions{Location: "cuda:0"})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i, k := range benchKeyNames {
-		l, err := system.Load(ctx, c, k, 1<<20, nil, func(context.Context) (*benchModel, int64, error) { return &benchModel{id: i}, 1 << 20, nil })
+		l, err := cache.Load(ctx, c, k, 1<<20, nil, func(context.Context) (*benchModel, int64, error) { return &benchModel{id: i}, 1 << 20, nil })
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func BenchmarkCacheHit(b *testing.B) {
 			miss := func(context.Context) (*benchModel, int64, error) { panic("a hit ran the loader") }
 			b.ResetTimer()
 			callers(b, n, func(i int) {
-				l, err := system.Load(ctx, c, benchKeyNames[i%benchKeys], 1<<20, nil, miss)
+				l, err := cache.Load(ctx, c, benchKeyNames[i%benchKeys], 1<<20, nil, miss)
 				if err != nil {
 					b.Error(err)
 					return

@@ -1,4 +1,4 @@
-package system_test
+package cache_test
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
-// manualClock is a system.Clock that moves only when advanced (tests and
+// manualClock is a cache.Clock that moves only when advanced (tests and
 // examples never sleep). Advance runs the timers it passes.
 type manualClock struct {
 	mu     sync.Mutex
@@ -33,7 +34,7 @@ func (c *manualClock) Now() time.Time {
 	return c.now
 }
 
-func (c *manualClock) AfterFunc(d time.Duration, f func()) system.ClockTimer {
+func (c *manualClock) AfterFunc(d time.Duration, f func()) cache.ClockTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &manualTimer{c: c, at: c.now.Add(d), f: f}
@@ -68,7 +69,7 @@ func (c *manualClock) Advance(d time.Duration) {
 
 // startKeepExample starts a runtime with a 100-byte cuda:0 and a cache
 // there with the given options.
-func startKeepExample(opts system.CacheOptions) (*system.System, *system.Cache) {
+func startKeepExample(opts cache.Options) (*system.System, *cache.Cache) {
 	ctx := context.Background()
 	sys, err := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
 		system.NoLimit("pageable-host"),
@@ -78,14 +79,14 @@ func startKeepExample(opts system.CacheOptions) (*system.System, *system.Cache) 
 		log.Fatal(err)
 	}
 	opts.Location = "cuda:0"
-	c, err := sys.NewCache(ctx, opts)
+	c, err := cache.New(ctx, sys, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
 	return sys, c
 }
 
-func keys(c *system.Cache) []string {
+func keys(c *cache.Cache) []string {
 	var out []string
 	for _, e := range c.Entries() {
 		out = append(out, e.Key)
@@ -99,13 +100,13 @@ func plain(name string, bytes int64) func(context.Context) (string, int64, error
 
 // An entry unloads five minutes after its last release, unless it is
 // used again; the clock is a manual one so that the example does not wait.
-func ExampleCacheOptions_keepAlive() {
+func ExampleOptions_keepAlive() {
 	ctx := context.Background()
 	clock := &manualClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sys, c := startKeepExample(system.CacheOptions{KeepAlive: new(5 * time.Minute), Clock: clock})
+	sys, c := startKeepExample(cache.Options{KeepAlive: new(5 * time.Minute), Clock: clock})
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 40, nil, plain("m", 40))
+	l, _ := cache.Load(ctx, c, "m", 40, nil, plain("m", 40))
 	_ = l.Release()
 	e := c.Entries()[0]
 	fmt.Println(e.Key, "expires at", e.Expiry.Format(time.TimeOnly))
@@ -126,10 +127,10 @@ func ExampleCacheOptions_keepAlive() {
 func ExampleWithKeepAlive() {
 	ctx := context.Background()
 	clock := &manualClock{}
-	sys, c := startKeepExample(system.CacheOptions{KeepAlive: new(time.Minute), Clock: clock})
+	sys, c := startKeepExample(cache.Options{KeepAlive: new(time.Minute), Clock: clock})
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 40, nil, plain("m", 40), system.WithKeepAlive(time.Hour))
+	l, _ := cache.Load(ctx, c, "m", 40, nil, plain("m", 40), cache.WithKeepAlive(time.Hour))
 	_ = l.Release()
 	fmt.Println(c.Entries()[0].KeepAlive)
 	clock.Advance(30 * time.Minute)
@@ -145,7 +146,7 @@ func ExampleCache_EvictWhenIdle() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	l, _ := system.Load(ctx, c, "m", 50, nil, loadWeights("m", 50))
+	l, _ := cache.Load(ctx, c, "m", 50, nil, loadWeights("m", 50))
 	done, found, _ := c.EvictWhenIdle(ctx, "m")
 	fmt.Println("found:", found, "entries:", keys(c))
 	_ = l.Release() // the request ends: m goes
@@ -163,8 +164,8 @@ func ExampleCache_EvictIdle() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	a, _ := system.Load(ctx, c, "a", 20, nil, plain("a", 20))
-	b, _ := system.Load(ctx, c, "b", 20, nil, plain("b", 20))
+	a, _ := cache.Load(ctx, c, "a", 20, nil, plain("a", 20))
+	b, _ := cache.Load(ctx, c, "b", 20, nil, plain("b", 20))
 	_ = a.Release() // b stays leased
 	n, err := c.EvictIdle(ctx)
 	fmt.Println(n, err, keys(c))
@@ -178,9 +179,9 @@ func ExampleCache_Entries() {
 	sys, c := startCacheExample()
 	defer closeCacheExample(sys, c)
 
-	b, _ := system.Load(ctx, c, "b", 30, nil, plain("b", 30))
+	b, _ := cache.Load(ctx, c, "b", 30, nil, plain("b", 30))
 	pin := b.Pin()
-	a, _ := system.Load(ctx, c, "a", 20, nil, plain("a", 20))
+	a, _ := cache.Load(ctx, c, "a", 20, nil, plain("a", 20))
 	_ = a.Release()
 	for _, e := range c.Entries() {
 		keep := e.KeepAlive.String()
@@ -198,18 +199,18 @@ func ExampleCache_Entries() {
 
 // At most two models at once: a third evicts the least recently used idle
 // one, or is refused while both are in use.
-func ExampleCacheOptions_maxEntries() {
+func ExampleOptions_maxEntries() {
 	ctx := context.Background()
-	sys, c := startKeepExample(system.CacheOptions{MaxEntries: 2})
+	sys, c := startKeepExample(cache.Options{MaxEntries: 2})
 	defer closeCacheExample(sys, c)
 
-	a, _ := system.Load(ctx, c, "a", 10, nil, plain("a", 10))
-	b, _ := system.Load(ctx, c, "b", 10, nil, plain("b", 10))
-	_, err := system.Load(ctx, c, "c", 10, nil, plain("c", 10))
+	a, _ := cache.Load(ctx, c, "a", 10, nil, plain("a", 10))
+	b, _ := cache.Load(ctx, c, "b", 10, nil, plain("b", 10))
+	_, err := cache.Load(ctx, c, "c", 10, nil, plain("c", 10))
 	var busy *system.CacheBusyError
 	fmt.Println("both leased:", errors.As(err, &busy), busy.MaxEntries)
 	_ = a.Release()
-	l, err := system.Load(ctx, c, "c", 10, nil, plain("c", 10))
+	l, err := cache.Load(ctx, c, "c", 10, nil, plain("c", 10))
 	fmt.Println(err, keys(c))
 	_ = l.Release()
 	_ = b.Release()

@@ -1,4 +1,4 @@
-package system
+package cache
 
 import (
 	"fmt"
@@ -7,15 +7,15 @@ import (
 	"github.com/residency-go/residency/budget"
 )
 
-// CacheLease is a lease on a cached value: while any lease, [CachePin] or
-// [CacheKeepAlive] of an entry is held, the entry is never evicted. A
+// Lease is a lease on a cached value: while any lease, [Pin] or
+// [KeepAlive] of an entry is held, the entry is never evicted. A
 // lease may outlive its cache (see [Cache.Close]). Release it when done;
 // Go has no destructors, so a forgotten lease keeps the entry and its
 // charge until the runtime closes.
 //
 // Value returns the value the loader produced. For values that are
 // mutated or must not be copied, cache a pointer type.
-type CacheLease[T any] struct {
+type Lease[T any] struct {
 	e        *cacheEntry
 	p        *T
 	released atomic.Bool
@@ -23,59 +23,59 @@ type CacheLease[T any] struct {
 
 // Value returns the cached value. It stays valid while the lease (or a
 // pin or keep-alive of the entry) is held.
-func (l *CacheLease[T]) Value() T { return *l.p }
+func (l *Lease[T]) Value() T { return *l.p }
 
 // Key returns the entry's key.
-func (l *CacheLease[T]) Key() string { return l.e.key }
+func (l *Lease[T]) Key() string { return l.e.key }
 
 // Bytes returns the declared resident bytes: what the loader of [Load]
 // reported, 0 for [LoadBudgeted] (whose allocations are charged one by
 // one through the memory budget).
-func (l *CacheLease[T]) Bytes() int64 { return l.e.bytes }
+func (l *Lease[T]) Bytes() int64 { return l.e.bytes }
 
 // Clone returns another lease on the same entry, released on its own.
 // Cloning a released lease panics (a use after release).
-func (l *CacheLease[T]) Clone() *CacheLease[T] {
+func (l *Lease[T]) Clone() *Lease[T] {
 	l.ref("Clone")
-	return &CacheLease[T]{e: l.e, p: l.p}
+	return &Lease[T]{e: l.e, p: l.p}
 }
 
 // Pin returns a pin that keeps the entry resident after this lease (and
 // every other) is released, until the pin is released. Pinning a
 // released lease panics.
-func (l *CacheLease[T]) Pin() *CachePin {
+func (l *Lease[T]) Pin() *Pin {
 	l.ref("Pin")
 	l.e.pins.Add(1)
-	return &CachePin{cacheRef{e: l.e, kind: &l.e.pins}}
+	return &Pin{cacheRef{e: l.e, kind: &l.e.pins}}
 }
 
 // KeepAlive returns an untyped reference that keeps the entry resident,
 // for an owner that outlives the request (an output that aliases the
 // value, work queued on a stream). Release it when that owner is done.
 // Calling it on a released lease panics.
-func (l *CacheLease[T]) KeepAlive() *CacheKeepAlive {
+func (l *Lease[T]) KeepAlive() *KeepAlive {
 	l.ref("KeepAlive")
 	l.e.keeps.Add(1)
-	return &CacheKeepAlive{cacheRef{e: l.e, kind: &l.e.keeps}}
+	return &KeepAlive{cacheRef{e: l.e, kind: &l.e.keeps}}
 }
 
-func (l *CacheLease[T]) ref(what string) {
+func (l *Lease[T]) ref(what string) {
 	if l.released.Load() {
 		panic(fmt.Sprintf("residency: %s of a released cache lease (key %q)", what, l.e.key))
 	}
 	l.e.refs.Add(1)
 }
 
-// Release releases the lease. Releasing twice is an [*InvalidInputError].
+// Release releases the lease. Releasing twice is an [*system.InvalidInputError].
 // It does not block, except when the cache was closed and this was the
 // entry's last reference: then it returns after the value's Close and the
 // release of its charge.
-func (l *CacheLease[T]) Release() error {
+func (l *Lease[T]) Release() error {
 	if !l.released.CompareAndSwap(false, true) {
 		return &budget.InvalidInputError{Message: fmt.Sprintf("cache lease on %q was already released", l.e.key)}
 	}
 	l.e.unref()
-	l.e.c.sys.room.signal() // an entry may have become evictable: wake waiters
+	l.e.c.rt.RoomMade() // an entry may have become evictable: wake waiters
 	return nil
 }
 
@@ -92,22 +92,22 @@ func (r *cacheRef) release(what string) error {
 	}
 	r.kind.Add(-1)
 	r.e.unref()
-	r.e.c.sys.room.signal()
+	r.e.c.rt.RoomMade()
 	return nil
 }
 
-// CachePin keeps a cache entry resident after its leases are released.
-type CachePin struct{ cacheRef }
+// Pin keeps a cache entry resident after its leases are released.
+type Pin struct{ cacheRef }
 
 // Release releases the pin: once nothing else holds the entry and it is
-// idle, it may be evicted. Twice: [*InvalidInputError]. Blocking as
-// [CacheLease.Release].
-func (p *CachePin) Release() error { return p.release("pin") }
+// idle, it may be evicted. Twice: [*system.InvalidInputError]. Blocking as
+// [Lease.Release].
+func (p *Pin) Release() error { return p.release("pin") }
 
-// CacheKeepAlive keeps a cache entry resident for an owner outside the
-// request (see [CacheLease.KeepAlive]).
-type CacheKeepAlive struct{ cacheRef }
+// KeepAlive keeps a cache entry resident for an owner outside the
+// request (see [Lease.KeepAlive]).
+type KeepAlive struct{ cacheRef }
 
-// Release releases the keep-alive. Twice: [*InvalidInputError]. Blocking
-// as [CacheLease.Release].
-func (k *CacheKeepAlive) Release() error { return k.release("keep-alive") }
+// Release releases the keep-alive. Twice: [*system.InvalidInputError]. Blocking
+// as [Lease.Release].
+func (k *KeepAlive) Release() error { return k.release("keep-alive") }

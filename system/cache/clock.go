@@ -1,8 +1,8 @@
-package system
+package cache
 
 import "time"
 
-// Clock is the time source of a [Cache]'s keep-alive ([CacheOptions].Clock):
+// Clock is the time source of a [Cache]'s keep-alive ([Options].Clock):
 // the time of each use, and a timer for the earliest expiry. The cache
 // never polls: it checks expiries on its own operations and when the
 // timer fires. Tests pass a fake clock that they advance.

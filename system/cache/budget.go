@@ -1,4 +1,4 @@
-package system
+package cache
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"weak"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // MemoryBudget is the allocation side of a [Cache]: reservations for
@@ -24,7 +26,7 @@ import (
 //
 // Safe for concurrent use.
 type MemoryBudget struct {
-	sys   *System
+	rt    owners.Runtime
 	loc   string
 	owner string
 	seq   *atomic.Uint64
@@ -57,9 +59,9 @@ func (b *MemoryBudget) Location() string { return b.loc }
 // is not recorded in the ledger). Release the reservation when the memory
 // is freed — including every alias and queued use of it.
 //
-// Errors: bytes < 0 ([*InvalidInputError]); more than the whole budget
-// ([*BudgetError]); short with nothing idle to evict ([*CacheBusyError],
-// errors.Is [ErrBusy]); [ErrClosed]; ctx.Err() (nothing reserved).
+// Errors: bytes < 0 ([*system.InvalidInputError]); more than the whole budget
+// ([*system.BudgetError]); short with nothing idle to evict ([*system.CacheBusyError],
+// errors.Is [system.ErrBusy]); [system.ErrClosed]; ctx.Err() (nothing reserved).
 // Versions: 1 (0 for zero bytes), plus 1 per eviction.
 func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReservation, error) {
 	if bytes < 0 {
@@ -67,13 +69,13 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 	}
 	r := &MemoryReservation{b: b}
 	if bytes == 0 {
-		if err := b.sys.refusal(ctx); err != nil {
+		if err := b.rt.Refusal(ctx); err != nil {
 			return nil, err
 		}
 		return r, nil
 	}
 	name := fmt.Sprintf("%s/budget#%d", b.owner, b.seq.Add(1))
-	err := b.admit(ctx, bytes, func(ctx context.Context) error { return reserveOwned(ctx, b.sys, b.loc, b.owner, name, bytes) })
+	err := b.admit(ctx, bytes, func(ctx context.Context) error { return b.rt.Reserve(ctx, b.loc, b.owner, name, bytes) })
 	if err != nil {
 		return nil, err
 	}
@@ -83,16 +85,16 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 
 // ReservedBytes returns what the cache and its budget charge at the
 // location: resident entries, loads in flight and live reservations (the
-// same figure as [CacheStats].ReservedBytes). Versions: 0.
+// same figure as [Stats].ReservedBytes). Versions: 0.
 func (b *MemoryBudget) ReservedBytes(ctx context.Context) (int64, error) {
-	ch, err := ownerCharges(ctx, b.sys, b.loc, b.owner)
+	ch, err := b.rt.Charges(ctx, b.loc, b.owner)
 	return ch.OwnedBytes, err
 }
 
 func (b *MemoryBudget) admit(ctx context.Context, total int64, try func(context.Context) error) error {
 	c := b.Cache()
 	err := c.admit(ctx, "", total, try)
-	if be, ok := err.(*CacheBusyError); ok && be.Location == "" {
+	if be, ok := err.(*system.CacheBusyError); ok && be.Location == "" {
 		be.Location = b.loc
 	}
 	return err
@@ -134,7 +136,7 @@ func (r *MemoryReservation) Name() string {
 // Resize holds no lock of the reservation while it waits for an evicted
 // entry's release, so that release may itself release this reservation
 // (a budgeted value evicted, with its allocations, to make room for its
-// own growth): Resize then fails with an [*InvalidInputError] saying the
+// own growth): Resize then fails with an [*system.InvalidInputError] saying the
 // reservation was released meanwhile, and never waits on itself.
 func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 	r.mu.Lock()
@@ -167,7 +169,7 @@ func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 		case bytes == r.bytes:
 			return nil
 		}
-		if err := resizeOwned(context.WithoutCancel(ctx), b.sys, b.owner, r.name, bytes); err != nil {
+		if err := b.rt.Resize(context.WithoutCancel(ctx), b.owner, r.name, bytes); err != nil {
 			return err
 		}
 		r.bytes = bytes
@@ -176,7 +178,7 @@ func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 }
 
 // Release releases the reservation (1 version; 0 for zero bytes). Twice:
-// [*InvalidInputError]. It does not take a context: the charge is released
+// [*system.InvalidInputError]. It does not take a context: the charge is released
 // whatever the caller's state (after the runtime closed there is nothing
 // left to release).
 func (r *MemoryReservation) Release() error {
@@ -187,7 +189,7 @@ func (r *MemoryReservation) Release() error {
 	}
 	r.released = true
 	if r.name != "" {
-		if err := unreserveOwned(r.b.sys, r.b.owner, r.name); err != nil {
+		if err := r.b.rt.Unreserve(r.b.owner, r.name); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package system
+package cache
 
 import (
 	"context"
@@ -6,22 +6,30 @@ import (
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/internal/owners"
 )
 
-// CacheOptions configures [System.NewCache].
-type CacheOptions struct {
+// Options configures [New].
+type Options struct {
 	// Location is the location whose budget the cache shares with every
 	// other charge there (materializations, reservations, other caches).
 	// Required.
 	Location string
-	// Name appears in the names of the cache's reservations (snapshots,
-	// trace). Default "cache".
+	// Name names the cache in its runtime: its owner name is `cache "NAME"`
+	// ([Cache.Owner]) and its charges are `cache "NAME"/KEY#N` (snapshots,
+	// the trace, the ledger's messages). A name is unique in its runtime
+	// for the runtime's life, also after the cache's Close (its charges
+	// may outlive it): a second cache with a name already used is an
+	// [*system.InvalidInputError]. Empty (the default): the runtime names
+	// it "cache#N", with the first N free in that runtime.
 	Name string
 
 	// Keep-alive and the entry cap (see cache_keepalive.go).
@@ -36,9 +44,9 @@ type CacheOptions struct {
 	// Clock is the time source of keep-alive (nil: [RealClock]).
 	Clock Clock
 	// MaxEntries caps the cache's entries, ready and loading (0: no cap;
-	// negative: [*InvalidInputError]). A load of a new key at the cap
+	// negative: [*system.InvalidInputError]). A load of a new key at the cap
 	// evicts the least recently used idle entry first, or answers a
-	// [*CacheBusyError] (MaxEntries set) if none is idle.
+	// [*system.CacheBusyError] (MaxEntries set) if none is idle.
 	MaxEntries int
 }
 
@@ -52,7 +60,7 @@ type CacheOptions struct {
 //
 // All methods and functions on a Cache are safe for concurrent use.
 type Cache struct {
-	sys   *System
+	rt    owners.Runtime // the runtime's seam for owners of charges
 	loc   string
 	owner string // ledger owner of every charge of this cache
 	// The location's budget (fixed for the runtime's life), for refusing
@@ -109,54 +117,79 @@ type cacheFlight struct {
 	waiters   int
 	finished  bool
 	abandoned bool
-	closing   bool // Close canceled it: a failure is ErrCacheClosed
+	closing   bool // Close canceled it: a failure is system.ErrCacheClosed
 	// Set before done is closed.
 	err error
 }
 
-var cacheSeq atomic.Uint64
-
-// NewCache creates a loader cache bound to opts.Location's budget. Nothing
-// is charged until a load or a memory budget reservation. Errors: an
-// empty, malformed ([*InvalidInputError]) or unconfigured
-// ([*UnavailableError]) location; [ErrClosed].
-func (s *System) NewCache(ctx context.Context, opts CacheOptions) (*Cache, error) {
+// New creates a loader cache of the runtime sys bound to opts.Location's
+// budget. Nothing is charged until a load or a memory budget reservation.
+// Errors: a nil sys, an empty or malformed location, a negative
+// MaxEntries, a name another cache of sys has
+// ([*system.InvalidInputError]); an unconfigured location
+// ([*system.UnavailableError]); [system.ErrClosed].
+func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) {
+	if sys == nil {
+		return nil, &budget.InvalidInputError{Message: "cache: the runtime is nil"}
+	}
 	if opts.Location == "" {
 		return nil, &budget.InvalidInputError{Message: "cache: a location is required"}
-	}
-	name := opts.Name
-	if name == "" {
-		name = "cache"
 	}
 	ka, err := newCacheKeep(opts)
 	if err != nil {
 		return nil, err
 	}
+	rt := owners.Of(sys)
 	c := &Cache{
 		ka:        ka,
-		sys:       s,
+		rt:        rt,
 		loc:       opts.Location,
-		owner:     fmt.Sprintf("%s%s#%d", budget.CacheOwnerPrefix, name, cacheSeq.Add(1)),
 		seq:       new(atomic.Uint64),
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
 		reserving: map[string]chan struct{}{},
 		closeTurn: make(chan struct{}, 1),
 	}
-	c.budget = &MemoryBudget{sys: s, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
-	ch, err := c.charges(ctx)
+	// The location is checked before the name is taken: a cache refused
+	// for its location leaves its name free.
+	ch, err := rt.Charges(ctx, c.loc, ownerName(opts.Name))
 	if err != nil {
 		return nil, err
 	}
+	if c.owner, err = claimOwner(rt, opts.Name); err != nil {
+		return nil, err
+	}
+	c.budget = &MemoryBudget{rt: rt, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
 	c.hasBudget, c.budgetBytes = ch.HasBudget, ch.BudgetBytes
 	return c, nil
+}
+
+// ownerName is the owner name in the ledger of a cache named name:
+// `cache "NAME"` (the name Go-quoted). Its charges are named
+// OWNER/KEY#N, its memory budget's reservations OWNER/budget#N.
+func ownerName(name string) string { return budget.CacheOwnerPrefix + strconv.Quote(name) }
+
+// claimOwner claims the owner name of a cache named name in its runtime;
+// an empty name gets the first free "cache#N".
+func claimOwner(rt owners.Runtime, name string) (string, error) {
+	if name != "" {
+		if !rt.Register(ownerName(name)) {
+			return "", &budget.InvalidInputError{Message: fmt.Sprintf("cache name %q is taken: another cache of this runtime has it (names stay taken after Close)", name)}
+		}
+		return ownerName(name), nil
+	}
+	for {
+		if o := ownerName(fmt.Sprintf("cache#%d", rt.Seq())); rt.Register(o) {
+			return o, nil
+		}
+	}
 }
 
 // Location returns the location whose budget the cache shares.
 func (c *Cache) Location() string { return c.loc }
 
 // Owner returns the owner name of the cache's reservations, as snapshots
-// and the trace show it.
+// and the trace show it: `cache "NAME"`, its name Go-quoted.
 func (c *Cache) Owner() string { return c.owner }
 
 // Budget returns the cache's memory budget: reservations for allocations
@@ -188,24 +221,24 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // A loader may load other keys of the cache with its context; one that
 // would wait for its own load — loading its key again, directly or
 // through the loaders it starts, or closing the cache — is refused with
-// an [*InvalidInputError] (pass the loader's context along for this to
+// an [*system.InvalidInputError] (pass the loader's context along for this to
 // be seen).
 //
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
-// value of another type ([*InvalidInputError]); a peak larger than the
-// whole budget ([*BudgetError], nothing evicted; checked before the
+// value of another type ([*system.InvalidInputError]); a peak larger than the
+// whole budget ([*system.BudgetError], nothing evicted; checked before the
 // lookup, so also for a resident key); a budget short with
-// nothing idle to evict ([*CacheBusyError], errors.Is [ErrBusy]); a loader
+// nothing idle to evict ([*system.CacheBusyError], errors.Is [system.ErrBusy]); a loader
 // that failed, panicked or reported resident bytes ≤ 0 or above peak
-// ([*CacheLoadError]: the reservation was released, a later Load retries);
-// [ErrCacheClosed] (the cache is closed, or Close interrupted the load;
-// it matches [ErrClosed]) or
-// [ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
+// ([*system.CacheLoadError]: the reservation was released, a later Load retries);
+// [system.ErrCacheClosed] (the cache is closed, or Close interrupted the load;
+// it matches [system.ErrClosed]) or
+// [system.ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
 // the other callers).
 //
 // A refusal can come after evictions: making room evicts idle entries one
 // at a time, least recently used first, retrying the reservation after
-// each, so a [*CacheBusyError] may follow evictions that did happen (they
+// each, so a [*system.CacheBusyError] may follow evictions that did happen (they
 // are in the trace and in the statistics). A refusal is always the
 // caller's own: a load can be joined only once its peak is reserved, and
 // while a caller waits for the release of the entry it evicted, the key
@@ -213,25 +246,26 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // joins that load when it looks again.
 //
 // Options: [WithKeepAlive] extends the entry's keep-alive. With
-// [CacheOptions].MaxEntries set, a load of a new key at the cap first
+// [Options].MaxEntries set, a load of a new key at the cap first
 // evicts the least recently used idle entry (waiting for its release);
-// with none idle it is a [*CacheBusyError] whose MaxEntries is the cap.
+// with none idle it is a [*system.CacheBusyError] whose MaxEntries is the cap.
 //
-// Waiting for room: with a [WaitOption] ([WaitForRoom], [WaitClass],
-// [WaitAllowBypass]) a [*CacheBusyError] does not return: the caller joins
-// the runtime's wait queue (shared with [System.Admit], at the cache's
+// Waiting for room: with [Wait] and a [system.WaitOption]
+// ([system.WaitForRoom], [system.WaitClass], [system.WaitAllowBypass]) a
+// [*system.CacheBusyError] does not return: the caller joins
+// the runtime's wait queue (shared with [system.System.Admit], at the cache's
 // location) and looks again, from the start, each time room may have
 // been made — a lease, pin or keep-alive of a cache entry released, or an
 // exit, release, eviction, discard or unreserve in the runtime. It
 // returns a lease, another error, ctx.Err() (leaving nothing behind),
-// or [ErrClosed] when the runtime closes; a full queue refuses at once
-// with a [*budget.QueueFullError] (errors.Is [ErrBusy]). A hit, or a key
+// or [system.ErrClosed] when the runtime closes; a full queue refuses at once
+// with a [*budget.QueueFullError] (errors.Is [system.ErrBusy]). A hit, or a key
 // already loading, never queues. An entry whose idle function turns true on its own (device work
 // finished) wakes no waiter until the next such event.
 //
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
-func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*CacheLease[T], error) {
+func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*Lease[T], error) {
 	if loader == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
@@ -245,16 +279,16 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 // allocation: the loader receives the cache's [MemoryBudget] and reserves
 // every allocation it owns through it (and keeps doing so when the value
 // grows later, also while leased). The entry itself declares 0 bytes
-// ([CacheLease.Bytes]); do not declare the same bytes again through Load.
+// ([Lease.Bytes]); do not declare the same bytes again through Load.
 // The value's Close must release its reservations.
 //
 // A loader that fails or panics must release what it reserved (defer the
-// releases); the failure is a [*CacheLoadError] and a later call retries.
+// releases); the failure is a [*system.CacheLoadError] and a later call retries.
 // Other errors, versions, keep-alive and waiting (opts) as for Load (the
 // entry itself costs no version; each reservation costs its own). A
-// loader refused by its memory budget should return the [*CacheBusyError]
+// loader refused by its memory budget should return the [*system.CacheBusyError]
 // it got (wrapped or not) for the caller to wait.
-func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (*CacheLease[T], error) {
+func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (*Lease[T], error) {
 	if loader == nil {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
@@ -267,23 +301,23 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 
 // loadWaiting is load, waiting for room in the runtime's wait queue when
 // opts ask for it and the load is refused as busy.
-func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (*CacheLease[T], error) {
+func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (*Lease[T], error) {
 	wc := lo.wait
-	if !wc.wait || c.present(key) {
+	if !wc.Wait || c.present(key) {
 		// A hit or a load in flight needs no room: it never queues. (A
 		// key that left meanwhile is refused as busy and queues below.)
 		l, err := load(ctx, c, key, peak, idle, loader, lo)
-		if !wc.wait || !cacheWaitable(err) {
+		if !wc.Wait || !cacheWaitable(err) {
 			return l, err
 		}
 	}
-	if err := c.sys.refusal(ctx); err != nil {
+	if err := c.rt.Refusal(ctx); err != nil {
 		return nil, err
 	}
-	var l *CacheLease[T]
+	var l *Lease[T]
 	var err error
-	spec := budget.WaitSpec{Name: key, Class: wc.class, Locations: []string{c.loc}, AllowBypass: wc.bypass}
-	err = c.sys.room.wait(ctx, spec, func() (bool, error) {
+	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: []string{c.loc}, AllowBypass: wc.Bypass}
+	err = c.rt.Wait(ctx, spec, func() (bool, error) {
 		l, err = load(ctx, c, key, peak, idle, loader, lo)
 		return !cacheWaitable(err), err
 	})
@@ -305,7 +339,7 @@ func (c *Cache) present(key string) bool {
 // room is made: the cache found nothing idle to evict, or the loader of a
 // budgeted load did.
 func cacheWaitable(err error) bool {
-	var cb *CacheBusyError
+	var cb *system.CacheBusyError
 	return errors.As(err, &cb)
 }
 
@@ -320,13 +354,13 @@ func cacheWaitable(err error) bool {
 // release of the idle entry it evicts, so that meanwhile another caller
 // whose peak fits loads the key, and this one joins that load when it
 // looks again.
-func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (*CacheLease[T], error) {
+func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (*Lease[T], error) {
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
 	charge := "" // the name of this caller's reservation, made once for all its attempts
 	for {
-		if err := c.sys.refusal(ctx); err != nil {
+		if err := c.rt.Refusal(ctx); err != nil {
 			return nil, err
 		}
 		if c.hasBudget && peak > c.budgetBytes {
@@ -353,7 +387,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			e.refs.Add(1)
 			c.usedLocked(e, o) // keep-alive hook
 			c.mu.Unlock()
-			return &CacheLease[T]{e: e, p: p}, nil
+			return &Lease[T]{e: e, p: p}, nil
 		case budget.CacheLoading:
 			c.joinedLocked(key, o) // keep-alive hook
 			l, again, err := joinLoad[T](ctx, c, e, key)
@@ -414,7 +448,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 
 // joinLoad joins the load in flight of key (c.mu held; released on
 // return). again: the load was abandoned and has settled, look again.
-func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (l *CacheLease[T], again bool, err error) {
+func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (l *Lease[T], again bool, err error) {
 	f := e.flight
 	if f.abandoned {
 		// Everyone who waited for it gave up and its context is canceled:
@@ -469,10 +503,10 @@ func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64)
 
 // makeRoom answers a load's refused reservation: it evicts the least
 // recently used idle entry and waits for its release (nil: look again),
-// or returns the refusal (a [*CacheBusyError] when nothing is left to
-// evict, ErrCacheClosed once the cache closed, ctx.Err()).
+// or returns the refusal (a [*system.CacheBusyError] when nothing is left to
+// evict, system.ErrCacheClosed once the cache closed, ctx.Err()).
 func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal error) error {
-	var be *BudgetError
+	var be *system.BudgetError
 	if !errors.As(refusal, &be) || peak > be.BudgetBytes {
 		return refusal
 	}
@@ -481,7 +515,7 @@ func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal er
 		if c.isClosed() {
 			return c.closedErr()
 		}
-		return &CacheBusyError{Key: key, Location: be.Location, Refusal: be}
+		return &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be}
 	}
 	select {
 	case <-v.released:
@@ -522,7 +556,7 @@ func inLoader(ctx context.Context, c *Cache, key string) bool {
 
 // await waits for a shared load. A caller that gives up leaves the load
 // to the others; the last one to give up cancels it.
-func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) (*CacheLease[T], error) {
+func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) (*Lease[T], error) {
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -547,7 +581,7 @@ func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) 
 		e.unref()
 		return nil, typeError[T](e.key, e.box)
 	}
-	return &CacheLease[T]{e: e, p: p}, nil
+	return &Lease[T]{e: e, p: p}, nil
 }
 
 func typeError[T any](key string, box any) error {
@@ -565,12 +599,12 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	case err != nil:
 		// A value returned together with an error is not kept.
 	case peak > 0 && (n <= 0 || n > peak):
-		err = &CacheLoadError{Key: e.key, Cause: &budget.InvalidInputError{Message: fmt.Sprintf("loader reported %d resident bytes; want > 0 and ≤ the peak %d", n, peak)}}
+		err = &system.CacheLoadError{Key: e.key, Cause: &budget.InvalidInputError{Message: fmt.Sprintf("loader reported %d resident bytes; want > 0 and ≤ the peak %d", n, peak)}}
 	case peak > 0 && n < peak:
 		err = c.resize(e.charge, n)
 	}
 	if err != nil {
-		c.sys.events.cacheLoadFailed(c, e.key, peak, err)
+		c.rt.LoadFailed(c.owner, c.loc, e.key, peak, err)
 		// Whatever the loader returned is closed before its charge is
 		// released (a panic returned nothing; nor does a nil value).
 		if !isZero(v) {
@@ -591,16 +625,16 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 func isZero[T any](v T) bool { return reflect.ValueOf(&v).Elem().IsZero() }
 
 // callLoader runs the loader, turning an error or a panic into a
-// *CacheLoadError.
+// *system.CacheLoadError.
 func callLoader[T any](ctx context.Context, key string, loader func(context.Context) (T, int64, error)) (v T, n int64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &CacheLoadError{Key: key, Panic: r, Stack: string(debug.Stack())}
+			err = &system.CacheLoadError{Key: key, Panic: r, Stack: string(debug.Stack())}
 		}
 	}()
 	v, n, err = loader(ctx)
 	if err != nil {
-		err = &CacheLoadError{Key: key, Cause: err}
+		err = &system.CacheLoadError{Key: key, Cause: err}
 	}
 	return v, n, err
 }
@@ -608,15 +642,15 @@ func callLoader[T any](ctx context.Context, key string, loader func(context.Cont
 // Statistics returns the cache's figures: one round trip to the runtime
 // for the charges (it never waits for a load), the entry counts from the
 // cache. Versions: 0.
-func (c *Cache) Statistics(ctx context.Context) (CacheStats, error) {
+func (c *Cache) Statistics(ctx context.Context) (Stats, error) {
 	ch, err := c.charges(ctx)
 	if err != nil {
-		return CacheStats{}, err
+		return Stats{}, err
 	}
 	c.mu.Lock()
 	n, ev, ex := c.book.Len()+int(c.detachedLive.Load()), c.book.Evictions(), c.book.Expirations()
 	c.mu.Unlock()
-	return CacheStats{
+	return Stats{
 		Location: ch.Location, HasBudget: ch.HasBudget, BudgetBytes: ch.BudgetBytes,
 		ReservedBytes: ch.OwnedBytes, Resources: n, Evictions: ev, Expirations: ex,
 		LocationUsedBytes: ch.UsedBytes, LocationReservedBytes: ch.ReservedBytes,

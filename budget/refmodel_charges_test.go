@@ -1,0 +1,114 @@
+package budget
+
+// The reference model's charges: offers, withdrawals and the two-phase
+// eviction of an offered charge by a run (see refmodel_test.go and
+// doc_cache.go). The model keeps no candidate order: FuzzLedger compares
+// states and errors; the order has its own tests (charges_test.go).
+
+import (
+	"fmt"
+	"strings"
+)
+
+func refChargeBusy(charge string, state ChargeState, refused bool) string {
+	return fmt.Sprintf("charge_busy{%s %s refused=%v}", charge, state, refused)
+}
+
+func refCacheOwner(owner string) bool {
+	return len(owner) > len(CacheOwnerPrefix) && strings.HasPrefix(owner, CacheOwnerPrefix)
+}
+
+// charge resolves an active charge of a cache owner.
+func (m *refModel) charge(name, owner string) (*refResv, string) {
+	if !refCacheOwner(owner) {
+		return nil, refInvalid()
+	}
+	i := m.findResv(name)
+	if i < 0 || m.resv[i].owner != owner {
+		return nil, refInvalid()
+	}
+	return &m.resv[i], ""
+}
+
+func (m *refModel) Offer(name, owner string, freq int64) string {
+	r, e := m.charge(name, owner)
+	if e != "" {
+		return e
+	}
+	if freq < 0 {
+		return refInvalid()
+	}
+	if r.state == ChargeEvicting {
+		return refChargeBusy(name, r.state, false)
+	}
+	r.state = ChargeOffered
+	m.bump()
+	return ""
+}
+
+func (m *refModel) Withdraw(name, owner string) string {
+	r, e := m.charge(name, owner)
+	if e != "" {
+		return e
+	}
+	if r.state == ChargeOffered {
+		r.state = ChargeNotOffered
+		m.bump()
+	}
+	return ""
+}
+
+// validateCharge validates an action that names a charge.
+func (m *refModel) validateCharge(a Action, reclaim bool) string {
+	if a.Charge == "" || !reclaim || !a.Handle.IsZero() || a.Handle.Name != "" || a.From != "" || a.To != "" {
+		return refInvalid()
+	}
+	if e := m.checkLoc(a.Location); e != "" {
+		return e
+	}
+	if !refCacheOwner(a.Owner) {
+		return refInvalid()
+	}
+	return ""
+}
+
+// checkChargeEvict: active, the owner's, at the location, offered.
+func (m *refModel) checkChargeEvict(a Action) string {
+	i := m.findResv(a.Charge)
+	if i < 0 || m.resv[i].owner != a.Owner || m.resv[i].loc != a.Location {
+		return refInvalid()
+	}
+	if m.resv[i].state != ChargeOffered {
+		return refChargeBusy(a.Charge, m.resv[i].state, false)
+	}
+	return ""
+}
+
+// runChargeEviction is a run's reclaim step for a charge, settled at once:
+// evicting (1 version), then confirmed (released, 1 version) or refused
+// (not offered, 1 version, the step's error).
+func (m *refModel) runChargeEviction(a Action, refuse bool) string {
+	if e := m.checkChargeEvict(a); e != "" {
+		return e
+	}
+	i := m.findResv(a.Charge)
+	m.resv[i].state = ChargeEvicting
+	m.bump()
+	if refuse {
+		m.resv[i].state = ChargeNotOffered
+		m.bump()
+		return refChargeBusy(a.Charge, ChargeNotOffered, true)
+	}
+	m.resv = append(m.resv[:i], m.resv[i+1:]...)
+	m.bump()
+	return ""
+}
+
+// charges renders every active reservation's charge state.
+func (m *refModel) charges() []string {
+	var out []string
+	for _, r := range m.resv {
+		out = append(out, fmt.Sprintf("%s %s", r.name, r.state))
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+)
+
+// The ledger side of a cache: its reservations, named by owner and key,
+// made through the runtime's seam for owners of charges
+// (system/internal/owners).
+
+func (c *Cache) chargeName(key string) string {
+	return fmt.Sprintf("%s/%s#%d", c.owner, key, c.seq.Add(1))
+}
+
+func (c *Cache) charges(ctx context.Context) (budget.OwnerCharges, error) {
+	return c.rt.Charges(ctx, c.loc, c.owner)
+}
+
+func (c *Cache) reserve(ctx context.Context, name string, bytes int64) error {
+	return c.rt.Reserve(ctx, c.loc, c.owner, name, bytes)
+}
+
+// resize and unreserve never give up: a charge must follow its value.
+func (c *Cache) resize(name string, bytes int64) error {
+	return c.rt.Resize(context.Background(), c.owner, name, bytes)
+}
+
+func (c *Cache) unreserve(name string) {
+	_ = c.rt.Unreserve(c.owner, name) // a failure is logged by the runtime
+}
+
+func (c *Cache) closedErr() error { return system.ErrCacheClosed }
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// tooLarge is the refusal of a request larger than the whole budget, with
+// the location's figures now.
+func (c *Cache) tooLarge(ctx context.Context, bytes int64) error {
+	ch, err := c.charges(ctx)
+	if err != nil {
+		return err
+	}
+	return &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+}

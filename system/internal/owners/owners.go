@@ -1,0 +1,96 @@
+// Package owners is the seam between package system and the owners of
+// charges built on top of it: today the loader cache (package
+// system/cache). It is internal so that the runtime's public API stays
+// the core one (Start, System, leases, holds, scopes, admission, waiting,
+// events) while an owner outside package system can still do what the
+// runtime does for its own charges.
+//
+// An owner is a name in the ledger (a cache's is `cache "NAME"`), unique
+// in its runtime for the runtime's life, under which it keeps named
+// reservations — its charges — at one location. Through [Runtime] it
+// reserves them (a refusal is a *system.BudgetError; making room from its
+// own idle state is the owner's business), resizes and releases them,
+// reads its figures, waits for room in the runtime's wait queue (shared
+// with System.Admit), wakes that queue when it made room, and writes its
+// events and logs where the runtime does.
+//
+// Package system installs the one implementation at init ([Set]); an
+// owner gets it with [Of] from the *system.System it was given.
+//
+// Planned, not built: the controller (package budget) will be able to
+// pick an owner's idle charge as an eviction victim and the runtime will
+// then call the owner back to evict it (an interface such as
+// EvictCharge(name string) (evicted bool)). [Runtime.Register] is where
+// an owner enters the runtime, so it is where that callback will be
+// handed over; nothing here assumes that only the owner decides.
+package owners
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/residency-go/residency/budget"
+)
+
+// Runtime is what package system offers an owner of charges. All methods
+// are safe for concurrent use.
+type Runtime interface {
+	// Register claims owner, a ledger owner name, for the runtime's life:
+	// false when another owner of this runtime has it.
+	Register(owner string) bool
+	// Seq returns a number unique in the runtime (1, 2, ...), for the
+	// names of owners the application did not name.
+	Seq() uint64
+	// Reserve admits a reservation of bytes at loc named name and owned
+	// by owner (1 version). A reply that comes after ctx ended is
+	// released at once. Errors: the ledger's (*system.BudgetError,
+	// invalid input), the runtime's (ErrClosed), ctx.Err().
+	Reserve(ctx context.Context, loc, owner, name string, bytes int64) error
+	// Resize sets the bytes of owner's reservation name: shrinking is
+	// always admitted, growing like a reservation of the difference.
+	Resize(ctx context.Context, owner, name string, bytes int64) error
+	// Unreserve releases owner's reservation name; it never gives up (a
+	// charge must follow its value). After the runtime closed there is
+	// nothing to release: nil. A failure is also logged.
+	Unreserve(owner, name string) error
+	// Charges returns loc's figures and what owner's reservations charge
+	// there (a read: no version). Errors: an unknown or malformed
+	// location, ErrClosed, ctx.Err().
+	Charges(ctx context.Context, loc, owner string) (budget.OwnerCharges, error)
+	// Refusal is the runtime's refusal of any call now (fatal, closed),
+	// or ctx.Err(); nil when a call may go ahead.
+	Refusal(ctx context.Context) error
+	// Wait queues the caller described by spec in the runtime's wait
+	// queue and calls try on each of its turns until try reports done,
+	// ctx ends (ctx.Err()) or the runtime closes (ErrClosed). A full
+	// queue refuses at once (*budget.QueueFullError).
+	Wait(ctx context.Context, spec budget.WaitSpec, try func() (done bool, err error)) error
+	// RoomMade tells the wait queue that room may have been made outside
+	// the ledger (an owner's idle state became evictable). Never blocks.
+	RoomMade()
+	// LoadFailed writes the runtime's loader_failed event for a load of
+	// key by owner at loc (peak bytes) that failed with err, when err is
+	// a *system.CacheLoadError (anything else is not a loader's failure).
+	LoadFailed(owner, loc, key string, peak int64, err error)
+	// Log is the runtime's logger (Options.Logger).
+	Log() *zerolog.Logger
+}
+
+// WaitConfig is what a system.WaitOption sets: whether to wait for room,
+// in which priority class, and whether later waiters may bypass it. An
+// owner applies the options itself (system.WaitOption is a func of
+// *WaitConfig) and builds its budget.WaitSpec from the result.
+type WaitConfig struct {
+	Wait   bool
+	Class  int
+	Bypass bool
+}
+
+var of func(sys any) Runtime
+
+// Set installs the implementation (package system, at init).
+func Set(f func(sys any) Runtime) { of = f }
+
+// Of returns the runtime of sys, a *system.System; nil for a nil one.
+func Of(sys any) Runtime { return of(sys) }
