@@ -23,6 +23,7 @@ import (
 
 	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -61,13 +62,13 @@ func newServer(t *testing.T, gpuBytes int64, opts ...func(*system.Options)) *ser
 }
 
 // gpuCache is the loader cache of model weights on loc.
-func (s *server) gpuCache(t *testing.T, loc string, opts ...func(*system.CacheOptions)) *system.Cache {
+func (s *server) gpuCache(t *testing.T, loc string, opts ...func(*cache.Options)) *cache.Cache {
 	t.Helper()
-	o := system.CacheOptions{Location: loc, Name: "models"}
+	o := cache.Options{Location: loc, Name: "models"}
 	for _, f := range opts {
 		f(&o)
 	}
-	c, err := s.sys.NewCache(context.Background(), o)
+	c, err := cache.New(context.Background(), s.sys, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
@@ -147,19 +148,19 @@ func (r *registry) last(t *testing.T, name string) *model {
 }
 
 // request loads (or reuses) name on c: a request's hold on its model.
-func (r *registry) request(ctx context.Context, c *system.Cache, name string, size int64, opts ...system.LoadOption) (*system.CacheLease[*model], error) {
-	return system.Load(ctx, c, name, size, nil, r.loader(name, size), opts...)
+func (r *registry) request(ctx context.Context, c *cache.Cache, name string, size int64, opts ...cache.LoadOption) (*cache.Lease[*model], error) {
+	return cache.Load(ctx, c, name, size, nil, r.loader(name, size), opts...)
 }
 
 // result is what a request started in the background got.
 type result struct {
-	lease *system.CacheLease[*model]
+	lease *cache.Lease[*model]
 	err   error
 }
 
 // background runs f on its own goroutine and returns where its answer
 // arrives.
-func background(f func() (*system.CacheLease[*model], error)) <-chan result {
+func background(f func() (*cache.Lease[*model], error)) <-chan result {
 	out := make(chan result, 1)
 	go func() {
 		l, err := f()
@@ -287,7 +288,7 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
-func (c *clock) AfterFunc(d time.Duration, f func()) system.ClockTimer {
+func (c *clock) AfterFunc(d time.Duration, f func()) cache.ClockTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &timer{c: c, at: c.now.Add(d), f: f}

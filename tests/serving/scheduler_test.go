@@ -12,6 +12,7 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // A second request for a model already loaded gets the same weights
@@ -50,10 +51,10 @@ func TestConcurrentRequestsShareOneLoad(t *testing.T) {
 	ctx := context.Background()
 	const n = 8
 	answers := make([]<-chan result, n)
-	answers[0] = background(func() (*system.CacheLease[*model], error) { return reg.request(ctx, c, "llama", 60) })
+	answers[0] = background(func() (*cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
 	<-started // the load is in flight: everyone after joins it
 	for i := 1; i < n; i++ {
-		answers[i] = background(func() (*system.CacheLease[*model], error) { return reg.request(ctx, c, "llama", 60) })
+		answers[i] = background(func() (*cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
 	}
 	close(reg.gate)
 	var m *model
@@ -77,7 +78,7 @@ func TestFailedLoadChargesNothingAndIsRetried(t *testing.T) {
 	ctx := context.Background()
 	broken := errors.New("weights file truncated")
 
-	_, err := system.Load(ctx, c, "llama", 60, nil, func(context.Context) (*model, int64, error) { return nil, 0, broken })
+	_, err := cache.Load(ctx, c, "llama", 60, nil, func(context.Context) (*model, int64, error) { return nil, 0, broken })
 	var le *system.CacheLoadError
 	require.ErrorAs(t, err, &le)
 	assert.ErrorIs(t, err, broken)
@@ -106,8 +107,8 @@ func TestNewModelWaitsForRoomThenReplacesAnIdleModel(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 100, srv.charged(t, "cuda:0"))
 
-	third := background(func() (*system.CacheLease[*model], error) {
-		return reg.request(ctx, c, "c", 50, system.WaitForRoom())
+	third := background(func() (*cache.Lease[*model], error) {
+		return reg.request(ctx, c, "c", 50, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
 	pending(t, third, "the third model's request")
@@ -149,12 +150,12 @@ func TestFullQueueAnswersBusyAtOnce(t *testing.T) {
 
 	a, err := reg.request(ctx, c, "a", 80)
 	require.NoError(t, err)
-	queued := background(func() (*system.CacheLease[*model], error) {
-		return reg.request(ctx, c, "b", 80, system.WaitForRoom())
+	queued := background(func() (*cache.Lease[*model], error) {
+		return reg.request(ctx, c, "b", 80, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
 
-	_, err = reg.request(ctx, c, "c", 80, system.WaitForRoom())
+	_, err = reg.request(ctx, c, "c", 80, cache.Wait(system.WaitForRoom()))
 	var qf *budget.QueueFullError
 	require.ErrorAs(t, err, &qf)
 	assert.ErrorIs(t, err, system.ErrBusy)
@@ -187,8 +188,8 @@ func TestBusyVictimUnloadsWhenItsRequestFinishes(t *testing.T) {
 	done, found, err := c.EvictWhenIdle(ctx, "old")
 	require.NoError(t, err)
 	require.True(t, found)
-	next := background(func() (*system.CacheLease[*model], error) {
-		return reg.request(ctx, c, "new", 70, system.WaitForRoom())
+	next := background(func() (*cache.Lease[*model], error) {
+		return reg.request(ctx, c, "new", 70, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
 	assert.True(t, isLoaded(old), "busy: still loaded")
@@ -215,8 +216,8 @@ func TestReloadWithOtherSettingsWaitsForTheOldInstance(t *testing.T) {
 	old := reg.last(t, "llama/ctx=2048")
 	_, _, err = c.EvictWhenIdle(ctx, "llama/ctx=2048")
 	require.NoError(t, err)
-	reload := background(func() (*system.CacheLease[*model], error) {
-		return reg.request(ctx, c, "llama/ctx=8192", 60, system.WaitForRoom())
+	reload := background(func() (*cache.Lease[*model], error) {
+		return reg.request(ctx, c, "llama/ctx=8192", 60, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
 	require.NoError(t, running.Release())
@@ -232,7 +233,7 @@ func TestIdleModelUnloadsWhenKeepAliveExpires(t *testing.T) {
 	srv := newServer(t, 100)
 	clk := newClock()
 	keep := 5 * time.Minute
-	c := srv.gpuCache(t, "cuda:0", func(o *system.CacheOptions) { o.KeepAlive, o.Clock = &keep, clk })
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.KeepAlive, o.Clock = &keep, clk })
 	reg := newRegistry()
 	ctx := context.Background()
 
@@ -255,7 +256,7 @@ func TestIdleModelUnloadsWhenKeepAliveExpires(t *testing.T) {
 func TestZeroKeepAliveUnloadsWhenTheLastRequestEnds(t *testing.T) {
 	srv := newServer(t, 100)
 	zero := time.Duration(0)
-	c := srv.gpuCache(t, "cuda:0", func(o *system.CacheOptions) { o.KeepAlive, o.Clock = &zero, newClock() })
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.KeepAlive, o.Clock = &zero, newClock() })
 	reg := newRegistry()
 	ctx := context.Background()
 
@@ -276,11 +277,11 @@ func TestRequestExtendsTheModelsKeepAlive(t *testing.T) {
 	srv := newServer(t, 100)
 	clk := newClock()
 	keep := time.Minute
-	c := srv.gpuCache(t, "cuda:0", func(o *system.CacheOptions) { o.KeepAlive, o.Clock = &keep, clk })
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.KeepAlive, o.Clock = &keep, clk })
 	reg := newRegistry()
 	ctx := context.Background()
 
-	l, err := reg.request(ctx, c, "llama", 60, system.WithKeepAlive(time.Hour))
+	l, err := reg.request(ctx, c, "llama", 60, cache.WithKeepAlive(time.Hour))
 	require.NoError(t, err)
 	clk.Advance(2 * time.Hour) // held: no expiry runs
 	m := reg.last(t, "llama")
@@ -290,7 +291,7 @@ func TestRequestExtendsTheModelsKeepAlive(t *testing.T) {
 	clk.Advance(59 * time.Minute)
 	assert.True(t, isLoaded(m))
 	// A later request with a shorter keep-alive does not shorten it.
-	l, err = reg.request(ctx, c, "llama", 60, system.WithKeepAlive(time.Second))
+	l, err = reg.request(ctx, c, "llama", 60, cache.WithKeepAlive(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	clk.Advance(59 * time.Minute)
@@ -304,7 +305,7 @@ func TestRequestExtendsTheModelsKeepAlive(t *testing.T) {
 // a new one, and answers busy when every loaded model is in use.
 func TestCapOnLoadedModels(t *testing.T) {
 	srv := newServer(t, 1000)
-	c := srv.gpuCache(t, "cuda:0", func(o *system.CacheOptions) { o.MaxEntries = 2 })
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.MaxEntries = 2 })
 	reg := newRegistry()
 	ctx := context.Background()
 
@@ -387,7 +388,7 @@ func TestLoadedModelList(t *testing.T) {
 	srv := newServer(t, 100)
 	clk := newClock()
 	keep := 10 * time.Minute
-	c := srv.gpuCache(t, "cuda:0", func(o *system.CacheOptions) { o.KeepAlive, o.Clock = &keep, clk })
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.KeepAlive, o.Clock = &keep, clk })
 	reg := newRegistry()
 	ctx := context.Background()
 
@@ -431,8 +432,8 @@ func TestCancelledRequestsLeaveNothing(t *testing.T) {
 	full, err := reg.request(ctx, c, "big", 90)
 	require.NoError(t, err)
 	wctx, wcancel := context.WithCancel(ctx)
-	waiting := background(func() (*system.CacheLease[*model], error) {
-		return reg.request(wctx, c, "b", 50, system.WaitForRoom())
+	waiting := background(func() (*cache.Lease[*model], error) {
+		return reg.request(wctx, c, "b", 50, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
 	wcancel()
@@ -457,8 +458,8 @@ func TestShutdownAnswersEveryWaitingRequest(t *testing.T) {
 	var waiting []<-chan result
 	for i := range n {
 		name := string(rune('a' + i))
-		waiting = append(waiting, background(func() (*system.CacheLease[*model], error) {
-			return reg.request(ctx, c, name, 50, system.WaitForRoom())
+		waiting = append(waiting, background(func() (*cache.Lease[*model], error) {
+			return reg.request(ctx, c, name, 50, cache.Wait(system.WaitForRoom()))
 		}))
 	}
 	srv.events.await(t, system.EventWaitStarted, n)
