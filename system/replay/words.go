@@ -8,14 +8,13 @@ import (
 )
 
 // words puts a runtime message in the script's words: unknown handles of
-// this op (see fieldHandle), caches and write tasks by their script names.
+// this op (see fieldHandle), caches by their script names. (Write tasks
+// need no words: the replay opens each with its script name, which the
+// pipeline's messages use.)
 func (r *Runner) words(msg string) string {
 
 	if r.caches != nil && strings.Contains(msg, "cache:") {
 		msg = r.caches.cacheWords(msg)
-	}
-	if r.staging != nil {
-		msg = r.staging.stagingWords(msg)
 	}
 	return msg
 }
