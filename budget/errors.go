@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 )
 
@@ -241,6 +242,22 @@ type InvalidInputError struct {
 	// Message says the same in words.
 	Inactive LifetimeKind
 	ID       uint64
+
+	// before and after are the Message's words around the lifetime it
+	// names ("lease 3"), for MessageNaming; empty for any other refusal.
+	before, after string
+}
+
+// MessageNaming is the Message with the inactive lease, hold or event the
+// error refuses shown as name (a caller's words for it, `lease "L"` say)
+// where the Message shows its kind and id. It is the Message itself when
+// the error names no such lifetime, or was not made by the ledger
+// (decoded from JSON, say).
+func (e *InvalidInputError) MessageNaming(name string) string {
+	if e.Inactive == LifetimeNone || e.before == "" && e.after == "" {
+		return e.Message
+	}
+	return e.before + name + e.after
 }
 
 func (e *InvalidInputError) Error() string { return "residency invalid input: " + e.Message }
@@ -253,9 +270,10 @@ func invalidf(format string, args ...any) error {
 }
 
 // inactive is the refusal of an id that names no active lease, hold or
-// event; message is its text.
-func inactive(kind LifetimeKind, id uint64, message string) error {
-	return &InvalidInputError{Message: message, Inactive: kind, ID: id}
+// event; its message is before, the lifetime ("lease 3"), after.
+func inactive(kind LifetimeKind, id uint64, before, after string) error {
+	return &InvalidInputError{Message: before + kind.String() + " " + strconv.FormatUint(id, 10) + after,
+		Inactive: kind, ID: id, before: before, after: after}
 }
 
 func planf(format string, args ...any) error {

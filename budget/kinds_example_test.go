@@ -50,3 +50,23 @@ func ExampleFailureKind() {
 	// Output:
 	// fail registration: registration failed; handle retired: device lost
 }
+
+// A caller that knows a lease by its own name shows the refusal in its
+// words: the message is built around the name, never rewritten.
+func ExampleInvalidInputError_MessageNaming() {
+	l := newExampleLedger()
+	w := mustRegister(l, "w", 10, budget.Exclusive, "cuda:0")
+	id, err := l.Acquire(w, "cuda:0")
+	if err != nil {
+		panic(err)
+	}
+	_ = l.Release(id)
+	var ie *budget.InvalidInputError
+	if errors.As(l.Release(id), &ie) {
+		fmt.Println(ie.Message)
+		fmt.Println(ie.MessageNaming(`lease "reader"`))
+	}
+	// Output:
+	// lease 1 is not active (already released or never issued)
+	// lease "reader" is not active (already released or never issued)
+}

@@ -3,10 +3,7 @@ package budget
 // Protections: leases, consumer events and holds, and the list of what is
 // outstanding.
 
-import (
-	"fmt"
-	"sort"
-)
+import "sort"
 
 type lease struct {
 	v    *value
@@ -56,7 +53,7 @@ func (l *Ledger) LeaseEndpoint(id LeaseID) (Handle, string, bool) {
 func (l *Ledger) Release(id LeaseID) error {
 	ls, ok := l.leases[id]
 	if !ok {
-		return inactive(LifetimeLease, uint64(id), fmt.Sprintf("lease %d is not active (already released or never issued)", id))
+		return inactive(LifetimeLease, uint64(id), "", " is not active (already released or never issued)")
 	}
 	delete(l.leases, id)
 	m := ls.v.mat(ls.loc)
@@ -74,7 +71,7 @@ func (l *Ledger) Release(id LeaseID) error {
 func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
 	ls, ok := l.leases[id]
 	if !ok {
-		return 0, inactive(LifetimeLease, uint64(id), fmt.Sprintf("cannot record an event on lease %d: not active (already released or never issued)", id))
+		return 0, inactive(LifetimeLease, uint64(id), "cannot record an event on ", ": not active (already released or never issued)")
 	}
 	ls.v.mat(ls.loc).pending++
 	l.nextEvent++
@@ -90,7 +87,7 @@ func (l *Ledger) RecordEvent(id LeaseID) (EventID, error) {
 func (l *Ledger) ReapEvent(id EventID) error {
 	e, ok := l.events[id]
 	if !ok {
-		return inactive(LifetimeEvent, uint64(id), fmt.Sprintf("event %d is not pending (already reaped or never recorded)", id))
+		return inactive(LifetimeEvent, uint64(id), "", " is not pending (already reaped or never recorded)")
 	}
 	delete(l.events, id)
 	m := e.v.mat(e.loc)
@@ -128,7 +125,7 @@ func (l *Ledger) Hold(h Handle, loc string) (HoldID, error) {
 func (l *Ledger) Unhold(id HoldID) error {
 	hd, ok := l.holds[id]
 	if !ok {
-		return inactive(LifetimeHold, uint64(id), fmt.Sprintf("hold %d is not active (already released or never issued)", id))
+		return inactive(LifetimeHold, uint64(id), "", " is not active (already released or never issued)")
 	}
 	delete(l.holds, id)
 	m := hd.v.mat(hd.loc)

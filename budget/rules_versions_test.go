@@ -171,7 +171,7 @@ func TestRule_BadInputIsRefusedAndChangesNothing(t *testing.T) {
 	// inactive: a refusal naming an inactive lifetime carries its kind and id.
 	inactive := func(kind LifetimeKind, id uint64, msg string) func(error) {
 		return func(err error) {
-			eq(t, "invalid input", *as[*InvalidInputError](t, err), InvalidInputError{Message: msg, Inactive: kind, ID: id})
+			eq(t, "invalid input", exported(*as[*InvalidInputError](t, err)), InvalidInputError{Message: msg, Inactive: kind, ID: id})
 		}
 	}
 	unav := func(want UnavailableError) func(error) {

@@ -138,6 +138,9 @@ func (s *scriptRunner) printErr(err error, indent string) {
 	st := rv.Elem()
 	for i := 0; i < st.NumField(); i++ {
 		name, f := st.Type().Field(i).Name, st.Field(i)
+		if !st.Type().Field(i).IsExported() {
+			continue // a caller sees only the exported fields
+		}
 		if ie, ok := err.(*InvalidInputError); ok && ie.Inactive == LifetimeNone && (name == "Inactive" || name == "ID") {
 			continue // shown only when the refusal names an inactive lifetime
 		}

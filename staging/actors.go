@@ -156,12 +156,12 @@ func (s *actorSystem) committed(t *taskRef, err error) {
 func (s *actorSystem) Context() context.Context { return s.ctx }
 
 // NewTask spawns the actor of a new task, in state Pending.
-func (s *actorSystem) NewTask(reqID string, writeN int, mode JoinMode) (*taskRef, error) {
+func (s *actorSystem) NewTask(spec TaskSpec) (*taskRef, error) {
 	if s.stopped.Load() {
 		return nil, ErrClosed
 	}
 	id := TaskID(s.nextID.Add(1))
-	t := &taskRef{ID: id, ReqID: reqID, WriteN: writeN, Mode: mode, Seq: uint64(id),
+	t := &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
 		hostReady: make(chan struct{}), done: make(chan struct{})}
 	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &taskActor{st: s, p: s.p, t: t} }, actor.WithDispatcher(s.tasks)), "staging/task/"+itoa(uint64(id)))
 	if err != nil {
@@ -201,7 +201,7 @@ func ask[R any](ctx context.Context, s *actorSystem, t *taskRef, m any, reply ch
 func (s *actorSystem) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, func() error {
-		return &AppendRefusedError{Task: t.ID, State: t.State()}
+		return &AppendRefusedError{Task: t.ID, TaskName: t.Name, State: t.State()}
 	})
 	if err != nil {
 		return err
@@ -239,7 +239,7 @@ func (s *actorSystem) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool
 func (s *actorSystem) Transition(ctx context.Context, t *taskRef, to TaskState) error {
 	r := make(chan error, 1)
 	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, func() error {
-		return &IllegalTransitionError{Task: t.ID, From: t.State(), To: to}
+		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: t.State(), To: to}
 	})
 	if err != nil || res != nil {
 		return firstError(err, res)
@@ -425,7 +425,7 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 	}
 	s.claimed(j.t)
 	if err := s.p.copyStage(s.ctx, j.t, chunks); err != nil {
-		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("copy stage failed")
+		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Str("task_name", j.t.Name).Msg("copy stage failed")
 		s.committed(j.t, err)
 		s.Fail(j.t, err)
 		return
@@ -457,7 +457,7 @@ func (a *committerActor) Receive(ctx actor.Context) {
 	}
 	s.committed(j.t, err) // before the task's waiters wake
 	if err != nil {
-		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Msg("pool write failed")
+		s.p.log.Debug().Err(err).Uint64("task", uint64(j.t.ID)).Str("task_name", j.t.Name).Msg("pool write failed")
 		s.Fail(j.t, err)
 		return
 	}

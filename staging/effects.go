@@ -34,7 +34,7 @@ func (p *Pipeline) accept(at *taskRef, state TaskState, c *taskChunk) error {
 	for i, r := range c.Rows {
 		rows[i] = p.poolRow(p.keys[r.Key], r.Slot) // checked by checkChunk
 		if _, lost := t.lost[rows[i]]; lost {
-			return &AppendRefusedError{Task: at.ID, State: state, Reassigned: true}
+			return &AppendRefusedError{Task: at.ID, TaskName: at.Name, State: state, Reassigned: true}
 		}
 	}
 	switch at.Mode {
@@ -266,7 +266,7 @@ func (p *Pipeline) releaseChunks(t *taskRef, chunks []*taskChunk) {
 	for _, c := range chunks {
 		if t.Mode == JoinNextStep {
 			if err := p.slots.release(c.Slot, holder{task: t.ID}); err != nil {
-				p.log.Error().Err(err).Uint64("task", uint64(t.ID)).Msg("slot release")
+				p.log.Error().Err(err).Uint64("task", uint64(t.ID)).Str("task_name", t.Name).Msg("slot release")
 			}
 		}
 		if c.Host != nil {
@@ -308,7 +308,7 @@ func (p *Pipeline) publishFailure(t *taskRef, err error) {
 		p.mu.Unlock()
 		return
 	}
-	p.failure = &FailedError{Task: t.ID, Err: err}
+	p.failure = &FailedError{Task: t.ID, TaskName: t.Name, Err: err}
 	rec := p.failure
 	var pending []*Task
 	for _, other := range p.tasks {
@@ -317,7 +317,7 @@ func (p *Pipeline) publishFailure(t *taskRef, err error) {
 		}
 	}
 	p.mu.Unlock()
-	p.log.Warn().Err(err).Uint64("task", uint64(t.ID)).Msg("pipeline failed; later entries return this failure")
+	p.log.Warn().Err(err).Uint64("task", uint64(t.ID)).Str("task_name", t.Name).Msg("pipeline failed; later entries return this failure")
 	p.reportFailure(t.ID, err)
 	p.budget.fail(rec)
 	for _, o := range pending {

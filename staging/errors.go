@@ -3,7 +3,9 @@ package staging
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors of the pipeline. Match them with errors.Is and errors.As.
@@ -30,11 +32,12 @@ var (
 // does not allow (a skip, a step back, leaving a terminal state).
 type IllegalTransitionError struct {
 	Task     TaskID
+	TaskName string // the task's TaskSpec.Name ("" when it has none)
 	From, To TaskState
 }
 
 func (e *IllegalTransitionError) Error() string {
-	return fmt.Sprintf("staging: task %d: illegal transition %s -> %s", e.Task, e.From, e.To)
+	return fmt.Sprintf("staging: %s: illegal transition %s -> %s", taskWords(e.Task, e.TaskName), e.From, e.To)
 }
 
 // AppendRefusedError: a chunk cannot be added to the task any more. State
@@ -43,15 +46,16 @@ func (e *IllegalTransitionError) Error() string {
 // rows to a later task. Open a fresh task for the chunk.
 type AppendRefusedError struct {
 	Task       TaskID
+	TaskName   string // the task's TaskSpec.Name ("" when it has none)
 	State      TaskState
 	Reassigned bool
 }
 
 func (e *AppendRefusedError) Error() string {
 	if e.Reassigned {
-		return fmt.Sprintf("staging: task %d: append refused: a later task took one of its rows; open a fresh task", e.Task)
+		return fmt.Sprintf("staging: %s: append refused: a later task took one of its rows; open a fresh task", taskWords(e.Task, e.TaskName))
 	}
-	return fmt.Sprintf("staging: task %d: append refused: the task is %s; open a fresh task", e.Task, e.State)
+	return fmt.Sprintf("staging: %s: append refused: the task is %s; open a fresh task", taskWords(e.Task, e.TaskName), e.State)
 }
 
 // SlotOverflowError: a step is larger than a staging slot. This is a
@@ -129,13 +133,51 @@ func (e *DropError) Unwrap() error { return e.Err }
 // copy or pool write failed, and why. Once it is published every later
 // entry of the pipeline returns it; errors.Unwrap gives the cause.
 type FailedError struct {
-	Task TaskID
-	Err  error
+	Task     TaskID
+	TaskName string // the task's TaskSpec.Name ("" when it has none)
+	Err      error
 }
 
 func (e *FailedError) Error() string {
-	return fmt.Sprintf("staging: pipeline failed at task %d: %v", e.Task, e.Err)
+	return fmt.Sprintf("staging: pipeline failed at %s: %v", taskWords(e.Task, e.TaskName), e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *FailedError) Unwrap() error { return e.Err }
+
+// MaxTaskNameBytes bounds a TaskSpec.Name.
+const MaxTaskNameBytes = 256
+
+// TaskNameError: Open was given a TaskSpec.Name that is not valid UTF-8
+// or is longer than MaxTaskNameBytes. No task was opened. It matches
+// ErrConfig.
+type TaskNameError struct {
+	Name string
+}
+
+func (e *TaskNameError) Error() string {
+	if len(e.Name) > MaxTaskNameBytes {
+		return fmt.Sprintf("staging: a task name of %d bytes is longer than %d (configuration error)", len(e.Name), MaxTaskNameBytes)
+	}
+	return fmt.Sprintf("staging: task name %q is not valid UTF-8 (configuration error)", e.Name)
+}
+
+// Is matches ErrConfig.
+func (e *TaskNameError) Is(target error) bool { return target == ErrConfig }
+
+// checkTaskName returns a *TaskNameError for a name Open refuses.
+func checkTaskName(name string) error {
+	if len(name) > MaxTaskNameBytes || !utf8.ValidString(name) {
+		return &TaskNameError{Name: name}
+	}
+	return nil
+}
+
+// taskWords is how the pipeline's messages name a task: by the name its
+// caller gave it (`task "t1"`), else by its id (`task 3`).
+func taskWords(id TaskID, name string) string {
+	if name != "" {
+		return "task " + strconv.Quote(name)
+	}
+	return "task " + strconv.FormatUint(uint64(id), 10)
+}

@@ -2,6 +2,7 @@ package staging_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/residency-go/residency/staging"
@@ -108,4 +109,41 @@ func ExamplePipeline_Prioritize() {
 	fmt.Println(task.Wait(ctx), task.State())
 	// Output:
 	// <nil> WRITTEN
+}
+
+// A task opened with a name is named by it in the pipeline's messages, and
+// its errors carry the name as a field.
+func ExampleTaskSpec_name() {
+	ctx := context.Background()
+	sys, _ := system.Start(ctx, simulated(system.Options{Locations: []system.LocationConfig{
+		system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.NoLimit("cuda:0"),
+	}}))
+	defer sys.Close(ctx)
+	p, _ := staging.New(ctx, sys, staging.Config{
+		Device: "cuda:0", Slots: 1, SlotBytes: 1024,
+		Keys: []string{"kv"}, PoolSlots: 4, RowBytes: 512, CloneBudgetBytes: 4096,
+	})
+	defer p.Close(ctx)
+	be := sys.Backend()
+	dev, _ := be.Allocate(ctx, "cuda:0", 512)
+	defer be.Free(dev)
+	chunk := staging.Chunk{Device: dev, Rows: []staging.Row{{Key: "kv", Slot: 0}}}
+
+	task, _ := p.Open(ctx, staging.TaskSpec{ReqID: "req-3", Mode: staging.JoinOnFinish, Name: "decode-7"})
+	_ = task.Append(ctx, chunk)
+	_ = p.Submit(ctx, task)
+	_ = task.Wait(ctx)
+	err := task.Append(ctx, chunk) // the task is written: open a fresh one
+	var refused *staging.AppendRefusedError
+	if errors.As(err, &refused) {
+		fmt.Println(refused.TaskName)
+	}
+	fmt.Println(err)
+
+	_, err = p.Open(ctx, staging.TaskSpec{ReqID: "req-3", Mode: staging.JoinOnFinish, Name: "bad\xff"})
+	fmt.Println(errors.Is(err, staging.ErrConfig), err)
+	// Output:
+	// decode-7
+	// staging: task "decode-7": append refused: the task is WRITTEN; open a fresh task
+	// true staging: task name "bad\xff" is not valid UTF-8 (configuration error)
 }

@@ -18,6 +18,13 @@ type TaskSpec struct {
 	ReqID  string
 	WriteN int
 	Mode   JoinMode
+	// Name (optional) is the caller's name for the task. The pipeline's
+	// messages that name the task use it (`task "t1"`, else `task 3`), and
+	// its errors that name the task carry it (their TaskName field). At
+	// most MaxTaskNameBytes of valid UTF-8 (else Open refuses the spec with
+	// a *TaskNameError); it need not be unique: the id stays the task's
+	// identity.
+	Name string
 }
 
 // Task is one write task: rows of (slot, key) for one request, in one join
@@ -36,6 +43,9 @@ type Task struct {
 
 // ID returns the task id.
 func (t *Task) ID() TaskID { return t.t.ID }
+
+// Name returns the name its TaskSpec gave the task ("" when none).
+func (t *Task) Name() string { return t.t.Name }
 
 // ReqID returns the request the write belongs to.
 func (t *Task) ReqID() string { return t.t.ReqID }
@@ -89,7 +99,10 @@ func (p *Pipeline) Open(ctx context.Context, spec TaskSpec) (*Task, error) {
 	if spec.Mode == JoinOnFinish && p.cfg.CloneBudgetBytes == 0 {
 		return nil, fmt.Errorf("%w: JOIN_ON_FINISH needs CloneBudgetBytes > 0", ErrConfig)
 	}
-	at, err := p.sys.NewTask(spec.ReqID, spec.WriteN, spec.Mode)
+	if err := checkTaskName(spec.Name); err != nil {
+		return nil, err
+	}
+	at, err := p.sys.NewTask(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -187,13 +200,13 @@ func (p *Pipeline) refusal(t *Task, rows []Row) error {
 		<-t.t.Done()
 		return t.t.Err() // failed by Close
 	case st >= Copying:
-		return &AppendRefusedError{Task: t.ID(), State: st}
+		return &AppendRefusedError{Task: t.ID(), TaskName: t.Name(), State: st}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range rows {
 		if _, lost := t.lost[p.poolRow(p.keys[r.Key], r.Slot)]; lost {
-			return &AppendRefusedError{Task: t.ID(), State: t.State(), Reassigned: true}
+			return &AppendRefusedError{Task: t.ID(), TaskName: t.Name(), State: t.State(), Reassigned: true}
 		}
 	}
 	return nil
@@ -253,7 +266,7 @@ func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *taskChunk, c Chu
 				return p.refusal(t, c.Rows)
 			}
 		}
-		return &AppendRefusedError{Task: t.ID(), State: st}
+		return &AppendRefusedError{Task: t.ID(), TaskName: t.Name(), State: st}
 	}
 	if err != nil {
 		return err
@@ -301,7 +314,7 @@ func (p *Pipeline) Submit(ctx context.Context, tasks ...*Task) error {
 func (p *Pipeline) queue(ctx context.Context, prio int8, tasks ...*Task) error {
 	for _, t := range tasks {
 		if t.p != p {
-			return fmt.Errorf("%w: task %d belongs to another pipeline", ErrConfig, t.ID())
+			return fmt.Errorf("%w: %s belongs to another pipeline", ErrConfig, t.t.words())
 		}
 		err := p.sys.Enqueue(ctx, t.t, prio) // Pending → Queued leaves the deferred set (env.Queued)
 		if err == nil && p.cfg.Eager {
@@ -359,7 +372,7 @@ func (p *Pipeline) flushOldest() (TaskID, bool) {
 	if oldest == nil {
 		return 0, false
 	}
-	p.log.Debug().Uint64("task", uint64(oldest.ID())).Msg("GPU-byte budget pressure: flushing the oldest deferred task")
+	p.log.Debug().Uint64("task", uint64(oldest.ID())).Str("task_name", oldest.Name()).Msg("GPU-byte budget pressure: flushing the oldest deferred task")
 	ctx := p.sys.Context()
 	if err := p.sys.Enqueue(ctx, oldest.t, prioHigh); err == nil && p.cfg.Eager {
 		_ = p.sys.RunInline(ctx, oldest.t)

@@ -19,6 +19,7 @@ import (
 // here. Safe for concurrent use.
 type taskRef struct {
 	ID     TaskID
+	Name   string // TaskSpec.Name
 	ReqID  string
 	WriteN int
 	Mode   JoinMode
@@ -57,8 +58,11 @@ func (t *taskRef) Err() error {
 }
 
 func (t *taskRef) String() string {
-	return fmt.Sprintf("task %d (req %q, write %d, %s)", t.ID, t.ReqID, t.WriteN, t.Mode)
+	return fmt.Sprintf("%s (req %q, write %d, %s)", t.words(), t.ReqID, t.WriteN, t.Mode)
 }
+
+// words is how messages name the task (see taskWords).
+func (t *taskRef) words() string { return taskWords(t.ID, t.Name) }
 
 // taskChunk is what one save adds to a task: its rows and where their
 // bytes are. The pipeline fills it before Append; after the task's copy
@@ -230,7 +234,7 @@ func (a *taskActor) set(s TaskState) {
 // refuses it, e.g. for a row the task lost to a later task).
 func (a *taskActor) append(c *taskChunk) error {
 	if a.state >= Copying {
-		return &AppendRefusedError{Task: a.t.ID, State: a.state}
+		return &AppendRefusedError{Task: a.t.ID, TaskName: a.t.Name, State: a.state}
 	}
 	if err := a.p.accept(a.t, a.state, c); err != nil {
 		return err
@@ -266,11 +270,11 @@ func (a *taskActor) enqueue(ctx actor.Context, prio int8) error {
 // wake-up to run once the requester has its answer.
 func (a *taskActor) transition(ctx actor.Context, to TaskState) (error, func()) {
 	if to == Failed {
-		_, wake := a.fail(ctx, fmt.Errorf("staging: task %d failed", a.t.ID))
+		_, wake := a.fail(ctx, fmt.Errorf("staging: %s failed", a.t.words()))
 		return nil, wake
 	}
 	if !CanTransition(a.state, to) {
-		return &IllegalTransitionError{Task: a.t.ID, From: a.state, To: to}, nop
+		return &IllegalTransitionError{Task: a.t.ID, TaskName: a.t.Name, From: a.state, To: to}, nop
 	}
 	a.set(to)
 	switch to {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/residency-go/residency/internal/planjson"
 	"github.com/residency-go/residency/system"
 )
 
@@ -161,7 +162,7 @@ type searchJSON struct {
 	ExpectedStateVersion uint64              `json:"expected_state_version"`
 	Detail               *string             `json:"detail"`
 	Evictions            []evictionJSON      `json:"evictions"`
-	Plan                 *planJSON           `json:"plan"`
+	Plan                 *planjson.Plan      `json:"plan"`
 	Feasible             bool                `json:"feasible"`
 	Reason               *string             `json:"reason"`
 	PredictedPeaks       []locationBytesJSON `json:"predicted_peaks"`
@@ -176,16 +177,16 @@ type staleJSON struct {
 }
 
 type executionJSON struct {
-	Phase                  string           `json:"phase"`
-	FailedAction           *actionJSON      `json:"failed_action"`
-	FailedActionIndex      *int             `json:"failed_action_index"`
-	FailedReservation      *reservationJSON `json:"failed_reservation"`
-	FailedReservationIndex *int             `json:"failed_reservation_index"`
-	Committed              []transitionJSON `json:"committed"`
-	Kept                   []string         `json:"kept"`
-	Cleaned                []string         `json:"cleaned"`
-	FailedStep             []string         `json:"failed_step"`
-	Cause                  *diagnosisJSON   `json:"cause"`
+	Phase                  string                `json:"phase"`
+	FailedAction           *planjson.Action      `json:"failed_action"`
+	FailedActionIndex      *int                  `json:"failed_action_index"`
+	FailedReservation      *planjson.Reservation `json:"failed_reservation"`
+	FailedReservationIndex *int                  `json:"failed_reservation_index"`
+	Committed              []transitionJSON      `json:"committed"`
+	Kept                   []string              `json:"kept"`
+	Cleaned                []string              `json:"cleaned"`
+	FailedStep             []string              `json:"failed_step"`
+	Cause                  *diagnosisJSON        `json:"cause"`
 }
 
 func strs(ss []string) []string {
@@ -268,12 +269,12 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 		ej := &executionJSON{Phase: e.Phase, Committed: toTransitions(e.Committed),
 			Kept: strs(e.Kept), Cleaned: strs(e.Cleaned), FailedStep: strs(e.FailedStep)}
 		if e.FailedAction != nil {
-			a := toAction(*e.FailedAction)
+			a := planjson.ActionOf(*e.FailedAction)
 			i := e.FailedActionIndex
 			ej.FailedAction, ej.FailedActionIndex = &a, &i
 		}
 		if e.FailedReservation != nil {
-			r := toReservation(*e.FailedReservation)
+			r := planjson.ReservationOf(*e.FailedReservation)
 			i := e.FailedReservationIndex
 			ej.FailedReservation, ej.FailedReservationIndex = &r, &i
 		}
@@ -328,7 +329,7 @@ func toSearchJSON(s *SearchEvidence) *searchJSON {
 		sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
 	}
 	if s.Plan != nil {
-		p := toPlan(*s.Plan)
+		p := planjson.PlanOf(*s.Plan)
 		sj.Plan = &p
 	}
 	for _, p := range s.PredictedPeaks {

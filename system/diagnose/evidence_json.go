@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/residency-go/residency/internal/planjson"
 	"github.com/residency-go/residency/system"
 	"io"
 	"strconv"
@@ -128,35 +129,8 @@ type replayResult struct {
 }
 
 // The shapes of the replay output's objects (docs/replay.md), read from
-// evidence and written in a diagnosis's JSON form.
-
-type actionJSON struct {
-	Handle   string  `json:"handle"`
-	Location string  `json:"location"`
-	From     *string `json:"from,omitempty"`
-}
-
-func toAction(a system.Action) actionJSON {
-	return actionJSON{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From)}
-}
-
-func (a actionJSON) action() system.Action {
-	return system.Action{Handle: system.Handle{Name: a.Handle}, Location: a.Location, From: str(a.From)}
-}
-
-type reservationJSON struct {
-	Name     string `json:"name"`
-	Location string `json:"location"`
-	Bytes    int64  `json:"bytes"`
-}
-
-func toReservation(r system.ReservationSpec) reservationJSON {
-	return reservationJSON{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
-}
-
-func (r reservationJSON) spec() system.ReservationSpec {
-	return system.ReservationSpec{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
-}
+// evidence and written in a diagnosis's JSON form (a plan's: package
+// planjson, shared with the replay).
 
 type transitionJSON struct {
 	Version  uint64  `json:"version"`
@@ -296,44 +270,6 @@ func (e explanationJSON) explanation() system.Explanation {
 	return system.Explanation{Feasible: e.Feasible, Reason: str(e.Reason), PredictedPeakBytes: e.PredictedPeakBytes}
 }
 
-type planJSON struct {
-	Reclaim      []actionJSON      `json:"reclaim"`
-	Reservations []reservationJSON `json:"reservations"`
-	Enter        []actionJSON      `json:"enter"`
-}
-
-func toPlan(p system.Plan) planJSON {
-	out := planJSON{
-		Reclaim:      make([]actionJSON, 0, len(p.Reclaim)),
-		Reservations: make([]reservationJSON, 0, len(p.Reservations)),
-		Enter:        make([]actionJSON, 0, len(p.Enter)),
-	}
-	for _, a := range p.Reclaim {
-		out.Reclaim = append(out.Reclaim, toAction(a))
-	}
-	for _, r := range p.Reservations {
-		out.Reservations = append(out.Reservations, toReservation(r))
-	}
-	for _, a := range p.Enter {
-		out.Enter = append(out.Enter, toAction(a))
-	}
-	return out
-}
-
-func (p planJSON) plan() system.Plan {
-	var out system.Plan
-	for _, a := range p.Reclaim {
-		out.Reclaim = append(out.Reclaim, a.action())
-	}
-	for _, r := range p.Reservations {
-		out.Reservations = append(out.Reservations, r.spec())
-	}
-	for _, a := range p.Enter {
-		out.Enter = append(out.Enter, a.action())
-	}
-	return out
-}
-
 type evictionJSON struct {
 	Handle   string `json:"handle"`
 	Location string `json:"location"`
@@ -345,14 +281,14 @@ type decisionJSON struct {
 	ExpectedStateVersion uint64          `json:"expected_state_version"`
 	ExploredStates       int             `json:"explored_states"`
 	Evictions            []evictionJSON  `json:"evictions"`
-	Plan                 planJSON        `json:"plan"`
+	Plan                 planjson.Plan   `json:"plan"`
 	Explanation          explanationJSON `json:"explanation"`
 	Exhaustive           bool            `json:"exhaustive"`
 }
 
 func (d decisionJSON) decision() system.Decision {
 	out := system.Decision{ExpectedStateVersion: d.ExpectedStateVersion, ExploredStates: d.ExploredStates,
-		Plan: d.Plan.plan(), Explanation: d.Explanation.explanation(), Exhaustive: d.Exhaustive}
+		Plan: d.Plan.System(), Explanation: d.Explanation.explanation(), Exhaustive: d.Exhaustive}
 	for _, e := range d.Evictions {
 		out.Evictions = append(out.Evictions, system.Eviction{Handle: system.Handle{Name: e.Handle}, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
 	}
@@ -435,29 +371,29 @@ func (s snapshotJSON) snapshot() system.Snapshot {
 // of the same form; evidence written before causes carried their fields
 // has the cause's type and message only.
 type replayErrorJSON struct {
-	Type                   string           `json:"type"`
-	Message                string           `json:"message"`
-	Location               *string          `json:"location"`
-	BudgetBytes            int64            `json:"budget_bytes"`
-	UsedBytes              int64            `json:"used_bytes"`
-	ReservedBytes          int64            `json:"reserved_bytes"`
-	RequestedBytes         int64            `json:"requested_bytes"`
-	Reason                 *string          `json:"reason"`
-	RequestName            *string          `json:"request_name"`
-	StateLimit             int              `json:"state_limit"`
-	ExploredStates         int              `json:"explored_states"`
-	Detail                 *string          `json:"detail"`
-	ExpectedVersion        *uint64          `json:"expected_version"`
-	ActualVersion          uint64           `json:"actual_version"`
-	Handle                 *string          `json:"handle"`
-	UseCount               int              `json:"use_count"`
-	HoldCount              int              `json:"hold_count"`
-	PendingEventCount      int              `json:"pending_event_count"`
-	Phase                  *string          `json:"phase"`
-	FailedAction           *actionJSON      `json:"failed_action"`
-	FailedActionIndex      *int             `json:"failed_action_index"`
-	FailedReservation      *reservationJSON `json:"failed_reservation"`
-	FailedReservationIndex *int             `json:"failed_reservation_index"`
+	Type                   string                `json:"type"`
+	Message                string                `json:"message"`
+	Location               *string               `json:"location"`
+	BudgetBytes            int64                 `json:"budget_bytes"`
+	UsedBytes              int64                 `json:"used_bytes"`
+	ReservedBytes          int64                 `json:"reserved_bytes"`
+	RequestedBytes         int64                 `json:"requested_bytes"`
+	Reason                 *string               `json:"reason"`
+	RequestName            *string               `json:"request_name"`
+	StateLimit             int                   `json:"state_limit"`
+	ExploredStates         int                   `json:"explored_states"`
+	Detail                 *string               `json:"detail"`
+	ExpectedVersion        *uint64               `json:"expected_version"`
+	ActualVersion          uint64                `json:"actual_version"`
+	Handle                 *string               `json:"handle"`
+	UseCount               int                   `json:"use_count"`
+	HoldCount              int                   `json:"hold_count"`
+	PendingEventCount      int                   `json:"pending_event_count"`
+	Phase                  *string               `json:"phase"`
+	FailedAction           *planjson.Action      `json:"failed_action"`
+	FailedActionIndex      *int                  `json:"failed_action_index"`
+	FailedReservation      *planjson.Reservation `json:"failed_reservation"`
+	FailedReservationIndex *int                  `json:"failed_reservation_index"`
 	PartialReport          *struct {
 		Transitions []evidenceTransitionJSON `json:"transitions"`
 	} `json:"partial_report"`
@@ -502,14 +438,14 @@ func (e replayErrorJSON) err(names *detailNames) error {
 func (e replayErrorJSON) planExecution(names *detailNames) *system.PlanExecutionError {
 	pe := &system.PlanExecutionError{Phase: *e.Phase, FailedActionIndex: -1, FailedReservationIndex: -1}
 	if e.FailedAction != nil {
-		a := e.FailedAction.action()
+		a := e.FailedAction.System()
 		pe.FailedAction = &a
 	}
 	if e.FailedActionIndex != nil {
 		pe.FailedActionIndex = *e.FailedActionIndex
 	}
 	if e.FailedReservation != nil {
-		r := e.FailedReservation.spec()
+		r := e.FailedReservation.System()
 		pe.FailedReservation = &r
 	}
 	if e.FailedReservationIndex != nil {

@@ -1,9 +1,6 @@
 package replay
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/diagnose"
 )
@@ -76,7 +73,7 @@ func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 		}
 	}
 	ev.Names = r.lifetimeNames()
-	ev.Err = r.scriptError(ev.Err, r.inactiveWords(ev.Err))
+	ev.Err = r.scriptError(ev.Err, r.inactiveNames(ev.Err))
 	s := ev.Snapshot
 	locs := make([]system.LocationRecord, len(s.Locations))
 	for i, l := range s.Locations {
@@ -134,14 +131,13 @@ func (r *Runner) scriptTransitions(ts []system.Transition) []system.Transition {
 	return out
 }
 
-// inactiveWords is, for each lease, hold or event err's refusals name
+// inactiveNames is, for each lease, hold or event err's refusals name
 // (an *InvalidInputError's Inactive and ID, anywhere in err's tree), the
-// words the runtime's message gives it ("lease 3") and the script's name
-// for it (a scope's lease with its endpoint). The ids come from the
-// error's fields; the message still holds them as text, so that text is
-// what gets replaced.
-func (r *Runner) inactiveWords(err error) []phrase {
-	var out []phrase
+// script's name for it (`lease "L"`; a scope's lease with its endpoint),
+// by those fields. The refusal's message is then built around that name
+// (InvalidInputError.MessageNaming): no message text is rewritten.
+func (r *Runner) inactiveNames(err error) map[diagnose.LifetimeRef]string {
+	var out map[diagnose.LifetimeRef]string
 	walkErrors(err, func(e error) {
 		ie, ok := e.(*system.InvalidInputError)
 		if !ok || ie.Inactive == system.LifetimeNone {
@@ -163,7 +159,10 @@ func (r *Runner) inactiveWords(err error) []phrase {
 		if ep, ok := r.leaseEndpoints[ie.ID]; ok && ie.Inactive == system.LifetimeLease && name.scope {
 			to += " on " + ep
 		}
-		out = append(out, phrase{from: ie.Inactive.String() + " " + strconv.FormatUint(ie.ID, 10), to: to})
+		if out == nil {
+			out = map[diagnose.LifetimeRef]string{}
+		}
+		out[diagnose.LifetimeRef{Kind: ie.Inactive, ID: ie.ID}] = to
 	})
 	return out
 }
@@ -184,41 +183,6 @@ func walkErrors(err error, f func(error)) {
 	}
 }
 
-// phrase is one id as a runtime message words it, and the script's name.
-type phrase struct{ from, to string }
-
-// scriptMessage is runner.message, and the lifetimes ps name by their
-// script names. A phrase matches whole: "lease 1" not in "release 1" nor
-// in "lease 12".
-func (r *Runner) scriptMessage(msg string, ps []phrase) string {
-	msg = r.message(msg)
-	for _, p := range ps {
-		var b strings.Builder
-		for {
-			i := strings.Index(msg, p.from)
-			if i < 0 {
-				b.WriteString(msg)
-				break
-			}
-			end := i + len(p.from)
-			whole := (i == 0 || !isWordByte(msg[i-1])) && (end == len(msg) || !isWordByte(msg[end]))
-			if whole {
-				b.WriteString(msg[:i])
-				b.WriteString(p.to)
-			} else {
-				b.WriteString(msg[:end])
-			}
-			msg = msg[end:]
-		}
-		msg = b.String()
-	}
-	return msg
-}
-
-func isWordByte(c byte) bool {
-	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-}
-
 // scriptWordsError is an error in the script's words: its message is
 // rewritten, and it unwraps to a copy of the structured error whose text
 // fields are rewritten too (so the diagnosis's figures match).
@@ -230,7 +194,11 @@ type scriptWordsError struct {
 func (e *scriptWordsError) Error() string { return e.msg }
 func (e *scriptWordsError) Unwrap() error { return e.err }
 
-func (r *Runner) scriptError(err error, ps []phrase) error {
+// scriptError is err in the script's words: the copy of its structured
+// error has its text fields in the script's words, and a refusal of an
+// inactive lease, hold or event that names has its message built around
+// the script's name for it.
+func (r *Runner) scriptError(err error, names map[diagnose.LifetimeRef]string) error {
 	if err == nil {
 		return nil
 	}
@@ -239,25 +207,33 @@ func (r *Runner) scriptError(err error, ps []phrase) error {
 	switch x := e.(type) {
 	case *system.PlanError:
 		c := *x
-		c.Reason = r.scriptMessage(c.Reason, ps)
+		c.Reason = r.message(c.Reason)
 		inner = &c
 	case *system.SearchLimitError:
 		c := *x
-		c.Detail = r.scriptMessage(c.Detail, ps)
+		c.Detail = r.message(c.Detail)
 		inner = &c
 	case *system.UnavailableError:
 		c := *x
-		c.Detail = r.scriptMessage(c.Detail, ps)
+		c.Detail = r.message(c.Detail)
 		inner = &c
 	case *system.InvalidInputError:
 		c := *x
-		c.Message = r.scriptMessage(c.Message, ps)
+		if name, ok := names[diagnose.LifetimeRef{Kind: x.Inactive, ID: x.ID}]; ok && x.Inactive != system.LifetimeNone {
+			c.Message = x.MessageNaming(name)
+		} else {
+			c.Message = r.message(c.Message)
+		}
 		inner = &c
 	case *system.PlanExecutionError:
 		c := *x
 		c.PartialReport.Transitions = r.scriptTransitions(x.PartialReport.Transitions)
-		c.Cause = r.scriptError(x.Cause, ps)
+		c.Cause = r.scriptError(x.Cause, names)
 		inner = &c
 	}
-	return &scriptWordsError{msg: r.scriptMessage(err.Error(), ps), err: inner}
+	msg := r.message(err.Error())
+	if len(names) > 0 && e == err {
+		msg = inner.Error() // built with the names
+	}
+	return &scriptWordsError{msg: msg, err: inner}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/residency-go/residency/internal/planjson"
 	"github.com/residency-go/residency/system"
 )
 
@@ -178,24 +179,14 @@ func nullable(s string) *string {
 	return &s
 }
 
-type Action struct {
-	Handle   string  `json:"handle"`
-	Location string  `json:"location"`
-	From     *string `json:"from,omitempty"`
-	To       *string `json:"to,omitempty"` // a reclaim that demotes the copy to this location
-}
-
-type Reservation struct {
-	Name     string `json:"name"`
-	Location string `json:"location"`
-	Bytes    int64  `json:"bytes"`
-}
-
-type Plan struct {
-	Reclaim      []Action      `json:"reclaim"`
-	Reservations []Reservation `json:"reservations"`
-	Enter        []Action      `json:"enter"`
-}
+// Action, Reservation and Plan are the JSON form of a plan: one form,
+// which a diagnosis's evidence reads and writes too (package
+// diagnose).
+type (
+	Action      = planjson.Action
+	Reservation = planjson.Reservation
+	Plan        = planjson.Plan
+)
 
 type Explanation struct {
 	Feasible           bool          `json:"feasible"`
@@ -276,33 +267,13 @@ type Snapshot struct {
 }
 
 // ActionOf is a in the JSON form of a plan's action.
-func ActionOf(a system.Action) Action {
-	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From), To: nullable(a.To)}
-}
+func ActionOf(a system.Action) Action { return planjson.ActionOf(a) }
 
 // PlanOf is p in the JSON form of a decision's plan.
-func PlanOf(p system.Plan) Plan {
-	out := Plan{
-		Reclaim:      make([]Action, 0, len(p.Reclaim)),
-		Reservations: make([]Reservation, 0, len(p.Reservations)),
-		Enter:        make([]Action, 0, len(p.Enter)),
-	}
-	for _, a := range p.Reclaim {
-		out.Reclaim = append(out.Reclaim, ActionOf(a))
-	}
-	for _, r := range p.Reservations {
-		out.Reservations = append(out.Reservations, ReservationOf(r))
-	}
-	for _, a := range p.Enter {
-		out.Enter = append(out.Enter, ActionOf(a))
-	}
-	return out
-}
+func PlanOf(p system.Plan) Plan { return planjson.PlanOf(p) }
 
 // ReservationOf is r in the JSON form of a plan's reservation.
-func ReservationOf(r system.ReservationSpec) Reservation {
-	return Reservation{Name: r.Name, Location: r.Location, Bytes: r.Bytes}
-}
+func ReservationOf(r system.ReservationSpec) Reservation { return planjson.ReservationOf(r) }
 
 // wording puts the runtime's words into the script's: its ids of leases,
 // holds, events and scopes become the script's names (see Runner.words).

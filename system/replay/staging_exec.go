@@ -204,7 +204,10 @@ func execTaskOpen(r *Runner, ctx context.Context, ss *stagingState, o Op, res *R
 	if err != nil {
 		return false, err
 	}
-	if _, dup := ss.tasks[s.task]; dup {
+	switch _, dup := ss.tasks[s.task]; {
+	case s.task == "":
+		return false, invalid("a task name must not be empty")
+	case dup:
 		return false, invalid("duplicate task name %q", s.task)
 	}
 	var mode staging.JoinMode
@@ -216,7 +219,7 @@ func execTaskOpen(r *Runner, ctx context.Context, ss *stagingState, o Op, res *R
 	default:
 		return false, invalid("unknown join mode %q (use next_step or on_finish)", s.mode)
 	}
-	t, err := rp.p.Open(ctx, staging.TaskSpec{ReqID: s.req, WriteN: int(s.writeN), Mode: mode})
+	t, err := rp.p.Open(ctx, staging.TaskSpec{ReqID: s.req, WriteN: int(s.writeN), Mode: mode, Name: s.task})
 	if err != nil {
 		return true, err
 	}

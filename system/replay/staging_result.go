@@ -1,9 +1,6 @@
 package replay
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/residency-go/residency/staging"
 )
 
@@ -103,50 +100,12 @@ func toRow(key string, slot int64, b []byte) *Row {
 	return out
 }
 
-// stagingWords puts the pipeline's task ids ("task 3") in the script's
-// words (`task "t1"`), for the pipeline of the op running now.
-func (ss *stagingState) stagingWords(msg string) string { return taskWords(ss.cur, msg) }
-
-// taskWords puts rp's task ids in msg in the script's words.
-func taskWords(rp *replayPipe, msg string) string {
-	if rp == nil || !strings.Contains(msg, "task ") {
-		return msg
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(msg, "task ")
-		if i < 0 {
-			b.WriteString(msg)
-			return b.String()
-		}
-		j := i + len("task ")
-		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-			j++
-		}
-		n, err := strconv.ParseUint(msg[i+len("task "):j], 10, 64)
-		rp.mu.Lock()
-		t := rp.byID[staging.TaskID(n)]
-		rp.mu.Unlock()
-		if err != nil || t == nil {
-			b.WriteString(msg[:j])
-			msg = msg[j:]
-			continue
-		}
-		b.WriteString(msg[:i])
-		b.WriteString("task " + strconv.Quote(t.name))
-		msg = msg[j:]
-	}
-}
-
-// taskName is the script's name of a task of the op's pipeline.
-func (ss *stagingState) taskName(id staging.TaskID) any {
-	if ss == nil || ss.cur == nil {
-		return uint64(id)
-	}
-	ss.cur.mu.Lock()
-	defer ss.cur.mu.Unlock()
-	if t := ss.cur.byID[id]; t != nil {
-		return t.name
+// taskField is a staging error's task in the script's words: the name the
+// script gave it (the replay opens every task with its script name), else
+// its id.
+func taskField(id staging.TaskID, name string) any {
+	if name != "" {
+		return name
 	}
 	return uint64(id)
 }
@@ -154,6 +113,8 @@ func (ss *stagingState) taskName(id staging.TaskID) any {
 // classifyStaging names the pipeline's error types (see classify).
 func classifyStaging(e error) (string, bool) {
 	switch e.(type) {
+	case *staging.TaskNameError:
+		return "StagingConfigError", true
 	case *staging.FailedError:
 		return "StagingFailedError", true
 	case *staging.DropError:
@@ -189,11 +150,11 @@ func (r *Runner) stagingErrorFields(e error) []Field {
 	}
 	switch x := e.(type) {
 	case *staging.FailedError:
-		return []Field{{"task", r.staging.taskName(x.Task)}, {"cause", cause(x.Err)}}
+		return []Field{{"task", taskField(x.Task, x.TaskName)}, {"cause", cause(x.Err)}}
 	case *staging.DropError:
 		return []Field{{"reason", x.Reason}, {"requested_bytes", x.Requested}, {"cause", cause(x.Err)}}
 	case *staging.AppendRefusedError:
-		return []Field{{"task", r.staging.taskName(x.Task)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
+		return []Field{{"task", taskField(x.Task, x.TaskName)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
 	case *staging.SlotTimeoutError:
 		return []Field{{"slots", x.Slots}, {"timeout_ms", x.Timeout.Milliseconds()}}
 	case *staging.SlotOverflowError:

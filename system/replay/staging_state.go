@@ -23,7 +23,7 @@ type stagingState struct {
 	events map[string]*freezeEvent
 	tasks  map[string]*replayTask
 	order  []*replayTask // in the order they were opened
-	cur    *replayPipe   // the pipeline of the op running now (message words)
+	cur    *replayPipe   // the pipeline of the op running now (asRecord)
 }
 
 type replayPipe struct {
@@ -339,7 +339,7 @@ func (ss *stagingState) transitions() []TaskTransition {
 			from := target.String()
 			tr := TaskTransition{Pipeline: t.pipe.name, Task: t.name, From: &from, To: now.String()}
 			if err := t.t.Wait(context.Background()); err != nil {
-				tr.Cause = taskWords(t.pipe, err.Error())
+				tr.Cause = err.Error()
 			}
 			out = append(out, tr)
 		}

@@ -6,15 +6,11 @@ import (
 	"github.com/residency-go/residency/system"
 )
 
-// words puts a runtime message in the script's words: unknown handles of
-// this op (see fieldHandle), write tasks by their script names (a cache
-// has its script name in the runtime: nothing to rewrite).
-func (r *Runner) words(msg string) string {
-	if r.staging != nil {
-		msg = r.staging.stagingWords(msg)
-	}
-	return msg
-}
+// words puts a runtime message in the script's words. Nothing is
+// rewritten any more: a cache and a write task carry their script names
+// in the runtime, and lifetimes are named from the ids their records
+// carry (detailWords).
+func (r *Runner) words(msg string) string { return msg }
 
 // owner is a reservation's owner in the script's words: a scope of the
 // script by its name (`scope "S"`, looked up by the runtime's scope name

@@ -2,11 +2,11 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/diagnose"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,23 +36,35 @@ func TestDetailWordsFromTheTransitionsIDs(t *testing.T) {
 	}
 }
 
-// A message is rewritten only where the error's fields name a lifetime,
-// and only that lifetime's whole words: not "release 1", not "lease 12".
-func TestScriptMessageReplacesTheNamedLifetimeOnly(t *testing.T) {
-	r := &Runner{
-		leaseNames:     map[uint64]scriptName{1: {kind: "lease", name: "s", scope: true}, 12: {kind: "lease", name: "other"}},
-		holdNames:      map[uint64]scriptName{},
-		eventNames:     map[uint64]scriptName{},
-		leaseEndpoints: map[uint64]string{1: "x at cuda:0"},
-	}
-	cause := &system.InvalidInputError{Message: "lease 1 is not active (already released or never issued)", Inactive: system.LifetimeLease, ID: 1}
-	err := fmt.Errorf("exit: %w", cause)
-	ps := r.inactiveWords(err)
-	require.Len(t, ps, 1)
-	got := r.scriptMessage("release 1; lease 12; lease 1 is not active; lease 1", ps)
-	assert.Equal(t, `release 1; lease 12; lease of scope "s" on x at cuda:0 is not active; lease of scope "s" on x at cuda:0`, got)
-	// Without the fields nothing is rewritten.
-	assert.Empty(t, r.inactiveWords(errors.New("lease 1 is not active")))
+// A refusal of an inactive lease is shown by the script's name, found by
+// the error's fields (Inactive, ID) and built into the message by the
+// error itself: no message text is rewritten, and an error without those
+// fields keeps its words.
+func TestInactiveRefusalNamedByFields(t *testing.T) {
+	ctx := context.Background()
+	r, done := newTestRunner(t, locationSpec{name: "pageable-host"})
+	defer done()
+	require.True(t, r.Do(ctx, Op{Name: "register", handle: "x", bytes: 10, at: "pageable-host"}).OK)
+	require.True(t, r.Do(ctx, Op{Name: "acquire", handle: "x", location: "pageable-host", as: "reader"}).OK)
+	l := r.leases["reader"].lease
+	require.NoError(t, r.sys.ReleaseByID(ctx, l.ID()))
+	refused := r.sys.ReleaseByID(ctx, l.ID())
+	var ie *system.InvalidInputError
+	require.ErrorAs(t, refused, &ie)
+	require.Equal(t, system.LifetimeLease, ie.Inactive)
+
+	names := r.inactiveNames(fmt.Errorf("exit: %w", refused))
+	require.Equal(t, map[diagnose.LifetimeRef]string{{Kind: system.LifetimeLease, ID: uint64(l.ID())}: `lease "reader"`}, names)
+	got := r.scriptError(refused, names)
+	assert.Equal(t, `residency invalid input: lease "reader" is not active (already released or never issued)`, got.Error())
+	require.ErrorAs(t, got, &ie)
+	assert.Equal(t, `lease "reader" is not active (already released or never issued)`, ie.Message)
+	assert.Equal(t, uint64(l.ID()), ie.ID, "the fields stay")
+
+	// Without the fields nothing is named.
+	plain := &system.InvalidInputError{Message: fmt.Sprintf("lease %d is not active", l.ID())}
+	assert.Empty(t, r.inactiveNames(plain))
+	assert.Equal(t, plain.Error(), r.scriptError(plain, nil).Error())
 }
 
 // An unknown replica mode is the replay's own refusal, in the script's
