@@ -79,7 +79,6 @@ func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 	for i, l := range s.Locations {
 		l.Reservations = append([]system.ReservationRecord(nil), l.Reservations...)
 		for j := range l.Reservations {
-			l.Reservations[j].Name = r.message(l.Reservations[j].Name)
 			l.Reservations[j].Owner = r.owner(l.Reservations[j].Owner)
 		}
 		locs[i] = l
@@ -87,20 +86,6 @@ func (r *Runner) scriptEvidence(ev diagnose.Evidence) diagnose.Evidence {
 	s.Locations = locs
 	ev.Snapshot = s
 	ev.Trace = r.scriptTransitions(ev.Trace)
-	if ev.Decision != nil {
-		d := *ev.Decision
-		d.Evictions = append([]system.Eviction(nil), d.Evictions...)
-		for i := range d.Evictions {
-			d.Evictions[i].Reason = r.message(d.Evictions[i].Reason)
-		}
-		d.Explanation.Reason = r.message(d.Explanation.Reason)
-		ev.Decision = &d
-	}
-	if ev.Explanation != nil {
-		x := *ev.Explanation
-		x.Reason = r.message(x.Reason)
-		ev.Explanation = &x
-	}
 	return ev
 }
 
@@ -205,33 +190,19 @@ func (r *Runner) scriptError(err error, names map[diagnose.LifetimeRef]string) e
 	_, e := classify(err)
 	inner := e
 	switch x := e.(type) {
-	case *system.PlanError:
-		c := *x
-		c.Reason = r.message(c.Reason)
-		inner = &c
-	case *system.SearchLimitError:
-		c := *x
-		c.Detail = r.message(c.Detail)
-		inner = &c
-	case *system.UnavailableError:
-		c := *x
-		c.Detail = r.message(c.Detail)
-		inner = &c
 	case *system.InvalidInputError:
-		c := *x
 		if name, ok := names[diagnose.LifetimeRef{Kind: x.Inactive, ID: x.ID}]; ok && x.Inactive != system.LifetimeNone {
+			c := *x
 			c.Message = x.MessageNaming(name)
-		} else {
-			c.Message = r.message(c.Message)
+			inner = &c
 		}
-		inner = &c
 	case *system.PlanExecutionError:
 		c := *x
 		c.PartialReport.Transitions = r.scriptTransitions(x.PartialReport.Transitions)
 		c.Cause = r.scriptError(x.Cause, names)
 		inner = &c
 	}
-	msg := r.message(err.Error())
+	msg := err.Error()
 	if len(names) > 0 && e == err {
 		msg = inner.Error() // built with the names
 	}

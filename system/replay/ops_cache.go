@@ -355,10 +355,10 @@ func (r *Runner) cacheErrorFields(e error) []Field {
 		var cause, panicked any
 		if x.Cause != nil {
 			typ, _ := classify(x.Cause)
-			cause = Object{{"type", typ}, {"message", r.message(x.Cause.Error())}}
+			cause = Object{{"type", typ}, {"message", x.Cause.Error()}}
 		}
 		if x.Panic != nil {
-			panicked = r.message(fmt.Sprint(x.Panic))
+			panicked = fmt.Sprint(x.Panic)
 		}
 		return []Field{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
 	}

@@ -275,16 +275,6 @@ func PlanOf(p system.Plan) Plan { return planjson.PlanOf(p) }
 // ReservationOf is r in the JSON form of a plan's reservation.
 func ReservationOf(r system.ReservationSpec) Reservation { return planjson.ReservationOf(r) }
 
-// wording puts the runtime's words into the script's: its ids of leases,
-// holds, events and scopes become the script's names (see Runner.words).
-// A nil *Runner leaves everything as the runtime wrote it.
-func (r *Runner) message(s string) string {
-	if r == nil {
-		return s
-	}
-	return r.words(s)
-}
-
 func (r *Runner) detail(t system.Transition) string {
 	if r == nil {
 		return t.Detail
@@ -297,7 +287,7 @@ func (r *Runner) toExplanation(e system.Explanation) Explanation {
 	for k, v := range e.PredictedPeakBytes {
 		peaks[k] = v
 	}
-	return Explanation{Feasible: e.Feasible, Reason: nullable(r.message(e.Reason)), PredictedPeakBytes: peaks}
+	return Explanation{Feasible: e.Feasible, Reason: nullable(e.Reason), PredictedPeakBytes: peaks}
 }
 
 // Transitions is ts in the JSON form of a trace op, in the script's
@@ -327,7 +317,7 @@ func (r *Runner) toDecision(d system.Decision) *Decision {
 		Exhaustive:           d.Exhaustive,
 	}
 	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: r.message(e.Reason), To: e.To})
+		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason, To: e.To})
 	}
 	return out
 }
@@ -351,7 +341,7 @@ func (rn *Runner) Snapshot(s system.Snapshot) *Snapshot {
 			lj.BudgetBytes = &b
 		}
 		for _, res := range l.Reservations {
-			lj.Reservations = append(lj.Reservations, SnapshotReservation{Name: rn.message(res.Name), Bytes: res.Bytes, Owner: nullable(rn.owner(res.Owner))})
+			lj.Reservations = append(lj.Reservations, SnapshotReservation{Name: res.Name, Bytes: res.Bytes, Owner: nullable(rn.owner(res.Owner))})
 		}
 		out.Locations = append(out.Locations, lj)
 	}
@@ -394,7 +384,7 @@ func classify(err error) (string, error) {
 // script's words.
 func (r *Runner) errorObject(err error) *Error {
 	typ, e := classify(err)
-	out := &Error{Type: typ, Message: r.message(err.Error())}
+	out := &Error{Type: typ, Message: err.Error()}
 	switch x := e.(type) {
 	case *system.BudgetError:
 		out.Fields = []Field{{"location", x.Location}, {"budget_bytes", x.BudgetBytes}, {"used_bytes", x.UsedBytes},

@@ -71,7 +71,7 @@ func (r *Runner) toStagingStats(st staging.Stats) *StagingStats {
 		out.Tasks = append(out.Tasks, Field{s.String(), st.Tasks[s]})
 	}
 	if st.Failure != nil {
-		out.Failure = nullable(r.message(st.Failure.Error()))
+		out.Failure = nullable(st.Failure.Error())
 	}
 	return out
 }
@@ -146,7 +146,7 @@ func (r *Runner) stagingErrorFields(e error) []Field {
 			return nil
 		}
 		typ, _ := classify(err)
-		return Object{{"type", typ}, {"message", r.message(err.Error())}}
+		return Object{{"type", typ}, {"message", err.Error()}}
 	}
 	switch x := e.(type) {
 	case *staging.FailedError:

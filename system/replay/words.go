@@ -6,12 +6,6 @@ import (
 	"github.com/residency-go/residency/system"
 )
 
-// words puts a runtime message in the script's words. Nothing is
-// rewritten any more: a cache and a write task carry their script names
-// in the runtime, and lifetimes are named from the ids their records
-// carry (detailWords).
-func (r *Runner) words(msg string) string { return msg }
-
 // owner is a reservation's owner in the script's words: a scope of the
 // script by its name (`scope "S"`, looked up by the runtime's scope name
 // the owner is); a cache's owner is the script's words already
@@ -23,7 +17,7 @@ func (r *Runner) owner(o string) string {
 	if name, ok := r.scopeNames[o]; ok {
 		return "scope " + strconv.Quote(name)
 	}
-	return r.message(o)
+	return o
 }
 
 // scopeReservation is the refusal of unreserve for a reservation a scope
@@ -88,5 +82,5 @@ func (r *Runner) detailWords(t system.Transition) string {
 			return ev.String() + " on " + lease.String()
 		}
 	}
-	return r.words(t.Detail)
+	return t.Detail
 }
