@@ -158,7 +158,7 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 		return nil
 	}
 	var ok func() (rmState, bool) // the effect of a success, and whether it is allowed
-	var refusal func() bool        // whether res is allowed, for a refusal (state unchanged)
+	var refusal func() bool       // whether res is allowed, for a refusal (state unchanged)
 	switch in.op {
 	case "place":
 		ok = func() (rmState, bool) { return rmPlace(s, in.loc) }
