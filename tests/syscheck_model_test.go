@@ -167,7 +167,13 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 			case resInUse:
 				return rmPlaceBlocked(s, in.loc)
 			case resNoSource:
-				return s.count() == 0 && !s.src
+				// No resident copy and no source. A copy that is the
+				// source of a move in flight is Leaving, not Resident
+				// (docs/semantics.md, "place, copy, move": "the bytes come
+				// from an existing resident materialization … or, if there
+				// is none, from reconstruction"), so a value without a
+				// source answers this during a move of its only copy.
+				return !s.src
 			}
 			return res != resEndpoint && res != resPlan
 		}
@@ -359,6 +365,9 @@ var residencyModel = porcupine.NondeterministicModel{
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(rmInput)
+		if in.op == "register" {
+			return fmt.Sprintf("register(%s at %d exclusive %v source %v) → %s", in.val, in.at, in.exclusive, in.hasSource, output)
+		}
 		return fmt.Sprintf("%s(%s @%d from %d %v) → %s", in.op, in.val, in.loc, in.from, in.effects, output)
 	},
 }
@@ -427,9 +436,11 @@ func cmStep(s cmState, in cmInput, out cmOutput) []cmState {
 				return nil
 			}
 			return []cmState{{floor: s.floor}}
-		case out.res == resRefused: // busy: held, or still loading
+		case out.res == resRefused: // busy: held, or loading
 			if s.res && s.holders == 0 {
-				return nil
+				// Idle: it was evicted for room meanwhile (any load of
+				// another key may) and is loading again.
+				return []cmState{{floor: s.floor}}
 			}
 			return []cmState{s}
 		case out.res == resUnknown:
@@ -522,6 +533,28 @@ func (h *scHistory) add(client int, call int64, in, out any, unknown bool) {
 		ret = h.never
 	}
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+}
+
+// results counts the recorded calls by operation and result.
+func (h *scHistory) results() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, op := range h.ops {
+		var k string
+		switch in := op.Input.(type) {
+		case rmInput:
+			k = in.op + "=" + op.Output.(string)
+		case cmInput:
+			o := op.Output.(cmOutput)
+			k = in.op + "=" + o.res
+			if in.op == "evict" && o.removed {
+				k += "(removed)"
+			}
+		}
+		out[k]++
+	}
+	return out
 }
 
 func (h *scHistory) len() int {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -246,6 +247,8 @@ func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
 	r.checkHistories(&f)
 	t.Logf("syscheck: round %d: %d workers, %d calls in %v (%.0f/s); %d snapshots, %d with a transfer in flight; %d backend allocations; %d value and %d cache operations checked in %v",
 		seed, workers, f.calls, ran.Round(time.Millisecond), float64(f.calls)/ran.Seconds(), f.snaps, f.inFlight, r.backend.allocs.Load(), f.ops, f.cops, f.checkTime.Round(time.Millisecond))
+	t.Logf("syscheck: round %d: value calls by result: %s", seed, formatCounts(r.hist.results()))
+	t.Logf("syscheck: round %d: cache calls by result: %s", seed, formatCounts(r.chist.results()))
 	return f
 }
 
@@ -398,6 +401,39 @@ func (r *scRound) checkHistories(f *scFigures) {
 			m := c.model.ToModel()
 			_ = porcupine.VisualizePath(m, info, path)
 			t.Errorf("seed %d: the history of %s is not linearizable (visualization: %s)", r.seed, c.name, path)
+			r.logIllegal(c.model, c.h)
 		}
+	}
+}
+
+// logIllegal logs the calls of the first partition porcupine rejects.
+func (r *scRound) logIllegal(model porcupine.NondeterministicModel, h *scHistory) {
+	m := model.ToModel()
+	for _, part := range model.Partition(h.ops) {
+		if porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part) {
+			continue
+		}
+		_, info := porcupine.CheckOperationsVerbose(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part, 10*time.Second)
+		if lins := info.PartialLinearizationsOperations(); len(lins) > 0 {
+			var longest []porcupine.Operation
+			for _, l := range lins[0] {
+				if len(l) > len(longest) {
+					longest = l
+				}
+			}
+			r.t.Logf("  the longest linearizable prefix has %d of %d calls; its last ones:", len(longest), len(part))
+			for _, op := range longest[max(0, len(longest)-6):] {
+				r.t.Logf("    worker %d [%d] %s", op.ClientId, op.Call, model.DescribeOperation(op.Input, op.Output))
+			}
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		for _, op := range part {
+			ret := fmt.Sprint(op.Return)
+			if op.Return > h.never-int64(len(h.ops))-1 {
+				ret = "never"
+			}
+			r.t.Logf("  worker %d [%d, %s] %s", op.ClientId, op.Call, ret, model.DescribeOperation(op.Input, op.Output))
+		}
+		return
 	}
 }
