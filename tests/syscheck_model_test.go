@@ -10,7 +10,8 @@ package tests
 //
 // The models say only what docs/semantics.md and docs/cache.md promise:
 //   - residency (per value, per location: resident or not, and the count of
-//     protections — leases, holds, a scope's leases): acquire and hold
+//     protections — leases, holds, a scope's leases, consumer events not
+//     yet reaped, which protect past their lease's release): acquire and hold
 //     succeed only on a resident copy ("it never places"); evict, move away
 //     and discard succeed only on an unprotected copy, and a protected one
 //     answers InUseError; an Unavailable (endpoint) answer means there is
@@ -152,7 +153,10 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 		return nil
 	}
 	if s.retired || res == resDiscarded {
-		if s.retired && (res == resDiscarded || res == resUnknown) {
+		// A release names a lease, hold or event, not the handle: after the
+		// discard one is invalid input (its abandoned first try happened).
+		releasing := in.op == "release" || in.op == "unhold" || in.op == "reaped"
+		if s.retired && (res == resDiscarded || res == resUnknown || (releasing && res == resInvalid)) {
 			return []rmState{s}
 		}
 		return nil
@@ -227,7 +231,7 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 			}
 			return res == resInFlight || res == resRefused
 		}
-	case "acquire", "hold":
+	case "acquire", "hold", "event":
 		ok = func() (rmState, bool) {
 			n := s
 			n.prot[in.loc]++
@@ -242,7 +246,7 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 		if res == resUnknown { // only contexts done before the call: nothing happened
 			return []rmState{s}
 		}
-	case "release", "unhold":
+	case "release", "unhold", "reaped":
 		ok = func() (rmState, bool) {
 			n := s
 			n.prot[in.loc]--

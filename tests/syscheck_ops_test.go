@@ -232,6 +232,12 @@ func (w *scWorker) register() {
 func (w *scWorker) acquire(v *scValue) {
 	sys := w.rd.sys
 	in := rmInput{op: "acquire", val: v.h.Name, loc: scLocIndex(w.loc())}
+	if w.r.IntN(2) == 0 { // place it there first, most of the time with a live context
+		ctx, cancel := w.ctxAny()
+		call := w.rd.hist.now()
+		w.record(call, rmInput{op: "place", val: v.h.Name, loc: in.loc}, sys.Place(ctx, v.h, scLocs[in.loc]))
+		cancel()
+	}
 	call := w.rd.hist.now()
 	l, err := sys.Acquire(w.ctxSafe(), v.h, scLocs[in.loc])
 	if w.record(call, in, err) != resOK {
@@ -244,23 +250,69 @@ func (w *scWorker) acquire(v *scValue) {
 	if err != nil || string(got) != string(v.data) {
 		w.rd.fail("worker %d: read %s at %s through a lease: %v (bytes equal: %v)", w.id, v.h.Name, held.loc, err, string(got) == string(v.data))
 	}
-	if w.r.IntN(4) == 0 {
-		ev := system.NewManualEvent()
+	var ev scEvent
+	var evPid int
+	var evID system.EventID
+	if w.r.IntN(3) == 0 {
+		ev = newSCEvent(w.r.IntN(3) == 0)
+		in := rmInput{op: "event", val: held.val, loc: in.loc}
+		call := w.rd.hist.now()
 		id, err := l.RecordEvent(ctx, ev)
-		if err != nil {
+		if w.record(call, in, err) != resOK {
 			w.rd.fail("worker %d: record event on %s: %v", w.id, v.h.Name, err)
+			ev = nil
 		} else {
-			ev.Complete()
-			if err := sys.WaitReaped(ctx, id); err != nil {
-				w.rd.fail("worker %d: wait reaped %d: %v", w.id, id, err)
-			}
+			evID, evPid = id, w.rd.prot.add(scEndpoint{held.val, held.loc})
 		}
 	}
-	if len(w.leases) < 3 && w.r.IntN(2) == 0 {
-		w.leases = append(w.leases, held)
+	if ev != nil && w.r.IntN(2) == 0 {
+		w.reap(ev, evID, evPid, held) // completed and reaped under the lease
+		ev = nil
+	}
+	if ev != nil || len(w.leases) >= 3 || w.r.IntN(2) == 0 {
+		w.releaseOne(held, "release")
+		if ev != nil {
+			w.reap(ev, evID, evPid, held) // it protects past the release until reaped
+		}
 		return
 	}
-	w.releaseOne(held, "release")
+	w.leases = append(w.leases, held)
+}
+
+// reap completes a recorded consumer event (as failed, for some) and
+// waits until the runtime reaped it: its protection ends somewhere
+// between the completion and the reply.
+func (w *scWorker) reap(ev scEvent, id system.EventID, pid int, held scHeld) {
+	w.rd.prot.remove(pid)
+	call := w.rd.hist.now()
+	ev.complete()
+	err := w.rd.sys.WaitReaped(context.Background(), id)
+	if w.record(call, rmInput{op: "reaped", val: held.val, loc: scLocIndex(held.loc)}, err) != resOK {
+		w.rd.fail("worker %d: wait reaped %d: %v", w.id, id, err)
+	}
+}
+
+// scEvent is a consumer event the worker completes; a failed one reports
+// an error when done (a stream's failure), and must be reaped all the same.
+type scEvent interface {
+	cuda.Event
+	complete()
+}
+
+type scManualEvent struct{ *system.ManualEvent }
+
+func (e scManualEvent) complete() { e.Complete() }
+
+type scFailedEvent struct{ *stGate }
+
+func (e scFailedEvent) complete()  { e.open() }
+func (e scFailedEvent) Err() error { return errors.New("syscheck: the consumer stream failed") }
+
+func newSCEvent(failed bool) scEvent {
+	if failed {
+		return scFailedEvent{newStGate()}
+	}
+	return scManualEvent{system.NewManualEvent()}
 }
 
 func (w *scWorker) hold(v *scValue) {

@@ -334,7 +334,7 @@ func (r *scRound) checkHeld(s system.Snapshot, before, after map[int]scEndpoint)
 		for _, m := range v.Materializations {
 			if m.Location == e.loc {
 				found = true
-				if m.State == system.Entering || m.UseCount+m.HoldCount < n {
+				if m.State == system.Entering || m.UseCount+m.HoldCount+m.PendingEventCount < n {
 					return fmt.Errorf("v%d: %s at %s is held by %d protections, snapshot has %+v", s.StateVersion, e.val, e.loc, n, m)
 				}
 			}
