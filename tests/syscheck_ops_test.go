@@ -463,8 +463,13 @@ func (w *scWorker) admit(v *scValue) {
 			held = append(held, scHeld{val: x.Handle, loc: x.Location})
 		}
 	}
+	// The admission commits its steps one at a time (docs/semantics.md,
+	// "Scopes": reclaim, reserve, enter step by step, then the leases):
+	// each is a call of its own on its value, within the admission's.
 	for val, eff := range effects {
-		w.rd.hist.add(w.id, call, rmInput{op: "admit", val: val, effects: eff}, resOK, false)
+		for _, e := range eff {
+			w.rd.hist.add(w.id, call, rmInput{op: "admit", val: val, effects: []rmEffect{e}}, resOK, false)
+		}
 	}
 	if err != nil {
 		return
@@ -494,7 +499,9 @@ func (w *scWorker) exit(x scHeldScope) {
 		return
 	}
 	for val, eff := range effects {
-		w.rd.hist.add(w.id, call, rmInput{op: "exit", val: val, effects: eff}, resOK, false)
+		for _, e := range eff {
+			w.rd.hist.add(w.id, call, rmInput{op: "exit", val: val, effects: []rmEffect{e}}, resOK, false)
+		}
 	}
 }
 
