@@ -150,7 +150,9 @@ func (w *scWorker) step() {
 	switch {
 	case n < 3:
 		kinds := []cuda.FaultKind{cuda.FaultAlloc, cuda.FaultCopy, cuda.FaultReconstruct}
-		testsys.Faults(sys).Arm(kinds[w.r.IntN(len(kinds))], w.loc())
+		k := kinds[w.r.IntN(len(kinds))]
+		testsys.Faults(sys).Arm(k, w.loc())
+		w.rd.count("arm "+k.String(), nil)
 	case n < 9:
 		w.register()
 	case n < 20:
@@ -413,6 +415,7 @@ func (w *scWorker) reserve() {
 	err := sys.Reserve(ctx, w.loc(), name, int64(256*(1+w.r.IntN(16))))
 	cancel()
 	w.calls++
+	w.rd.count("reserve", err)
 	switch scClassify(err) {
 	case resOK:
 		w.resv[name] = true
@@ -439,8 +442,13 @@ func (w *scWorker) admit(v *scValue) {
 		req.Reservations = []system.ReservationSpec{{Name: req.Name + "-r", Location: "cuda:1", Bytes: 1024}}
 	}
 	call := w.rd.hist.now()
-	sc, _, err := w.rd.sys.Admit(w.ctxSafe(), req)
+	limit := 0 // the default
+	if w.r.IntN(5) == 0 {
+		limit = 1 + w.r.IntN(3) // a SearchLimitError now and then
+	}
+	sc, _, err := w.rd.sys.AdmitWithLimit(w.ctxSafe(), req, limit)
 	w.calls++
+	w.rd.count("admit", err)
 	var report system.Report
 	var pee *system.PlanExecutionError
 	switch {

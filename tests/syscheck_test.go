@@ -63,9 +63,24 @@ type scRound struct {
 	cache    *scCache
 	staging  *scStaging
 	failures chan string
+	mu       sync.Mutex
+	counts   map[string]int // outcomes of calls outside the models
 	snaps    atomic.Int64
 	inFlight atomic.Int64
 	heldSeen atomic.Int64
+}
+
+func (r *scRound) count(what string, err error) {
+	k := what + "=ok"
+	if err != nil {
+		k = what + "=" + errorType(err)
+		if errorType(err) == "" {
+			k = what + "=" + scClassify(err)
+		}
+	}
+	r.mu.Lock()
+	r.counts[k]++
+	r.mu.Unlock()
 }
 
 func (r *scRound) fail(format string, args ...any) {
@@ -177,7 +192,7 @@ func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
 	t.Logf("syscheck: round seed %d (replay: RESIDENCY_SYSCHECK_SEED=%d)", seed, seed)
 	ctx := context.Background()
 	r := &scRound{t: t, seed: seed, hist: newHistory(), chist: newHistory(), cancels: make(chan context.CancelFunc, 64),
-		failures: make(chan string, 64), prot: scProtections{held: map[int]scEndpoint{}}}
+		failures: make(chan string, 64), counts: map[string]int{}, prot: scProtections{held: map[int]scEndpoint{}}}
 	r.capacity = map[string]int64{"cuda:0": scBudgets["cuda:0"] + scStagingDeviceBytes}
 	for l, b := range scBudgets {
 		if l != "cuda:0" {
@@ -249,6 +264,7 @@ func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
 		seed, workers, f.calls, ran.Round(time.Millisecond), float64(f.calls)/ran.Seconds(), f.snaps, f.inFlight, r.backend.allocs.Load(), f.ops, f.cops, f.checkTime.Round(time.Millisecond))
 	t.Logf("syscheck: round %d: value calls by result: %s", seed, formatCounts(r.hist.results()))
 	t.Logf("syscheck: round %d: cache calls by result: %s", seed, formatCounts(r.chist.results()))
+	t.Logf("syscheck: round %d: other calls by result: %s", seed, formatCounts(r.counts))
 	return f
 }
 
