@@ -92,15 +92,18 @@ type scWorker struct {
 func (w *scWorker) loc() string { return scLocs[w.r.IntN(len(scLocs))] }
 
 // ctxAny is a context that may end before the call, during it by a short
-// deadline, or during it by a cancel from another goroutine, or never.
+// deadline, right after its request was sent, or by a cancel from another
+// goroutine, or never.
 func (w *scWorker) ctxAny() (context.Context, context.CancelFunc) {
 	switch n := w.r.IntN(100); {
 	case n < 45:
 		return context.Background(), func() {}
 	case n < 60:
 		return cancelDoneCtx, func() {}
-	case n < 80:
+	case n < 75:
 		return context.WithTimeout(context.Background(), time.Duration(1+w.r.IntN(2000))*time.Microsecond)
+	case n < 85:
+		return newEndsAfterSend(), func() {} // live when sent, done while it waits
 	default:
 		ctx, cancel := context.WithCancel(context.Background())
 		select {
