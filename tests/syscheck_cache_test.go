@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // scCacheVal is a loaded value; its id tells loads apart.
@@ -34,7 +35,7 @@ func (v *scCacheVal) Close() error {
 
 type scCache struct {
 	rd      *scRound
-	c       *system.Cache
+	c       *cache.Cache
 	ids     atomic.Int64
 	made    atomic.Int64 // values the loaders returned
 	closes  atomic.Int64
@@ -43,12 +44,12 @@ type scCache struct {
 }
 
 type scCacheHeld struct {
-	l   *system.CacheLease[*scCacheVal]
+	l   *cache.Lease[*scCacheVal]
 	key string
 }
 
 func newSCCache(t *testing.T, r *scRound) *scCache {
-	c, err := r.sys.NewCache(context.Background(), system.CacheOptions{Location: "cuda:1", Name: "sc", MaxEntries: 6})
+	c, err := cache.New(context.Background(), r.sys, cache.Options{Location: "cuda:1", Name: "sc", MaxEntries: 6})
 	require.NoError(t, err)
 	return &scCache{rd: r, c: c}
 }
@@ -98,16 +99,16 @@ func (c *scCache) load(w *scWorker) {
 		return v, resident, nil
 	}
 	ctx, cancel := w.ctxAny()
-	var opts []system.LoadOption
+	var opts []cache.LoadOption
 	if w.r.IntN(5) == 0 {
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), time.Duration(1+w.r.IntN(5))*time.Millisecond)
-		opts = append(opts, system.WaitForRoom())
+		opts = append(opts, cache.Wait(system.WaitForRoom()))
 		c.waiting.Add(1)
 	}
 	defer cancel()
 	call := c.rd.chist.now()
-	l, err := system.Load(ctx, c.c, key, peak, nil, loader, opts...)
+	l, err := cache.Load(ctx, c.c, key, peak, nil, loader, opts...)
 	w.calls++
 	c.loads.Add(1)
 	out := cmOutput{res: scClassify(err)}
