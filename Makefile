@@ -92,14 +92,15 @@ fuzz:
 # pairs; each reads RESIDENCY_SOAK, a Go duration). A checker with
 # subtests runs each subtest for SOAKTIME. Output goes to SOAK_DIR, one log
 # per checker; the target fails if any checker failed.
-SOAKTIME     ?= 30m
+SOAKTIME     ?= 60m
 SOAK_TIMEOUT ?= 3h
 SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
 	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
 	system/replay:TestNamesChecker \
-	system:TestWaitingAdmissionChecker
+	system:TestWaitingAdmissionChecker \
+	tests:TestSyscheck
 
 soak:
 	@mkdir -p $(SOAK_DIR); pids=""; \
