@@ -73,6 +73,20 @@ func (v *value) mat(loc int) *mat {
 	return nil
 }
 
+// keptCount counts the materializations that keep v's data whatever
+// happens next: resident ones, and the source of a move in flight (the
+// move leaves either its destination, or, failed, its source resident
+// again). Evicting one of them is losing data only when it is the last.
+func (v *value) keptCount() int {
+	n := 0
+	for _, m := range v.mats {
+		if m.state == Resident || m.state == Leaving {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *value) residentCount() int {
 	n := 0
 	for _, m := range v.mats {

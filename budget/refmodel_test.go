@@ -577,13 +577,13 @@ func (m *refModel) evict(v *refValue, loc string) string {
 	if m.readers(v.id, loc) > 0 {
 		return refUnavailable(v.name, loc, UnavailableInFlight)
 	}
-	resident := 0
+	kept := 0 // resident copies and move sources: each keeps the data
 	for _, s := range v.state {
-		if s == Resident {
-			resident++
+		if s == Resident || s == Leaving {
+			kept++
 		}
 	}
-	if v.source == "" && resident == 1 {
+	if v.source == "" && kept == 1 {
 		return refPlan()
 	}
 	delete(v.state, loc)

@@ -44,7 +44,7 @@ func (l *Ledger) checkEvict(v *value, loc int) (*mat, error) {
 	if m.busy() {
 		return nil, &UnavailableError{Handle: v.name, Location: l.locs[loc].name, Detail: "materialization is the source of a copy in flight", Reason: UnavailableInFlight}
 	}
-	if !v.hasSource && v.residentCount() == 1 {
+	if !v.hasSource && v.keptCount() == 1 {
 		return nil, planf("evicting %q at %s would lose its data: it is the last materialization and the value has no source (use discard)", v.name, l.locs[loc].name)
 	}
 	return m, nil

@@ -385,3 +385,34 @@ func TestRule_UnknownHandleIsInvalidInput(t *testing.T) {
 		}
 	}
 }
+
+// The source of a move in flight keeps the data (the move leaves its
+// destination or, failed, its source): evicting a value's other copy
+// meanwhile is not losing its last copy. Found by tests/TestSyscheck.
+func TestRule_EvictWhileTheOtherCopyIsAMoveSource(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("move fails=%v", fail), func(t *testing.T) {
+			c := std(t)
+			w := c.reg("w", 10, Replicable, "pageable-host") // no source
+			c.placed(w, "cuda:0")
+			a, err := c.Move(w, "pageable-host", "cuda:1")
+			c.must(err)
+			eq(t, "during", c.mats("w"), []string{"pageable-host:leaving:0/0/0", "cuda:0:resident:0/0/0", "cuda:1:entering:0/0/0"})
+			_, err = c.Evict(w, "cuda:0")
+			c.must(err)
+			if fail {
+				c.must(c.Fail(a.ID, errors.New("copy failed")))
+				eq(t, "after", c.mats("w"), []string{"pageable-host:resident:0/0/0"})
+				// Now it is the last copy.
+				err := c.refused("evict the last copy", func() error { _, err := c.Evict(w, "pageable-host"); return err })
+				var pe *PlanError
+				if !errors.As(err, &pe) {
+					t.Fatalf("want *PlanError, got %v", err)
+				}
+				return
+			}
+			c.must2(c.Complete(a.ID))
+			eq(t, "after", c.mats("w"), []string{"cuda:1:resident:0/0/0"})
+		})
+	}
+}

@@ -227,15 +227,10 @@ func rmStep(s rmState, in rmInput, res string) []rmState {
 			case resInUse:
 				return s.pres[in.loc] && s.prot[in.loc] > 0
 			case resPlan:
-				// Finding (reported, not fixed): docs/semantics.md says
-				// "The last materialization of a value without a source →
-				// *PlanError", but the ledger counts only Resident copies
-				// (budget/removal.go, checkEvict: residentCount() == 1), so
-				// while the value's other copy is the source of a move in
-				// flight (Leaving) evicting its one Resident copy is refused
-				// although no data would be lost. The model accepts that
-				// conservative refusal for any sourceless value.
-				return s.pres[in.loc] && s.prot[in.loc] == 0 && !s.src
+				// The last copy of a value without a source. The source of
+				// a move in flight counts as a copy (it was refused before
+				// that was fixed: budget TestRule_EvictWhileTheOtherCopyIsAMoveSource).
+				return s.pres[in.loc] && s.prot[in.loc] == 0 && !s.src && s.count() == 1
 			}
 			return res == resInFlight || res == resRefused
 		}
