@@ -96,6 +96,7 @@ type Cache struct {
 	byCharge map[string]*cacheEntry
 	out      []chargeOp
 	sendMu   sync.Mutex
+	dropHook func() // tests only (export_test.go): runs as a drop starts
 }
 
 // cacheEntry is one key's value and charge.

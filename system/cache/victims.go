@@ -111,6 +111,11 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		return
 	}
 	c.mu.Lock()
+	if h := c.dropHook; h != nil {
+		c.mu.Unlock()
+		h() // tests only: something happens between the decision and the drop
+		c.mu.Lock()
+	}
 	e := c.byCharge[charge]
 	switch {
 	case e == nil:
@@ -127,7 +132,7 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		// as nothing holds it.
 		c.mu.Unlock()
 		if e.refs.Load() != 0 {
-			settle(&system.CacheBusyError{Key: e.key, Location: c.loc})
+			c.refuse(e, settle)
 			return
 		}
 		<-e.released
@@ -137,7 +142,7 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
 			e.offered = false // the runtime no longer offers it
 			c.mu.Unlock()
-			settle(&system.CacheBusyError{Key: e.key, Location: c.loc})
+			c.refuse(e, settle)
 			return
 		}
 		e.retiring.Store(true)
@@ -149,6 +154,14 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 	e.closeBox()
 	settle(nil)
 	e.gone()
+}
+
+// refuse refuses the drop of e, busy since its offer. Its waiting
+// caller decides again on its next turn: the refusal wakes the queue
+// (other victims may do), and e is offered again once it is idle.
+func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
+	settle(&system.CacheBusyError{Key: e.key, Location: c.loc})
+	c.rt.RoomMade()
 }
 
 // admitCharge asks the controller for bytes at the cache's location as
