@@ -321,9 +321,10 @@ func roomWaitable(err error) bool {
 	var qf *budget.QueueFullError
 	var cb *budget.ChargeBusyError
 	switch {
-	case errors.As(err, &cb):
+	case errors.As(err, &cb), errors.As(err, &xe) && xe.FailedAction != nil && xe.FailedAction.Charge != "":
 		// An owner refused to drop an idle entry that became busy since
-		// its offer (the run failed, nothing admitted): decide again.
+		// its offer, or the entry left its cache by another way before
+		// its step (the run failed, nothing admitted): decide again.
 		return true
 	case err == nil, errors.As(err, &xe), errors.As(err, &qf), errors.Is(err, ErrClosed):
 		return false

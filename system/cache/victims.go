@@ -168,19 +168,24 @@ func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
 // the cache's charge name: the plan may evict unprotected values and
 // offered charges (this cache's and others'), in one order. A refusal
 // that room could lift is a *system.CacheBusyError once no idle entry of
-// the cache is left to offer; a drop refused because its entry became
-// busy decides again. c may be nil (a memory budget whose cache is gone).
+// the cache is left to offer; a run that met a concurrent change while a
+// drop was pending decides again. c may be nil (a memory budget whose
+// cache is gone).
 func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, key, name string, bytes int64) error {
 	req := budget.Request{Name: name, Reservations: []budget.ReservationSpec{{Name: name, Location: loc, Bytes: bytes, Owner: owner}}}
-	for refused := 0; ; {
+	for raced := 0; ; {
 		_, err := rt.Admit(ctx, req)
 		var pe *budget.PlanError
-		var busy *budget.ChargeBusyError
+		var xe *budget.PlanExecutionError
 		switch {
 		case err == nil:
 			return nil
-		case errors.As(err, &busy) && busy.Refused && refused < maxRefusals:
-			refused++ // an entry became busy after its offer: decide again
+		case errors.As(err, &xe) && raced < maxRaces:
+			// The run met a change made while one of its drops was
+			// pending (an entry became busy, or left its cache another
+			// way; the room was taken by another charge): nothing of the
+			// request is admitted; decide again.
+			raced++
 			continue
 		case errors.As(err, &pe) || errors.Is(err, system.ErrBusy):
 			if c.offerIdle() {
@@ -192,9 +197,9 @@ func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, k
 	}
 }
 
-// maxRefusals bounds the decisions again after owners refused their
-// drops (each refusal withdraws one offer, so this is rarely reached).
-const maxRefusals = 16
+// maxRaces bounds the decisions again after runs that met concurrent
+// changes (each is another caller's progress, so this is rarely reached).
+const maxRaces = 16
 
 // busyRefusal is a *system.CacheBusyError with the location's figures
 // now, or a *system.BudgetError for bytes above the whole budget.
