@@ -468,34 +468,37 @@ func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped boo
 
 // controllerRoom is what a request for need bytes that asks the
 // runtime's controller (a load's peak, a memory budget reservation)
-// expects: the decision is whole, so it fits if evicting every evictable
-// entry with a charge of its own (budgeted entries have none, and are
-// never offered) would make room, and otherwise nothing is evicted. Which
-// entries go is the controller's choice (one order with values, by
-// priority and recency): settle, called after the request, takes the
-// entries whose value was closed out of the model and checks that they
-// were evictable and freed enough.
+// expects: it fits if evicting every evictable entry with a charge of its
+// own (budgeted entries have none, and are never offered) would make
+// room. Which entries go is the controller's choice (one order with
+// values, by priority and recency): settle, called after the request,
+// takes the entries whose value was closed out of the model and checks
+// that they were evictable and, when the request fits, freed enough. A
+// request that does not fit evicts nothing, except when an entry offered
+// while idle became busy without a release (its predicate): the plan's
+// drops before its refusal stay done.
 func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
-	noop := func() {}
 	short := m.total() + need - ckBudget
 	if short <= 0 {
-		return true, noop
+		return true, func() {}
 	}
 	if m.closed {
-		return false, noop
+		return false, func() {}
 	}
 	var avail int64
 	offered := map[*ckValue]bool{}
+	stale := false
 	for _, v := range m.order {
-		if v.bytes > 0 && evictable(v) {
+		switch {
+		case v.bytes > 0 && evictable(v):
 			avail += v.bytes
 			offered[v] = true
+		case v.bytes > 0 && v.holders.Load() == 0:
+			stale = true // idle but its predicate says busy: maybe still offered
 		}
 	}
-	if avail < short {
-		return false, noop
-	}
-	return true, func() {
+	fits = avail >= short
+	return fits, func() {
 		var kept []*ckValue
 		var freed int64
 		for _, v := range m.order {
@@ -511,8 +514,11 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 			m.gone(v)
 		}
 		m.order = kept
-		if freed < short {
+		switch {
+		case fits && freed < short:
 			m.fail("the controller freed %d bytes, %d were short", freed, short)
+		case !fits && freed > 0 && !stale:
+			m.fail("a request that does not fit evicted %d bytes", freed)
 		}
 	}
 }

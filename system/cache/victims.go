@@ -191,7 +191,12 @@ func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, k
 			if c.offerIdle() {
 				continue
 			}
-			return busyRefusal(ctx, rt, loc, owner, key, bytes)
+			again, err := busyRefusal(ctx, rt, loc, owner, key, bytes)
+			if again && raced < maxRaces {
+				raced++ // room was made since the decision: decide again
+				continue
+			}
+			return err
 		}
 		return err
 	}
@@ -202,15 +207,18 @@ func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, k
 const maxRaces = 16
 
 // busyRefusal is a *system.CacheBusyError with the location's figures
-// now, or a *system.BudgetError for bytes above the whole budget.
-func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string, bytes int64) error {
+// now, or a *system.BudgetError for bytes above the whole budget; again
+// when the figures now leave room for bytes (room was made since the
+// decision: decide again rather than refuse with figures that fit).
+func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string, bytes int64) (again bool, err error) {
 	ch, err := rt.Charges(ctx, loc, owner)
 	if err != nil {
-		return err
+		return false, err
 	}
 	be := &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
 	if ch.HasBudget && bytes > ch.BudgetBytes {
-		return be
+		return false, be
 	}
-	return &system.CacheBusyError{Key: key, Location: loc, Refusal: be}
+	again = !ch.HasBudget || ch.UsedBytes+ch.ReservedBytes+bytes <= ch.BudgetBytes
+	return again, &system.CacheBusyError{Key: key, Location: loc, Refusal: be}
 }
