@@ -80,6 +80,7 @@ type Engine struct {
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
 	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
+	owners       chargeOwners   // owners of offered charges (charges.go)
 	watchers     sync.WaitGroup
 	ctx          context.Context
 	cancel       context.CancelFunc

@@ -203,8 +203,12 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 			err = &budget.InvalidInputError{Message: fmt.Sprintf("unknown value name %q", m.Name)}
 		}
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Err: err, Version: s.ledger.Version()})
+	case *messages.ChargeDropped:
+		s.chargeDropped(m)
 	case messages.CacheRequest:
-		s.cacheRequest(m)
+		if !s.chargeRequest(m) {
+			s.cacheRequest(m)
+		}
 	case *messages.Shutdown:
 		s.shutting = true
 		s.closing = m.ReplyTo
@@ -589,6 +593,10 @@ func (s *supervisor) advance(rs *runState) {
 		adm := step.Admission
 		if adm.Pending {
 			s.pending[adm.ID] = &pendingOp{kind: pendRun, request: s.handling, run: rs, effect: adm.Effects[0]}
+			if adm.Effects[0].Kind == budget.EffectDropCharge {
+				s.dropCharge(adm.ID, adm.Effects[0])
+				return
+			}
 			if step.Phase == budget.PhaseReclaim {
 				s.dispatchDemotion(adm)
 				return

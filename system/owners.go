@@ -40,7 +40,7 @@ type ownerNames struct {
 // ownerSeam is owners.Runtime on a *System.
 type ownerSeam struct{ s *System }
 
-func (o ownerSeam) Register(owner string) bool {
+func (o ownerSeam) Register(owner string, co owners.ChargeOwner) bool {
 	n := &o.s.owners
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -51,7 +51,56 @@ func (o ownerSeam) Register(owner string) bool {
 		n.names = map[string]struct{}{}
 	}
 	n.names[owner] = struct{}{}
+	if co != nil {
+		o.s.eng.RegisterChargeOwner(owner, co)
+	}
 	return true
+}
+
+func (o ownerSeam) Offer(owner, name string, freq int64) {
+	o.post(&messages.CacheOffer{Name: name, Owner: owner, Freq: freq})
+}
+
+func (o ownerSeam) Withdraw(owner, name string) {
+	o.post(&messages.CacheWithdraw{Name: name, Owner: owner})
+}
+
+// post sends msg without a reply, unless the runtime refuses calls now
+// (Close waits for a caller between its check and its send, as for a
+// call).
+func (o ownerSeam) post(msg any) {
+	s := o.s
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	if s.refusal(context.Background()) != nil {
+		return
+	}
+	s.root.Send(s.sup, msg)
+}
+
+// Admit decides and runs req in one message (as System.Admit, without a
+// scope: its reservations are owned). A success that comes after ctx
+// ended releases them.
+func (o ownerSeam) Admit(ctx context.Context, req budget.Request) (budget.Decision, error) {
+	s := o.s
+	r, err := s.call(ctx, func(p *actor.PID) any {
+		return &messages.Admit{Request: req, ReplyTo: p}
+	}, func(m any) {
+		if r, ok := m.(*messages.RunReply); ok && r.Err == nil {
+			for _, rs := range req.Reservations {
+				s.root.Send(s.sup, &messages.CacheUnreserve{Name: rs.Name, Owner: rs.Owner})
+			}
+		}
+	})
+	if err != nil {
+		return budget.Decision{}, err
+	}
+	rep := r.(*messages.RunReply)
+	var d budget.Decision
+	if rep.Decision != nil {
+		d = *rep.Decision
+	}
+	return d, rep.Err
 }
 
 func (o ownerSeam) Seq() uint64 { return o.s.owners.seq.Add(1) }

@@ -311,14 +311,21 @@ func (r *waitRoom) close() {
 
 // roomWaitable says whether a refusal may turn into an admission once room
 // is made: the controller found no plan, a budget was short, or something
-// was in use or in flight. Anything else (invalid input, an unknown
+// was in use or in flight, or a cache refused to drop an entry that
+// became busy since its offer. Anything else (invalid input, an unknown
 // location, a failed entry, the search limit, a closed runtime) is final.
 func roomWaitable(err error) bool {
 	var pe *PlanError
 	var be *BudgetError
 	var xe *PlanExecutionError
 	var qf *budget.QueueFullError
+	var cb *budget.ChargeBusyError
 	switch {
+	case errors.As(err, &cb), errors.As(err, &xe) && xe.FailedAction != nil && xe.FailedAction.Charge != "":
+		// An owner refused to drop an idle entry that became busy since
+		// its offer, or the entry left its cache by another way before
+		// its step (the run failed, nothing admitted): decide again.
+		return true
 	case err == nil, errors.As(err, &xe), errors.As(err, &qf), errors.Is(err, ErrClosed):
 		return false
 	case errors.As(err, &pe), errors.As(err, &be), errors.Is(err, ErrBusy):

@@ -147,8 +147,9 @@ func recv(t *testing.T, ch <-chan admitted) admitted {
 // ---- wakes -----------------------------------------------------------------
 
 // Each kind of release wakes a waiting Admit (exit, unreserve, lease
-// release, unhold, discard) or a waiting cache load (evict, cache lease
-// release), and nothing else does: before the release the waiter is
+// release, unhold, discard) or a waiting cache load (cache lease
+// release; an unprotected value no longer blocks a cache load, which
+// evicts it itself: package system/cache tests that), and nothing else does: before the release the waiter is
 // still queued after every signal has been handled.
 func TestWaitingAdmitWakesOnEveryKindOfRelease(t *testing.T) {
 	ctx := context.Background()
@@ -183,10 +184,6 @@ func TestWaitingAdmitWakesOnEveryKindOfRelease(t *testing.T) {
 			h, err := s.Register(ctx, Value{Name: "last-copy", Bytes: 100, Mode: Exclusive, At: gpu})
 			require.NoError(t, err)
 			return func() { require.NoError(t, s.Discard(ctx, h)) }
-		}},
-		{name: "evict", cache: true, fill: func(t *testing.T, s *System, c TestCache) func() {
-			h := replicaOnGPU(t, s)
-			return func() { require.NoError(t, s.Evict(ctx, h, gpu)) }
 		}},
 		{name: "cache lease release", cache: true, fill: func(t *testing.T, s *System, c TestCache) func() {
 			release, err := c.Load(ctx, "held", 100)

@@ -436,7 +436,8 @@ func (m *modelChecker) gone(v *ckValue) {
 	}
 }
 
-// makeRoom evicts least recently used idle entries until need bytes fit.
+// makeRoom evicts least recently used idle entries until need bytes fit
+// (a resize and the entry cap: the cache's own choice).
 // stop is asked after each eviction (a resize whose reservation went with
 // its owner). It reports whether they fit, and the eviction that stopped.
 func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped bool) {
@@ -463,6 +464,63 @@ func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped boo
 		}
 	}
 	return true, false
+}
+
+// controllerRoom is what a request for need bytes that asks the
+// runtime's controller (a load's peak, a memory budget reservation)
+// expects: it fits if evicting every evictable entry with a charge of its
+// own (budgeted entries have none, and are never offered) would make
+// room. Which entries go is the controller's choice (one order with
+// values, by priority and recency): settle, called after the request,
+// takes the entries whose value was closed out of the model and checks
+// that they were evictable and, when the request fits, freed enough. A
+// request that does not fit evicts nothing, except when an entry offered
+// while idle became busy without a release (its predicate): the plan's
+// drops before its refusal stay done.
+func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
+	short := m.total() + need - ckBudget
+	if short <= 0 {
+		return true, func() {}
+	}
+	if m.closed {
+		return false, func() {}
+	}
+	var avail int64
+	offered := map[*ckValue]bool{}
+	stale := false
+	for _, v := range m.order {
+		switch {
+		case v.bytes > 0 && evictable(v):
+			avail += v.bytes
+			offered[v] = true
+		case v.bytes > 0 && v.holders.Load() == 0:
+			stale = true // idle but its predicate says busy: maybe still offered
+		}
+	}
+	fits = avail >= short
+	return fits, func() {
+		var kept []*ckValue
+		var freed int64
+		for _, v := range m.order {
+			if v.closed.Load() == 0 {
+				kept = append(kept, v)
+				continue
+			}
+			if !offered[v] {
+				m.fail("the controller evicted %v, which was not evictable", v)
+			}
+			freed += v.bytes
+			m.evictions++
+			m.gone(v)
+		}
+		m.order = kept
+		switch {
+		case fits && freed < short:
+			m.fail("the controller freed %d bytes, %d were short", freed, short)
+		case !fits && freed > 0 && !stale:
+			m.fail("a request that does not fit evicted %d bytes", freed)
+		}
+	}
 }
 
 // want compares a call's outcome class with the model's.
@@ -648,8 +706,9 @@ func (m *modelChecker) load() {
 		}
 		m.hold(l, keep)
 	default:
-		fits, _ := m.makeRoom(peak, nil)
+		fits, settle := m.controllerRoom(peak)
 		l, err := cache.Load(m.ctx, m.c, key, peak, ckIdle, loader)
+		settle()
 		if !fits {
 			m.wantBusy(err, key, peak)
 			if ran {
@@ -747,8 +806,9 @@ func (m *modelChecker) loadBudgeted() {
 		}
 		m.hold(l, keep)
 	default:
-		fits, _ := m.makeRoom(n, nil)
+		fits, settle := m.controllerRoom(n)
 		l, err := cache.LoadBudgeted(m.ctx, m.c, key, ckIdle, loader)
+		settle()
 		switch {
 		case !fits:
 			if m.want("load", err) && !errors.Is(err, system.ErrBusy) {
@@ -949,10 +1009,12 @@ func (m *modelChecker) reserve() {
 	}
 	m.op = fmt.Sprintf("reserve %d", n)
 	var fits bool
+	settle := func() {}
 	if n <= ckBudget {
-		fits, _ = m.makeRoom(n, nil)
+		fits, settle = m.controllerRoom(n)
 	}
 	r, err := m.c.Budget().Reserve(m.ctx, n)
+	settle()
 	switch {
 	case n > ckBudget:
 		m.want("budget", err)

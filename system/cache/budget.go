@@ -53,8 +53,9 @@ func (b *MemoryBudget) Cache() *Cache {
 func (b *MemoryBudget) Location() string { return b.loc }
 
 // Reserve reserves bytes (≥ 0) before the caller allocates them. When the
-// budget is short it evicts idle entries of the cache, least recently used
-// first, one at a time (waiting for each one's release), never a
+// budget is short it asks the runtime's controller for room, as a load
+// does: the plan may evict idle entries (of this cache and others) and
+// unprotected values at the location, in one order, never a
 // reservation. A zero-byte reservation is allowed and charges nothing (it
 // is not recorded in the ledger). Release the reservation when the memory
 // is freed — including every alias and queued use of it.
@@ -62,7 +63,7 @@ func (b *MemoryBudget) Location() string { return b.loc }
 // Errors: bytes < 0 ([*system.InvalidInputError]); more than the whole budget
 // ([*system.BudgetError]); short with nothing idle to evict ([*system.CacheBusyError],
 // errors.Is [system.ErrBusy]); [system.ErrClosed]; ctx.Err() (nothing reserved).
-// Versions: 1 (0 for zero bytes), plus 1 per eviction.
+// Versions: 1 (0 for zero bytes), plus those of the plan's evictions.
 func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReservation, error) {
 	if bytes < 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("memory budget: bytes must be ≥ 0, got %d", bytes)}
@@ -75,8 +76,7 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 		return r, nil
 	}
 	name := fmt.Sprintf("%s/budget#%d", b.owner, b.seq.Add(1))
-	err := b.admit(ctx, bytes, func(ctx context.Context) error { return b.rt.Reserve(ctx, b.loc, b.owner, name, bytes) })
-	if err != nil {
+	if err := admitCharge(ctx, b.Cache(), b.rt, b.loc, b.owner, "", name, bytes); err != nil {
 		return nil, err
 	}
 	r.name, r.bytes = name, bytes

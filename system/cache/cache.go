@@ -89,6 +89,14 @@ type Cache struct {
 	detachedLive atomic.Int64
 
 	ka cacheKeep // keep-alive, its clock and timer, the entry cap (cache_keepalive.go)
+
+	// Offered charges (victims.go). byCharge: ready entries with a charge
+	// of their own, by charge, until their release ends (c.mu). out:
+	// offers and withdrawals to send (c.mu), sent in order under sendMu.
+	byCharge map[string]*cacheEntry
+	out      []chargeOp
+	sendMu   sync.Mutex
+	dropHook func() // tests only (export_test.go): runs as a drop starts
 }
 
 // cacheEntry is one key's value and charge.
@@ -107,6 +115,10 @@ type cacheEntry struct {
 	detached atomic.Bool  // drained by Close: the last reference retires it
 	retiring atomic.Bool  // its release has started (once)
 	released chan struct{}
+
+	// Guarded by Cache.mu.
+	uses    int64 // leases taken: the freq of its offers
+	offered bool  // its charge is offered (an offer sent, not withdrawn)
 }
 
 // cacheFlight is one load in flight, shared by every caller of its key.
@@ -148,6 +160,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
 		reserving: map[string]chan struct{}{},
+		byCharge:  map[string]*cacheEntry{},
 		closeTurn: make(chan struct{}, 1),
 	}
 	// The location is checked before the name is taken: a cache refused
@@ -156,7 +169,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	if err != nil {
 		return nil, err
 	}
-	if c.owner, err = claimOwner(rt, opts.Name); err != nil {
+	if c.owner, err = claimOwner(rt, opts.Name, dropper{weak.Make(c)}); err != nil {
 		return nil, err
 	}
 	c.budget = &MemoryBudget{rt: rt, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
@@ -171,15 +184,15 @@ func ownerName(name string) string { return budget.CacheOwnerPrefix + strconv.Qu
 
 // claimOwner claims the owner name of a cache named name in its runtime;
 // an empty name gets the first free "cache#N".
-func claimOwner(rt owners.Runtime, name string) (string, error) {
+func claimOwner(rt owners.Runtime, name string, d dropper) (string, error) {
 	if name != "" {
-		if !rt.Register(ownerName(name)) {
+		if !rt.Register(ownerName(name), d) {
 			return "", &budget.InvalidInputError{Message: fmt.Sprintf("cache name %q is taken: another cache of this runtime has it (names stay taken after Close)", name)}
 		}
 		return ownerName(name), nil
 	}
 	for {
-		if o := ownerName(fmt.Sprintf("cache#%d", rt.Seq())); rt.Register(o) {
+		if o := ownerName(fmt.Sprintf("cache#%d", rt.Seq())); rt.Register(o, d) {
 			return o, nil
 		}
 	}
@@ -385,8 +398,13 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				return nil, typeError[T](key, e.box)
 			}
 			e.refs.Add(1)
+			e.uses++
+			withdraw := c.withdrawLocked(e)
 			c.usedLocked(e, o) // keep-alive hook
 			c.mu.Unlock()
+			if withdraw {
+				c.flushOffers() // one message, no answer awaited
+			}
 			return &Lease[T]{e: e, p: p}, nil
 		case budget.CacheLoading:
 			c.joinedLocked(key, o) // keep-alive hook
@@ -473,13 +491,16 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 
 // reserveLoad reserves a load's peak for key while the key is marked as
 // being reserved (c.mu held on entry; on return held if neither again nor
-// err, released otherwise). A refusal evicts an idle entry and waits for
-// its release (again: look again) or returns why nothing could be done.
+// err, released otherwise). The controller makes room as it decides
+// (admitCharge): evicting unprotected values and offered idle entries,
+// this cache's and other caches', in one order. A refusal is a
+// *system.CacheBusyError, or another error; again is false (the
+// evictions, if any, happened within the one request).
 func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
-	err = c.reserve(ctx, charge, peak)
+	err = admitCharge(ctx, c, c.rt, c.loc, c.owner, key, charge, peak)
 	c.mu.Lock()
 	delete(c.reserving, key)
 	close(w)
@@ -495,34 +516,7 @@ func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64)
 	if closed {
 		return false, c.closedErr()
 	}
-	if err := c.makeRoom(ctx, key, peak, err); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// makeRoom answers a load's refused reservation: it evicts the least
-// recently used idle entry and waits for its release (nil: look again),
-// or returns the refusal (a [*system.CacheBusyError] when nothing is left to
-// evict, system.ErrCacheClosed once the cache closed, ctx.Err()).
-func (c *Cache) makeRoom(ctx context.Context, key string, peak int64, refusal error) error {
-	var be *system.BudgetError
-	if !errors.As(refusal, &be) || peak > be.BudgetBytes {
-		return refusal
-	}
-	v := c.victim()
-	if v == nil {
-		if c.isClosed() {
-			return c.closedErr()
-		}
-		return &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be}
-	}
-	select {
-	case <-v.released:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return false, err
 }
 
 // loading marks a loader's context: the key it loads, and the loads

@@ -29,11 +29,19 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 		close(e.released) // it never was resident: EvictWhenIdle's wait ends
 	} else {
 		e.refs.Add(int64(f.waiters))
+		e.uses += int64(f.waiters)
 		_ = c.book.FinishLoad(e.key, e)
+		if e.charge != "" {
+			c.byCharge[e.charge] = e
+		}
 		c.settledLocked(e)
 	}
+	flush := len(c.out) > 0
 	c.mu.Unlock()
 	close(f.done)
+	if flush {
+		c.flushOffers()
+	}
 }
 
 // ---- eviction and release --------------------------------------------------
@@ -103,14 +111,33 @@ func (c *Cache) victim() *cacheEntry {
 // release closes the value, then releases its charge; released is closed
 // once both are done.
 func (e *cacheEntry) release() {
-	if e.box != nil {
-		closeValue(e.c, e.key, reflect.ValueOf(e.box).Elem().Interface())
-	}
+	e.closeBox()
 	if e.charge != "" {
 		e.c.unreserve(e.charge)
 	}
+	e.gone()
+}
+
+// closeBox closes the entry's value, if it has one.
+func (e *cacheEntry) closeBox() {
+	if e.box != nil {
+		closeValue(e.c, e.key, reflect.ValueOf(e.box).Elem().Interface())
+	}
+}
+
+// gone ends the entry's release once its charge is released (by the
+// cache, or by the runtime when the controller dropped it).
+func (e *cacheEntry) gone() {
+	c := e.c
+	if e.charge != "" {
+		c.mu.Lock()
+		if c.byCharge[e.charge] == e {
+			delete(c.byCharge, e.charge)
+		}
+		c.mu.Unlock()
+	}
 	if e.detached.Load() {
-		e.c.detachedLive.Add(-1)
+		c.detachedLive.Add(-1)
 	}
 	close(e.released)
 }

@@ -137,6 +137,9 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 		_ = c.book.Idle(e.key, now)
 	}
 	c.sweepLocked(now)
+	if e.refs.Load() == 0 {
+		c.offerLocked(e)
+	}
 }
 
 // capRoomLocked makes room under the cache's entry cap for a load of key
@@ -172,16 +175,22 @@ func (c *Cache) capRoomLocked(ctx context.Context, key string) (again bool, err 
 func (e *cacheEntry) idled() {
 	c := e.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed || e.refs.Load() != 0 {
+		c.mu.Unlock()
 		return // taken again meanwhile (a Load holds c.mu to take it)
 	}
 	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
+		c.mu.Unlock()
 		return // evicted meanwhile
 	}
 	now := c.ka.clock.Now()
 	_ = c.book.Idle(e.key, now)
 	c.sweepLocked(now)
+	offered := c.offerLocked(e) // after the sweep: an entry due is leaving
+	c.mu.Unlock()
+	if offered {
+		c.flushOffers()
+	}
 }
 
 // sweepLocked evicts every due entry the book finds evictable at now

@@ -213,6 +213,10 @@ type Eviction struct {
 	Bytes    int64  `json:"bytes"`
 	Reason   string `json:"reason"`
 	To       string `json:"to,omitempty"` // the spill target the victim is demoted to; absent when it is dropped
+	// Owner and Charge name an idle cache entry's charge (kind
+	// idle_cache_entry; Handle is then ""); absent for a value.
+	Owner  string `json:"owner,omitempty"`
+	Charge string `json:"charge,omitempty"`
 }
 
 type Decision struct {
@@ -317,7 +321,7 @@ func (r *Runner) toDecision(d system.Decision) *Decision {
 		Exhaustive:           d.Exhaustive,
 	}
 	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason, To: e.To})
+		out.Evictions = append(out.Evictions, Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason, To: e.To, Owner: e.Owner, Charge: e.Charge})
 	}
 	return out
 }

@@ -17,12 +17,13 @@
 // Package system installs the one implementation at init ([Set]); an
 // owner gets it with [Of] from the *system.System it was given.
 //
-// Planned, not built: the controller (package budget) will be able to
-// pick an owner's idle charge as an eviction victim and the runtime will
-// then call the owner back to evict it (an interface such as
-// EvictCharge(name string) (evicted bool)). [Runtime.Register] is where
-// an owner enters the runtime, so it is where that callback will be
-// handed over; nothing here assumes that only the owner decides.
+// The controller (package budget) may pick an owner's idle charge as an
+// eviction victim, in one order with the values at its location: the
+// owner offers a charge when its entry goes idle ([Runtime.Offer]) and
+// withdraws the offer when a lease is taken ([Runtime.Withdraw]); a plan
+// that evicts it calls the owner back ([ChargeOwner], handed over at
+// [Runtime.Register]). An owner's load that needs room asks the
+// controller too ([Runtime.Admit]).
 package owners
 
 import (
@@ -36,9 +37,23 @@ import (
 // Runtime is what package system offers an owner of charges. All methods
 // are safe for concurrent use.
 type Runtime interface {
-	// Register claims owner, a ledger owner name, for the runtime's life:
+	// Register claims owner, a ledger owner name, for the runtime's life,
+	// with o (nil: none) as the callback that drops its offered charges:
 	// false when another owner of this runtime has it.
-	Register(owner string) bool
+	Register(owner string, o ChargeOwner) bool
+	// Offer offers owner's charge name as an eviction candidate (its entry
+	// is idle) with freq, its use count; Withdraw withdraws the offer (a
+	// lease was taken). Both are sent without waiting for an answer, in
+	// the order of the calls of one goroutine; a charge released meanwhile
+	// is no error. After the runtime closed they do nothing.
+	Offer(owner, name string, freq int64)
+	Withdraw(owner, name string)
+	// Admit asks the controller for room for req (its reservations owned
+	// by an owner) and runs the plan, evicting values and offered charges
+	// as the decision says, in one step of the runtime. It returns the
+	// decision (the evidence) and the run's error. A reply that comes
+	// after ctx ended is handed back (its owned reservations released).
+	Admit(ctx context.Context, req budget.Request) (budget.Decision, error)
 	// Seq returns a number unique in the runtime (1, 2, ...), for the
 	// names of owners the application did not name.
 	Seq() uint64
@@ -75,6 +90,17 @@ type Runtime interface {
 	LoadFailed(owner, loc, key string, peak int64, err error)
 	// Log is the runtime's logger (Options.Logger).
 	Log() *zerolog.Logger
+}
+
+// ChargeOwner drops an owner's offered charges when a plan evicts them.
+type ChargeOwner interface {
+	// DropCharge runs on a goroutine of its own, never the runtime's.
+	// The owner calls settle exactly once: nil once the entry whose
+	// charge is charge has left it (its value closed; the owner does not
+	// release the charge: settling does), or why it refuses (the entry
+	// became busy since its offer). settle returns once the runtime
+	// settled the plan's step.
+	DropCharge(charge string, settle func(refusal error))
 }
 
 // WaitConfig is what a system.WaitOption sets: whether to wait for room,

@@ -1,0 +1,148 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/messages"
+)
+
+// Offered charges: a loader cache's idle entries as victims of the
+// controller (budget/doc_cache.go, "Idle cache entries as victims").
+//
+// The cache offers a charge when its entry goes idle and withdraws the
+// offer when a lease is taken (CacheOffer, CacheWithdraw: fire and
+// forget). A run's reclaim step that evicts an offered charge is pending
+// with one EffectDropCharge: the supervisor hands it to the charge's
+// owner (registered with [Engine.RegisterChargeOwner]) on a goroutine of
+// its own — the owner's work (its idle predicate, the value's Close) is
+// user code and never runs on the supervisor's goroutine — and the owner
+// answers through settle, which sends a ChargeDropped and waits until the
+// supervisor settled the step: confirmed, the run completes the step (the
+// ledger releases the charge) and goes on; refused, the run fails with a
+// *budget.ChargeBusyError.
+
+// ChargeOwner is the owner of charges the controller may evict.
+type ChargeOwner interface {
+	// DropCharge asks the owner to drop the entry whose charge is charge.
+	// It runs on a goroutine of its own. The owner calls settle exactly
+	// once: nil once the entry has left it (its value closed; the owner
+	// must not release the charge itself: settling releases it), or the
+	// reason it refuses (the entry became busy). settle returns once the
+	// supervisor has settled the step. An owner that returns without
+	// settling is taken to refuse.
+	DropCharge(charge string, settle func(refusal error))
+}
+
+// chargeOwners maps owner names to their ChargeOwner.
+type chargeOwners struct {
+	mu sync.Mutex
+	m  map[string]ChargeOwner
+}
+
+// RegisterChargeOwner makes o the owner called back for the offered
+// charges of owner. A later registration of the same name replaces it.
+func (e *Engine) RegisterChargeOwner(owner string, o ChargeOwner) {
+	e.owners.mu.Lock()
+	defer e.owners.mu.Unlock()
+	if e.owners.m == nil {
+		e.owners.m = map[string]ChargeOwner{}
+	}
+	e.owners.m[owner] = o
+}
+
+func (e *Engine) chargeOwner(owner string) ChargeOwner {
+	e.owners.mu.Lock()
+	defer e.owners.mu.Unlock()
+	return e.owners.m[owner]
+}
+
+// NoChargeOwnerError is the refusal of a charge's eviction whose owner
+// registered no callback: nobody can drop its entry.
+type NoChargeOwnerError struct{ Owner string }
+
+func (e *NoChargeOwnerError) Error() string {
+	return fmt.Sprintf("no owner %s is registered to drop its charges", e.Owner)
+}
+
+// errNoAnswer: the owner returned from DropCharge without settling.
+var errNoAnswer = errors.New("the owner returned without dropping the entry")
+
+// chargeRequest handles the cache's offers and withdrawals. A refusal (the
+// charge was released meanwhile, or is being evicted) is answered to a
+// requester that asked, and otherwise dropped: the owner's state settles
+// it.
+func (s *supervisor) chargeRequest(m messages.CacheRequest) bool {
+	var err error
+	switch m := m.(type) {
+	case *messages.CacheOffer:
+		err = s.ledger.OfferCharge(m.Name, m.Owner, m.Freq)
+	case *messages.CacheWithdraw:
+		err = s.ledger.WithdrawCharge(m.Name, m.Owner)
+	default:
+		return false
+	}
+	s.reply(m.Replier(), &messages.Reply{Err: err, Version: s.ledger.Version()})
+	return true
+}
+
+// dropCharge hands the pending step id, the eviction of an offered
+// charge (effect e), to the charge's owner on a goroutine of its own.
+func (s *supervisor) dropCharge(id budget.AdmissionID, e budget.Effect) {
+	eng := s.eng
+	o := eng.chargeOwner(e.Owner)
+	to := eng.Supervisor
+	eng.watchers.Add(1)
+	go func() {
+		defer eng.watchers.Done()
+		var once sync.Once
+		settle := func(refusal error) {
+			once.Do(func() {
+				f := actor.NewFuture(eng.System, eng.allocTimeout+30*time.Second)
+				eng.root.Send(to, &messages.ChargeDropped{Admission: id, Err: refusal, ReplyTo: f.PID()})
+				_, _ = f.Result()
+			})
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				settle(fmt.Errorf("the owner's DropCharge panicked: %v", r))
+			}
+		}()
+		if o == nil {
+			settle(&NoChargeOwnerError{Owner: e.Owner})
+			return
+		}
+		o.DropCharge(e.Charge, settle)
+		settle(errNoAnswer)
+	}()
+}
+
+// chargeDropped settles a pending charge eviction with its owner's
+// answer and acknowledges it.
+func (s *supervisor) chargeDropped(m *messages.ChargeDropped) {
+	op, ok := s.pending[m.Admission]
+	if !ok || op.run == nil {
+		s.send(m.ReplyTo, &messages.Reply{Version: s.ledger.Version()})
+		return
+	}
+	s.handling, s.hooked = op.request, false
+	if m.Err == nil {
+		if _, err := op.run.run.Complete(); err != nil {
+			s.replyRun(op.run, &messages.RunReply{Err: err})
+		} else {
+			s.advance(op.run)
+		}
+	} else {
+		s.eng.log.Debug().Err(m.Err).Str("effect", op.effect.String()).Msg("owner refused to drop its charge")
+		_, err := op.run.run.FailStep(m.Err)
+		s.replyRun(op.run, &messages.RunReply{Err: err})
+	}
+	delete(s.pending, m.Admission)
+	s.send(m.ReplyTo, &messages.Reply{Version: s.ledger.Version()})
+	s.maybeFinishShutdown()
+}

@@ -1,0 +1,10 @@
+package cache
+
+// SetDropHook makes f run as the controller's drop of one of c's entries
+// starts, before the cache looks at the entry: what f does happens
+// between the decision and the drop.
+func SetDropHook(c *Cache, f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropHook = f
+}

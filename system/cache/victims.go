@@ -1,0 +1,224 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"weak"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/internal/owners"
+)
+
+// Idle entries as victims of the controller, in one order with the
+// values at the cache's location (docs/cache.md, "Eviction"): the cache
+// offers an entry's charge when it goes idle and withdraws the offer when
+// a lease is taken; a plan that evicts an offered charge asks the cache
+// to drop it (dropper.DropCharge); a load that needs room asks the
+// controller (admitCharge).
+
+// chargeOp is an offer or a withdrawal waiting to be sent.
+type chargeOp struct {
+	name     string
+	freq     int64
+	withdraw bool
+}
+
+// offerLocked queues the offer of e's charge when e is idle: ready and in
+// the book, no lease, pin or keep-alive, not leaving, not offered yet,
+// and its idle predicate true now (c.mu held). Budgeted entries (no
+// charge of their own) are never offered.
+func (c *Cache) offerLocked(e *cacheEntry) bool {
+	if c.closed || e.charge == "" || e.offered || e.retiring.Load() || e.detached.Load() {
+		return false
+	}
+	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
+		return false
+	}
+	if !e.evictable() {
+		return false
+	}
+	e.offered = true
+	c.out = append(c.out, chargeOp{name: e.charge, freq: e.uses})
+	return true
+}
+
+// withdrawLocked queues the withdrawal of e's offer (a lease was taken);
+// false when e was not offered (nothing to send). c.mu held.
+func (c *Cache) withdrawLocked(e *cacheEntry) bool {
+	if !e.offered {
+		return false
+	}
+	e.offered = false
+	c.out = append(c.out, chargeOp{name: e.charge, withdraw: true})
+	return true
+}
+
+// offerIdle offers every idle entry not offered yet (one whose predicate
+// turned true since it was released): true when it offered any.
+func (c *Cache) offerIdle() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	offered := false
+	for _, e := range c.byCharge {
+		offered = c.offerLocked(e) || offered
+	}
+	c.mu.Unlock()
+	if offered {
+		c.flushOffers()
+	}
+	return offered
+}
+
+// flushOffers sends the queued offers and withdrawals, in the order they
+// were queued (one sender at a time), without waiting for answers.
+func (c *Cache) flushOffers() {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	ops := c.out
+	c.out = nil
+	c.mu.Unlock()
+	for _, op := range ops {
+		if op.withdraw {
+			c.rt.Withdraw(c.owner, op.name)
+		} else {
+			c.rt.Offer(c.owner, op.name, op.freq)
+		}
+	}
+}
+
+// dropper is the cache's callback for the runtime (owners.ChargeOwner).
+// It refers to the cache weakly: the runtime's registry does not keep a
+// cache alive.
+type dropper struct{ c weak.Pointer[Cache] }
+
+var _ owners.ChargeOwner = dropper{}
+
+// DropCharge drops the entry whose charge a plan evicts: an idle entry
+// leaves the book, its value is closed, and settle(nil) lets the runtime
+// release its charge; an entry that became busy (leased, pinned, kept
+// alive, its predicate false) refuses with a *system.CacheBusyError. An
+// entry already leaving by another way (Evict, expiry, the cap, Close)
+// releases its charge itself: the answer waits for that, then confirms
+// (the runtime then has nothing left to release).
+func (d dropper) DropCharge(charge string, settle func(error)) {
+	c := d.c.Value()
+	if c == nil {
+		settle(nil) // the cache is gone: nothing holds the value
+		return
+	}
+	c.mu.Lock()
+	if h := c.dropHook; h != nil {
+		c.mu.Unlock()
+		h() // tests only: something happens between the decision and the drop
+		c.mu.Lock()
+	}
+	e := c.byCharge[charge]
+	switch {
+	case e == nil:
+		c.mu.Unlock()
+		settle(nil) // released already
+		return
+	case e.retiring.Load():
+		c.mu.Unlock()
+		<-e.released
+		settle(nil)
+		return
+	case e.detached.Load():
+		// Drained by Close: the cache releases it (its charge too) as soon
+		// as nothing holds it.
+		c.mu.Unlock()
+		if e.refs.Load() != 0 {
+			c.refuse(e, settle)
+			return
+		}
+		<-e.released
+		settle(nil)
+		return
+	default:
+		if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
+			e.offered = false // the runtime no longer offers it
+			c.mu.Unlock()
+			c.refuse(e, settle)
+			return
+		}
+		e.retiring.Store(true)
+		c.armTimerLocked(c.ka.clock.Now())
+	}
+	c.busy++
+	c.mu.Unlock()
+	defer c.workDone()
+	e.closeBox()
+	settle(nil)
+	e.gone()
+}
+
+// refuse refuses the drop of e, busy since its offer. Its waiting
+// caller decides again on its next turn: the refusal wakes the queue
+// (other victims may do), and e is offered again once it is idle.
+func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
+	settle(&system.CacheBusyError{Key: e.key, Location: c.loc})
+	c.rt.RoomMade()
+}
+
+// admitCharge asks the controller for bytes at the cache's location as
+// the cache's charge name: the plan may evict unprotected values and
+// offered charges (this cache's and others'), in one order. A refusal
+// that room could lift is a *system.CacheBusyError once no idle entry of
+// the cache is left to offer; a run that met a concurrent change while a
+// drop was pending decides again. c may be nil (a memory budget whose
+// cache is gone).
+func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, key, name string, bytes int64) error {
+	req := budget.Request{Name: name, Reservations: []budget.ReservationSpec{{Name: name, Location: loc, Bytes: bytes, Owner: owner}}}
+	for raced := 0; ; {
+		_, err := rt.Admit(ctx, req)
+		var pe *budget.PlanError
+		var xe *budget.PlanExecutionError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &xe) && raced < maxRaces:
+			// The run met a change made while one of its drops was
+			// pending (an entry became busy, or left its cache another
+			// way; the room was taken by another charge): nothing of the
+			// request is admitted; decide again.
+			raced++
+			continue
+		case errors.As(err, &pe) || errors.Is(err, system.ErrBusy):
+			if c.offerIdle() {
+				continue
+			}
+			again, err := busyRefusal(ctx, rt, loc, owner, key, bytes)
+			if again && raced < maxRaces {
+				raced++ // room was made since the decision: decide again
+				continue
+			}
+			return err
+		}
+		return err
+	}
+}
+
+// maxRaces bounds the decisions again after runs that met concurrent
+// changes (each is another caller's progress, so this is rarely reached).
+const maxRaces = 16
+
+// busyRefusal is a *system.CacheBusyError with the location's figures
+// now, or a *system.BudgetError for bytes above the whole budget; again
+// when the figures now leave room for bytes (room was made since the
+// decision: decide again rather than refuse with figures that fit).
+func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string, bytes int64) (again bool, err error) {
+	ch, err := rt.Charges(ctx, loc, owner)
+	if err != nil {
+		return false, err
+	}
+	be := &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+	if ch.HasBudget && bytes > ch.BudgetBytes {
+		return false, be
+	}
+	again = !ch.HasBudget || ch.UsedBytes+ch.ReservedBytes+bytes <= ch.BudgetBytes
+	return again, &system.CacheBusyError{Key: key, Location: loc, Refusal: be}
+}
