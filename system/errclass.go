@@ -125,6 +125,9 @@ func (k ErrorKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 //     failed), [*AllocTimeoutError] (an allocation did not finish in
 //     time; matches context.DeadlineExceeded), [*OutstandingError] (Close
 //     released leases, holds or events the application forgot),
+//     [*QueueFullError] (the wait queue is full; matches [ErrBusy]),
+//     [*ChargeBusyError] (a cache entry a plan was dropping was taken in
+//     between; matches [ErrBusy]; the cause of a [*PlanExecutionError]),
 //     the sentinel [ErrClosed], and, from package system/cluster,
 //     *cluster.PlacementError (no node admitted a placement);
 //   - the categories for [errors.Is]: [ErrPlan] (plan, search-limit and

@@ -46,6 +46,7 @@ const (
 	EvictionOther          = budget.EvictionOther
 	EvictionLowestPriority = budget.EvictionLowestPriority
 	EvictionDemoted        = budget.EvictionDemoted
+	EvictionIdleCacheEntry = budget.EvictionIdleCacheEntry
 )
 
 // RemovalKinds lists every kind of removal (RemovalNone excluded).

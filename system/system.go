@@ -46,6 +46,8 @@ type (
 	UnavailableError      = budget.UnavailableError
 	PlanExecutionError    = budget.PlanExecutionError
 	InvalidInputError     = budget.InvalidInputError
+	QueueFullError        = budget.QueueFullError
+	ChargeBusyError       = budget.ChargeBusyError
 	LeaseID               = budget.LeaseID
 	EventID               = budget.EventID
 	Outstanding           = budget.Outstanding
