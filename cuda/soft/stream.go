@@ -19,7 +19,7 @@ type stream struct {
 
 	mu       sync.Mutex // guards the fields below
 	cond     sync.Cond  // signalled when queue grows or closing is set; L is &mu
-	queue    []op // queue[head:] is waiting; the backing array is reused once drained
+	queue    []op       // queue[head:] is waiting; the backing array is reused once drained
 	head     int
 	closing  bool
 	leftover error // failure no marker reported; written by run before done closes
