@@ -448,12 +448,21 @@ func (a *committerActor) Receive(ctx actor.Context) {
 		return
 	}
 	s := a.st
-	plan, ready, err := s.plan(s.ctx, j.t)
-	if err == nil && !ready {
-		return // the task failed before its move to HostReady: nothing to write
+	// The copy queue sent the task its move to HostReady before this job;
+	// the task closes HostReady once it has moved (or failed). The chunks
+	// are frozen since the claim, so the plan is made here, without a
+	// round trip to the task's actor.
+	var err error
+	select {
+	case <-j.t.hostReady:
+	case <-s.ctx.Done():
+		err = s.ctx.Err()
+	}
+	if err == nil && j.t.State() != HostReady {
+		return // the task failed before (or since) its move to HostReady: nothing to write
 	}
 	if err == nil {
-		err = s.p.poolWrite(s.ctx, j.t, j.chunks, plan)
+		err = s.p.poolWrite(s.ctx, j.t, j.chunks, planOf(j.chunks))
 	}
 	s.committed(j.t, err) // before the task's waiters wake
 	if err != nil {

@@ -30,7 +30,8 @@ type slot struct {
 type slotPool struct {
 	mu      sync.Mutex
 	slots   []*slot
-	changed chan struct{} // closed (and replaced) whenever a slot is freed or the pool closes
+	changed chan struct{} // closed (and replaced) whenever a slot is freed or the pool closes, if watched
+	watched bool          // someone took changed to wait on it since it was made
 	closed  bool
 	claims  int64
 	waits   int64
@@ -98,13 +99,14 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration, r
 			}
 		}
 		ch := p.changed
+		p.watched = true
 		p.mu.Unlock()
 		if timeout <= 0 && landed == nil {
 			return -1, &SlotTimeoutError{Slots: len(p.slots), Timeout: timeout}
 		}
 		if deadline == nil && timeout > 0 {
-			t := time.NewTimer(timeout)
-			defer t.Stop()
+			t := getTimer(timeout)
+			defer putTimer(t)
 			deadline = t.C
 		}
 		waited = true
@@ -128,6 +130,24 @@ func (p *slotPool) claim(ctx context.Context, h holder, timeout time.Duration, r
 			return -1, err
 		}
 	}
+}
+
+// Claim timers are reused: a claim that waits for a slot (the common case
+// of a producer ahead of its pool writes) needs one per claim. Stop (Go
+// 1.23 timers) leaves no stale tick in a reused timer's channel.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 // holdWith adds h to the holders of slot i, which by must hold (else
@@ -157,9 +177,12 @@ func (p *slotPool) release(i int, h holder) error {
 		return fmt.Errorf("staging: slot %d: release by a holder that does not hold it", i)
 	}
 	delete(s.holders, h)
-	if len(s.holders) == 0 {
+	if len(s.holders) == 0 && p.watched {
+		// Nobody waits on a channel nobody took: it is replaced only once
+		// a claim has taken it (and may be waiting on it).
 		close(p.changed)
 		p.changed = make(chan struct{})
+		p.watched = false
 	}
 	return nil
 }

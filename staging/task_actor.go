@@ -318,21 +318,24 @@ func (a *taskActor) fail(ctx actor.Context, err error) (bool, func()) {
 // plan lists the rows of the pool write: one per (key, slot), the later
 // chunk's row when the task wrote a slot twice. (Rows a later task took are
 // skipped by the pool write itself, which sees who owns each row then.)
-func (a *taskActor) plan() []scatterRow {
+func (a *taskActor) plan() []scatterRow { return planOf(a.chunks) }
+
+// planOf is the plan of a task's chunks (see taskActor.plan).
+func planOf(chunks []*taskChunk) []scatterRow {
 	n := 0
-	for _, c := range a.chunks {
+	for _, c := range chunks {
 		n += len(c.Rows)
 	}
 	out := make([]scatterRow, 0, n)
-	if len(a.chunks) == 1 && strictlyIncreasing(a.chunks[0].Rows) {
+	if len(chunks) == 1 && strictlyIncreasing(chunks[0].Rows) {
 		// The common case: one save, no row twice, none lost.
-		for _, r := range a.chunks[0].Rows {
+		for _, r := range chunks[0].Rows {
 			out = append(out, scatterRow{Key: r.Key, Slot: r.Slot, Offset: r.Offset})
 		}
 		return out
 	}
 	idx := make(map[rowKey]int, n)
-	for ci, c := range a.chunks {
+	for ci, c := range chunks {
 		for _, r := range c.Rows {
 			k := rowKey{r.Key, r.Slot}
 			row := scatterRow{Key: r.Key, Slot: r.Slot, Chunk: ci, Offset: r.Offset}

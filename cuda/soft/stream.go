@@ -19,7 +19,8 @@ type stream struct {
 
 	mu       sync.Mutex // guards the fields below
 	cond     sync.Cond  // signalled when queue grows or closing is set; L is &mu
-	queue    []op
+	queue    []op       // queue[head:] is waiting; the backing array is reused once drained
+	head     int
 	closing  bool
 	leftover error // failure no marker reported; written by run before done closes
 }
@@ -168,17 +169,20 @@ func (s *stream) run() {
 	var pending error // first failure not yet reported to a marker
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.closing {
+		for s.head == len(s.queue) && !s.closing {
 			s.cond.Wait()
 		}
-		if len(s.queue) == 0 {
+		if s.head == len(s.queue) {
 			s.leftover = pending
 			s.mu.Unlock()
 			return
 		}
-		o := s.queue[0]
-		s.queue[0] = op{} // let the buffers go
-		s.queue = s.queue[1:]
+		o := s.queue[s.head]
+		s.queue[s.head] = op{} // let the buffers go
+		s.head++
+		if s.head == len(s.queue) { // drained: reuse the array
+			s.queue, s.head = s.queue[:0], 0
+		}
 		s.mu.Unlock()
 
 		switch o.kind {
