@@ -23,6 +23,12 @@ type Options struct {
 	// other charge there (materializations, reservations, other caches).
 	// Required.
 	Location string
+	// Locations are the other locations a split load ([LoadSplit]) may
+	// place parts at (nil: only Location). Each must be configured; an
+	// empty one, a repeat or Location itself is an
+	// [*system.InvalidInputError]. Everything else the cache does
+	// (Statistics, the memory budget) stays at Location.
+	Locations []string
 	// Name names the cache in its runtime: its owner name is `cache "NAME"`
 	// ([Cache.Owner]) and its charges are `cache "NAME"/KEY#N` (snapshots,
 	// the trace, the ledger's messages). A name is unique in its runtime
@@ -70,6 +76,8 @@ type Cache struct {
 	seq         *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
 	budget      *MemoryBudget
 
+	locs map[string]locBudget // every location the cache may use, Location's included (split.go; fixed)
+
 	mu        sync.Mutex // guards the fields below
 	book      *budget.CacheBook[*cacheEntry]
 	flights   map[*cacheFlight]struct{} // loads in flight
@@ -108,6 +116,7 @@ type cacheEntry struct {
 	charge string
 	idle   func(any) bool
 	flight *cacheFlight // set while loading
+	split  *splitLoad   // a split entry's parts and charges (charge is the first); nil otherwise
 
 	refs     atomic.Int64 // leases, pins and keep-alives
 	pins     atomic.Int64 // of refs, the pins (for Entries)
@@ -167,6 +176,9 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	// for its location leaves its name free.
 	ch, err := rt.Charges(ctx, c.loc, ownerName(opts.Name))
 	if err != nil {
+		return nil, err
+	}
+	if c.locs, err = allowedLocations(ctx, rt, opts, ch); err != nil {
 		return nil, err
 	}
 	if c.owner, err = claimOwner(rt, opts.Name, dropper{weak.Make(c)}); err != nil {
@@ -329,7 +341,7 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 	}
 	var l *Lease[T]
 	var err error
-	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: []string{c.loc}, AllowBypass: wc.Bypass}
+	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
 	err = c.rt.Wait(ctx, spec, func() (bool, error) {
 		l, err = load(ctx, c, key, peak, idle, loader, lo)
 		return !cacheWaitable(err), err
@@ -356,7 +368,7 @@ func cacheWaitable(err error) bool {
 	return errors.As(err, &cb)
 }
 
-// load is Load and LoadBudgeted (peak 0).
+// load is Load, LoadBudgeted (peak 0) and LoadSplit (peak 0, o.split).
 //
 // As in the seed, a load's peak is reserved before its flight exists: a
 // caller that finds the key loading joins a load whose reservation is
@@ -371,7 +383,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 	if key == "" {
 		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
-	charge := "" // the name of this caller's reservation, made once for all its attempts
+	var specs []budget.ReservationSpec // this caller's reservations, named once for all its attempts
+	charge := ""                       // the entry's charge (a split entry's first)
 	for {
 		if err := c.rt.Refusal(ctx); err != nil {
 			return nil, err
@@ -432,11 +445,13 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			continue
 		}
 		c.busy++ // the reservation, then the load goroutine
-		if peak > 0 {
-			if charge == "" {
-				charge = c.chargeName(key)
+		if specs == nil {
+			if specs = c.loadSpecs(key, peak, o.split); specs != nil {
+				charge = specs[0].Name
 			}
-			if again, err := c.reserveLoad(ctx, key, charge, peak); again || err != nil {
+		}
+		if specs != nil {
+			if again, err := c.reserveLoad(ctx, key, specs); again || err != nil {
 				if err != nil {
 					return nil, err
 				}
@@ -444,7 +459,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 		}
 		// Still absent: the mark kept every other caller of the key out.
-		e = &cacheEntry{c: c, key: key, charge: charge, released: make(chan struct{})}
+		e = &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
@@ -489,18 +504,18 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 	return l, false, err
 }
 
-// reserveLoad reserves a load's peak for key while the key is marked as
-// being reserved (c.mu held on entry; on return held if neither again nor
-// err, released otherwise). The controller makes room as it decides
-// (admitCharge): evicting unprotected values and offered idle entries,
+// reserveLoad reserves a load's peak (a split load's parts: one request)
+// for key while the key is marked as being reserved (c.mu held on entry;
+// on return held if neither again nor err, released otherwise). The
+// controller makes room as it decides (admitCharges): evicting unprotected values and offered idle entries,
 // this cache's and other caches', in one order. A refusal is a
 // *system.CacheBusyError, or another error; again is false (the
 // evictions, if any, happened within the one request).
-func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64) (again bool, err error) {
+func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
-	err = admitCharge(ctx, c, c.rt, c.loc, c.owner, key, charge, peak)
+	err = admitCharges(ctx, c, c.rt, key, specs)
 	c.mu.Lock()
 	delete(c.reserving, key)
 	close(w)
@@ -510,7 +525,9 @@ func (c *Cache) reserveLoad(ctx context.Context, key, charge string, peak int64)
 	closed := c.closed
 	c.mu.Unlock()
 	if err == nil {
-		c.unreserve(charge) // admitted as the cache closed
+		for _, s := range specs {
+			c.unreserve(s.Name) // admitted as the cache closed
+		}
 	}
 	c.workDone()
 	if closed {
@@ -604,9 +621,7 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 		if !isZero(v) {
 			closeValue(c, e.key, any(v))
 		}
-		if e.charge != "" {
-			c.unreserve(e.charge)
-		}
+		e.unreserveCharges("")
 		c.settle(e, f, err)
 		return
 	}

@@ -33,6 +33,7 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 		_ = c.book.FinishLoad(e.key, e)
 		if e.charge != "" {
 			c.byCharge[e.charge] = e
+			c.indexPartsLocked(e, true)
 		}
 		c.settledLocked(e)
 	}
@@ -112,9 +113,7 @@ func (c *Cache) victim() *cacheEntry {
 // once both are done.
 func (e *cacheEntry) release() {
 	e.closeBox()
-	if e.charge != "" {
-		e.c.unreserve(e.charge)
-	}
+	e.unreserveCharges("")
 	e.gone()
 }
 
@@ -134,6 +133,7 @@ func (e *cacheEntry) gone() {
 		if c.byCharge[e.charge] == e {
 			delete(c.byCharge, e.charge)
 		}
+		c.indexPartsLocked(e, false)
 		c.mu.Unlock()
 	}
 	if e.detached.Load() {

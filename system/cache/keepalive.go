@@ -56,6 +56,7 @@ type loadOptions struct {
 	keepAlive    time.Duration
 	hasKeepAlive bool
 	wait         owners.WaitConfig // waiting for room (Wait)
+	split        *splitLoad        // LoadSplit's parts (split.go); nil otherwise
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -335,6 +336,9 @@ type Entry struct {
 	Expiry time.Time
 	// EvictWhenIdle: marked to leave once idle ([Cache.EvictWhenIdle]).
 	EvictWhenIdle bool
+	// Parts are a [LoadSplit] entry's parts (Bytes is their sum); nil
+	// for any other entry.
+	Parts []Part
 }
 
 // Entries returns the cache's entries, ready and loading, ordered by key:
@@ -348,7 +352,7 @@ func (c *Cache) Entries() []Entry {
 	out := make([]Entry, 0, len(book))
 	for _, b := range book {
 		e := b.Item
-		x := Entry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle}
+		x := Entry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle, Parts: e.partsOf()}
 		if b.State == budget.CacheReady {
 			// Written before the entry became ready, under this lock.
 			x.Bytes = e.bytes

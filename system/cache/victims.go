@@ -40,6 +40,7 @@ func (c *Cache) offerLocked(e *cacheEntry) bool {
 	}
 	e.offered = true
 	c.out = append(c.out, chargeOp{name: e.charge, freq: e.uses})
+	c.out = e.moreOps(c.out, false) // a split entry's other parts
 	return true
 }
 
@@ -51,6 +52,7 @@ func (c *Cache) withdrawLocked(e *cacheEntry) bool {
 	}
 	e.offered = false
 	c.out = append(c.out, chargeOp{name: e.charge, withdraw: true})
+	c.out = e.moreOps(c.out, true) // a split entry's other parts
 	return true
 }
 
@@ -140,8 +142,11 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		return
 	default:
 		if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
-			e.offered = false // the runtime no longer offers it
+			send := c.withdrawOthersLocked(e, charge) // the runtime no longer offers charge
 			c.mu.Unlock()
+			if send {
+				c.flushOffers()
+			}
 			c.refuse(e, settle)
 			return
 		}
@@ -153,6 +158,7 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 	defer c.workDone()
 	e.closeBox()
 	settle(nil)
+	e.unreserveCharges(charge) // a split entry's other parts
 	e.gone()
 }
 
@@ -172,7 +178,13 @@ func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
 // drop was pending decides again. c may be nil (a memory budget whose
 // cache is gone).
 func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, key, name string, bytes int64) error {
-	req := budget.Request{Name: name, Reservations: []budget.ReservationSpec{{Name: name, Location: loc, Bytes: bytes, Owner: owner}}}
+	return admitCharges(ctx, c, rt, key, []budget.ReservationSpec{{Name: name, Location: loc, Bytes: bytes, Owner: owner}})
+}
+
+// admitCharges is admitCharge for the reservations of one load (a split
+// load's parts, possibly at several locations), admitted all or none.
+func admitCharges(ctx context.Context, c *Cache, rt owners.Runtime, key string, specs []budget.ReservationSpec) error {
+	req := budget.Request{Name: specs[0].Name, Reservations: specs}
 	for raced := 0; ; {
 		_, err := rt.Admit(ctx, req)
 		var pe *budget.PlanError
@@ -191,7 +203,7 @@ func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, k
 			if c.offerIdle() {
 				continue
 			}
-			again, err := busyRefusal(ctx, rt, loc, owner, key, bytes)
+			again, err := busyRefusals(ctx, rt, key, specs)
 			if again && raced < maxRaces {
 				raced++ // room was made since the decision: decide again
 				continue
