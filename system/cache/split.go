@@ -80,8 +80,13 @@ type splitLoad struct {
 // as one: when the controller drops any of its charges to make room, or
 // [Cache.Evict], [Cache.EvictIdle], keep-alive, the entry cap or
 // [Cache.Close] removes it, the value is closed once and every part's
-// charge is released. While idle, every part is offered as a victim at
-// its location; the first lease withdraws them all.
+// charge is released. (A charge the controller drops is released by its
+// plan, which goes on once the value is closed; the cache releases the
+// other parts right after, waking waiters at their locations.) While idle,
+// every part is offered as a victim at its location; the first lease
+// withdraws them all, and a part whose drop the cache refused (the entry
+// became busy) takes the others' offers with it until the entry is idle
+// again.
 //
 // A hit returns the resident entry whatever parts it was loaded with (as
 // Load ignores its peak on a hit); the key names what differs.

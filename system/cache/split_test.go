@@ -48,6 +48,14 @@ func startSplit(t *testing.T, adjust func(*cache.Options)) (*system.System, *cac
 	return sys, c
 }
 
+// other is the other GPU of the split cache.
+func other(loc string) string {
+	if loc == gpu0 {
+		return gpu1
+	}
+	return gpu0
+}
+
 func parts(p0, p1 int64) []cache.Part {
 	return []cache.Part{{Location: gpu0, Bytes: p0}, {Location: gpu1, Bytes: p1}}
 }
@@ -179,13 +187,16 @@ func TestLoadSplitEvictedAsOneByAdmit(t *testing.T) {
 	cases := []struct {
 		name  string
 		req   system.Request
+		drops int              // parts the decision evicts
 		after map[string]int64 // reserved bytes once admitted
 	}{
-		{"room at cuda:0", resvAt("kv", 60, gpu0), map[string]int64{gpu0: 60, gpu1: 0}},
-		{"room at cuda:1", resvAt("kv", 60, gpu1), map[string]int64{gpu0: 0, gpu1: 60}},
+		{"room at cuda:0", resvAt("kv", 60, gpu0), 1, map[string]int64{gpu0: 60, gpu1: 0}},
+		{"room at cuda:1", resvAt("kv", 60, gpu1), 1, map[string]int64{gpu0: 0, gpu1: 60}},
+		// Both parts are victims of one plan: the first drop releases
+		// the second part too; the second drop finds it gone.
 		{"room at both", system.Request{Name: "kv", Reservations: []system.ReservationSpec{
 			{Name: "kv0", Location: gpu0, Bytes: 60}, {Name: "kv1", Location: gpu1, Bytes: 60},
-		}}, map[string]int64{gpu0: 60, gpu1: 60}},
+		}}, 2, map[string]int64{gpu0: 60, gpu1: 60}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,23 +204,37 @@ func TestLoadSplitEvictedAsOneByAdmit(t *testing.T) {
 			b := idleSplit(t, c, "llama", parts(70, 70))
 			sc, d, err := sys.Admit(ctx, tc.req)
 			require.NoError(t, err)
-			require.NotEmpty(t, d.Evictions)
+			require.Len(t, d.Evictions, tc.drops)
 			for _, ev := range d.Evictions {
 				assert.Equal(t, budget.EvictionIdleCacheEntry, ev.Kind)
 				assert.Equal(t, c.Owner(), ev.Owner)
 			}
-			assert.Equal(t, int32(1), b.closed.Load(), "closed once")
+			assert.Equal(t, int32(1), b.closed.Load(), "closed before the drop is confirmed")
 			assert.Empty(t, c.Entries())
-			r := reserved(t, sys)
-			for loc, want := range tc.after {
-				assert.Equal(t, want, r[loc], loc)
-			}
+			// The dropped part is released by the run; the cache releases
+			// the others right after confirming.
+			waitReserved(t, sys, tc.after)
+			assert.Equal(t, int32(1), b.closed.Load(), "closed once")
 			st, err := c.Statistics(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, uint64(1), st.Evictions)
 			require.NoError(t, sc.Exit(ctx))
 		})
 	}
+}
+
+// waitReserved waits until each location of want has its reserved bytes.
+func waitReserved(t *testing.T, sys *system.System, want map[string]int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		r := reserved(t, sys)
+		for loc, n := range want {
+			if r[loc] != n {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "reserved bytes %v", want)
 }
 
 func resvAt(name string, bytes int64, loc string) system.Request {
@@ -294,6 +319,7 @@ func TestLoadSplitLeasedNeverDropped(t *testing.T) {
 			sc, _, err := sys.Admit(ctx, resvAt("kv", 60, loc))
 			require.NoError(t, err, "idle, it may go")
 			assert.Equal(t, int32(1), b.closed.Load())
+			waitReserved(t, sys, map[string]int64{loc: 60, other(loc): 0})
 			require.NoError(t, sc.Exit(ctx))
 		})
 	}
@@ -349,9 +375,7 @@ func TestLoadSplitBusyBetweenDecisionAndDrop(t *testing.T) {
 			sc, _, err := sys.Admit(ctx, resvAt("kv", 60, gpu0))
 			require.NoError(t, err, "offered again, whole, once idle")
 			assert.Equal(t, int32(1), b.closed.Load())
-			r := reserved(t, sys)
-			assert.Equal(t, int64(60), r[gpu0])
-			assert.Zero(t, r[gpu1])
+			waitReserved(t, sys, map[string]int64{gpu0: 60, gpu1: 0})
 			require.NoError(t, sc.Exit(ctx))
 		})
 	}
