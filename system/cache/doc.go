@@ -21,6 +21,9 @@
 // ([*system.CacheLoadError]); the next call retries. [LoadBudgeted] is for
 // values that charge each allocation themselves through the cache's
 // [MemoryBudget] and may grow while leased.
+// [LoadSplit] loads one value whose bytes lie over several locations (a
+// model split over two GPUs; [Options].Locations): its parts are reserved
+// all or nothing, and the entry leaves as one.
 //
 // An entry is evicted only when no [*Lease], [*Pin] or
 // [*KeepAlive] holds it and its idle predicate says so (return false

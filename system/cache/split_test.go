@@ -97,8 +97,13 @@ func TestLoadSplitReservesEveryPart(t *testing.T) {
 	ctx := context.Background()
 	sys, c := startSplit(t, nil)
 	p := []cache.Part{{Location: gpu0, Bytes: 60}, {Location: gpu1, Bytes: 40}, {Location: host, Bytes: 500}}
+	v0, err := sys.StateVersion(ctx)
+	require.NoError(t, err)
 	l, err := loadSplitBlob(ctx, c, "llama", p, nil)
 	require.NoError(t, err)
+	v1, err := sys.StateVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), v1-v0, "one version per part")
 	assert.Equal(t, int64(600), l.Bytes())
 	assert.Equal(t, p, l.Parts())
 	r := reserved(t, sys)
