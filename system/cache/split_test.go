@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -458,4 +459,64 @@ func TestNewRefusesBadLocations(t *testing.T) {
 	c, err := cache.New(ctx, sys, cache.Options{Location: gpu0, Locations: []string{gpu1}, Name: "m"})
 	require.NoError(t, err, "the refusals left the name free")
 	require.NoError(t, c.Close(ctx))
+}
+
+// Split loads, hits and releases race with admissions that evict the
+// entry at either GPU: every value made is closed exactly once, and once
+// the cache is closed nothing of it is charged anywhere.
+func TestLoadSplitConcurrentWithAdmit(t *testing.T) {
+	ctx := context.Background()
+	sys, c := startSplit(t, nil)
+	var mu sync.Mutex
+	var made []*blob
+	load := func() error {
+		l, err := cache.LoadSplit(ctx, c, "llama", parts(60, 60), blobIdle, func(context.Context) (*blob, error) {
+			b := &blob{}
+			mu.Lock()
+			made = append(made, b)
+			mu.Unlock()
+			return b, nil
+		}, cache.Wait(system.WaitForRoom()))
+		if err != nil {
+			return err
+		}
+		return l.Release()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				if err := load(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 20 {
+			sc, _, err := sys.Admit(ctx, resvAt("kv", 60, []string{gpu0, gpu1}[i%2]), system.WaitForRoom())
+			if err == nil {
+				err = sc.Exit(ctx)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.Close(ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, made)
+	for i, b := range made {
+		assert.Equal(t, int32(1), b.closed.Load(), "value %d", i)
+	}
+	waitReserved(t, sys, map[string]int64{gpu0: 0, gpu1: 0})
 }
