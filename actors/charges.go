@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -39,10 +40,15 @@ type ChargeOwner interface {
 	DropCharge(charge string, settle func(refusal error))
 }
 
-// chargeOwners maps owner names to their ChargeOwner.
+// chargeOwners maps owner names to their ChargeOwner, and holds the
+// sources of lazy offers (offers.go).
 type chargeOwners struct {
 	mu sync.Mutex
 	m  map[string]ChargeOwner
+
+	pending atomic.Bool                   // a source has offers to drain
+	sources atomic.Pointer[[]OfferSource] // copy on write (under mu)
+	buf     offerBuffer                   // the supervisor's drain buffer
 }
 
 // RegisterChargeOwner makes o the owner called back for the offered

@@ -186,11 +186,8 @@ func (e *cacheEntry) idled() {
 	now := c.ka.clock.Now()
 	_ = c.book.Idle(e.key, now)
 	c.sweepLocked(now)
-	offered := c.offerLocked(e) // after the sweep: an entry due is leaving
+	c.offerLocked(e) // after the sweep: an entry due is leaving
 	c.mu.Unlock()
-	if offered {
-		c.flushOffers()
-	}
 }
 
 // sweepLocked evicts every due entry the book finds evictable at now
