@@ -17,8 +17,9 @@ import (
 // controller (budget/doc_cache.go, "Idle cache entries as victims").
 //
 // The cache offers a charge when its entry goes idle and withdraws the
-// offer when a lease is taken (CacheOffer, CacheWithdraw: fire and
-// forget). A run's reclaim step that evicts an offered charge is pending
+// offer when a lease is taken: recorded by the cache and drained before
+// each supervisor step (offers.go); CacheOffer and CacheWithdraw are the
+// same as messages. A run's reclaim step that evicts an offered charge is pending
 // with one EffectDropCharge: the supervisor hands it to the charge's
 // owner (registered with [Engine.RegisterChargeOwner]) on a goroutine of
 // its own — the owner's work (its idle predicate, the value's Close) is
