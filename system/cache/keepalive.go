@@ -190,7 +190,9 @@ func (e *cacheEntry) idled() {
 	now := c.ka.clock.Now()
 	_ = c.book.Idle(e.key, now)
 	c.sweepLocked(now)
-	c.offerLocked(e) // after the sweep: an entry due is leaving
+	if !e.retiring.Load() { // after the sweep: an entry due is leaving
+		c.offerReadyLocked(e) // ready: checked above, under the same lock
+	}
 	c.mu.Unlock()
 }
 

@@ -51,6 +51,15 @@ func (c *Cache) offerLocked(e *cacheEntry) bool {
 	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
 		return false
 	}
+	return c.offerReadyLocked(e)
+}
+
+// offerReadyLocked is offerLocked for an entry known to be ready in the
+// book and not leaving (c.mu held since that was checked).
+func (c *Cache) offerReadyLocked(e *cacheEntry) bool {
+	if c.closed || e.charge == "" || e.wants {
+		return false
+	}
 	if !e.evictable() {
 		return false
 	}
