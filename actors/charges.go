@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,8 +17,9 @@ import (
 // controller (budget/doc_cache.go, "Idle cache entries as victims").
 //
 // The cache offers a charge when its entry goes idle and withdraws the
-// offer when a lease is taken (CacheOffer, CacheWithdraw: fire and
-// forget). A run's reclaim step that evicts an offered charge is pending
+// offer when a lease is taken: recorded by the cache and drained before
+// each supervisor step (offers.go); CacheOffer and CacheWithdraw are the
+// same as messages. A run's reclaim step that evicts an offered charge is pending
 // with one EffectDropCharge: the supervisor hands it to the charge's
 // owner (registered with [Engine.RegisterChargeOwner]) on a goroutine of
 // its own — the owner's work (its idle predicate, the value's Close) is
@@ -39,10 +41,15 @@ type ChargeOwner interface {
 	DropCharge(charge string, settle func(refusal error))
 }
 
-// chargeOwners maps owner names to their ChargeOwner.
+// chargeOwners maps owner names to their ChargeOwner, and holds the
+// sources of lazy offers (offers.go).
 type chargeOwners struct {
 	mu sync.Mutex
 	m  map[string]ChargeOwner
+
+	pending atomic.Bool                   // a source has offers to drain
+	sources atomic.Pointer[[]OfferSource] // copy on write (under mu)
+	buf     offerBuffer                   // the supervisor's drain buffer
 }
 
 // RegisterChargeOwner makes o the owner called back for the offered

@@ -141,6 +141,7 @@ func (s *supervisor) runStep(st *leaseStep) {
 		return
 	}
 	defer s.recoverStep(st)
+	s.drainOffers() // the caches' pending offers first (offers.go)
 	switch st.kind {
 	case callAcquire:
 		s.handling, s.hooked = directAcquire, false

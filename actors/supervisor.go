@@ -114,6 +114,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		}
 	}()
 	s.handling, s.hooked = msg, false
+	s.drainOffers() // the caches' pending offers first (offers.go)
 	s.receive(ctx, msg)
 	s.handling = nil // keep no message (nor its data) alive past its handling
 	s.noteRoom()

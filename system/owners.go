@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
 	"github.com/residency-go/residency/system/internal/owners"
@@ -53,30 +54,17 @@ func (o ownerSeam) Register(owner string, co owners.ChargeOwner) bool {
 	n.names[owner] = struct{}{}
 	if co != nil {
 		o.s.eng.RegisterChargeOwner(owner, co)
+		o.s.eng.RegisterOfferSource(offerSource{co})
 	}
 	return true
 }
 
-func (o ownerSeam) Offer(owner, name string, freq int64) {
-	o.post(&messages.CacheOffer{Name: name, Owner: owner, Freq: freq})
-}
+func (o ownerSeam) OffersPending() { o.s.eng.OffersPending() }
 
-func (o ownerSeam) Withdraw(owner, name string) {
-	o.post(&messages.CacheWithdraw{Name: name, Owner: owner})
-}
+// offerSource is an owner's DrainOffers as the engine's OfferSource.
+type offerSource struct{ co owners.ChargeOwner }
 
-// post sends msg without a reply, unless the runtime refuses calls now
-// (Close waits for a caller between its check and its send, as for a
-// call).
-func (o ownerSeam) post(msg any) {
-	s := o.s
-	s.inflight.Add(1)
-	defer s.inflight.Add(-1)
-	if s.refusal(context.Background()) != nil {
-		return
-	}
-	s.root.Send(s.sup, msg)
-}
+func (d offerSource) DrainOffers(sink actors.OfferSink) { d.co.DrainOffers(sink) }
 
 // Admit decides and runs req in one message (as System.Admit, without a
 // scope: its reservations are owned). A success that comes after ctx

@@ -98,12 +98,13 @@ type Cache struct {
 
 	ka cacheKeep // keep-alive, its clock and timer, the entry cap (cache_keepalive.go)
 
-	// Offered charges (victims.go). byCharge: ready entries with a charge
-	// of their own, by charge, until their release ends (c.mu). out:
-	// offers and withdrawals to send (c.mu), sent in order under sendMu.
+	// Offered charges (victims.go), guarded by mu. byCharge: ready
+	// entries with a charge of their own, by charge, until their release
+	// ends. pending: entries whose offer changed since the runtime's last
+	// drain (each once); notified: the runtime was told since then.
 	byCharge map[string]*cacheEntry
-	out      []chargeOp
-	sendMu   sync.Mutex
+	pending  []*cacheEntry
+	notified bool
 	dropHook func() // tests only (export_test.go): runs as a drop starts
 }
 
@@ -126,8 +127,11 @@ type cacheEntry struct {
 	released chan struct{}
 
 	// Guarded by Cache.mu.
-	uses    int64 // leases taken: the freq of its offers
-	offered bool  // its charge is offered (an offer sent, not withdrawn)
+	uses    int64  // leases taken: the freq of its offers
+	wants   bool   // idle (checked as it went idle): its charge is to be offered
+	offered bool   // the ledger has its charge offered (as of the last drain)
+	pending bool   // in Cache.pending
+	seq     uint64 // order of its last change of offer (offerSeq)
 }
 
 // cacheFlight is one load in flight, shared by every caller of its key.
@@ -412,12 +416,9 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 			e.refs.Add(1)
 			e.uses++
-			withdraw := c.withdrawLocked(e)
-			c.usedLocked(e, o) // keep-alive hook
+			c.withdrawLocked(e) // recorded; drained before the next ledger step
+			c.usedLocked(e, o)  // keep-alive hook
 			c.mu.Unlock()
-			if withdraw {
-				c.flushOffers() // one message, no answer awaited
-			}
 			return &Lease[T]{e: e, p: p}, nil
 		case budget.CacheLoading:
 			c.joinedLocked(key, o) // keep-alive hook

@@ -37,12 +37,8 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 		}
 		c.settledLocked(e)
 	}
-	flush := len(c.out) > 0
 	c.mu.Unlock()
 	close(f.done)
-	if flush {
-		c.flushOffers()
-	}
 }
 
 // ---- eviction and release --------------------------------------------------

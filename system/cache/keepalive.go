@@ -49,7 +49,7 @@ func newCacheKeep(opts Options) (cacheKeep, error) {
 // LoadOption is an option of [Load] and [LoadBudgeted]: [WithKeepAlive],
 // or [Wait] with the runtime's wait options.
 type LoadOption interface {
-	applyLoad(*loadOptions)
+	applyLoad(loadOptions) loadOptions // by value: a hit allocates nothing for its options
 }
 
 type loadOptions struct {
@@ -63,7 +63,7 @@ func newLoadOptions(opts []LoadOption) loadOptions {
 	var o loadOptions
 	for _, f := range opts {
 		if f != nil {
-			f.applyLoad(&o)
+			o = f.applyLoad(o)
 		}
 	}
 	return o
@@ -79,8 +79,9 @@ func WithKeepAlive(d time.Duration) LoadOption { return keepAliveOption(d) }
 // keepAliveOption is [WithKeepAlive]'s option.
 type keepAliveOption time.Duration
 
-func (d keepAliveOption) applyLoad(o *loadOptions) {
+func (d keepAliveOption) applyLoad(o loadOptions) loadOptions {
 	o.keepAlive, o.hasKeepAlive = time.Duration(d), true
+	return o
 }
 
 // Wait makes a load wait for room in the runtime's wait queue, as the
@@ -92,12 +93,15 @@ func Wait(opts ...system.WaitOption) LoadOption { return waitOption(opts) }
 // waitOption is [Wait]'s option.
 type waitOption []system.WaitOption
 
-func (w waitOption) applyLoad(o *loadOptions) {
+func (w waitOption) applyLoad(o loadOptions) loadOptions {
+	wc := o.wait
 	for _, f := range w {
 		if f != nil {
-			f(&o.wait)
+			f(&wc)
 		}
 	}
+	o.wait = wc
+	return o
 }
 
 // ---- hooks of the load path (Cache.mu held) -----------------------------------
@@ -187,11 +191,10 @@ func (e *cacheEntry) idled() {
 	now := c.ka.clock.Now()
 	_ = c.book.Idle(e.key, now)
 	c.sweepLocked(now)
-	offered := c.offerLocked(e) // after the sweep: an entry due is leaving
-	c.mu.Unlock()
-	if offered {
-		c.flushOffers()
+	if !e.retiring.Load() { // after the sweep: an entry due is leaving
+		c.offerReadyLocked(e) // ready: checked above, under the same lock
 	}
+	c.mu.Unlock()
 }
 
 // sweepLocked evicts every due entry the book finds evictable at now

@@ -207,20 +207,13 @@ func (sl *splitLoad) waitLocations(loc string) []string {
 
 // ---- the hooks of a split entry's life -------------------------------------------
 
-// moreOps appends to ops the offer (or withdrawal) of every part of a
-// split entry after its first (e.charge, queued by the caller). c.mu held.
-func (e *cacheEntry) moreOps(ops []chargeOp, withdraw bool) []chargeOp {
+// charges returns e's charges: its own, then a split entry's other
+// parts'.
+func (e *cacheEntry) charges() []string {
 	if e.split == nil {
-		return ops
+		return []string{e.charge}
 	}
-	for _, n := range e.split.names[1:] {
-		if withdraw {
-			ops = append(ops, chargeOp{name: n, withdraw: true})
-		} else {
-			ops = append(ops, chargeOp{name: n, freq: e.uses})
-		}
-	}
-	return ops
+	return e.split.names
 }
 
 // indexPartsLocked files a ready split entry under every part's charge
@@ -253,24 +246,6 @@ func (e *cacheEntry) unreserveCharges(except string) {
 			e.c.unreserve(n)
 		}
 	}
-}
-
-// withdrawOthersLocked: the controller's drop of charge was refused (e
-// became busy) and the runtime no longer offers it; the other parts'
-// offers are withdrawn too, and e is offered again, whole, once idle.
-// True when there is something to send (c.mu held).
-func (c *Cache) withdrawOthersLocked(e *cacheEntry, charge string) bool {
-	was := e.offered
-	e.offered = false
-	if !was || e.split == nil {
-		return false
-	}
-	for _, n := range e.split.names {
-		if n != charge {
-			c.out = append(c.out, chargeOp{name: n, withdraw: true})
-		}
-	}
-	return true
 }
 
 // partsOf returns a copy of e's parts (nil: not split).

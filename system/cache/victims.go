@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"weak"
 
 	"github.com/residency-go/residency/budget"
@@ -12,84 +13,85 @@ import (
 
 // Idle entries as victims of the controller, in one order with the
 // values at the cache's location (docs/cache.md, "Eviction"): the cache
-// offers an entry's charge when it goes idle and withdraws the offer when
-// a lease is taken; a plan that evicts an offered charge asks the cache
-// to drop it (dropper.DropCharge); a load that needs room asks the
-// controller (admitCharge).
+// records the offer of an entry's charge when it goes idle and its
+// withdrawal when a lease is taken, without a message; the runtime drains
+// what it recorded (dropper.DrainOffers) before its next ledger step, so
+// a decision sees the cache as of its start. A plan that evicts an
+// offered charge asks the cache to drop it (dropper.DropCharge); a load
+// that needs room asks the controller (admitCharge).
 
-// chargeOp is an offer or a withdrawal waiting to be sent.
-type chargeOp struct {
-	name     string
-	freq     int64
-	withdraw bool
+// offerSeq orders the changes of offers of every cache of the process:
+// a drain commits them in this order.
+var offerSeq atomic.Uint64
+
+// markLocked records that e's offer changed (c.mu held): e joins the
+// pending entries once, its order is now, and the runtime is told once
+// per drain.
+func (c *Cache) markLocked(e *cacheEntry) {
+	e.seq = offerSeq.Add(1)
+	if !e.pending {
+		e.pending = true
+		c.pending = append(c.pending, e)
+	}
+	if !c.notified {
+		c.notified = true
+		c.rt.OffersPending()
+	}
 }
 
-// offerLocked queues the offer of e's charge when e is idle: ready and in
-// the book, no lease, pin or keep-alive, not leaving, not offered yet,
-// and its idle predicate true now (c.mu held). Budgeted entries (no
+// offerLocked records the offer of e's charge when e is idle: ready and
+// in the book, no lease, pin or keep-alive, not leaving, not meant to be
+// offered yet, and its idle predicate true now (c.mu held; the predicate
+// runs here, never on the runtime's goroutine). Budgeted entries (no
 // charge of their own) are never offered.
 func (c *Cache) offerLocked(e *cacheEntry) bool {
-	if c.closed || e.charge == "" || e.offered || e.retiring.Load() || e.detached.Load() {
+	if c.closed || e.charge == "" || e.wants || e.retiring.Load() || e.detached.Load() {
 		return false
 	}
 	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
 		return false
 	}
+	return c.offerReadyLocked(e)
+}
+
+// offerReadyLocked is offerLocked for an entry known to be ready in the
+// book and not leaving (c.mu held since that was checked).
+func (c *Cache) offerReadyLocked(e *cacheEntry) bool {
+	if c.closed || e.charge == "" || e.wants {
+		return false
+	}
 	if !e.evictable() {
 		return false
 	}
-	e.offered = true
-	c.out = append(c.out, chargeOp{name: e.charge, freq: e.uses})
-	c.out = e.moreOps(c.out, false) // a split entry's other parts
+	e.wants = true
+	c.markLocked(e)
 	return true
 }
 
-// withdrawLocked queues the withdrawal of e's offer (a lease was taken);
-// false when e was not offered (nothing to send). c.mu held.
-func (c *Cache) withdrawLocked(e *cacheEntry) bool {
-	if !e.offered {
-		return false
+// withdrawLocked records the withdrawal of e's offer (a lease was taken;
+// c.mu held). Nothing when it was not meant to be offered.
+func (c *Cache) withdrawLocked(e *cacheEntry) {
+	if !e.wants {
+		return
 	}
-	e.offered = false
-	c.out = append(c.out, chargeOp{name: e.charge, withdraw: true})
-	c.out = e.moreOps(c.out, true) // a split entry's other parts
-	return true
+	e.wants = false
+	c.markLocked(e)
 }
 
-// offerIdle offers every idle entry not offered yet (one whose predicate
-// turned true since it was released): true when it offered any.
+// offerIdle records the offer of every idle entry not meant to be offered
+// yet (one whose predicate turned true since it was released): true when
+// it recorded any (the next request to the runtime drains them).
 func (c *Cache) offerIdle() bool {
 	if c == nil {
 		return false
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	offered := false
 	for _, e := range c.byCharge {
 		offered = c.offerLocked(e) || offered
 	}
-	c.mu.Unlock()
-	if offered {
-		c.flushOffers()
-	}
 	return offered
-}
-
-// flushOffers sends the queued offers and withdrawals, in the order they
-// were queued (one sender at a time), without waiting for answers.
-func (c *Cache) flushOffers() {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	c.mu.Lock()
-	ops := c.out
-	c.out = nil
-	c.mu.Unlock()
-	for _, op := range ops {
-		if op.withdraw {
-			c.rt.Withdraw(c.owner, op.name)
-		} else {
-			c.rt.Offer(c.owner, op.name, op.freq)
-		}
-	}
 }
 
 // dropper is the cache's callback for the runtime (owners.ChargeOwner).
@@ -98,6 +100,42 @@ func (c *Cache) flushOffers() {
 type dropper struct{ c weak.Pointer[Cache] }
 
 var _ owners.ChargeOwner = dropper{}
+
+// DrainOffers hands the offers and withdrawals recorded since the last
+// drain to sink (on the runtime's goroutine; no user code runs): an entry
+// meant to be offered is offered, with its use count and a new stamp (it
+// was used since its last offer, or never offered); one not meant to be
+// offered whose charge the ledger has offered is withdrawn; an entry
+// leaving the cache, or whose offer came back to where the ledger has it,
+// sends nothing.
+func (d dropper) DrainOffers(sink owners.OfferSink) {
+	c := d.c.Value()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notified = false
+	for i, e := range c.pending {
+		c.pending[i] = nil
+		e.pending = false
+		switch {
+		case c.closed || e.retiring.Load() || e.detached.Load():
+			// Leaving: its release settles the charge.
+		case e.wants:
+			e.offered = true
+			for _, ch := range e.charges() {
+				sink.Offer(e.seq, c.owner, ch, e.uses)
+			}
+		case e.offered:
+			e.offered = false
+			for _, ch := range e.charges() {
+				sink.Withdraw(e.seq, c.owner, ch)
+			}
+		}
+	}
+	c.pending = c.pending[:0]
+}
 
 // DropCharge drops the entry whose charge a plan evicts: an idle entry
 // leaves the book, its value is closed, and settle(nil) lets the runtime
@@ -142,11 +180,17 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		return
 	default:
 		if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
-			send := c.withdrawOthersLocked(e, charge) // the runtime no longer offers charge
-			c.mu.Unlock()
-			if send {
-				c.flushOffers()
+			// The ledger no longer offers charge; the entry is offered again
+			// once idle. A split entry's other parts are still offered:
+			// the next drain withdraws them (withdrawing charge again
+			// changes nothing).
+			e.wants = false
+			if e.split != nil && e.offered {
+				c.markLocked(e)
+			} else {
+				e.offered = false
 			}
+			c.mu.Unlock()
 			c.refuse(e, settle)
 			return
 		}

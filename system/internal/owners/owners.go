@@ -19,10 +19,11 @@
 //
 // The controller (package budget) may pick an owner's idle charge as an
 // eviction victim, in one order with the values at its location: the
-// owner offers a charge when its entry goes idle ([Runtime.Offer]) and
-// withdraws the offer when a lease is taken ([Runtime.Withdraw]); a plan
-// that evicts it calls the owner back ([ChargeOwner], handed over at
-// [Runtime.Register]). An owner's load that needs room asks the
+// owner records the offer of a charge when its entry goes idle and its
+// withdrawal when a lease is taken, and says so ([Runtime.OffersPending]);
+// the runtime drains what it recorded ([ChargeOwner.DrainOffers]) before
+// its next ledger step. A plan that evicts a charge calls the owner back
+// ([ChargeOwner.DropCharge]). Both are handed over at [Runtime.Register]. An owner's load that needs room asks the
 // controller too ([Runtime.Admit]).
 package owners
 
@@ -41,13 +42,11 @@ type Runtime interface {
 	// with o (nil: none) as the callback that drops its offered charges:
 	// false when another owner of this runtime has it.
 	Register(owner string, o ChargeOwner) bool
-	// Offer offers owner's charge name as an eviction candidate (its entry
-	// is idle) with freq, its use count; Withdraw withdraws the offer (a
-	// lease was taken). Both are sent without waiting for an answer, in
-	// the order of the calls of one goroutine; a charge released meanwhile
-	// is no error. After the runtime closed they do nothing.
-	Offer(owner, name string, freq int64)
-	Withdraw(owner, name string)
+	// OffersPending tells the runtime that the owner recorded offers or
+	// withdrawals of its charges (ChargeOwner.DrainOffers hands them
+	// over): the runtime drains them before its next ledger step. It
+	// never blocks and sends nothing.
+	OffersPending()
 	// Admit asks the controller for room for req (its reservations owned
 	// by an owner) and runs the plan, evicting values and offered charges
 	// as the decision says, in one step of the runtime. It returns the
@@ -92,7 +91,8 @@ type Runtime interface {
 	Log() *zerolog.Logger
 }
 
-// ChargeOwner drops an owner's offered charges when a plan evicts them.
+// ChargeOwner drops an owner's offered charges when a plan evicts them,
+// and hands over the offers and withdrawals it recorded.
 type ChargeOwner interface {
 	// DropCharge runs on a goroutine of its own, never the runtime's.
 	// The owner calls settle exactly once: nil once the entry whose
@@ -101,6 +101,18 @@ type ChargeOwner interface {
 	// became busy since its offer). settle returns once the runtime
 	// settled the plan's step.
 	DropCharge(charge string, settle func(refusal error))
+	// DrainOffers hands every offer and withdrawal recorded since the
+	// last drain to sink, once, in the order of the changes that made
+	// them (seq: a number that grows with each change, comparable across
+	// owners), and forgets them. It runs on the runtime's goroutine: no
+	// user code, no blocking, no call into the runtime.
+	DrainOffers(sink OfferSink)
+}
+
+// OfferSink takes an owner's drained offers and withdrawals.
+type OfferSink interface {
+	Offer(seq uint64, owner, charge string, freq int64)
+	Withdraw(seq uint64, owner, charge string)
 }
 
 // WaitConfig is what a system.WaitOption sets: whether to wait for room,

@@ -1,0 +1,104 @@
+package actors
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Lazy offers: a loader cache records the offers and withdrawals of its
+// charges (an entry gone idle, a lease taken) where it keeps its entries,
+// without a message, and marks them pending ([Engine.OffersPending]). The
+// supervisor drains every registered source's pending offers into the
+// ledger (drainOffers) before it handles anything else — any message, any
+// direct lease step — so every decision, admission, reservation, read and
+// lease sees the cache's state as of its start, and an offer's stamp (its
+// version) comes before every later ledger step, as the message it
+// replaces did. A lease and a release of one entry between two ledger
+// steps cost nothing; their net change costs one version at the drain.
+//
+// A drain runs no user code: the idle predicate is evaluated by the cache
+// when the entry goes idle, on the releasing goroutine.
+
+// OfferSink takes a source's pending offers and withdrawals. seq orders
+// them across sources: each one's last change, in the order the changes
+// were made.
+type OfferSink interface {
+	Offer(seq uint64, owner, charge string, freq int64)
+	Withdraw(seq uint64, owner, charge string)
+}
+
+// OfferSource is an owner of charges that records its offers and
+// withdrawals and hands them over when the supervisor drains it.
+type OfferSource interface {
+	// DrainOffers hands every pending offer and withdrawal to sink, once,
+	// and forgets them. It runs on the supervisor's goroutine: it must be
+	// quick, must not block and must not call the runtime.
+	DrainOffers(sink OfferSink)
+}
+
+// RegisterOfferSource adds src to the sources the supervisor drains.
+func (e *Engine) RegisterOfferSource(src OfferSource) {
+	o := &e.owners
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var list []OfferSource
+	if p := o.sources.Load(); p != nil {
+		list = slices.Clone(*p)
+	}
+	list = append(list, src)
+	o.sources.Store(&list)
+}
+
+// OffersPending tells the supervisor that a source has pending offers:
+// it drains them before its next step. Call it after recording them.
+func (e *Engine) OffersPending() { e.owners.pending.Store(true) }
+
+// chargeOp is one drained offer or withdrawal.
+type chargeOp struct {
+	seq           uint64
+	owner, charge string
+	freq          int64
+	withdraw      bool
+}
+
+// offerBuffer collects a drain's operations (the supervisor's only; its
+// storage is reused).
+type offerBuffer struct{ ops []chargeOp }
+
+func (b *offerBuffer) Offer(seq uint64, owner, charge string, freq int64) {
+	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, freq: freq})
+}
+
+func (b *offerBuffer) Withdraw(seq uint64, owner, charge string) {
+	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, withdraw: true})
+}
+
+// drainOffers commits the pending offers and withdrawals of every source
+// to the ledger, in the order of the changes that made them. A refusal (a
+// charge released meanwhile, or being evicted: the drop's answer settles
+// it) changes nothing and is dropped, as the owner's state settles it.
+func (s *supervisor) drainOffers() {
+	o := &s.eng.owners
+	if !o.pending.Load() {
+		return
+	}
+	o.pending.Store(false)
+	p := o.sources.Load()
+	if p == nil {
+		return
+	}
+	b := &o.buf
+	for _, src := range *p {
+		src.DrainOffers(b)
+	}
+	slices.SortFunc(b.ops, func(x, y chargeOp) int { return cmp.Compare(x.seq, y.seq) })
+	for i, op := range b.ops {
+		if op.withdraw {
+			_ = s.ledger.WithdrawCharge(op.charge, op.owner)
+		} else {
+			_ = s.ledger.OfferCharge(op.charge, op.owner, op.freq)
+		}
+		b.ops[i] = chargeOp{} // keep no names alive
+	}
+	b.ops = b.ops[:0]
+}
