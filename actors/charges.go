@@ -18,8 +18,7 @@ import (
 //
 // The cache offers a charge when its entry goes idle and withdraws the
 // offer when a lease is taken: recorded by the cache and drained before
-// each supervisor step (offers.go); CacheOffer and CacheWithdraw are the
-// same as messages. A run's reclaim step that evicts an offered charge is pending
+// each supervisor step (offers.go). A run's reclaim step that evicts an offered charge is pending
 // with one EffectDropCharge: the supervisor hands it to the charge's
 // owner (registered with [Engine.RegisterChargeOwner]) on a goroutine of
 // its own — the owner's work (its idle predicate, the value's Close) is
@@ -79,24 +78,6 @@ func (e *NoChargeOwnerError) Error() string {
 
 // errNoAnswer: the owner returned from DropCharge without settling.
 var errNoAnswer = errors.New("the owner returned without dropping the entry")
-
-// chargeRequest handles the cache's offers and withdrawals. A refusal (the
-// charge was released meanwhile, or is being evicted) is answered to a
-// requester that asked, and otherwise dropped: the owner's state settles
-// it.
-func (s *supervisor) chargeRequest(m messages.CacheRequest) bool {
-	var err error
-	switch m := m.(type) {
-	case *messages.CacheOffer:
-		err = s.ledger.OfferCharge(m.Name, m.Owner, m.Freq)
-	case *messages.CacheWithdraw:
-		err = s.ledger.WithdrawCharge(m.Name, m.Owner)
-	default:
-		return false
-	}
-	s.reply(m.Replier(), &messages.Reply{Err: err, Version: s.ledger.Version()})
-	return true
-}
 
 // dropCharge hands the pending step id, the eviction of an offered
 // charge (effect e), to the charge's owner on a goroutine of its own.

@@ -207,9 +207,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 	case *messages.ChargeDropped:
 		s.chargeDropped(m)
 	case messages.CacheRequest:
-		if !s.chargeRequest(m) {
-			s.cacheRequest(m)
-		}
+		s.cacheRequest(m)
 	case *messages.Shutdown:
 		s.shutting = true
 		s.closing = m.ReplyTo

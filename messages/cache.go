@@ -73,24 +73,6 @@ func (*CacheCharges) cacheRequest()   {}
 
 // ---- offered charges: a cache's idle entries as the controller's victims ----
 
-// CacheOffer offers an owned charge as an eviction candidate: its entry is
-// idle (Ledger.OfferCharge, 1 version). Fire-and-forget: ReplyTo may be
-// nil, and a refusal (the charge was released meanwhile) is dropped.
-type CacheOffer struct {
-	Name    string
-	Owner   string
-	Freq    int64
-	ReplyTo *actor.PID
-}
-
-// CacheWithdraw withdraws the offer of an owned charge: a lease was taken
-// on its entry (Ledger.WithdrawCharge). Fire-and-forget as CacheOffer.
-type CacheWithdraw struct {
-	Name    string
-	Owner   string
-	ReplyTo *actor.PID
-}
-
 // ChargeDropped is an owner's answer to a run's EffectDropCharge of
 // admission Admission: Err nil, the entry left the cache (the run's step
 // completes and the ledger releases the charge); otherwise the owner's
@@ -102,9 +84,5 @@ type ChargeDropped struct {
 	ReplyTo   *actor.PID
 }
 
-func (m *CacheOffer) Replier() *actor.PID    { return m.ReplyTo }
-func (m *CacheWithdraw) Replier() *actor.PID { return m.ReplyTo }
 func (m *ChargeDropped) Replier() *actor.PID { return m.ReplyTo }
 
-func (*CacheOffer) cacheRequest()    {}
-func (*CacheWithdraw) cacheRequest() {}
