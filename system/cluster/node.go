@@ -389,17 +389,26 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 		return nil, err
 	}
 	t := n.timeout(ctx)
+	first := livenessInterval
 	if probesFirst(msg) {
-		// Probe the member once per transfer or placement: a crashed
+		// Probe the member once per transfer, placement or lease, unless a
+		// probe of its address succeeded within livenessInterval: a crashed
 		// member's port is closed, and this answers at once without asking
 		// protoactor's remote layer to connect to it (with TLS, a refused
-		// certificate, theirs or ours, is reported here).
-		if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
-			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
-				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
+		// certificate, theirs or ours, is reported here). A request that
+		// skips the probe checks the member grainFirstCheck into its wait.
+		if n.probed.fresh(pid.Address) {
+			first = grainFirstCheck
+		} else {
+			if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
+				n.probed.set(pid.Address, false)
+				return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
+					Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
+			}
+			n.probed.set(pid.Address, true)
 		}
 	}
-	res, err := n.awaitReply(ctx, node, pid.Address, n.csys.Root.RequestFuture(pid, msg, t))
+	res, err := n.awaitReply(ctx, node, pid, first, t, msg)
 	if gone := (*budget.UnavailableError)(nil); errors.As(err, &gone) {
 		return nil, err
 	}
