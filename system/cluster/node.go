@@ -118,6 +118,8 @@ type Node struct {
 	placeSeq atomic.Uint64
 	sums     summaryCache // decoded gossip summaries
 	probed   probeCache   // grain members' ports last seen accepting
+	data     dataConns    // chunk streams' connections to other members
+	dialOpts []grpc.DialOption
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the
@@ -260,12 +262,15 @@ func (n *Node) join(host string, port int) (err error) {
 	if terr != nil {
 		return terr
 	}
-	rcfg := remote.Configure(host, port, remote.WithDialOptions(
+	n.dialOpts = []grpc.DialOption{
 		creds,
 		grpc.WithBlock(),
 		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
 		grpc.FailOnNonTempDialError(true),
-	), remote.WithServerOptions(serverOpts...))
+	}
+	// The chunk streams of remote sources share the port (see dataplane.go).
+	serverOpts = append(serverOpts, grpc.UnknownServiceHandler(n.serveGRPC))
+	rcfg := remote.Configure(host, port, remote.WithDialOptions(n.dialOpts...), remote.WithServerOptions(serverOpts...))
 	rcfg.MaxRetryCount = 1
 	cfg := protocluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
@@ -462,5 +467,6 @@ func (n *Node) Close(ctx context.Context) error {
 	n.workWG.Wait()
 	n.streams.closeAll(ctx, n)
 	n.held.releaseOrphans(ctx, n, true)
+	n.data.closeAll()
 	return n.sys.Close(ctx)
 }
