@@ -294,8 +294,8 @@ func (n *Node) grainAsk(ctx context.Context, ci *protocluster.ClusterIdentity, a
 	defer cancel()
 	pid, _ := n.cl.PidCache.Get(ci.Identity, ci.Kind)
 	if pid == nil || pid.Address != addr {
-		r, err := n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(actor.NewPID(addr, disthash.PartitionActivatorActorName),
-			&protocluster.ActivationRequest{ClusterIdentity: ci}, left))
+		r, err := n.awaitLive(rctx, grainFirstCheck, check, left, actor.NewPID(addr, disthash.PartitionActivatorActorName),
+			&protocluster.ActivationRequest{ClusterIdentity: ci})
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +306,7 @@ func (n *Node) grainAsk(ctx context.Context, ci *protocluster.ClusterIdentity, a
 		pid = rep.Pid
 		n.cl.PidCache.Set(ci.Identity, ci.Kind, pid)
 	}
-	return n.awaitLive(rctx, grainFirstCheck, check, n.csys.Root.RequestFuture(pid, msg, left))
+	return n.awaitLive(rctx, grainFirstCheck, check, left, pid, msg)
 }
 
 // directoryGrain is the directory entry of one value name: per node, the

@@ -18,20 +18,17 @@ import (
 // answer checks that the node is still there.
 const livenessInterval = 250 * time.Millisecond
 
-// abandoned completes a future whose node is gone, so that nothing waits
-// on it until its timeout.
-type abandoned struct{}
-
-// awaitReply waits for fut's answer from node (listed at addr). Every
-// livenessInterval it checks that node is still a member at addr and that
-// addr accepts connections: a node that crashed (kill -9: its port is
-// closed at once) or left makes the request an [*system.UnavailableError] within
-// about one interval, instead of at the request's timeout — protoactor
-// drops a message to an unreachable member silently. A node that accepts
-// connections but does not answer still costs the whole timeout. When ctx
-// ends first, fut is completed and ctx's error returned.
-func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Future) (any, error) {
-	return n.awaitLive(ctx, livenessInterval, func() error { return n.reachable(node, addr) }, fut)
+// awaitReply sends msg to pid (node's endpoint) and waits for its answer,
+// at most timeout. After first, then every livenessInterval, it checks
+// that node is still a member at pid.Address and that the address
+// accepts connections: a node that crashed (kill -9: its port is
+// closed at once) or left makes the request an [*system.UnavailableError]
+// within about one interval, instead of at the request's timeout —
+// protoactor drops a message to an unreachable member silently. A node
+// that accepts connections but does not answer still costs the whole
+// timeout. When ctx ends first, ctx's error is returned.
+func (n *Node) awaitReply(ctx context.Context, node string, pid *actor.PID, first, timeout time.Duration, msg any) (any, error) {
+	return n.awaitLive(ctx, first, func() error { return n.reachable(node, pid.Address) }, timeout, pid, msg)
 }
 
 // grainFirstCheck is when a grain request first checks its member: a
@@ -41,36 +38,69 @@ func (n *Node) awaitReply(ctx context.Context, node, addr string, fut *actor.Fut
 // later).
 const grainFirstCheck = 20 * time.Millisecond
 
-// awaitLive waits for fut's answer, running check after first and then
-// every livenessInterval: its error gives up on the answer (fut is
-// completed) and is returned. When ctx ends first, fut is completed and
-// ctx's error returned.
-func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() error, fut *actor.Future) (any, error) {
-	type result struct {
-		res any
-		err error
+// replySlot is where one request's answer lands: a process of the node's
+// actor system, the request's sender, that hands the answer to the
+// waiting caller through a channel (as protoactor's future does, without
+// a goroutine to wait on the future).
+type replySlot struct {
+	ch chan any
+}
+
+func (r *replySlot) SendUserMessage(_ *actor.PID, m any) {
+	_, msg, _ := actor.UnwrapEnvelope(m)
+	select {
+	case r.ch <- msg:
+	default: // a second answer: the first one counts
 	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := fut.Result()
-		done <- result{r, err}
-	}()
+}
+
+func (r *replySlot) SendSystemMessage(pid *actor.PID, m any) { r.SendUserMessage(pid, m) }
+
+func (r *replySlot) Stop(*actor.PID) {}
+
+// answer is a reply slot's message as a result: a dead letter (no such
+// actor at the member) is [actor.ErrDeadLetter].
+func answer(m any) (any, error) {
+	if _, ok := m.(*actor.DeadLetterResponse); ok {
+		return nil, actor.ErrDeadLetter
+	}
+	return m, nil
+}
+
+// awaitLive sends msg to pid and waits for its answer, at most timeout
+// ([actor.ErrTimeout]), running check after first and then every
+// livenessInterval: its error gives up on the answer and is returned.
+// When ctx ends first, ctx's error is returned. An answer that comes
+// after the wait ended goes to protoactor's dead letters.
+func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() error, timeout time.Duration, pid *actor.PID, msg any) (any, error) {
+	slot := &replySlot{ch: make(chan any, 1)}
+	reg := n.csys.ProcessRegistry
+	sender, _ := reg.Add(slot, "residency-reply"+reg.NextId())
+	defer reg.Remove(sender)
+	n.csys.Root.RequestWithCustomSender(pid, msg, sender)
 	tick := time.NewTimer(first)
 	defer tick.Stop()
+	end := time.NewTimer(timeout)
+	defer end.Stop()
 	giveUp := func(err error) (any, error) {
-		n.csys.Root.Send(fut.PID(), abandoned{})
-		r := <-done
-		if _, ok := r.res.(abandoned); ok || r.err != nil {
-			return nil, err
+		reg.Remove(sender)
+		select {
+		case m := <-slot.ch: // the answer came first
+			if r, aerr := answer(m); aerr == nil {
+				return r, nil
+			}
+		default:
 		}
-		return r.res, r.err // the answer came first
+		return nil, err
 	}
 	for {
 		select {
-		case r := <-done:
-			return r.res, r.err
+		case m := <-slot.ch:
+			return answer(m)
 		case <-ctx.Done():
 			return giveUp(ctx.Err())
+		case <-end.C:
+			return giveUp(actor.ErrTimeout)
 		case <-tick.C:
 			if err := check(); err != nil {
 				return giveUp(err)
@@ -85,14 +115,17 @@ func (n *Node) awaitLive(ctx context.Context, first time.Duration, check func() 
 func (n *Node) reachable(node, addr string) error {
 	pid, err := n.endpointOf(node)
 	if err != nil {
+		n.probed.set(addr, false)
 		return err
 	}
 	if pid.Address != addr {
+		n.probed.set(addr, false)
 		return &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
 			Detail: fmt.Sprintf("node %q left %s while a request waited for its answer (now at %s)", node, addr, pid.Address)}
 	}
 	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
+		n.probed.set(addr, false)
 		return &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
 			Detail: fmt.Sprintf("node %q stopped accepting connections at %s while a request waited for its answer: %v", node, addr, err)}
 	}
@@ -146,9 +179,10 @@ func (n *Node) memberName(addr string) string {
 }
 
 // probeCache remembers, per member address, when a probe last succeeded:
-// a grain request skips its probe within livenessInterval of the last
-// one (a member that crashed since is caught by the check while the
-// request waits, grainFirstCheck into it).
+// a grain request, and a node request that probes (see probesFirst),
+// skips its probe within livenessInterval of the last one (a member that
+// crashed since is caught by the check while the request waits,
+// grainFirstCheck into it).
 type probeCache struct {
 	mu sync.Mutex
 	ok map[string]time.Time

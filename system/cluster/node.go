@@ -118,6 +118,8 @@ type Node struct {
 	placeSeq atomic.Uint64
 	sums     summaryCache // decoded gossip summaries
 	probed   probeCache   // grain members' ports last seen accepting
+	data     dataConns    // chunk streams' connections to other members
+	dialOpts []grpc.DialOption
 }
 
 // StartNode starts a runtime as a member of a cluster: it starts the
@@ -260,12 +262,15 @@ func (n *Node) join(host string, port int) (err error) {
 	if terr != nil {
 		return terr
 	}
-	rcfg := remote.Configure(host, port, remote.WithDialOptions(
+	n.dialOpts = []grpc.DialOption{
 		creds,
 		grpc.WithBlock(),
 		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
 		grpc.FailOnNonTempDialError(true),
-	), remote.WithServerOptions(serverOpts...))
+	}
+	// The chunk streams of remote sources share the port (see dataplane.go).
+	serverOpts = append(serverOpts, grpc.UnknownServiceHandler(n.serveGRPC))
+	rcfg := remote.Configure(host, port, remote.WithDialOptions(n.dialOpts...), remote.WithServerOptions(serverOpts...))
 	rcfg.MaxRetryCount = 1
 	cfg := protocluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
@@ -389,17 +394,26 @@ func (n *Node) request(ctx context.Context, node string, msg any) (any, error) {
 		return nil, err
 	}
 	t := n.timeout(ctx)
+	first := livenessInterval
 	if probesFirst(msg) {
-		// Probe the member once per transfer or placement: a crashed
+		// Probe the member once per transfer, placement or lease, unless a
+		// probe of its address succeeded within livenessInterval: a crashed
 		// member's port is closed, and this answers at once without asking
 		// protoactor's remote layer to connect to it (with TLS, a refused
-		// certificate, theirs or ours, is reported here).
-		if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
-			return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
-				Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
+		// certificate, theirs or ours, is reported here). A request that
+		// skips the probe checks the member grainFirstCheck into its wait.
+		if n.probed.fresh(pid.Address) {
+			first = grainFirstCheck
+		} else {
+			if derr := n.probe(pid.Address, min(t, dialTimeout)); derr != nil {
+				n.probed.set(pid.Address, false)
+				return nil, &budget.UnavailableError{Location: "@" + node, Reason: budget.UnavailableLocation,
+					Detail: fmt.Sprintf("node %q is listed as a member at %s but cannot be reached: %v", node, pid.Address, derr)}
+			}
+			n.probed.set(pid.Address, true)
 		}
 	}
-	res, err := n.awaitReply(ctx, node, pid.Address, n.csys.Root.RequestFuture(pid, msg, t))
+	res, err := n.awaitReply(ctx, node, pid, first, t, msg)
 	if gone := (*budget.UnavailableError)(nil); errors.As(err, &gone) {
 		return nil, err
 	}
@@ -453,5 +467,6 @@ func (n *Node) Close(ctx context.Context) error {
 	n.workWG.Wait()
 	n.streams.closeAll(ctx, n)
 	n.held.releaseOrphans(ctx, n, true)
+	n.data.closeAll()
 	return n.sys.Close(ctx)
 }

@@ -82,29 +82,11 @@ func (n *Node) remoteLoader(src RemoteSource) system.Loader {
 			defer cancel()
 			_, _ = n.request(cctx, src.Node, &clusterpb.CloseStream{StreamId: open.StreamId})
 		}()
-		var off int64
-		for off < total {
-			if n.opts.BeforeChunk != nil {
-				n.opts.BeforeChunk(src.Node, off, total)
-			}
-			r, err := n.request(ctx, src.Node, &clusterpb.ReadChunk{StreamId: open.StreamId, Offset: off, MaxBytes: int32(n.opts.ChunkBytes)})
-			if err != nil {
-				return err
-			}
-			c, ok := r.(*clusterpb.Chunk)
-			if !ok {
-				return fmt.Errorf("residency: node %q answered ReadChunk with %T", src.Node, r)
-			}
-			if c.Error != nil {
-				return fromRemote(c.Error)
-			}
-			if c.Offset != off || len(c.Data) == 0 || off+int64(len(c.Data)) > total {
-				return fmt.Errorf("residency: node %q sent a chunk of %d bytes at %d, want bytes at %d of %d", src.Node, len(c.Data), c.Offset, off, total)
-			}
-			copy(dst[off:], c.Data)
-			off += int64(len(c.Data))
+		pid, err := n.endpointOf(src.Node)
+		if err != nil {
+			return err
 		}
-		return nil
+		return n.pullChunks(ctx, src.Node, pid.Address, open.StreamId, dst)
 	}
 }
 
