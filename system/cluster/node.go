@@ -60,6 +60,12 @@ type NodeOptions struct {
 	// Addr is the host:port the node listens on for other members
 	// (default "127.0.0.1:0": loopback, a free port).
 	Addr string
+	// AdvertisedAddr, when set, is the host:port the node registers with
+	// its provider and the other members dial instead of the address it
+	// listens on: something in between (a NAT, a TCP proxy; the fault
+	// tests route member traffic through one) forwards it to Addr. Default
+	// "": the address the node listens on.
+	AdvertisedAddr string
 	// TLS, when set, makes the transport between members mutual TLS: this
 	// node serves with TLS.Certificates and requires every member to
 	// present a certificate signed by ClientCAs (RootCAs when ClientCAs is
@@ -155,6 +161,11 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	}
 	if serr != nil || host == "" {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: address %q: want host:port", opts.Name, opts.Addr)}
+	}
+	if opts.AdvertisedAddr != "" {
+		if ah, ap, aerr := net.SplitHostPort(opts.AdvertisedAddr); aerr != nil || ah == "" || ap == "" {
+			return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: advertised address %q: want host:port", opts.Name, opts.AdvertisedAddr)}
+		}
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
@@ -260,12 +271,16 @@ func (n *Node) join(host string, port int) (err error) {
 	if terr != nil {
 		return terr
 	}
-	rcfg := remote.Configure(host, port, remote.WithDialOptions(
+	ropts := []remote.ConfigOption{remote.WithDialOptions(
 		creds,
 		grpc.WithBlock(),
 		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
 		grpc.FailOnNonTempDialError(true),
-	), remote.WithServerOptions(serverOpts...))
+	), remote.WithServerOptions(serverOpts...)}
+	if n.opts.AdvertisedAddr != "" {
+		ropts = append(ropts, remote.WithAdvertisedHost(n.opts.AdvertisedAddr))
+	}
+	rcfg := remote.Configure(host, port, ropts...)
 	rcfg.MaxRetryCount = 1
 	cfg := protocluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
