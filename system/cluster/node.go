@@ -445,7 +445,7 @@ func (n *Node) loop() {
 		if err := n.publish(ctx, false); err != nil && !n.closed.Load() {
 			n.log.Debug().Err(err).Msg("residency node: publishing directory and summaries")
 		}
-		n.streams.closeIdle(ctx, n, n.opts.StreamIdleTimeout)
+		n.streams.closeIdle(ctx, n, n.opts.StreamIdleTimeout, n.opts.RequestTimeout)
 		n.held.releaseOrphans(ctx, n, false)
 		cancel()
 	}
