@@ -263,7 +263,7 @@ func (n *Node) join(host string, port int) (err error) {
 		return slog.New(cleanStopHandler{zerolog.NewSlogHandler(logger)})
 	}))
 	endpoint := actor.PropsFromFunc(n.receiveEndpoint)
-	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*clusterpb.DirectoryUpdate{}} })
+	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{node: n, entries: map[string]*clusterpb.DirectoryUpdate{}} })
 	// Dial other members blocking, with a bound, and try once: protoactor's
 	// endpoint writer otherwise leaves a gRPC connection reconnecting
 	// forever behind each failed attempt to reach a dead member.
