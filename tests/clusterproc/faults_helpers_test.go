@@ -28,7 +28,7 @@ import (
 // to fail; faultMargin is what it may take beyond it (scheduling on a
 // loaded machine, not the request).
 const (
-	faultDeadline = 1500 * time.Millisecond
+	faultDeadline = time.Second
 	faultMargin   = 2 * time.Second
 )
 
@@ -189,7 +189,7 @@ func leases(ctx context.Context, t *testing.T, n *cluster.Node, value, loc strin
 // copyOK copies remote from node from onto n and compares the bytes.
 func (c *proxiedCluster) copyOK(ctx context.Context, t *testing.T, n *cluster.Node, from, remote string, size, seed int64) {
 	t.Helper()
-	rctx, cancel := context.WithTimeout(ctx, 2*faultDeadline)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, err := c.copyOnce(rctx, n, from, remote, size)
 	require.NoError(t, err, "%s copying %s from %s", n.Name(), remote, from)
