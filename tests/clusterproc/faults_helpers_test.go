@@ -261,8 +261,6 @@ func usedIs(n *cluster.Node, want map[string]int64) func(context.Context) error 
 	}
 }
 
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
 // copySeq makes the local names of copies unique.
 var copySeq atomic.Int64
 

@@ -3,6 +3,7 @@ package clusterproc_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"testing"
 	"time"
 
@@ -135,13 +136,13 @@ func runPartition(t *testing.T, provider string, modes ...faultproxy.Mode) {
 		// used to pin the source for StreamIdleTimeout, 30 s): the bound
 		// below is that timeout plus two refresh rounds and the margin.
 		gctx, gcancel := context.WithTimeout(ctx, time.Until(cutAt.Add(faultDeadline+5*time.Second+200*time.Millisecond+faultMargin)))
-		defer gcancel()
 		grants := until(gctx, t, healAt, "leases on x and v", func(ctx context.Context) error {
 			if n, m := leases(ctx, t, nc, "x", "cuda:0"), leases(ctx, t, a, "v", "cuda:0"); n != 1 || m != 0 {
-				return errorf("c holds %d leases on x (want 1), a %d on v (want 0)", n, m)
+				return fmt.Errorf("c holds %d leases on x (want 1), a %d on v (want 0)", n, m)
 			}
 			return nil
 		})
+		gcancel()
 		t.Logf("%s/%s healed: a→c request ok after %s, c→a after %s; directory (y) %s, (w) %s; a's summaries %s; c's leases back to 1 after %s",
 			provider, mode, req, back, dirY, dirW, sums, grants)
 	}

@@ -3,6 +3,7 @@ package clusterproc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -97,7 +98,7 @@ func runSlowNode(t *testing.T, provider string) {
 	lctx, lcancel := context.WithTimeout(ctx, time.Until(slowAt.Add(4*slowDelay+faultMargin)))
 	late := until(lctx, t, slowAt, "c's late grants released", func(ctx context.Context) error {
 		if n, m := leases(ctx, t, nc, "x", "cuda:0"), leases(ctx, t, nc, "w", "cuda:0"); n != 0 || m != 0 {
-			return errorf("c holds %d leases on x and %d on w, want 0", n, m)
+			return fmt.Errorf("c holds %d leases on x and %d on w, want 0", n, m)
 		}
 		return nil
 	})
