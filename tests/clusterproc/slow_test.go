@@ -95,7 +95,7 @@ func runSlowNode(t *testing.T, provider string) {
 	// caller's context does not cancel a stream, docs/cluster.md) and
 	// holds c's transfer lease until its last request: open, two chunks
 	// and close, each heard one delay late.
-	lctx, lcancel := context.WithTimeout(ctx, time.Until(slowAt.Add(4*slowDelay+faultMargin)))
+	lctx, lcancel := context.WithTimeout(ctx, time.Until(slowAt.Add(4*slowDelay+2*faultMargin)))
 	late := until(lctx, t, slowAt, "c's late grants released", func(ctx context.Context) error {
 		if n, m := leases(ctx, t, nc, "x", "cuda:0"), leases(ctx, t, nc, "w", "cuda:0"); n != 0 || m != 0 {
 			return fmt.Errorf("c holds %d leases on x and %d on w, want 0", n, m)
