@@ -442,6 +442,10 @@ func EtcdBinary() string {
 // Etcd is a single-member etcd listening on loopback.
 type Etcd struct {
 	Endpoint string // host:port of the client URL
+	bin      string
+	dataDir  string
+	cport    int
+	pport    int
 	cmd      *exec.Cmd
 	done     chan struct{}
 	exitErr  error
@@ -459,34 +463,55 @@ func StartEtcd(ctx context.Context, bin, dataDir string, logs io.Writer) (*Etcd,
 	if err != nil {
 		return nil, err
 	}
-	client := "http://127.0.0.1:" + strconv.Itoa(cport)
-	peer := "http://127.0.0.1:" + strconv.Itoa(pport)
-	e := &Etcd{Endpoint: "127.0.0.1:" + strconv.Itoa(cport), done: make(chan struct{})}
-	e.cmd = exec.Command(bin, "--name", "residency-test", "--data-dir", dataDir,
+	e := &Etcd{Endpoint: "127.0.0.1:" + strconv.Itoa(cport), bin: bin, dataDir: dataDir, cport: cport, pport: pport}
+	if err := e.run(ctx, logs); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Restart starts a stopped etcd again on the same ports with the same
+// data (its members' keys and leases survive), and waits until it is
+// healthy, until ctx ends.
+func (e *Etcd) Restart(ctx context.Context, logs io.Writer) error {
+	select {
+	case <-e.done:
+	default:
+		return fmt.Errorf("nodeproc: etcd at %s is still running", e.Endpoint)
+	}
+	return e.run(ctx, logs)
+}
+
+func (e *Etcd) run(ctx context.Context, logs io.Writer) error {
+	client := "http://127.0.0.1:" + strconv.Itoa(e.cport)
+	peer := "http://127.0.0.1:" + strconv.Itoa(e.pport)
+	e.done, e.exitErr = make(chan struct{}), nil
+	e.cmd = exec.Command(e.bin, "--name", "residency-test", "--data-dir", e.dataDir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "residency-test="+peer, "--initial-cluster-state", "new")
 	e.cmd.Stdout, e.cmd.Stderr = logs, logs
 	e.cmd.SysProcAttr = sysProcAttr()
 	if err := e.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
+	done := e.done
 	go func() {
 		e.exitErr = e.cmd.Wait()
-		close(e.done)
+		close(done)
 	}()
 	hc := &http.Client{Timeout: time.Second}
 	defer hc.CloseIdleConnections()
 	for {
 		if ok := etcdHealthy(hc, client); ok {
-			return e, nil
+			return nil
 		}
 		select {
-		case <-e.done:
-			return nil, fmt.Errorf("nodeproc: etcd exited before it was healthy: %v", e.exitErr)
+		case <-done:
+			return fmt.Errorf("nodeproc: etcd exited before it was healthy: %v", e.exitErr)
 		case <-ctx.Done():
 			e.Stop(5 * time.Second)
-			return nil, fmt.Errorf("nodeproc: etcd at %s not healthy: %w", e.Endpoint, ctx.Err())
+			return fmt.Errorf("nodeproc: etcd at %s not healthy: %w", e.Endpoint, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -516,4 +541,10 @@ func (e *Etcd) Stop(grace time.Duration) {
 		_ = e.cmd.Process.Signal(syscall.SIGKILL)
 		<-e.done
 	}
+}
+
+// Kill kills etcd with SIGKILL and waits for it to exit.
+func (e *Etcd) Kill() {
+	_ = e.cmd.Process.Signal(syscall.SIGKILL)
+	<-e.done
 }

@@ -191,17 +191,41 @@ func (n *Node) Summaries(ctx context.Context) ([]NodeSummary, error) {
 	for _, m := range n.Members() {
 		live[m] = true
 	}
-	var out []NodeSummary
+	byNode := map[string]NodeSummary{}
 	for member, kv := range st {
 		ns, ok := n.sums.decode(member, kv)
 		if !ok || !live[ns.Node] {
 			continue
 		}
-		out = append(out, ns)
+		// A restarted node's former incarnation (another member id) may
+		// linger in the gossip state: the newest epoch is the node.
+		if old, seen := byNode[ns.Node]; !seen || ns.Epoch > old.Epoch {
+			byNode[ns.Node] = ns
+		}
 	}
 	n.sums.prune(st)
+	out := make([]NodeSummary, 0, len(byNode))
+	for _, ns := range byNode {
+		out = append(out, ns)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out, nil
+}
+
+// epochs is every live node's current epoch as this member's gossip has
+// it (nodes without a summary yet are absent).
+func (n *Node) epochs() map[string]uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.RequestTimeout)
+	defer cancel()
+	sums, err := n.Summaries(ctx)
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(sums))
+	for _, s := range sums {
+		out[s.Node] = s.Epoch
+	}
+	return out
 }
 
 // grainRequest sends msg to the grain (identity, kind) and waits for the
@@ -310,8 +334,13 @@ func (n *Node) grainAsk(ctx context.Context, ci *protocluster.ClusterIdentity, a
 }
 
 // directoryGrain is the directory entry of one value name: per node, the
-// newest update (by epoch, then state version) that node sent.
+// newest update (by epoch, then state version) that node sent. An entry
+// from an earlier epoch than the node's current one (its summary, as the
+// hosting member's gossip has it) is a restarted node's former life: the
+// new incarnation never had the value and sends nothing for it, so the
+// grain drops the entry when it answers.
 type directoryGrain struct {
+	node    *Node // the member hosting the grain
 	entries map[string]*clusterpb.DirectoryUpdate
 }
 
@@ -337,8 +366,13 @@ func (g *directoryGrain) Receive(ctx actor.Context) {
 			}
 		}
 		rep := &clusterpb.WhereIsReply{Value: m.Value}
+		epochs := g.node.epochs()
 		nodes := make([]string, 0, len(g.entries))
-		for node := range g.entries {
+		for node, e := range g.entries {
+			if cur, ok := epochs[node]; ok && e.Epoch < cur {
+				delete(g.entries, node) // a former incarnation's
+				continue
+			}
 			if live[node] {
 				nodes = append(nodes, node)
 			}

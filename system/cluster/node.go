@@ -60,6 +60,12 @@ type NodeOptions struct {
 	// Addr is the host:port the node listens on for other members
 	// (default "127.0.0.1:0": loopback, a free port).
 	Addr string
+	// AdvertisedAddr, when set, is the host:port the node registers with
+	// its provider and the other members dial instead of the address it
+	// listens on: something in between (a NAT, a TCP proxy; the fault
+	// tests route member traffic through one) forwards it to Addr. Default
+	// "": the address the node listens on.
+	AdvertisedAddr string
 	// TLS, when set, makes the transport between members mutual TLS: this
 	// node serves with TLS.Certificates and requires every member to
 	// present a certificate signed by ClientCAs (RootCAs when ClientCAs is
@@ -158,6 +164,11 @@ func StartNode(ctx context.Context, opts NodeOptions) (_ *Node, err error) {
 	if serr != nil || host == "" {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: address %q: want host:port", opts.Name, opts.Addr)}
 	}
+	if opts.AdvertisedAddr != "" {
+		if ah, ap, aerr := net.SplitHostPort(opts.AdvertisedAddr); aerr != nil || ah == "" || ap == "" {
+			return nil, &budget.InvalidInputError{Message: fmt.Sprintf("node %q: advertised address %q: want host:port", opts.Name, opts.AdvertisedAddr)}
+		}
+	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
@@ -254,7 +265,7 @@ func (n *Node) join(host string, port int) (err error) {
 		return slog.New(cleanStopHandler{zerolog.NewSlogHandler(logger)})
 	}))
 	endpoint := actor.PropsFromFunc(n.receiveEndpoint)
-	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{entries: map[string]*clusterpb.DirectoryUpdate{}} })
+	directory := actor.PropsFromProducer(func() actor.Actor { return &directoryGrain{node: n, entries: map[string]*clusterpb.DirectoryUpdate{}} })
 	// Dial other members blocking, with a bound, and try once: protoactor's
 	// endpoint writer otherwise leaves a gRPC connection reconnecting
 	// forever behind each failed attempt to reach a dead member.
@@ -270,7 +281,11 @@ func (n *Node) join(host string, port int) (err error) {
 	}
 	// The chunk streams of remote sources share the port (see dataplane.go).
 	serverOpts = append(serverOpts, grpc.UnknownServiceHandler(n.serveGRPC))
-	rcfg := remote.Configure(host, port, remote.WithDialOptions(n.dialOpts...), remote.WithServerOptions(serverOpts...))
+	ropts := []remote.ConfigOption{remote.WithDialOptions(n.dialOpts...), remote.WithServerOptions(serverOpts...)}
+	if n.opts.AdvertisedAddr != "" {
+		ropts = append(ropts, remote.WithAdvertisedHost(n.opts.AdvertisedAddr))
+	}
+	rcfg := remote.Configure(host, port, ropts...)
 	rcfg.MaxRetryCount = 1
 	cfg := protocluster.Configure(n.opts.ClusterName, n.opts.Provider, disthash.New(),
 		rcfg,
@@ -444,7 +459,7 @@ func (n *Node) loop() {
 		if err := n.publish(ctx, false); err != nil && !n.closed.Load() {
 			n.log.Debug().Err(err).Msg("residency node: publishing directory and summaries")
 		}
-		n.streams.closeIdle(ctx, n, n.opts.StreamIdleTimeout)
+		n.streams.closeIdle(ctx, n, n.opts.StreamIdleTimeout, n.opts.RequestTimeout)
 		n.held.releaseOrphans(ctx, n, false)
 		cancel()
 	}

@@ -101,6 +101,7 @@ type serveStream struct {
 	reservation string // "" when the owner has no pageable-host
 	data        []byte
 	last        time.Time
+	read        bool // a chunk was asked for: the reader knows the stream
 }
 
 type streamTable struct {
@@ -266,7 +267,7 @@ func (n *Node) readChunk(m *clusterpb.ReadChunk) *clusterpb.Chunk {
 	n.streams.mu.Lock()
 	st := n.streams.m[m.StreamId]
 	if st != nil {
-		st.last = time.Now()
+		st.last, st.read = time.Now(), true
 	}
 	n.streams.mu.Unlock()
 	if st == nil {
@@ -312,11 +313,16 @@ func (t *streamTable) close(ctx context.Context, n *Node, id uint64) {
 	}
 }
 
-func (t *streamTable) closeIdle(ctx context.Context, n *Node, idle time.Duration) {
+// closeIdle closes the streams idle for longer than idle, and those
+// never read for longer than unread: a reader asks for its first chunk as
+// soon as the open's answer reaches it, so a stream still unread after
+// one request timeout is one whose answer was lost (a partition) and
+// whose reader gave up without knowing its id.
+func (t *streamTable) closeIdle(ctx context.Context, n *Node, idle, unread time.Duration) {
 	var old []*serveStream
 	t.mu.Lock()
 	for id, st := range t.m {
-		if time.Since(st.last) > idle {
+		if time.Since(st.last) > idle || (!st.read && time.Since(st.last) > min(idle, unread)) {
 			old = append(old, st)
 			delete(t.m, id)
 		}
