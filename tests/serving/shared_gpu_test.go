@@ -1,6 +1,8 @@
 package serving
 
 import (
+	"time"
+
 	"context"
 	"testing"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
 )
 
 // Model weights in a loader cache and KV blocks placed by Admit share one
@@ -64,4 +67,52 @@ func TestWeightsAndKVBlocksMakeRoomForEachOther(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, isLoaded(reg.last(t, "mistral")), "a model in use is never a victim")
 	require.NoError(t, l.Release())
+}
+
+// A model too big for one GPU is split over two: its halves are reserved
+// together (all or nothing), and when a request on either GPU needs the
+// room of the idle model, the whole model goes.
+func TestModelSplitOverTwoGPUsLoadsAndUnloadsAsOne(t *testing.T) {
+	srv := newServer(t, 100)
+	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.Locations = []string{"cuda:1"} })
+	ctx := context.Background()
+	halves := []cache.Part{{Location: "cuda:0", Bytes: 70}, {Location: "cuda:1", Bytes: 70}}
+	load := func(ctx context.Context, opts ...cache.LoadOption) (*cache.Lease[*model], error) {
+		return cache.LoadSplit(ctx, c, "llama-140", halves, nil, func(context.Context) (*model, error) {
+			return &model{name: "llama-140", unloaded: make(chan struct{})}, nil
+		}, opts...)
+	}
+
+	// cuda:1 is busy with KV blocks in use: the split load takes nothing on
+	// cuda:0 and waits for room on both.
+	kv, err := srv.sys.Register(ctx, system.Value{Name: "kv", Bytes: 50, At: "pinned-host", Mode: system.Replicable})
+	require.NoError(t, err)
+	scope, _, err := srv.sys.Admit(ctx, system.Request{Name: "decode", Requirements: []system.Requirement{{Handle: kv, Tiers: [][]string{{"cuda:1"}}}}})
+	require.NoError(t, err)
+	waiting := background(func() (*cache.Lease[*model], error) { return load(ctx, cache.Wait(system.WaitForRoom())) })
+	srv.events.await(t, system.EventWaitStarted, 1)
+	assert.Zero(t, srv.charged(t, "cuda:0"), "nothing reserved while the other half cannot be")
+	require.NoError(t, scope.Exit(ctx)) // the KV blocks are idle now: the load evicts their GPU copy
+	got := answer(t, waiting)
+	require.NoError(t, got.err)
+	assert.EqualValues(t, 70, srv.charged(t, "cuda:0"))
+	assert.EqualValues(t, 70, srv.charged(t, "cuda:1"))
+	m := got.lease.Value()
+	require.NoError(t, got.lease.Release())
+
+	// A request on cuda:1 that needs 50 bytes unloads the whole model.
+	scope, d, err := srv.sys.Admit(ctx, system.Request{Name: "decode again", Requirements: []system.Requirement{{Handle: kv, Tiers: [][]string{{"cuda:1"}}}}})
+	require.NoError(t, err)
+	require.NotEmpty(t, d.Evictions)
+	assert.Equal(t, system.EvictionIdleCacheEntry, d.Evictions[0].Kind)
+	unloaded(t, m)
+	require.NoError(t, scope.Exit(ctx))
+	assert.Empty(t, c.Entries())
+	// Its other half is released by the cache right after the drop: all
+	// of cuda:0 can be had (waiting for that release, if it is not done).
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	all, _, err := srv.sys.Admit(wctx, system.Request{Name: "all of cuda:0", Reservations: []system.ReservationSpec{{Name: "all", Location: "cuda:0", Bytes: 100}}}, system.WaitForRoom())
+	require.NoError(t, err)
+	require.NoError(t, all.Exit(ctx))
 }
