@@ -72,7 +72,7 @@ func (c *Cache) admit(ctx context.Context, key string, total int64, try func(con
 		if total > be.BudgetBytes {
 			return err // it can never fit: nothing to evict for it
 		}
-		e := c.victim()
+		e := c.victim((*cacheEntry).evictable)
 		if e == nil {
 			return &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be}
 		}
@@ -84,9 +84,10 @@ func (c *Cache) admit(ctx context.Context, key string, total int64, try func(con
 	}
 }
 
-// victim takes the least recently used evictable entry out of the book
-// and starts its release. nil: none (or the cache is closed or nil).
-func (c *Cache) victim() *cacheEntry {
+// victim takes the least recently used entry for which evictable holds
+// out of the book and starts its release. nil: none (or the cache is
+// closed or nil).
+func (c *Cache) victim(evictable func(*cacheEntry) bool) *cacheEntry {
 	if c == nil {
 		return nil
 	}
@@ -95,7 +96,7 @@ func (c *Cache) victim() *cacheEntry {
 		c.mu.Unlock()
 		return nil
 	}
-	_, e, ok := c.book.Victim((*cacheEntry).evictable)
+	_, e, ok := c.book.Victim(evictable)
 	if !ok {
 		c.mu.Unlock()
 		return nil

@@ -247,6 +247,17 @@ func admitCharges(ctx context.Context, c *Cache, rt owners.Runtime, key string, 
 			if c.offerIdle() {
 				continue
 			}
+			// A budgeted entry has no charge of its own to offer (its
+			// value's reservations are the budget's): the cache evicts
+			// its idle ones itself, least recently used first.
+			if e := c.victim(idleBudgeted); e != nil {
+				select {
+				case <-e.released:
+					continue
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			again, err := busyRefusals(ctx, rt, key, specs)
 			if again && raced < maxRaces {
 				raced++ // room was made since the decision: decide again
@@ -257,6 +268,10 @@ func admitCharges(ctx context.Context, c *Cache, rt owners.Runtime, key string, 
 		return err
 	}
 }
+
+// idleBudgeted: an evictable entry of LoadBudgeted (no charge of its own,
+// so never offered to the controller).
+func idleBudgeted(e *cacheEntry) bool { return e.charge == "" && e.evictable() }
 
 // maxRaces bounds the decisions again after runs that met concurrent
 // changes (each is another caller's progress, so this is rarely reached).
