@@ -26,7 +26,12 @@ import (
 //     hold, unhold, reserve, unreserve, evict, discard;
 //   - protect: blocks of six ops on 64 resident values: acquire,
 //     release, hold, unhold, reserve, unreserve (no transfers: what the
-//     replay itself costs per op, the runtime's bookkeeping included).
+//     replay itself costs per op, the runtime's bookkeeping included);
+//   - rpe: blocks of three ops on a fresh value of 64 B: register with a
+//     source, place on cuda:0 (a reconstruction: the loader fills the
+//     buffer), evict from cuda:0;
+//   - rpe1m: the same with 1 MiB values (the replay's BufferLimit: every
+//     byte is made, filled and kept).
 func benchScript(kind string, n int) string {
 	var b strings.Builder
 	b.Grow(n * 90)
@@ -57,6 +62,16 @@ func benchScript(kind string, n int) string {
 				emit(`{"op":"evict","handle":"v%d","location":"cuda:0"}`, i) &&
 				emit(`{"op":"discard","handle":"v%d"}`, i)
 		}
+	case "rpe", "rpe1m":
+		size := "64"
+		if kind == "rpe1m" {
+			size = `"1MiB"`
+		}
+		for i := 0; n > 0; i++ {
+			_ = emit(`{"op":"register","handle":"v%d","bytes":%s,"source":"pageable-host"}`, i, size) &&
+				emit(`{"op":"place","handle":"v%d","location":"cuda:0"}`, i) &&
+				emit(`{"op":"evict","handle":"v%d","location":"cuda:0"}`, i)
+		}
 	case "protect":
 		const values = 64
 		for i := 0; i < values && n > 0; i++ {
@@ -77,9 +92,20 @@ func benchScript(kind string, n int) string {
 	return b.String()
 }
 
+// benchSizes are the script lengths BenchmarkReplay runs per kind: the
+// 1 MiB script keeps every value's megabyte on pageable-host, so it stays
+// short.
+var benchSizes = map[string][]int{
+	"register": {10_000, 100_000},
+	"mixed":    {10_000, 100_000},
+	"protect":  {10_000, 100_000},
+	"rpe":      {10_000, 100_000},
+	"rpe1m":    {3_000},
+}
+
 func BenchmarkReplay(b *testing.B) {
-	for _, kind := range []string{"register", "mixed", "protect"} {
-		for _, n := range []int{10_000, 100_000} {
+	for _, kind := range []string{"register", "mixed", "protect", "rpe", "rpe1m"} {
+		for _, n := range benchSizes[kind] {
 			script := benchScript(kind, n)
 			b.Run(fmt.Sprintf("%s/%dk", kind, n/1000), func(b *testing.B) {
 				b.SetBytes(int64(len(script)))
@@ -101,7 +127,7 @@ func BenchmarkReplay(b *testing.B) {
 // TestBenchScripts keeps the benchmark's scripts honest: every op of a
 // small one succeeds.
 func TestBenchScripts(t *testing.T) {
-	for _, kind := range []string{"register", "mixed", "protect"} {
+	for _, kind := range []string{"register", "mixed", "protect", "rpe", "rpe1m"} {
 		var out, errb strings.Builder
 		code := run(context.Background(), []string{"replay", "--json", "-"}, strings.NewReader(benchScript(kind, 200)), &out, &errb)
 		if code != 0 {
