@@ -9,9 +9,10 @@
 //   - A value actor per value with transfers in flight carries them out,
 //     one at a time in admission order: copies, reconstruction (running
 //     the value's loader into a temporary buffer at its source location)
-//     and initialization. The supervisor spawns it with the value's first
-//     transfer and stops it when the last one has settled: an idle value
-//     has no actor.
+//     and initialization. The supervisor gives the value an actor with
+//     its first transfer and takes it back when the last one has settled
+//     (a few wait idle for the next values, the others stop): an idle
+//     value has no actor.
 //   - The supervisor watches each recorded consumer event on a goroutine
 //     of its own until it completes, and then reaps it.
 //

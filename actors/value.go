@@ -13,10 +13,12 @@ import (
 
 // valueActor carries out the transfers of one value (initialization,
 // copies, reconstruction through the value's loader), one at a time in
-// the order the supervisor admitted them. The supervisor spawns it with
-// the value's first transfer in flight and stops it when the last one has
-// settled. It holds no accounting: it only does what the supervisor
-// admitted and reports the outcome.
+// the order the supervisor admitted them. The supervisor gives a value an
+// actor with its first transfer in flight and takes it back when the last
+// one has settled (it then waits idle for another value, or is stopped:
+// see supervisor.transferSettled). It holds no accounting and no state of
+// its value: it only does what the supervisor admitted and reports the
+// outcome.
 type valueActor struct {
 	eng *Engine
 }
