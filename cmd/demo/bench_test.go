@@ -109,16 +109,21 @@ func BenchmarkReplay(b *testing.B) {
 			script := benchScript(kind, n)
 			b.Run(fmt.Sprintf("%s/%dk", kind, n/1000), func(b *testing.B) {
 				b.SetBytes(int64(len(script)))
-				var elapsed time.Duration
+				var elapsed, cpu time.Duration
 				for i := 0; i < b.N; i++ {
-					start := time.Now()
+					start, cpu0 := time.Now(), processCPU()
 					code := run(context.Background(), []string{"replay", "--json", "-"}, strings.NewReader(script), io.Discard, io.Discard)
 					elapsed += time.Since(start)
+					cpu += processCPU() - cpu0
 					if code != 0 {
 						b.Fatalf("exit status %d", code)
 					}
 				}
 				b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "ops/s")
+				// CPU time of the whole process per op (user and system,
+				// every goroutine, the collector's included): steadier than
+				// ops/s on shared, loaded cores.
+				b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/op")
 			})
 		}
 	}
