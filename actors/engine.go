@@ -83,6 +83,7 @@ type Engine struct {
 	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
 	owners       chargeOwners   // owners of offered charges (charges.go)
 	watchers     sync.WaitGroup
+	valueRunner  *workerPool // the value actors' dispatcher (workers.go)
 	ctx          context.Context
 	cancel       context.CancelFunc
 	stopOnce     sync.Once
@@ -143,7 +144,9 @@ func Start(cfg Config) (*Engine, error) {
 		eng.locations[loc] = pid
 	}
 	sup := &supervisor{eng: eng, ledger: led, workers: map[uint64]*valueWorker{}, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
-	sup.valueProps = actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng} })
+	eng.valueRunner = newWorkerPool(idleActors)
+	sup.valueProps = actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng} },
+		actor.WithDispatcher(eng.valueRunner))
 	// The supervisor runs on a synchronized dispatcher: a sender whose
 	// message finds the mailbox idle processes it (and whatever queued
 	// behind it) on its own goroutine, instead of protoactor starting a new
@@ -236,6 +239,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		// (watchers.Add) when it records an event, which must not run
 		// concurrently with watchers.Wait.
 		_ = e.root.StopFuture(e.Supervisor).Wait()
+		e.valueRunner.close()
 		e.watchers.Wait()
 		for _, pid := range e.locations {
 			_ = e.root.StopFuture(pid).Wait()

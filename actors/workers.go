@@ -1,0 +1,74 @@
+package actors
+
+import "sync"
+
+// workerPool is the dispatcher of the value actors: it runs their
+// mailboxes on goroutines that wait, once done, for the next mailbox to
+// run, instead of protoactor's default of a new goroutine per run. A new
+// goroutine starts with a small stack and grows it (a copy of the stack
+// per doubling) down the path of a transfer; a kept goroutine has its
+// stack grown already. At most maxIdle goroutines wait; close ends them
+// (Engine.Stop), and a mailbox scheduled after close runs on a goroutine
+// of its own, as by default.
+type workerPool struct {
+	maxIdle int
+	mu      sync.Mutex
+	idle    []chan func() // waiting goroutines, each on its own channel
+	closed  bool
+	running sync.WaitGroup
+}
+
+func newWorkerPool(maxIdle int) *workerPool { return &workerPool{maxIdle: maxIdle} }
+
+// Schedule runs fn on a waiting goroutine, or a new one.
+func (p *workerPool) Schedule(fn func()) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		go fn()
+		return
+	}
+	if n := len(p.idle); n > 0 {
+		ch := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		ch <- fn // buffered: never blocks
+		return
+	}
+	p.running.Add(1)
+	p.mu.Unlock()
+	go p.work(fn)
+}
+
+// Throughput is the number of messages a mailbox processes before it
+// yields (protoactor's default).
+func (p *workerPool) Throughput() int { return 300 }
+
+func (p *workerPool) work(fn func()) {
+	defer p.running.Done()
+	ch := make(chan func(), 1)
+	for fn != nil {
+		fn()
+		p.mu.Lock()
+		if p.closed || len(p.idle) >= p.maxIdle {
+			p.mu.Unlock()
+			return
+		}
+		p.idle = append(p.idle, ch)
+		p.mu.Unlock()
+		fn = <-ch // nil: closed
+	}
+}
+
+// close ends the waiting goroutines and waits for every goroutine of the
+// pool to return. The mailboxes must be done (their actors stopped).
+func (p *workerPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, ch := range p.idle {
+		close(ch)
+	}
+	p.idle = nil
+	p.mu.Unlock()
+	p.running.Wait()
+}
