@@ -68,6 +68,12 @@ func (r *recycler) get(n int64, zero bool) []byte {
 
 // put keeps d, bytes no buffer holds any more, for a buffer of its size.
 func (r *recycler) put(d []byte) {
+	if int64(len(d)) >= recycleMin { // before d escapes: no allocation otherwise
+		r.keep(d)
+	}
+}
+
+func (r *recycler) keep(d []byte) {
 	if p := r.pool(int64(len(d)), true); p != nil {
 		p.Put(&d)
 	}
