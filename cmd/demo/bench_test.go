@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/replay"
 )
 
 // Replay throughput: whole scripts replayed with --json to io.Discard, the
@@ -144,5 +149,63 @@ func TestBenchScripts(t *testing.T) {
 		if strings.Contains(out.String(), `"ok":false`) {
 			t.Errorf("%s: an op failed:\n%s", kind, out.String())
 		}
+	}
+}
+
+// BenchmarkReplayBaseline runs the ops of the rpe scripts straight on a
+// runtime (system.System on the soft backend, the loader the replay
+// gives): no script, no results, no state version read per op. Its
+// ops/s over BenchmarkReplay's is what the replay itself costs:
+//
+//	go test -run '^$' -bench 'BenchmarkReplay(Baseline)?/rpe' -benchtime 1x -count 5 ./cmd/demo/
+func BenchmarkReplayBaseline(b *testing.B) {
+	for _, c := range []struct {
+		kind  string
+		n     int
+		bytes int64
+	}{{"rpe", 10_000, 64}, {"rpe", 100_000, 64}, {"rpe1m", 3_000, 1 << 20}} {
+		b.Run(fmt.Sprintf("%s/%dk", c.kind, c.n/1000), func(b *testing.B) {
+			var elapsed, cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				start, cpu0 := time.Now(), processCPU()
+				baselineRPE(b, c.n, c.bytes)
+				elapsed += time.Since(start)
+				cpu += processCPU() - cpu0
+			}
+			b.ReportMetric(float64(c.n)*float64(b.N)/elapsed.Seconds(), "ops/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(c.n*b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// baselineRPE starts a runtime, registers, places and evicts values of
+// size bytes for n ops, and closes it.
+func baselineRPE(b *testing.B, n int, bytes int64) {
+	ctx := context.Background()
+	locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.NoLimit("cuda:0")}
+	be, err := system.SoftBackend(locs, soft.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: be})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; i += 3 {
+		name := "v" + strconv.Itoa(i/3)
+		h, err := sys.Register(ctx, system.Value{Name: name, Bytes: bytes, Source: "pageable-host", Loader: replay.Loader(name)})
+		if err == nil && i+1 < n {
+			err = sys.Place(ctx, h, "cuda:0")
+		}
+		if err == nil && i+2 < n {
+			err = sys.Evict(ctx, h, "cuda:0")
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := sys.Close(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
