@@ -84,6 +84,7 @@ type Engine struct {
 	owners       chargeOwners   // owners of offered charges (charges.go)
 	watchers     sync.WaitGroup
 	valueRunner  *workerPool // the value actors' dispatcher (workers.go)
+	locRunner    *workerPool // the location actors' dispatcher
 	ctx          context.Context
 	cancel       context.CancelFunc
 	stopOnce     sync.Once
@@ -128,6 +129,7 @@ func Start(cfg Config) (*Engine, error) {
 	}
 	eng.ctx, eng.cancel = context.WithCancel(context.Background())
 	locRoot := actor.NewRootContext(sys, nil).WithGuardian(&locationStrategy{eng: eng})
+	eng.locRunner = newWorkerPool(len(led.Locations()))
 	for _, loc := range led.Locations() {
 		st, err := cfg.Backend.NewStream(loc)
 		if err != nil {
@@ -136,7 +138,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 		eng.streams[loc] = &lockedStream{Stream: st}
 		l := loc
-		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
+		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }, actor.WithDispatcher(eng.locRunner)), "location/"+loc)
 		if err != nil {
 			eng.abort()
 			return nil, err
@@ -177,6 +179,8 @@ func (e *Engine) abort() {
 		_ = st.Close()
 	}
 	e.System.Shutdown()
+	e.locRunner.close()
+	e.valueRunner.close()
 }
 
 // Root returns the root context for sending to the supervisor.
@@ -244,6 +248,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		for _, pid := range e.locations {
 			_ = e.root.StopFuture(pid).Wait()
 		}
+		e.locRunner.close()
 		// Nothing allocates any more. After an orderly shutdown the ledger
 		// has freed everything and the table is empty; after a fatal stop
 		// (the ledger can no longer be trusted) whatever is left is freed

@@ -2,7 +2,8 @@ package actors
 
 import "sync"
 
-// workerPool is the dispatcher of the value actors: it runs their
+// workerPool is the dispatcher of the value actors (and, one pool of
+// their own, of the location actors): it runs their
 // mailboxes on goroutines that wait, once done, for the next mailbox to
 // run, instead of protoactor's default of a new goroutine per run. A new
 // goroutine starts with a small stack and grows it (a copy of the stack
@@ -61,8 +62,12 @@ func (p *workerPool) work(fn func()) {
 }
 
 // close ends the waiting goroutines and waits for every goroutine of the
-// pool to return. The mailboxes must be done (their actors stopped).
+// pool to return. The mailboxes must be done (their actors stopped or
+// idle). A nil pool has nothing to close.
 func (p *workerPool) close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	p.closed = true
 	for _, ch := range p.idle {
