@@ -369,10 +369,6 @@ type valueWorker struct {
 	inflight int // transfers sent to it and not yet settled
 }
 
-// idleActors is the most value actors kept idle for the next value with a
-// transfer (see transferSettled).
-const idleActors = 8
-
 // sendTransfer sends a transfer to its value's actor, giving the value
 // one if it has none (no transfer in flight): an idle one, else a new
 // one; a demotion's copy goes as a demoteTransfer.
@@ -419,11 +415,6 @@ func (s *supervisor) transferSettled(id uint64) {
 	s.stopActor(w.pid)
 }
 
-func (s *supervisor) stopActor(pid *actor.PID) {
-	s.stopping++
-	s.eng.root.Stop(pid)
-}
-
 // awaitQuiet asks the supervisor to stop its idle value actors and to
 // answer once every value actor it stopped is gone (Engine.Stop: stopping
 // the supervisor then sends no Stop to a child that is already
@@ -432,14 +423,6 @@ func (s *supervisor) stopActor(pid *actor.PID) {
 type awaitQuiet struct{}
 
 type quietReply struct{}
-
-// stopIdle stops the idle value actors.
-func (s *supervisor) stopIdle() {
-	for _, pid := range s.idle {
-		s.stopActor(pid)
-	}
-	s.idle = s.idle[:0]
-}
 
 func (s *supervisor) answerQuiet() {
 	if s.stopping > 0 {

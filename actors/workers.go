@@ -1,6 +1,10 @@
 package actors
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
 
 // workerPool is the dispatcher of the value actors (and, one pool of
 // their own, of the location actors): it runs their
@@ -76,4 +80,24 @@ func (p *workerPool) close() {
 	p.idle = nil
 	p.mu.Unlock()
 	p.running.Wait()
+}
+
+// idleActors is the most value actors kept idle for the next value with a
+// transfer (see supervisor.transferSettled), and the most goroutines kept
+// waiting for the value actors' mailboxes.
+const idleActors = 8
+
+// stopActor stops a value actor; its Terminated comes back to the
+// supervisor (see awaitQuiet).
+func (s *supervisor) stopActor(pid *actor.PID) {
+	s.stopping++
+	s.eng.root.Stop(pid)
+}
+
+// stopIdle stops the idle value actors.
+func (s *supervisor) stopIdle() {
+	for _, pid := range s.idle {
+		s.stopActor(pid)
+	}
+	s.idle = s.idle[:0]
 }
