@@ -9,9 +9,10 @@
 //   - A value actor per value with transfers in flight carries them out,
 //     one at a time in admission order: copies, reconstruction (running
 //     the value's loader into a temporary buffer at its source location)
-//     and initialization. The supervisor spawns it with the value's first
-//     transfer and stops it when the last one has settled: an idle value
-//     has no actor.
+//     and initialization. The supervisor gives the value an actor with
+//     its first transfer and takes it back when the last one has settled
+//     (a few wait idle for the next values, the others stop): an idle
+//     value has no actor.
 //   - The supervisor watches each recorded consumer event on a goroutine
 //     of its own until it completes, and then reaps it.
 //
@@ -82,6 +83,8 @@ type Engine struct {
 	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
 	owners       chargeOwners   // owners of offered charges (charges.go)
 	watchers     sync.WaitGroup
+	valueRunner  *workerPool // the value actors' dispatcher (workers.go)
+	locRunner    *workerPool // the location actors' dispatcher
 	ctx          context.Context
 	cancel       context.CancelFunc
 	stopOnce     sync.Once
@@ -126,6 +129,7 @@ func Start(cfg Config) (*Engine, error) {
 	}
 	eng.ctx, eng.cancel = context.WithCancel(context.Background())
 	locRoot := actor.NewRootContext(sys, nil).WithGuardian(&locationStrategy{eng: eng})
+	eng.locRunner = newWorkerPool(len(led.Locations()))
 	for _, loc := range led.Locations() {
 		st, err := cfg.Backend.NewStream(loc)
 		if err != nil {
@@ -134,7 +138,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 		eng.streams[loc] = &lockedStream{Stream: st}
 		l := loc
-		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }), "location/"+loc)
+		pid, err := locRoot.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{eng: eng, loc: l} }, actor.WithDispatcher(eng.locRunner)), "location/"+loc)
 		if err != nil {
 			eng.abort()
 			return nil, err
@@ -142,7 +146,9 @@ func Start(cfg Config) (*Engine, error) {
 		eng.locations[loc] = pid
 	}
 	sup := &supervisor{eng: eng, ledger: led, workers: map[uint64]*valueWorker{}, pending: map[budget.AdmissionID]*pendingOp{}, reapers: map[budget.EventID][]*actor.PID{}}
-	sup.valueProps = actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng} })
+	eng.valueRunner = newWorkerPool(idleActors)
+	sup.valueProps = actor.PropsFromProducer(func() actor.Actor { return &valueActor{eng: eng} },
+		actor.WithDispatcher(eng.valueRunner))
 	// The supervisor runs on a synchronized dispatcher: a sender whose
 	// message finds the mailbox idle processes it (and whatever queued
 	// behind it) on its own goroutine, instead of protoactor starting a new
@@ -173,6 +179,8 @@ func (e *Engine) abort() {
 		_ = st.Close()
 	}
 	e.System.Shutdown()
+	e.locRunner.close()
+	e.valueRunner.close()
 }
 
 // Root returns the root context for sending to the supervisor.
@@ -235,10 +243,12 @@ func (e *Engine) Stop(ctx context.Context) error {
 		// (watchers.Add) when it records an event, which must not run
 		// concurrently with watchers.Wait.
 		_ = e.root.StopFuture(e.Supervisor).Wait()
+		e.valueRunner.close()
 		e.watchers.Wait()
 		for _, pid := range e.locations {
 			_ = e.root.StopFuture(pid).Wait()
 		}
+		e.locRunner.close()
 		// Nothing allocates any more. After an orderly shutdown the ledger
 		// has freed everything and the table is empty; after a fatal stop
 		// (the ledger can no longer be trusted) whatever is left is freed

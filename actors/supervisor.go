@@ -42,9 +42,11 @@ type runState struct {
 // actors, whose outcomes come back as messages.
 //
 // A value has a value actor only while it has transfers in flight: the
-// supervisor spawns it with the value's first transfer and stops it once
-// the last one has settled, so an idle value costs no actor (a million
-// resident values are a million ledger records, not a million actors).
+// supervisor gives it one with the value's first transfer and takes it
+// back once the last one has settled, so an idle value costs no actor (a
+// million resident values are a million ledger records, not a million
+// actors). An actor taken back waits idle for the next value with a
+// transfer, up to idleActors of them; the others are stopped.
 // A value's transfers all go to its one actor, which carries them out one
 // at a time, in the order they were admitted.
 //
@@ -59,6 +61,8 @@ type supervisor struct {
 	self       actor.Context           // the supervisor's own context (spawns value actors)
 	valueProps *actor.Props            // every value actor's props
 	workers    map[uint64]*valueWorker // value actors of values with transfers in flight, by handle id
+	idle       []*actor.PID            // value actors with no transfer, at most idleActors (see transferSettled)
+	crashed    *actor.PID              // the value actor whose crash is being handled (HandleFailure)
 	// stopping counts the value actors told to stop whose Terminated has
 	// not come back yet; quiet waits for it to reach zero (see
 	// awaitQuiet).
@@ -101,6 +105,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		return
 	case *awaitQuiet:
 		s.quiet = append(s.quiet, ctx.Sender())
+		s.stopIdle()
 		s.answerQuiet()
 		return
 	}
@@ -363,14 +368,19 @@ type valueWorker struct {
 	inflight int // transfers sent to it and not yet settled
 }
 
-// sendTransfer sends a transfer to its value's actor, spawning the actor
-// if the value has none (no transfer in flight); a demotion's copy goes as
-// a demoteTransfer.
+// sendTransfer sends a transfer to its value's actor, giving the value
+// one if it has none (no transfer in flight): an idle one, else a new
+// one; a demotion's copy goes as a demoteTransfer.
 func (s *supervisor) sendTransfer(t *messages.DoTransfer, demotion bool) {
 	id := t.Effect.Handle.ID
 	w := s.workers[id]
 	if w == nil {
-		w = &valueWorker{pid: s.self.Spawn(s.valueProps)}
+		w = &valueWorker{}
+		if n := len(s.idle); n > 0 {
+			w.pid, s.idle = s.idle[n-1], s.idle[:n-1]
+		} else {
+			w.pid = s.self.Spawn(s.valueProps)
+		}
 		s.workers[id] = w
 	}
 	w.inflight++
@@ -382,9 +392,12 @@ func (s *supervisor) sendTransfer(t *messages.DoTransfer, demotion bool) {
 }
 
 // transferSettled counts one of value id's transfers settled (completed
-// or failed in the ledger) and stops its actor once none is left: the
-// actor has sent its outcome, its last act for that transfer, and nothing
-// else is queued to it.
+// or failed in the ledger) and, once none is left, takes its actor from
+// the value: the actor has sent its outcome, its last act for that
+// transfer, and nothing else is queued to it. The actor waits idle for
+// the next value with a transfer (sparing a spawn and a stop per
+// transfer) while fewer than idleActors wait; otherwise, or if it crashed
+// (s.crashed), it is stopped.
 func (s *supervisor) transferSettled(id uint64) {
 	w := s.workers[id]
 	if w == nil {
@@ -394,14 +407,18 @@ func (s *supervisor) transferSettled(id uint64) {
 		return
 	}
 	delete(s.workers, id)
-	s.stopping++
-	s.eng.root.Stop(w.pid)
+	if len(s.idle) < idleActors && !w.pid.Equal(s.crashed) {
+		s.idle = append(s.idle, w.pid)
+		return
+	}
+	s.stopActor(w.pid)
 }
 
-// awaitQuiet asks the supervisor to answer once every value actor it
-// stopped is gone (Engine.Stop: stopping the supervisor then sends no
-// Stop to a child that is already terminating, which protoactor would
-// report as a dead letter).
+// awaitQuiet asks the supervisor to stop its idle value actors and to
+// answer once every value actor it stopped is gone (Engine.Stop: stopping
+// the supervisor then sends no Stop to a child that is already
+// terminating, which protoactor would report as a dead letter). Value
+// actors of transfers in flight keep running.
 type awaitQuiet struct{}
 
 type quietReply struct{}
@@ -715,7 +732,9 @@ func (s *supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 		if e.TempAt != "" {
 			s.eng.root.Send(s.eng.locations[e.TempAt], &messages.Free{Key: messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: t.Admission}})
 		}
+		s.crashed = child // stopped, never kept idle, if nothing else is queued to it
 		s.transferDone(t.Admission, &ActorCrashError{Actor: child.String(), Reason: fmt.Sprint(reason)})
+		s.crashed = nil
 		if w := s.workers[e.Handle.ID]; w == nil || !w.pid.Equal(child) {
 			return // no transfer of the value left: its actor is stopping
 		}

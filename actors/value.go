@@ -13,12 +13,15 @@ import (
 
 // valueActor carries out the transfers of one value (initialization,
 // copies, reconstruction through the value's loader), one at a time in
-// the order the supervisor admitted them. The supervisor spawns it with
-// the value's first transfer in flight and stops it when the last one has
-// settled. It holds no accounting: it only does what the supervisor
-// admitted and reports the outcome.
+// the order the supervisor admitted them. The supervisor gives a value an
+// actor with its first transfer in flight and takes it back when the last
+// one has settled (it then waits idle for another value, or is stopped:
+// see supervisor.transferSettled). It holds no accounting and no state of
+// its value: it only does what the supervisor admitted and reports the
+// outcome.
 type valueActor struct {
-	eng *Engine
+	eng   *Engine
+	reply *answerBox // where its allocations are answered; nil until its first
 }
 
 func (a *valueActor) Receive(ctx actor.Context) {
@@ -29,6 +32,10 @@ func (a *valueActor) Receive(ctx actor.Context) {
 		m = msg
 	case *demoteTransfer:
 		m, demotion = msg.DoTransfer, true
+	case *actor.Stopped, *actor.Restarting:
+		// This incarnation is done (a restart makes a new one).
+		a.reply.remove(ctx)
+		return
 	default:
 		return
 	}
@@ -41,16 +48,57 @@ func (a *valueActor) Receive(ctx actor.Context) {
 
 func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
 	pid := a.eng.locations[key.Location]
+	if a.reply == nil {
+		a.reply = newAnswerBox(ctx)
+	}
 	// No timeout of our own: the location actor enforces the allocation
 	// deadline and always answers (its supervision strategy answers for it
 	// if it crashes). Giving up here could leave a buffer the ledger no
 	// longer charges.
-	res, err := ctx.RequestFuture(pid, &messages.Allocate{Key: key, Bytes: bytes}, -1).Result()
-	if err != nil {
-		return fmt.Errorf("allocation of %d bytes at %s: location actor did not answer: %w", bytes, key.Location, err)
+	ctx.RequestWithCustomSender(pid, &messages.Allocate{Key: key, Bytes: bytes}, a.reply.pid)
+	switch res := (<-a.reply.ch).(type) {
+	case *messages.Allocated:
+		return res.Err
+	default:
+		return fmt.Errorf("allocation of %d bytes at %s: location actor did not answer (got %T)", bytes, key.Location, res)
 	}
-	return res.(*messages.Allocated).Err
 }
+
+// answerBox is the address at which a value actor receives the answers to
+// its allocations, one at a time: a process registered once per actor
+// incarnation, instead of a future (a registration and a removal) per
+// request.
+type answerBox struct {
+	pid *actor.PID
+	ch  chan any
+}
+
+func newAnswerBox(ctx actor.Context) *answerBox {
+	b := &answerBox{ch: make(chan any, 1)}
+	reg := ctx.ActorSystem().ProcessRegistry
+	b.pid, _ = reg.Add(b, "value-reply$"+reg.NextId())
+	return b
+}
+
+// remove unregisters the box (nil: none was made).
+func (b *answerBox) remove(ctx actor.Context) {
+	if b != nil {
+		ctx.ActorSystem().ProcessRegistry.Remove(b.pid)
+	}
+}
+
+// SendUserMessage delivers the answer to the one request outstanding.
+// It never blocks the sender: an answer with none outstanding (there is
+// none: every request waits for its answer) would be dropped.
+func (b *answerBox) SendUserMessage(_ *actor.PID, m any) {
+	select {
+	case b.ch <- actor.UnwrapEnvelopeMessage(m):
+	default:
+	}
+}
+
+func (b *answerBox) SendSystemMessage(*actor.PID, any) {}
+func (b *answerBox) Stop(*actor.PID)                   {}
 
 func (a *valueActor) free(ctx actor.Context, key messages.BufferKey) {
 	ctx.Send(a.eng.locations[key.Location], &messages.Free{Key: key})

@@ -69,6 +69,7 @@ type Backend struct {
 	live      map[*buffer]struct{} // buffers not yet freed
 	nextID    uint64               // last buffer id handed out
 	real      atomic.Int64         // real bytes the buffers hold (see RealBytes)
+	recycle   recycler             // bytes of dropped buffers, for the next of their size
 }
 
 type location struct {
@@ -190,10 +191,14 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 // It is at most the total MemInfo.UsedBytes of its locations.
 func (b *Backend) RealBytes() int64 { return b.real.Load() }
 
-// makeBytes returns make([]byte, n), or false if the Go runtime refuses the
-// length. (A length the runtime accepts but the machine cannot back is a
-// fatal error no simulation can catch; configure capacities.)
-func makeBytes(n int64) (data []byte, ok bool) {
+// makeBytes returns n zero bytes (recycled ones, zeroed, or
+// make([]byte, n)), or false if the Go runtime refuses the length. (A
+// length the runtime accepts but the machine cannot back is a fatal error
+// no simulation can catch; configure capacities.)
+func (b *Backend) makeBytes(n int64) (data []byte, ok bool) {
+	if d := b.recycle.get(n, true); d != nil {
+		return d, true
+	}
 	defer func() {
 		if recover() != nil {
 			data, ok = nil, false
@@ -339,9 +344,9 @@ func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	var out []byte
 	ok := true
 	if sb.data == nil {
-		out, ok = makeBytes(sb.size)
+		out, ok = b.makeBytes(sb.size)
 	} else {
-		out, ok = cloneBytes(sb.data)
+		out, ok = b.cloneBytes(sb.data)
 	}
 	if !ok {
 		return nil, sb.oom()
@@ -371,7 +376,7 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
 	if sb.data == nil {
-		d, ok := cloneBytes(data)
+		d, ok := b.cloneBytes(data)
 		if !ok {
 			return sb.oom()
 		}
@@ -421,6 +426,7 @@ func (b *Backend) Close() error {
 	for _, buf := range bufs {
 		buf.drop()
 	}
+	b.recycle.clear()
 	close(b.closeDone)
 	return nil
 }

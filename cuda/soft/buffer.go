@@ -54,6 +54,9 @@ func (b *buffer) gone() bool { return b.dropped || b.freed.Load() }
 // backend's count of real bytes; b.mu is held for writing.
 func (b *buffer) setData(d []byte) {
 	b.backend.real.Add(int64(len(d)) - int64(len(b.data)))
+	if b.data != nil && !b.backend.closed.Load() {
+		b.backend.recycle.put(b.data) // nothing else holds them: see recycler
+	}
 	b.data = d
 }
 
@@ -64,7 +67,7 @@ func (b *buffer) materialize() error {
 	if b.data != nil {
 		return nil
 	}
-	d, ok := makeBytes(b.size)
+	d, ok := b.backend.makeBytes(b.size)
 	if !ok {
 		return b.oom()
 	}
@@ -94,7 +97,7 @@ func copyBuffer(dst, src *buffer) error {
 	case src.data == nil:
 		dst.setData(nil) // a copy of zeros is zeros: no real bytes
 	case dst.data == nil:
-		d, ok := cloneBytes(src.data)
+		d, ok := dst.backend.cloneBytes(src.data)
 		if !ok {
 			return dst.oom()
 		}
@@ -105,9 +108,13 @@ func copyBuffer(dst, src *buffer) error {
 	return nil
 }
 
-// cloneBytes returns a copy of p in new memory (not zeroed first), or
-// false if the Go runtime refuses the length.
-func cloneBytes(p []byte) (out []byte, ok bool) {
+// cloneBytes returns a copy of p in new memory (recycled, or not zeroed
+// first), or false if the Go runtime refuses the length.
+func (b *Backend) cloneBytes(p []byte) (out []byte, ok bool) {
+	if d := b.recycle.get(int64(len(p)), false); d != nil {
+		copy(d, p)
+		return d, true
+	}
 	defer func() {
 		if recover() != nil {
 			out, ok = nil, false

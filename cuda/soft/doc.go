@@ -22,7 +22,11 @@
 // then the loader writes), or a stream copy from a buffer that holds
 // bytes. A buffer never written reads as zeros and holds no memory, and so
 // does a copy of one (a copy of zeros into a written buffer releases its
-// bytes). Free and Close release them at once. So:
+// bytes). Free and Close release them at once: their buffer no longer
+// holds them. (Freed bytes of a size from 64 KiB up may be handed to the
+// next buffer of exactly that size instead of being made anew; what is not
+// reused goes back to the Go runtime within two garbage collections, as
+// dropped memory does.) So:
 //
 //   - an allocation that is refused (closed, bad input, an injected fault,
 //     capacity) makes nothing, and nor does one that is granted and never

@@ -307,11 +307,12 @@ func (r *Runner) Do(ctx context.Context, o Op) Result {
 		// Read even when ctx has just ended (Ctrl-C after the op
 		// returned): the op's result is printed, and its state version
 		// must be the one it left, not the previous op's.
-		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		// Bounded by the watchdog, as the op was (no timer of its own).
+		vctx, cancel := r.watch.start(context.WithoutCancel(ctx))
 		if v, err := r.sys.StateVersion(vctx); err == nil {
 			r.version = v
 		}
-		cancel()
+		r.watch.stop(cancel)
 	}
 	res.StateVersion = r.version
 	r.sweepDecisions()
