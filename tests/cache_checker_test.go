@@ -468,15 +468,18 @@ func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped boo
 
 // controllerRoom is what a request for need bytes that asks the
 // runtime's controller (a load's peak, a memory budget reservation)
-// expects: it fits if evicting every evictable entry with a charge of its
-// own (budgeted entries have none, and are never offered) would make
-// room. Which entries go is the controller's choice (one order with
-// values, by priority and recency): settle, called after the request,
-// takes the entries whose value was closed out of the model and checks
-// that they were evictable and, when the request fits, freed enough. A
-// request that does not fit evicts nothing, except when an entry offered
-// while idle became busy without a release (its predicate): the plan's
-// drops before its refusal stay done.
+// expects: it fits if evicting every evictable entry would make room —
+// those with a charge of their own are offered to the controller, which
+// chooses among them (one order with values, by priority and recency);
+// budgeted entries have none and are never offered, so when the
+// controller refuses, the cache evicts its idle budgeted entries itself,
+// least recently used first, and asks again. settle, called after the
+// request, takes the entries whose value was closed out of the model and
+// checks that they were evictable and, when the request fits, freed
+// enough. A request that does not fit evicts no offered entry, except
+// when an entry offered while idle became busy without a release (its
+// predicate): the plan's drops before its refusal stay done; the idle
+// budgeted entries it evicted before its refusal stay evicted.
 func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 	short := m.total() + need - ckBudget
 	if short <= 0 {
@@ -487,6 +490,7 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 	}
 	var avail int64
 	offered := map[*ckValue]bool{}
+	budgeted := map[*ckValue]bool{}
 	stale := false
 	for _, v := range m.order {
 		switch {
@@ -495,21 +499,30 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 			offered[v] = true
 		case v.bytes > 0 && v.holders.Load() == 0:
 			stale = true // idle but its predicate says busy: maybe still offered
+		case v.bytes == 0 && evictable(v):
+			avail += m.budgetedBytes(v)
+			budgeted[v] = true
 		}
 	}
 	fits = avail >= short
 	return fits, func() {
 		var kept []*ckValue
-		var freed int64
+		var freed, freedOffered int64
 		for _, v := range m.order {
 			if v.closed.Load() == 0 {
 				kept = append(kept, v)
 				continue
 			}
-			if !offered[v] {
+			if !offered[v] && !budgeted[v] {
 				m.fail("the controller evicted %v, which was not evictable", v)
 			}
-			freed += v.bytes
+			b := v.bytes
+			if budgeted[v] {
+				b = m.budgetedBytes(v)
+			} else {
+				freedOffered += b
+			}
+			freed += b
 			m.evictions++
 			m.gone(v)
 		}
@@ -517,10 +530,21 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 		switch {
 		case fits && freed < short:
 			m.fail("the controller freed %d bytes, %d were short", freed, short)
-		case !fits && freed > 0 && !stale:
-			m.fail("a request that does not fit evicted %d bytes", freed)
+		case !fits && freedOffered > 0 && !stale:
+			m.fail("a request that does not fit evicted %d bytes of offered entries", freedOffered)
 		}
 	}
+}
+
+// budgetedBytes is what a budgeted value's allocations charge.
+func (m *modelChecker) budgetedBytes(v *ckValue) int64 {
+	var n int64
+	for r, o := range m.owner {
+		if o == v {
+			n += m.res[r]
+		}
+	}
+	return n
 }
 
 // want compares a call's outcome class with the model's.

@@ -359,14 +359,35 @@ func rmApply(s rmState, effects []rmEffect) (rmState, bool) {
 	return s, true
 }
 
+// scCacheLoc is the location of the checker's loader cache (cuda:1).
+const scCacheLoc = 3
+
+// rmCacheEvictions returns s and, when the loader cache's loads may have
+// evicted the value's copy at the cache's location since s (cache
+// entries and values share one victim order: a load that needs room
+// evicts unprotected values there, never a protected copy and never the
+// last copy of a value without a source), s without that copy. Those
+// evictions are the cache's, not a call on the value, so they are not in
+// the value's history: any op may find them done.
+func rmCacheEvictions(s rmState) []rmState {
+	if !s.reg || s.retired || !s.pres[scCacheLoc] || s.prot[scCacheLoc] > 0 || (!s.src && s.count() < 2) {
+		return []rmState{s}
+	}
+	n := s
+	n.pres[scCacheLoc] = false
+	return []rmState{s, n}
+}
+
 // residencyModel is the per-value model.
 var residencyModel = porcupine.NondeterministicModel{
 	Partition: partitionBy(func(in any) string { return in.(rmInput).val }),
 	Init:      func() []any { return []any{rmState{}} },
 	Step: func(state, input, output any) []any {
 		var out []any
-		for _, n := range rmStep(state.(rmState), input.(rmInput), output.(string)) {
-			out = append(out, n)
+		for _, pre := range rmCacheEvictions(state.(rmState)) {
+			for _, n := range rmStep(pre, input.(rmInput), output.(string)) {
+				out = append(out, n)
+			}
 		}
 		return out
 	},

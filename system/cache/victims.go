@@ -247,21 +247,24 @@ func admitCharges(ctx context.Context, c *Cache, rt owners.Runtime, key string, 
 			if c.offerIdle() {
 				continue
 			}
-			// A budgeted entry has no charge of its own to offer (its
-			// value's reservations are the budget's): the cache evicts
-			// its idle ones itself, least recently used first.
-			if e := c.victim(idleBudgeted); e != nil {
-				select {
-				case <-e.released:
-					continue
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
 			again, err := busyRefusals(ctx, rt, key, specs)
 			if again && raced < maxRaces {
 				raced++ // room was made since the decision: decide again
 				continue
+			}
+			// A budgeted entry has no charge of its own to offer (its
+			// value's reservations are the budget's): short of room (not
+			// a request that can never fit), the cache evicts its idle
+			// ones itself, least recently used first, and asks again.
+			if _, short := err.(*system.CacheBusyError); short {
+				if e := c.victim(idleBudgeted); e != nil {
+					select {
+					case <-e.released:
+						continue
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
 			}
 			return err
 		}
