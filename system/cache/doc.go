@@ -13,8 +13,7 @@
 // classified by [system.ErrorClass] with every other error.
 //
 // [Load] returns a typed [*Lease] on a key's value. On a miss it
-// reserves the load's peak bytes before the loader runs (evicting idle
-// entries, least recently used first, if the budget is short) and shrinks
+// reserves the load's peak bytes before the loader runs and shrinks
 // the reservation to the resident bytes the loader reports. Concurrent
 // calls for a key share one load and one outcome. A loader that fails,
 // panics, or reports resident bytes ≤ 0 or above its peak is rolled back
@@ -24,6 +23,17 @@
 // [LoadSplit] loads one value whose bytes lie over several locations (a
 // model split over two GPUs; [Options].Locations): its parts are reserved
 // all or nothing, and the entry leaves as one.
+//
+// Eviction: a cache's idle entries and the runtime's values at a
+// location share one victim order. An idle entry is offered to the
+// runtime's controller, so [system.System.Admit] (and any decision) may
+// evict it, and a load that needs room asks the controller, which may
+// evict unprotected values and idle entries of any cache there, by one
+// priority rule (docs/semantics.md, "Cache entries and values share one
+// victim order"); each such eviction is in the decision's evidence.
+// Entries of [LoadBudgeted] are never offered: their cache evicts them
+// itself, least recently used first, when the controller refused a load
+// or reservation of that cache.
 //
 // An entry is evicted only when no [*Lease], [*Pin] or
 // [*KeepAlive] holds it and its idle predicate says so (return false
@@ -54,7 +64,10 @@
 //
 // Versions: a hit costs none (the cache's leases are not ledger
 // mutations); a load 1 (2 when it shrinks), a failed load 2, an eviction
-// or the end of a value 1, a memory reservation 1 and its release 1. The
+// or the end of a value 1, a memory reservation 1 and its release 1; the
+// offers and withdrawals of idle entries 1 per change the runtime drains
+// before its next ledger step (a lease taken and released in between
+// costs none). The
 // ledger side is described in package budget ("Loader cache"). Close
 // caches before the runtime: [system.System.Close] releases their charges but
 // cannot run their values' Close.
