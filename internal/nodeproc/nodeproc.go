@@ -14,12 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -417,14 +419,60 @@ func (p *Proc) Stop(grace time.Duration) error {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago. It is
+// taken below the kernel's ephemeral range when it can
+// (/proc/sys/net/ipv4/ip_local_port_range): a listener on port 0 — every
+// node's own remote port — is given ephemeral ports only, so it cannot
+// take the port between this probe and its use (a race that made a node
+// fail with "address already in use"). Ports handed out by this process
+// are not handed out again.
 func FreePort() (int, error) {
+	if lo, ok := ephemeralLow(); ok && lo > freePortFloor+1000 {
+		freePorts.mu.Lock()
+		defer freePorts.mu.Unlock()
+		for range 200 {
+			port := freePortFloor + rand.IntN(lo-freePortFloor)
+			if freePorts.given[port] {
+				continue
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				continue
+			}
+			_ = l.Close()
+			freePorts.given[port] = true
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortFloor is the lowest port FreePort hands out below the
+// ephemeral range.
+const freePortFloor = 20000
+
+var freePorts = struct {
+	mu    sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil
 }
 
 // EtcdBinary returns the path of etcd (Debian's etcd-server installs
