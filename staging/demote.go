@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/cuda"
@@ -24,8 +25,9 @@ import (
 // (*system.System is) and it is not eager: New registers it for the route
 // Device → Pinned, Close unregisters it. A pipeline that is closing or
 // has failed declines the demotions handed to it, and so does Close for
-// those still waiting in the copy queue: the runtime then copies itself,
-// as it does with no pipeline. A demotion copy that fails is reported to
+// those still waiting in the copy queue, and so does the pipeline for one
+// that waited longer than Config.DemotionMaxWait behind write tasks: the
+// runtime then copies itself, as it does with no pipeline. A demotion copy that fails is reported to
 // the runtime, which drops the value (the pipeline stays healthy: a
 // demotion is not a write task). Stats counts them.
 
@@ -37,6 +39,9 @@ import (
 type DemotionServer interface {
 	ServeDemotions(from, to string, c actors.DemotionCopier) (stop func(), err error)
 }
+
+// DefaultDemotionMaxWait is Config.DemotionMaxWait's default.
+const DefaultDemotionMaxWait = 250 * time.Millisecond
 
 // prioDemote: a demotion copy, below every write task (see prioLow).
 const prioDemote int8 = 0
@@ -111,14 +116,26 @@ func (c demoter) CopyDemotion(ctx context.Context, d actors.Demotion) (bool, err
 	// (under p.mu) comes after.
 	p.sys.root.Send(p.sys.queue, j)
 	p.mu.Unlock()
+	var late <-chan time.Time
+	if wait := p.demotionMaxWait(); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		late = t.C
+	}
 	select {
 	case <-j.done:
 		return j.served, j.err
 	case <-ctx.Done():
+	case <-late:
 	}
 	p.mu.Lock()
 	if _, ok := p.demo.queued[j]; ok { // not started: it never will be
 		delete(p.demo.queued, j)
+		if ctx.Err() == nil { // waited too long behind write tasks
+			p.demo.counts.declined++
+			p.mu.Unlock()
+			return false, nil
+		}
 		p.demo.counts.failed++
 		p.mu.Unlock()
 		return true, ctx.Err()
@@ -126,6 +143,19 @@ func (c demoter) CopyDemotion(ctx context.Context, d actors.Demotion) (bool, err
 	p.mu.Unlock()
 	<-j.done // started (or declined by Close): its copy ends on its own
 	return j.served, j.err
+}
+
+// demotionMaxWait is the bound of a demotion's wait on the copy queue
+// (≤ 0: none).
+func (p *Pipeline) demotionMaxWait() time.Duration {
+	switch w := p.cfg.DemotionMaxWait; {
+	case w == 0:
+		return DefaultDemotionMaxWait
+	case w < 0:
+		return 0
+	default:
+		return w
+	}
 }
 
 // runDemotion is the copy queue's turn for j: unless it was declined or

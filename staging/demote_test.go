@@ -65,6 +65,9 @@ func newDemoteFixture(t *testing.T, cfg staging.Config) *demoteFixture {
 	df := &demoteFixture{dr: &demoteRuntime{ledgerRuntime: newRuntime(t, 0, soft.Config{})}}
 	cfg.OnCopyStarted = func(id staging.TaskID) { df.note(fmt.Sprintf("task %d", id)) }
 	cfg.OnDemotion = func(value string, _ int64, _ error) { df.note("demote " + value) }
+	if cfg.DemotionMaxWait == 0 {
+		cfg.DemotionMaxWait = -1 // the tests hold demotions behind write tasks on purpose
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	p, err := staging.New(ctx, df.dr, cfg)
@@ -277,4 +280,30 @@ func TestDemotionNotServedByAnEagerPipeline(t *testing.T) {
 	assert.Nil(t, dr.served())
 	require.NoError(t, p.Close(context.Background()))
 	assert.Zero(t, dr.stopped)
+}
+
+// A demotion that waits on the copy queue behind write tasks longer than
+// DemotionMaxWait is declined (the runtime then copies it itself), so a
+// steady stream of writes cannot hold the admission that demotes back;
+// the write tasks are not disturbed.
+func TestDemotionWaitingTooLongIsDeclined(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Slots = 4
+	cfg.DemotionMaxWait = time.Nanosecond
+	df := newDemoteFixture(t, cfg)
+	sa, a, freeze := df.blockQueue()
+
+	d := df.demotion("v", fill(9, rowBytes))
+	r := <-df.start(df.ctx, d)
+	assert.False(t, r.served, "declined: the runtime copies it")
+	require.NoError(t, r.err)
+	st := df.p.Stats()
+	assert.Equal(t, int64(1), st.DemotionsDeclined)
+	assert.Zero(t, st.DemotionsQueued)
+	assert.Zero(t, st.Demotions)
+
+	freeze.open()
+	require.NoError(t, a.Wait(df.ctx))
+	require.NoError(t, sa.Release())
+	assert.NotContains(t, df.trace(), "demote v", "a declined demotion never runs")
 }

@@ -79,6 +79,12 @@ type Config struct {
 	// its bytes and the copy's outcome, before the runtime learns it. It
 	// must not call the pipeline.
 	OnDemotion func(value string, bytes int64, err error)
+	// DemotionMaxWait bounds how long a demotion waits on the copy queue
+	// behind write tasks before the pipeline declines it and the runtime
+	// copies it itself (the admission whose plan demotes waits for the
+	// copy, so a steady stream of writes must not hold it back): 0 means
+	// DefaultDemotionMaxWait; negative, no bound.
+	DemotionMaxWait time.Duration
 
 	// skipFreezeWait drops the device→host copy's wait on the step's
 	// freeze event. Tests only (export_test.go): it exists to show that

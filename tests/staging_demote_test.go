@@ -56,6 +56,7 @@ func newDemoteRig(t *testing.T) *demoteRig {
 	cfg := stagingConfig("st")
 	cfg.OnCopyStarted = func(id staging.TaskID) { r.note(fmt.Sprintf("task %d", id)) }
 	cfg.OnDemotion = func(value string, _ int64, _ error) { r.note("demote " + value) }
+	cfg.DemotionMaxWait = -1 // the tests hold demotions behind write tasks on purpose
 	r.p = newPipeline(t, sys, cfg)
 	r.a, err = sys.Register(ctx, system.Value{Name: "a", Bytes: demoBytes, Source: "pageable-host", Loader: func(_ context.Context, dst []byte) error {
 		r.loads.Add(1)
