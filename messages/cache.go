@@ -85,4 +85,3 @@ type ChargeDropped struct {
 }
 
 func (m *ChargeDropped) Replier() *actor.PID { return m.ReplyTo }
-
