@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -21,90 +21,12 @@ import (
 // loader cache. Time comes from fakeClock: nothing sleeps, and expiry
 // happens when the test advances the clock.
 
-// fakeClock is a cache.Clock that moves only when advanced. Advance runs
-// the callbacks of the timers it passes, in time order, on the caller's
-// goroutine.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c     *fakeClock
-	at    time.Time
-	f     func()
-	state int // 0 pending, 1 fired, 2 stopped
-}
+// fakeClock is the shared test clock (testsys.Clock), from ckT0.
+type fakeClock = testsys.Clock
 
 var ckT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newFakeClock() *fakeClock { return &fakeClock{now: ckT0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) cache.ClockTimer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.state != 0 {
-		return false
-	}
-	t.state = 2
-	return true
-}
-
-// Advance moves the clock by d, running every timer due on the way (and
-// those they set that fall due within d).
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		for _, t := range c.timers {
-			if t.state == 0 && !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next == nil {
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		next.state = 1
-		c.mu.Unlock()
-		next.f()
-	}
-}
-
-// Pending counts the timers neither fired nor stopped.
-func (c *fakeClock) Pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.timers {
-		if t.state == 0 {
-			n++
-		}
-	}
-	return n
-}
+func newFakeClock() *fakeClock { return testsys.NewClock(ckT0) }
 
 // goneValue records its Close.
 type goneValue struct {

@@ -264,71 +264,7 @@ func (e *eventTap) await(t *testing.T, kind string, n int) {
 
 // ---- a clock the test moves ------------------------------------------------------
 
-// clock is a system.Clock that moves only when the test advances it; the
-// timers it passes run on the advancing goroutine, in time order.
-type clock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*timer
-}
-
-type timer struct {
-	c       *clock
-	at      time.Time
-	f       func()
-	stopped bool
-	fired   bool
-}
-
-func newClock() *clock { return &clock{now: time.Date(2031, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) AfterFunc(d time.Duration, f func()) cache.ClockTimer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &timer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *timer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.stopped || t.fired {
-		return false
-	}
-	t.stopped = true
-	return true
-}
-
-// Advance moves the clock by d, firing the timers due on the way.
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *timer
-		for _, t := range c.timers {
-			if !t.stopped && !t.fired && !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next == nil {
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		next.fired = true
-		c.mu.Unlock()
-		next.f()
-	}
+// newClock is a cache.Clock that moves only when the test advances it.
+func newClock() *testsys.Clock {
+	return testsys.NewClock(time.Date(2031, 3, 1, 12, 0, 0, 0, time.UTC))
 }
