@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/internal/testsys"
+	"github.com/residency-go/residency/internal/testclock"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -21,12 +21,12 @@ import (
 // loader cache. Time comes from fakeClock: nothing sleeps, and expiry
 // happens when the test advances the clock.
 
-// fakeClock is the shared test clock (testsys.Clock), from ckT0.
-type fakeClock = testsys.Clock
+// fakeClock is the shared test clock (testclock.Clock), from ckT0.
+type fakeClock = testclock.Clock
 
 var ckT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newFakeClock() *fakeClock { return testsys.NewClock(ckT0) }
+func newFakeClock() *fakeClock { return testclock.New(ckT0) }
 
 // goneValue records its Close.
 type goneValue struct {

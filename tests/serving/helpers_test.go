@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/residency-go/residency/internal/testclock"
 	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
@@ -265,6 +266,6 @@ func (e *eventTap) await(t *testing.T, kind string, n int) {
 // ---- a clock the test moves ------------------------------------------------------
 
 // newClock is a cache.Clock that moves only when the test advances it.
-func newClock() *testsys.Clock {
-	return testsys.NewClock(time.Date(2031, 3, 1, 12, 0, 0, 0, time.UTC))
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2031, 3, 1, 12, 0, 0, 0, time.UTC))
 }

@@ -1,4 +1,7 @@
-package testsys
+// Package testclock is the clock of the project's keep-alive tests: a
+// cache.Clock that moves only when a test advances it. No user of the
+// module can import it.
+package testclock
 
 import (
 	"sync"
@@ -23,8 +26,8 @@ type clockTimer struct {
 	state int // 0 pending, 1 fired, 2 stopped
 }
 
-// NewClock returns a Clock reading start.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+// New returns a Clock reading start.
+func New(start time.Time) *Clock { return &Clock{now: start} }
 
 // Now is the clock's time.
 func (c *Clock) Now() time.Time {
