@@ -54,6 +54,8 @@ type ChargeInfo struct {
 	// 0 otherwise.
 	Priority int64
 	LastUse  uint64
+	// Demotable: offered as demotable ([Ledger.OfferDemotableCharge]).
+	Demotable bool
 }
 
 // Charge returns the active reservation name as a charge; false when no
@@ -65,7 +67,7 @@ func (l *Ledger) Charge(name string) (ChargeInfo, bool) {
 	}
 	out := ChargeInfo{Name: r.name, Owner: r.owner, Location: l.locs[r.loc].name, Bytes: r.bytes, State: r.state}
 	if r.state == ChargeOffered {
-		out.Priority, out.LastUse = r.key.prio, r.key.lastUse
+		out.Priority, out.LastUse, out.Demotable = r.key.prio, r.key.lastUse, r.demote
 	}
 	return out, true
 }
@@ -129,6 +131,10 @@ func (l *Ledger) ownedCharge(name, owner string) (*reservation, error) {
 // a charge not active or of another owner, freq < 0),
 // [*ChargeBusyError] (the charge is evicting).
 func (l *Ledger) OfferCharge(name, owner string, freq int64) error {
+	return l.offerCharge(name, owner, freq, false)
+}
+
+func (l *Ledger) offerCharge(name, owner string, freq int64, demote bool) error {
 	r, err := l.ownedCharge(name, owner)
 	if err != nil {
 		return err
@@ -136,11 +142,14 @@ func (l *Ledger) OfferCharge(name, owner string, freq int64) error {
 	if freq < 0 {
 		return invalidf("charge %q: freq must be ≥ 0, got %d", name, freq)
 	}
+	if demote && l.locs[r.loc].spill < 0 {
+		return invalidf("charge %s cannot be offered as demotable: %s has no spill target", l.shownName(name), l.locs[r.loc].name)
+	}
 	if r.state == ChargeEvicting {
 		return l.chargeBusy(r)
 	}
 	l.unofferIndex(r)
-	r.state = ChargeOffered
+	r.state, r.demote = ChargeOffered, demote
 	v := l.commitDetail("offer_charge", nil, r.loc, r.bytes, traceDetail{kind: detailReservation, text: name})
 	r.key = candidate{prio: l.locs[r.loc].inflation + freq, lastUse: v, id: chargeIDBit | r.seq, bytes: r.bytes}
 	l.offerIndex(r)
@@ -213,7 +222,8 @@ func (l *Ledger) checkChargeEvict(a Action, lookup map[string]*reservation) (*re
 }
 
 // checkChargeAction validates a reclaim action that names a charge
-// (planValues): no handle, no From or To, a cache owner; the charge
+// (planValues): no handle, no From, a To that names another configured
+// location (a demotion, charges_spill.go), a cache owner; the charge
 // itself is checked when the step runs (or is simulated).
 func (l *Ledger) checkChargeAction(a Action, what string, i int) error {
 	if a.Charge == "" {
@@ -222,11 +232,16 @@ func (l *Ledger) checkChargeAction(a Action, what string, i int) error {
 	if what != "reclaim" {
 		return invalidf("%s %d (%s): only a reclaim may name a charge", what, i, a)
 	}
-	if !a.Handle.IsZero() || a.Handle.Name != "" || a.From != "" || a.To != "" {
-		return invalidf("reclaim %d (%s): a charge's reclaim names no handle, from or to", i, a)
+	if !a.Handle.IsZero() || a.Handle.Name != "" || a.From != "" {
+		return invalidf("reclaim %d (%s): a charge's reclaim names no handle or from", i, a)
 	}
 	if _, err := l.location(a.Location); err != nil {
 		return err
+	}
+	if a.To != "" {
+		if err := l.checkDemotionField(a, i); err != nil {
+			return err
+		}
 	}
 	if len(a.Owner) <= len(CacheOwnerPrefix) || a.Owner[:len(CacheOwnerPrefix)] != CacheOwnerPrefix {
 		return invalidf("reclaim %d (%s): owner %q is not a cache", i, a, a.Owner)
@@ -246,6 +261,11 @@ func (l *Ledger) simEvictCharge(a Action) error {
 	}
 	if l.simDropped == nil {
 		l.simDropped = map[*reservation]bool{}
+	}
+	if a.To != "" {
+		if err := l.simDemoteCharge(r, a); err != nil {
+			return err
+		}
 	}
 	l.simDropped[r] = true
 	l.locs[r.loc].reserved -= r.bytes
@@ -285,11 +305,16 @@ func (l *Ledger) checkCharges() ([]int64, map[candidate]bool, error) {
 
 // chargeReclaim is the reclaim action and the eviction record of victim
 // vc, an offered charge at the location named loc.
-func (d *decider) chargeReclaim(vc victim, loc string) (Action, Eviction) {
+// to names its spill target when it is demoted ("" when it is dropped).
+func (d *decider) chargeReclaim(vc victim, loc, to string) (Action, Eviction) {
 	r := d.l.charges[vc.c.id]
-	a := Action{Location: loc, Owner: r.owner, Charge: r.name}
-	e := Eviction{Location: loc, Bytes: vc.c.bytes, Kind: EvictionIdleCacheEntry, Owner: r.owner, Charge: r.name,
-		Reason: fmt.Sprintf("idle cache entry %s of %s, least valuable: priority H=%d (last use v%d) among the lowest at %s; dropped by its owner to free %d bytes of the %d-byte shortfall for request %q",
-			r.name, r.owner, vc.c.prio, vc.c.lastUse, loc, vc.c.bytes, vc.n, d.req.Name)}
+	a := Action{Location: loc, Owner: r.owner, Charge: r.name, To: to}
+	what := "dropped by its owner"
+	if to != "" {
+		what = "demoted to " + to + " by its owner"
+	}
+	e := Eviction{Location: loc, Bytes: vc.c.bytes, Kind: EvictionIdleCacheEntry, Owner: r.owner, Charge: r.name, To: to,
+		Reason: fmt.Sprintf("idle cache entry %s of %s, least valuable: priority H=%d (last use v%d) among the lowest at %s; %s to free %d bytes of the %d-byte shortfall for request %q",
+			r.name, r.owner, vc.c.prio, vc.c.lastUse, loc, what, vc.c.bytes, vc.n, d.req.Name)}
 	return a, e
 }

@@ -7,7 +7,7 @@ package budget
 // charge: the charge becomes evicting (1 version) and the step is pending
 // with one EffectDropCharge for its owner.
 func (r *Run) nextChargeEviction(i int, a Action) (Step, bool, error) {
-	var res *reservation
+	var res, demoted *reservation
 	var e error
 	r.l.recordInto(&r.report, func() {
 		if _, e = r.l.location(a.Location); e != nil {
@@ -15,6 +15,13 @@ func (r *Run) nextChargeEviction(i int, a Action) (Step, bool, error) {
 		}
 		if res, e = r.l.checkChargeEvict(a, r.l.reservations); e != nil {
 			return
+		}
+		if a.To != "" {
+			// A demotion (charges_spill.go): the new charge first, so that
+			// a refusal at the target changes nothing.
+			if demoted, e = r.l.admitDemotedCharge(res, a); e != nil {
+				return
+			}
 		}
 		r.l.unofferIndex(res)
 		res.state = ChargeEvicting
@@ -24,8 +31,11 @@ func (r *Run) nextChargeEviction(i int, a Action) (Step, bool, error) {
 		return Step{}, false, r.fail(e, &a, i, nil, -1)
 	}
 	r.l.nextAdmission++
-	r.pending, r.charge = r.l.nextAdmission, res
+	r.pending, r.charge, r.demoted = r.l.nextAdmission, res, demoted
 	eff := Effect{Kind: EffectDropCharge, Location: a.Location, Bytes: res.bytes, Owner: res.owner, Charge: res.name}
+	if demoted != nil {
+		eff.To, eff.Demoted = a.To, demoted.name
+	}
 	return Step{Phase: PhaseReclaim, Index: i, Admission: Admission{ID: r.pending, Pending: true, Effects: []Effect{eff}}}, true, nil
 }
 
@@ -38,10 +48,11 @@ func (r *Run) live(res *reservation) bool {
 
 // completeCharge settles the pending charge eviction as confirmed: the
 // charge is released (1 version; none when its owner released it
-// meanwhile) and its location's L rises to its priority.
+// meanwhile) and its location's L rises to its priority. A demotion's new
+// charge stays: the owner keeps the entry there.
 func (r *Run) completeCharge() {
 	res := r.charge
-	r.charge = nil
+	r.charge, r.demoted = nil, nil
 	if !r.live(res) {
 		return
 	}
@@ -57,6 +68,7 @@ func (r *Run) completeCharge() {
 // released it meanwhile) and the run fails with a *ChargeBusyError
 // (Refused) as its cause.
 func (r *Run) failCharge(cause error) error {
+	r.releaseDemoted()
 	res := r.charge
 	r.charge = nil
 	if r.live(res) {

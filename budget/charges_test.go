@@ -289,7 +289,9 @@ func TestCharges_PlanValidation(t *testing.T) {
 		{Reclaim: []Action{{Location: "cuda:0", Owner: testCache}}},
 		{Reclaim: []Action{{Handle: a, Location: "cuda:0", Owner: testCache, Charge: "c1"}}},
 		{Reclaim: []Action{{Location: "cuda:0", Owner: "scope1", Charge: "c1"}}},
-		{Reclaim: []Action{{Location: "cuda:0", Owner: testCache, Charge: "c1", To: "pinned-host"}}},
+		// A charge's demotion names another location (charges_spill.go).
+		{Reclaim: []Action{{Location: "cuda:0", Owner: testCache, Charge: "c1", To: "cuda:0"}}},
+		{Reclaim: []Action{{Location: "cuda:0", Owner: testCache, Charge: "c1", To: "gpu0"}}},
 	}
 	for i, p := range bad {
 		_, err := c.StartRun(p, RunOptions{})

@@ -27,6 +27,7 @@ type Run struct {
 	index        int
 	pending      AdmissionID
 	charge       *reservation // the charge of a pending charge eviction
+	demoted      *reservation // its new charge at the spill target, when it is a demotion
 	report       recorder     // every transition the run commits
 	reservations []string     // reservations this run admitted, in order
 	failed       error
@@ -131,11 +132,11 @@ func (r *Run) Next() (step Step, ok bool, err error) {
 			}
 			i, a := r.index, r.plan.Reclaim[r.index]
 			r.index++
-			if a.To != "" {
-				return r.nextDemotion(i, a)
-			}
 			if a.Charge != "" {
 				return r.nextChargeEviction(i, a)
+			}
+			if a.To != "" {
+				return r.nextDemotion(i, a)
 			}
 			return r.nextReclaim(i, a)
 		case planReserve:

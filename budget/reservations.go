@@ -17,6 +17,9 @@ type reservation struct {
 	state ChargeState
 	key   candidate
 	seq   uint64
+	// demote: offered as demotable (OfferDemotableCharge): the controller
+	// may demote it to its location's spill target (charges_spill.go).
+	demote bool
 }
 
 // Reserve admits a named reservation of bytes at loc (1 version). Errors

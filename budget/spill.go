@@ -155,7 +155,14 @@ func (d *decider) demotions(chosen []int, victims []victim) []int {
 		out[i] = -1
 		t := l.locs[vc.loc].spill
 		if isChargeID(vc.c.id) {
-			t = -1 // an idle cache entry is dropped by its owner, never demoted
+			// An idle cache entry is demoted only when its owner offered it
+			// as demotable (charges_spill.go).
+			if t >= 0 && l.chargeDemotable(l.charges[vc.c.id], t) && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
+				out[i] = t
+				into[t] += vc.c.bytes
+			}
+			before[vc.loc] += vc.c.bytes
+			continue
 		}
 		if v := l.valueByID(vc.c.id); t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
 			out[i] = t
@@ -187,7 +194,11 @@ func (d *decider) reclaims(victims []victim, targets []int) ([]Action, []Evictio
 	for i, vc := range victims {
 		name := l.locs[vc.loc].name
 		if isChargeID(vc.c.id) {
-			a, e := d.chargeReclaim(vc, name)
+			to := ""
+			if targets != nil && targets[i] >= 0 {
+				to = l.locs[targets[i]].name
+			}
+			a, e := d.chargeReclaim(vc, name, to)
 			actions = append(actions, a)
 			evictions = append(evictions, e)
 			continue

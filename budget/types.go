@@ -114,6 +114,11 @@ const (
 	// charge is Charge (Bytes at Location), then settle the pending step:
 	// [Run.Complete] when it dropped it, [Run.FailStep] when it refused
 	// because the entry became busy (doc_cache.go). Handle is zero.
+	// With To set it is a demotion of the charge (charges_spill.go): the
+	// owner keeps the entry at To under the charge Demoted, already
+	// admitted there, and settles with [Run.Complete] (demoted),
+	// [Run.CompleteDropped] (its copy failed: dropped) or [Run.FailStep]
+	// (refused).
 	EffectDropCharge
 )
 
@@ -144,6 +149,10 @@ type Effect struct {
 	// every other kind).
 	Owner  string
 	Charge string
+	// To and Demoted: an EffectDropCharge that demotes the charge names
+	// the spill target and the owner's new charge there ("" otherwise).
+	To      string
+	Demoted string
 }
 
 func (e Effect) String() string {
@@ -156,6 +165,9 @@ func (e Effect) String() string {
 		}
 		return fmt.Sprintf("reconstruct %s into %s (%d bytes)", e.Handle.Name, e.Location, e.Bytes)
 	case EffectDropCharge:
+		if e.To != "" {
+			return fmt.Sprintf("demote charge %s of %s %s→%s as %s (%d bytes)", e.Charge, e.Owner, e.Location, e.To, e.Demoted, e.Bytes)
+		}
 		return fmt.Sprintf("drop charge %s of %s at %s (%d bytes)", e.Charge, e.Owner, e.Location, e.Bytes)
 	default:
 		return fmt.Sprintf("%s %s at %s (%d bytes)", e.Kind, e.Handle.Name, e.Location, e.Bytes)
