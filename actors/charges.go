@@ -40,6 +40,25 @@ type ChargeOwner interface {
 	DropCharge(charge string, settle func(refusal error))
 }
 
+// ChargeDemoter is a ChargeOwner that can keep a copy of its entry at its
+// location's spill target: it offers its charges as demotable, and a run
+// that demotes one (an EffectDropCharge with To) calls DemoteCharge
+// instead of DropCharge (budget/charges_spill.go).
+type ChargeDemoter interface {
+	ChargeOwner
+	// DemoteCharge asks the owner to move the entry whose charge is
+	// charge to the location to, where its new charge demoted is already
+	// admitted. It runs on a goroutine of its own. The owner calls settle
+	// exactly once: (nil, nil) once the entry's copy is at to under
+	// demoted and the entry has left charge's location (the owner
+	// releases neither charge itself); (nil, dropped) when its copy
+	// failed and it dropped the entry instead (both charges are then
+	// released by the runtime); (refusal, nil) when the entry became busy
+	// (it stays where it was). An owner that returns without settling is
+	// taken to refuse.
+	DemoteCharge(charge, to, demoted string, settle func(refusal, dropped error))
+}
+
 // chargeOwners maps owner names to their ChargeOwner, and holds the
 // sources of lazy offers (offers.go).
 type chargeOwners struct {
@@ -89,26 +108,43 @@ func (s *supervisor) dropCharge(id budget.AdmissionID, e budget.Effect) {
 	go func() {
 		defer eng.watchers.Done()
 		var once sync.Once
-		settle := func(refusal error) {
+		answer := func(refusal, dropped error) {
 			once.Do(func() {
 				f := actor.NewFuture(eng.System, eng.allocTimeout+30*time.Second)
-				eng.root.Send(to, &messages.ChargeDropped{Admission: id, Err: refusal, ReplyTo: f.PID()})
+				eng.root.Send(to, &messages.ChargeDropped{Admission: id, Err: refusal, Dropped: dropped, ReplyTo: f.PID()})
 				_, _ = f.Result()
 			})
 		}
+		settle := func(refusal error) { answer(refusal, nil) }
 		defer func() {
 			if r := recover(); r != nil {
 				settle(fmt.Errorf("the owner's DropCharge panicked: %v", r))
 			}
 		}()
-		if o == nil {
+		switch d, demoter := o.(ChargeDemoter); {
+		case o == nil:
 			settle(&NoChargeOwnerError{Owner: e.Owner})
 			return
+		case e.To != "" && demoter:
+			d.DemoteCharge(e.Charge, e.To, e.Demoted, answer)
+		case e.To != "":
+			// An owner that cannot demote drops the entry: as without spill.
+			o.DropCharge(e.Charge, func(refusal error) {
+				if refusal != nil {
+					answer(refusal, nil)
+					return
+				}
+				answer(nil, errNoDemoter)
+			})
+		default:
+			o.DropCharge(e.Charge, settle)
 		}
-		o.DropCharge(e.Charge, settle)
 		settle(errNoAnswer)
 	}()
 }
+
+// errNoDemoter: a demotion's owner cannot demote; it dropped the entry.
+var errNoDemoter = errors.New("the owner cannot demote its charges: the entry was dropped")
 
 // chargeDropped settles a pending charge eviction with its owner's
 // answer and acknowledges it.
@@ -119,7 +155,16 @@ func (s *supervisor) chargeDropped(m *messages.ChargeDropped) {
 		return
 	}
 	s.handling, s.hooked = op.request, false
-	if m.Err == nil {
+	if m.Err == nil && m.Dropped != nil {
+		// A demotion whose copy failed: the entry was dropped (both charges
+		// released), and the run goes on as without spill.
+		s.eng.log.Warn().Err(m.Dropped).Str("effect", op.effect.String()).Msg("demotion of a cache entry failed; the entry was dropped")
+		if err := op.run.run.CompleteDropped(m.Dropped); err != nil {
+			s.replyRun(op.run, &messages.RunReply{Err: err})
+		} else {
+			s.advance(op.run)
+		}
+	} else if m.Err == nil {
 		if _, err := op.run.run.Complete(); err != nil {
 			s.replyRun(op.run, &messages.RunReply{Err: err})
 		} else {

@@ -24,6 +24,9 @@ import (
 // were made.
 type OfferSink interface {
 	Offer(seq uint64, owner, charge string, freq int64)
+	// OfferDemotable is Offer for a charge its owner can demote to its
+	// location's spill target ([ChargeDemoter]).
+	OfferDemotable(seq uint64, owner, charge string, freq int64)
 	Withdraw(seq uint64, owner, charge string)
 }
 
@@ -59,6 +62,7 @@ type chargeOp struct {
 	owner, charge string
 	freq          int64
 	withdraw      bool
+	demote        bool
 }
 
 // offerBuffer collects a drain's operations (the supervisor's only; its
@@ -67,6 +71,10 @@ type offerBuffer struct{ ops []chargeOp }
 
 func (b *offerBuffer) Offer(seq uint64, owner, charge string, freq int64) {
 	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, freq: freq})
+}
+
+func (b *offerBuffer) OfferDemotable(seq uint64, owner, charge string, freq int64) {
+	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, freq: freq, demote: true})
 }
 
 func (b *offerBuffer) Withdraw(seq uint64, owner, charge string) {
@@ -93,9 +101,12 @@ func (s *supervisor) drainOffers() {
 	}
 	slices.SortFunc(b.ops, func(x, y chargeOp) int { return cmp.Compare(x.seq, y.seq) })
 	for i, op := range b.ops {
-		if op.withdraw {
+		switch {
+		case op.withdraw:
 			_ = s.ledger.WithdrawCharge(op.charge, op.owner)
-		} else {
+		case op.demote:
+			_ = s.ledger.OfferDemotableCharge(op.charge, op.owner, op.freq)
+		default:
 			_ = s.ledger.OfferCharge(op.charge, op.owner, op.freq)
 		}
 		b.ops[i] = chargeOp{} // keep no names alive

@@ -78,9 +78,15 @@ func (*CacheCharges) cacheRequest()   {}
 // completes and the ledger releases the charge); otherwise the owner's
 // refusal (the entry became busy; the run fails with a
 // *budget.ChargeBusyError). Answered by a Reply once the step is settled.
+//
+// For a demotion (the effect's To set), Dropped non-nil says the owner's
+// copy failed and it dropped the entry instead (the run settles the step
+// with Run.CompleteDropped and goes on); Err and Dropped both nil say the
+// entry is kept at To under the effect's Demoted charge.
 type ChargeDropped struct {
 	Admission budget.AdmissionID
 	Err       error
+	Dropped   error
 	ReplyTo   *actor.PID
 }
 

@@ -93,6 +93,11 @@ func (o ownerSeam) Admit(ctx context.Context, req budget.Request) (budget.Decisi
 
 func (o ownerSeam) Seq() uint64 { return o.s.owners.seq.Add(1) }
 
+func (o ownerSeam) SpillTarget(loc string) (string, bool) {
+	to, ok := o.s.spill[loc]
+	return to, ok
+}
+
 func (o ownerSeam) Charges(ctx context.Context, loc, owner string) (budget.OwnerCharges, error) {
 	r, err := o.s.call(ctx, func(p *actor.PID) any {
 		return &messages.CacheCharges{Location: loc, Owner: owner, ReplyTo: p}

@@ -252,7 +252,8 @@ type System struct {
 	stats callStats // every call's outcome, for Metrics
 	room  *waitRoom // callers waiting for room (wait.go)
 
-	owners ownerNames // owners of charges: the loader caches (owners.go)
+	owners ownerNames        // owners of charges: the loader caches (owners.go)
+	spill  map[string]string // spill targets, location → target (fixed)
 }
 
 // Start starts a runtime on opts.Backend. Errors: invalid options
@@ -314,6 +315,14 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 		return nil, err
 	}
 	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room}
+	for _, lc := range locs {
+		if lc.SpillTo != "" {
+			if s.spill == nil {
+				s.spill = map[string]string{}
+			}
+			s.spill[lc.Name] = lc.SpillTo
+		}
+	}
 	s.slots.reg = eng.System.ProcessRegistry
 	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Bool("simulated", cuda.IsSimulated(backend)).Int("locations", len(opts.Locations)).Msg("residency started")

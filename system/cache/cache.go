@@ -54,6 +54,14 @@ type Options struct {
 	// evicts the least recently used idle entry first, or answers a
 	// [*system.CacheBusyError] (MaxEntries set) if none is idle.
 	MaxEntries int
+
+	// Spill (nil: none) opts the cache's idle entries into demotion: when
+	// the controller picks one as a victim for room and the spill target
+	// of Location ([system.Options].Spill) has room, the entry is demoted
+	// there through Spill.Demote instead of dropped, and the next load of
+	// its key gets the copy ([Demoted]). Set without a spill target for
+	// Location, or without Demote: [*system.InvalidInputError].
+	Spill *Spill
 }
 
 // Cache is a loader cache bound to the budget of one location: values the
@@ -106,6 +114,8 @@ type Cache struct {
 	pending  []*cacheEntry
 	notified bool
 	dropHook func() // tests only (export_test.go): runs as a drop starts
+
+	sp cacheSpill // demotion of idle entries (spill.go)
 }
 
 // cacheEntry is one key's value and charge.
@@ -118,6 +128,7 @@ type cacheEntry struct {
 	idle   func(any) bool
 	flight *cacheFlight // set while loading
 	split  *splitLoad   // a split entry's parts and charges (charge is the first); nil otherwise
+	copyAt string       // a demoted copy's location (spill.go); "" for an entry of the book
 
 	refs     atomic.Int64 // leases, pins and keep-alives
 	pins     atomic.Int64 // of refs, the pins (for Entries)
@@ -132,6 +143,7 @@ type cacheEntry struct {
 	offered bool   // the ledger has its charge offered (as of the last drain)
 	pending bool   // in Cache.pending
 	seq     uint64 // order of its last change of offer (offerSeq)
+	taken   bool   // a demoted copy held by a load of its key (spill.go)
 }
 
 // cacheFlight is one load in flight, shared by every caller of its key.
@@ -183,6 +195,9 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		return nil, err
 	}
 	if c.locs, err = allowedLocations(ctx, rt, opts, ch); err != nil {
+		return nil, err
+	}
+	if c.sp, err = newSpill(opts, rt.SpillTarget); err != nil {
 		return nil, err
 	}
 	if c.owner, err = claimOwner(rt, opts.Name, dropper{weak.Make(c)}); err != nil {
@@ -464,7 +479,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
-		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx)}))
+		warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
+		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
 		if err := c.book.StartLoad(key, e); err != nil {
@@ -545,6 +561,7 @@ type loading struct {
 	c     *Cache
 	key   string
 	outer *loading
+	warm  *cacheEntry // the key's demoted copy, taken for this load (spill.go)
 }
 
 type loadingKey struct{}
@@ -615,6 +632,9 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	case peak > 0 && n < peak:
 		err = c.resize(e.charge, n)
 	}
+	if l := loadingOf(ctx); l != nil && l.c == c && l.key == e.key {
+		c.settleCopy(l.warm, err == nil) // before the entry is ready: one copy of a key at a time
+	}
 	if err != nil {
 		c.rt.LoadFailed(c.owner, c.loc, e.key, peak, err)
 		// Whatever the loader returned is closed before its charge is
@@ -659,10 +679,16 @@ func (c *Cache) Statistics(ctx context.Context) (Stats, error) {
 	}
 	c.mu.Lock()
 	n, ev, ex := c.book.Len()+int(c.detachedLive.Load()), c.book.Evictions(), c.book.Expirations()
+	sp := c.sp
+	d, db := len(sp.copies), int64(0)
+	for _, cp := range sp.copies {
+		db += cp.bytes
+	}
 	c.mu.Unlock()
 	return Stats{
 		Location: ch.Location, HasBudget: ch.HasBudget, BudgetBytes: ch.BudgetBytes,
 		ReservedBytes: ch.OwnedBytes, Resources: n, Evictions: ev, Expirations: ex,
 		LocationUsedBytes: ch.UsedBytes, LocationReservedBytes: ch.ReservedBytes,
+		Demoted: d, DemotedBytes: db, Demotions: sp.demotions, DemotionFailures: sp.failures, WarmStarts: sp.warm,
 	}, nil
 }

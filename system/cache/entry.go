@@ -289,6 +289,7 @@ func (c *Cache) Close(ctx context.Context) error {
 	if err := c.waitQuiet(ctx); err != nil {
 		return err
 	}
+	c.releaseCopies() // no load runs any more: no copy is taken
 	c.mu.Lock()
 	c.closeDone = true
 	c.mu.Unlock()
@@ -322,4 +323,14 @@ type Stats struct {
 	// figures, every owner's charges included.
 	LocationUsedBytes     int64
 	LocationReservedBytes int64
+	// Spill ([Options].Spill): Demoted counts the demoted copies kept now
+	// at the spill target and DemotedBytes their bytes (charged there, not
+	// in ReservedBytes); Demotions the entries demoted, DemotionFailures
+	// those whose Demote failed (dropped), WarmStarts the loads handed a
+	// demoted copy ([Demoted]).
+	Demoted          int
+	DemotedBytes     int64
+	Demotions        uint64
+	DemotionFailures uint64
+	WarmStarts       uint64
 }

@@ -124,6 +124,10 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 			// Leaving: its release settles the charge.
 		case e.wants:
 			e.offered = true
+			if c.demotable(e) {
+				sink.OfferDemotable(e.seq, c.owner, e.charge, e.uses)
+				continue
+			}
 			for _, ch := range e.charges() {
 				sink.Offer(e.seq, c.owner, ch, e.uses)
 			}
@@ -150,17 +154,30 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		settle(nil) // the cache is gone: nothing holds the value
 		return
 	}
+	c.lockForDrop()
+	c.dropLocked(charge, settle)
+}
+
+// lockForDrop takes c.mu for a drop or a demotion asked by the runtime.
+func (c *Cache) lockForDrop() {
 	c.mu.Lock()
 	if h := c.dropHook; h != nil {
 		c.mu.Unlock()
 		h() // tests only: something happens between the decision and the drop
 		c.mu.Lock()
 	}
+}
+
+// dropLocked is DropCharge with c.mu held (released on return).
+func (c *Cache) dropLocked(charge string, settle func(error)) {
 	e := c.byCharge[charge]
 	switch {
 	case e == nil:
 		c.mu.Unlock()
 		settle(nil) // released already
+		return
+	case e.copyAt != "":
+		c.dropCopyLocked(e, settle) // a demoted copy (spill.go)
 		return
 	case e.retiring.Load():
 		c.mu.Unlock()
@@ -179,23 +196,9 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 		settle(nil)
 		return
 	default:
-		if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
-			// The ledger no longer offers charge; the entry is offered again
-			// once idle. A split entry's other parts are still offered:
-			// the next drain withdraws them (withdrawing charge again
-			// changes nothing).
-			e.wants = false
-			if e.split != nil && e.offered {
-				c.markLocked(e)
-			} else {
-				e.offered = false
-			}
-			c.mu.Unlock()
-			c.refuse(e, settle)
+		if !c.leaveBookLocked(e, settle) {
 			return
 		}
-		e.retiring.Store(true)
-		c.armTimerLocked(c.ka.clock.Now())
 	}
 	c.busy++
 	c.mu.Unlock()
@@ -204,6 +207,30 @@ func (d dropper) DropCharge(charge string, settle func(error)) {
 	settle(nil)
 	e.unreserveCharges(charge) // a split entry's other parts
 	e.gone()
+}
+
+// leaveBookLocked takes the ready entry e out of the book for a drop or a
+// demotion the runtime asked for: false when it became busy since its
+// offer (refused; c.mu released).
+func (c *Cache) leaveBookLocked(e *cacheEntry, settle func(error)) bool {
+	if _, out := c.book.Evict(e.key, (*cacheEntry).evictable); out != budget.Evicted {
+		// The ledger no longer offers its charge; the entry is offered
+		// again once idle. A split entry's other parts are still offered:
+		// the next drain withdraws them (withdrawing a charge again
+		// changes nothing).
+		e.wants = false
+		if e.split != nil && e.offered {
+			c.markLocked(e)
+		} else {
+			e.offered = false
+		}
+		c.mu.Unlock()
+		c.refuse(e, settle)
+		return false
+	}
+	e.retiring.Store(true)
+	c.armTimerLocked(c.ka.clock.Now())
+	return true
 }
 
 // refuse refuses the drop of e, busy since its offer. Its waiting

@@ -56,6 +56,8 @@ type Runtime interface {
 	// Seq returns a number unique in the runtime (1, 2, ...), for the
 	// names of owners the application did not name.
 	Seq() uint64
+	// SpillTarget returns loc's spill target (Options.Spill), if any.
+	SpillTarget(loc string) (string, bool)
 	// Reserve admits a reservation of bytes at loc named name and owned
 	// by owner (1 version). A reply that comes after ctx ended is
 	// released at once. Errors: the ledger's (*system.BudgetError,
@@ -101,6 +103,14 @@ type ChargeOwner interface {
 	// became busy since its offer). settle returns once the runtime
 	// settled the plan's step.
 	DropCharge(charge string, settle func(refusal error))
+	// DemoteCharge is DropCharge for a charge the owner offered as
+	// demotable (OfferSink.OfferDemotable) and a plan demotes: the owner
+	// keeps a copy of the entry at to, under the charge demoted (already
+	// admitted there, same bytes), and drops it at its location. settle
+	// exactly once: (nil, nil) demoted; (nil, err) its copy failed and
+	// the entry was dropped (the runtime releases both charges); (refusal,
+	// nil) the entry became busy and stays. On a goroutine of its own.
+	DemoteCharge(charge, to, demoted string, settle func(refusal, dropped error))
 	// DrainOffers hands every offer and withdrawal recorded since the
 	// last drain to sink, once, in the order of the changes that made
 	// them (seq: a number that grows with each change, comparable across
@@ -112,6 +122,9 @@ type ChargeOwner interface {
 // OfferSink takes an owner's drained offers and withdrawals.
 type OfferSink interface {
 	Offer(seq uint64, owner, charge string, freq int64)
+	// OfferDemotable is Offer for a charge the owner can demote to its
+	// location's spill target (ChargeDemoter).
+	OfferDemotable(seq uint64, owner, charge string, freq int64)
 	Withdraw(seq uint64, owner, charge string)
 }
 

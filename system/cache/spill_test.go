@@ -1,0 +1,270 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/cache"
+)
+
+// Spill of cache entries (spill.go): a cache that opts in has its idle
+// entries demoted to the spill target of its location instead of
+// dropped, and the next load of the key gets the copy.
+
+const vpinned = "pinned-host"
+
+// hostCopy is a demoted copy: the bytes of a blob, "on pinned host".
+type hostCopy struct {
+	from   *blob
+	closed atomic.Int32
+}
+
+func (h *hostCopy) Close() error { h.closed.Add(1); return nil }
+
+// spillRig is a runtime with cuda:0 (100 bytes) spilling to pinned-host
+// (pinned bytes), and a cache at cuda:0 whose Demote is demote (nil: one
+// that copies into a *hostCopy and records it).
+type spillRig struct {
+	sys    *system.System
+	c      *cache.Cache
+	copies []*hostCopy
+	fail   atomic.Bool // Demote fails while set
+	calls  atomic.Int32
+}
+
+func startSpill(t *testing.T, pinned int64) *spillRig {
+	t.Helper()
+	ctx := context.Background()
+	r := &spillRig{}
+	sys, err := startSoft(t, ctx, system.Options{
+		Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit(vpinned, pinned), system.Limit(vgpu, 100)},
+		Spill:     map[string]string{vgpu: vpinned},
+	})
+	require.NoError(t, err)
+	r.sys = sys
+	r.c, err = cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "models", Spill: &cache.Spill{
+		Demote: func(_ context.Context, _ string, v any) (any, error) {
+			r.calls.Add(1)
+			if r.fail.Load() {
+				return nil, errors.New("pinned allocation failed")
+			}
+			h := &hostCopy{from: v.(*blob)}
+			r.copies = append(r.copies, h)
+			return h, nil
+		},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, r.c.Close(ctx))
+		assert.NoError(t, sys.Close(ctx))
+	})
+	return r
+}
+
+func (r *spillRig) reserved(t *testing.T, loc string) int64 {
+	t.Helper()
+	snap, err := r.sys.Snapshot(context.Background())
+	require.NoError(t, err)
+	rec, ok := snap.Location(loc)
+	require.True(t, ok)
+	return rec.ReservedBytes
+}
+
+func (r *spillRig) stats(t *testing.T) cache.Stats {
+	t.Helper()
+	st, err := r.c.Statistics(context.Background())
+	require.NoError(t, err)
+	return st
+}
+
+func TestSpillRefusedWithoutTarget(t *testing.T) {
+	ctx := context.Background()
+	sys, _ := startVictims(t, 0) // no spill targets
+	demote := func(context.Context, string, any) (any, error) { return nil, nil }
+	_, err := cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "s1", Spill: &cache.Spill{Demote: demote}})
+	var ie *system.InvalidInputError
+	require.ErrorAs(t, err, &ie)
+	assert.Contains(t, err.Error(), "no spill target")
+	_, err = cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "s2", Spill: &cache.Spill{}})
+	require.ErrorAs(t, err, &ie)
+	assert.Contains(t, err.Error(), "Demote is nil")
+	// A refused cache leaves its name free.
+	c, err := cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "s1"})
+	require.NoError(t, err)
+	require.NoError(t, c.Close(ctx))
+}
+
+func TestSpillDemotesIdleEntryThenWarmStarts(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 1000)
+	a := idleBlob(t, r.c, "a", 70)
+
+	// Room for a 60-byte reservation: the idle entry is the victim, and
+	// it is demoted, not dropped.
+	sc, d, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.Len(t, d.Evictions, 1)
+	ev := d.Evictions[0]
+	assert.Equal(t, budget.EvictionIdleCacheEntry, ev.Kind)
+	assert.Equal(t, vpinned, ev.To)
+	assert.Contains(t, ev.Reason, "demoted to pinned-host")
+	assert.Equal(t, vpinned, d.Plan.Reclaim[0].To)
+	require.Len(t, r.copies, 1)
+	assert.Same(t, a, r.copies[0].from, "Demote got the entry's value")
+	assert.Equal(t, int32(1), a.closed.Load(), "the value at cuda:0 is closed once copied")
+	assert.Zero(t, r.copies[0].closed.Load())
+	assert.Equal(t, int64(70), r.reserved(t, vpinned), "the copy is charged at the spill target")
+	st := r.stats(t)
+	assert.Equal(t, 1, st.Demoted)
+	assert.Equal(t, int64(70), st.DemotedBytes)
+	assert.Equal(t, uint64(1), st.Demotions)
+	assert.Zero(t, st.ReservedBytes, "nothing of the cache is left at cuda:0")
+	require.NoError(t, sc.Exit(ctx))
+
+	// The next load of "a" gets the copy: a warm start.
+	var warm *hostCopy
+	l, err := cache.Load(ctx, r.c, "a", 70, blobIdle, func(ctx context.Context) (*blob, int64, error) {
+		h, ok := cache.Demoted[*hostCopy](ctx)
+		require.True(t, ok)
+		_, wrongType := cache.Demoted[*blob](ctx)
+		assert.False(t, wrongType)
+		warm = h
+		return &blob{}, 70, nil
+	})
+	require.NoError(t, err)
+	assert.Same(t, r.copies[0], warm)
+	assert.Equal(t, int32(1), warm.closed.Load(), "the copy is let go once the load succeeded")
+	assert.Zero(t, r.reserved(t, vpinned))
+	st = r.stats(t)
+	assert.Zero(t, st.Demoted)
+	assert.Equal(t, uint64(1), st.WarmStarts)
+	require.NoError(t, l.Release())
+
+	// A load of another key sees no copy.
+	lb, err := cache.Load(ctx, r.c, "b", 10, nil, func(ctx context.Context) (int, int64, error) {
+		_, ok := cache.Demoted[*hostCopy](ctx)
+		assert.False(t, ok)
+		return 1, 10, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, lb.Release())
+	_, ok := cache.Demoted[any](ctx)
+	assert.False(t, ok, "outside a loader there is no copy")
+}
+
+func TestSpillTargetFullDrops(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 50) // 70 bytes never fit
+	a := idleBlob(t, r.c, "a", 70)
+	sc, d, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.Len(t, d.Evictions, 1)
+	assert.Empty(t, d.Evictions[0].To)
+	assert.Contains(t, d.Evictions[0].Reason, "dropped by its owner")
+	assert.Zero(t, r.calls.Load(), "no Demote for a drop")
+	assert.Equal(t, int32(1), a.closed.Load())
+	assert.Zero(t, r.reserved(t, vpinned))
+	require.NoError(t, sc.Exit(ctx))
+}
+
+func TestSpillDemoteFailureDropsTheEntry(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 1000)
+	a := idleBlob(t, r.c, "a", 70)
+	r.fail.Store(true)
+	sc, d, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err, "a failed demotion drops the entry; the admission goes on")
+	require.Len(t, d.Evictions, 1)
+	assert.Equal(t, vpinned, d.Evictions[0].To, "the decision said demoted")
+	assert.Equal(t, int32(1), a.closed.Load())
+	assert.Zero(t, r.reserved(t, vpinned), "nothing is left charged at the target")
+	st := r.stats(t)
+	assert.Zero(t, st.Demoted)
+	assert.Equal(t, uint64(1), st.DemotionFailures)
+	assert.Zero(t, st.Demotions)
+	assert.Zero(t, st.ReservedBytes)
+	snap, err := r.sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(60), gpuRecord(t, snap).ReservedBytes, "only the admitted reservation")
+	require.NoError(t, sc.Exit(ctx))
+}
+
+func TestSpillCopyIsAVictimAtTheTarget(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 100)
+	idleBlob(t, r.c, "a", 70)
+	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.NoError(t, sc.Exit(ctx))
+	require.Len(t, r.copies, 1)
+	// Room at pinned-host: the idle copy is dropped there (a copy is
+	// never demoted further).
+	sc, d, err := r.sys.Admit(ctx, system.Request{Name: "host", Reservations: []system.ReservationSpec{{Name: "h", Location: vpinned, Bytes: 50}}})
+	require.NoError(t, err)
+	require.Len(t, d.Evictions, 1)
+	assert.Equal(t, budget.EvictionIdleCacheEntry, d.Evictions[0].Kind)
+	assert.Empty(t, d.Evictions[0].To)
+	assert.Equal(t, int32(1), r.copies[0].closed.Load())
+	assert.Zero(t, r.stats(t).Demoted)
+	assert.Equal(t, int64(50), r.reserved(t, vpinned))
+	require.NoError(t, sc.Exit(ctx))
+}
+
+func TestSpillFailedLoadKeepsTheCopy(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 1000)
+	idleBlob(t, r.c, "a", 70)
+	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.NoError(t, sc.Exit(ctx))
+	_, err = cache.Load(ctx, r.c, "a", 70, blobIdle, func(ctx context.Context) (*blob, int64, error) {
+		_, ok := cache.Demoted[*hostCopy](ctx)
+		require.True(t, ok)
+		return nil, 0, errors.New("disk gone")
+	})
+	var le *system.CacheLoadError
+	require.ErrorAs(t, err, &le)
+	assert.Zero(t, r.copies[0].closed.Load(), "kept for a later load")
+	assert.Equal(t, 1, r.stats(t).Demoted)
+	assert.Equal(t, int64(70), r.reserved(t, vpinned))
+	// Offered again: a later load still gets it.
+	l, err := cache.Load(ctx, r.c, "a", 70, blobIdle, func(ctx context.Context) (*blob, int64, error) {
+		_, ok := cache.Demoted[*hostCopy](ctx)
+		assert.True(t, ok)
+		return &blob{}, 70, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	assert.Equal(t, uint64(2), r.stats(t).WarmStarts)
+}
+
+func TestSpillCloseReleasesCopies(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 1000)
+	idleBlob(t, r.c, "a", 70)
+	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.NoError(t, sc.Exit(ctx))
+	require.NoError(t, r.c.Close(ctx))
+	assert.Equal(t, int32(1), r.copies[0].closed.Load())
+	assert.Zero(t, r.reserved(t, vpinned))
+}
+
+func TestSpillBusyEntryIsNotDemoted(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 1000)
+	l, _, err := loadBlob(ctx, r.c, "a", 70)
+	require.NoError(t, err)
+	_, _, err = r.sys.Admit(ctx, gpuResv("kv", 60))
+	var pe *budget.PlanError
+	require.ErrorAs(t, err, &pe, "a leased entry is never a victim")
+	assert.Zero(t, r.calls.Load())
+	require.NoError(t, l.Release())
+}
