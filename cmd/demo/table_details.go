@@ -17,6 +17,9 @@ func cacheDetail(r *replay.Result) (string, bool) {
 			what = "hit"
 		}
 		s := fmt.Sprintf("%s %s, %s resident", what, strconv.Quote(r.Load.Key), bytesText(r.Load.Bytes))
+		if r.Load.Warm {
+			s += ", warm start from its demoted copy"
+		}
 		if r.Load.Lease != nil {
 			s += ", lease " + strconv.Quote(*r.Load.Lease)
 		} else {
@@ -34,9 +37,14 @@ func cacheDetail(r *replay.Result) (string, bool) {
 		if st.BudgetBytes != nil {
 			b = "budget " + bytesText(*st.BudgetBytes)
 		}
-		return fmt.Sprintf("%s %s: cache reserved %s, %d resources, %d evictions; location used %s reserved %s",
+		out := fmt.Sprintf("%s %s: cache reserved %s, %d resources, %d evictions; location used %s reserved %s",
 			st.Location, b, bytesText(st.ReservedBytes), st.Resources, st.Evictions,
-			bytesText(st.LocationUsedBytes), bytesText(st.LocationReservedBytes)), true
+			bytesText(st.LocationUsedBytes), bytesText(st.LocationReservedBytes))
+		if st.Demotions+st.DemotionFailures+st.WarmStarts > 0 || st.Demoted > 0 {
+			out += fmt.Sprintf("; spill: %d demoted copies kept (%s), %d demotions, %d failed, %d warm starts",
+				st.Demoted, bytesText(st.DemotedBytes), st.Demotions, st.DemotionFailures, st.WarmStarts)
+		}
+		return out, true
 	}
 	return "", false
 }

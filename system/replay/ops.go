@@ -64,7 +64,7 @@ func init() {
 		"release_scope_lease": {required: []string{"scope", "enter"}, parse: parseReleaseScopeLease, exec: (*Runner).execReleaseScopeLease},
 
 		// The loader cache (ops_cache.go).
-		"cache_open":    {required: []string{"name", "location"}, parse: parseCacheOpen, exec: (*Runner).execCacheOpen},
+		"cache_open":    {required: []string{"name", "location"}, optional: []string{"spill"}, parse: parseCacheOpen, exec: (*Runner).execCacheOpen},
 		"load":          {required: []string{"cache", "key", "peak", "resident"}, optional: []string{"as"}, parse: parseLoad, exec: (*Runner).execLoad},
 		"load_fail":     {required: []string{"cache", "key", "peak", "mode"}, parse: parseLoadFail, exec: (*Runner).execLoad},
 		"cache_release": {required: []string{"lease"}, parse: parseCacheRelease, exec: (*Runner).execCacheRelease},

@@ -26,11 +26,12 @@ import (
 type cacheSpec struct {
 	cache, key, as, mode string
 	hasAs                bool // load: "as" was given (an empty one is refused)
+	spill                bool // cache_open: the cache opts into spill
 	peak, resident       int64
 }
 
 func parseCacheOpen(o *Op, f *jsonline.Fields) {
-	o.cache = &cacheSpec{}
+	o.cache = &cacheSpec{spill: f.OptBool("spill")}
 	o.resName, o.location = f.Str("name"), f.Str("location")
 }
 
@@ -146,7 +147,16 @@ func (r *Runner) execCacheOpen(ctx context.Context, o Op, res *Result) (bool, er
 	// The runtime knows the cache by its script name: its owner name is
 	// `cache "NAME"`, as the script's words say it. (Names are unique in
 	// the runtime as in the script, also after cache_close.)
-	sc, err := cache.New(ctx, r.sys, cache.Options{Location: o.location, Name: o.resName})
+	opts := cache.Options{Location: o.location, Name: o.resName}
+	if o.cache.spill {
+		// The copy at the spill target stands for the entry's bytes there,
+		// as the entry itself does.
+		opts.Spill = &cache.Spill{Demote: func(_ context.Context, _ string, v any) (any, error) {
+			cv := *v.(*cachedValue)
+			return &cv, nil
+		}}
+	}
+	sc, err := cache.New(ctx, r.sys, opts)
 	if err != nil {
 		return true, err
 	}
@@ -181,9 +191,10 @@ func (r *Runner) execLoad(ctx context.Context, o Op, res *Result) (bool, error) 
 			return false, invalid("duplicate cache lease name %q", c.as)
 		}
 	}
-	ran := false
-	loader := func(context.Context) (*cachedValue, int64, error) {
+	ran, warm := false, false
+	loader := func(ctx context.Context) (*cachedValue, int64, error) {
 		ran = true
+		_, warm = cache.Demoted[*cachedValue](ctx)
 		switch {
 		case o.Name == "load":
 			return &cachedValue{key: c.key, resident: c.resident}, c.resident, nil
@@ -196,7 +207,7 @@ func (r *Runner) execLoad(ctx context.Context, o Op, res *Result) (bool, error) 
 	if err != nil {
 		return true, err
 	}
-	out := &Load{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran}
+	out := &Load{Key: l.Key(), Bytes: l.Bytes(), Hit: !ran, Warm: warm}
 	if c.hasAs {
 		cs.leases[c.as] = &cacheLeaseEntry{lease: l}
 		out.Lease = &c.as
@@ -317,6 +328,9 @@ type Load struct {
 	Bytes int64   `json:"bytes"`
 	Hit   bool    `json:"hit"`
 	Lease *string `json:"lease"`
+	// Warm: the loader started from the key's demoted copy (a cache opened
+	// with spill); absent otherwise.
+	Warm bool `json:"warm,omitempty"`
 }
 
 type CacheStats struct {
@@ -327,12 +341,21 @@ type CacheStats struct {
 	Evictions             uint64 `json:"evictions"`
 	LocationUsedBytes     int64  `json:"location_used_bytes"`
 	LocationReservedBytes int64  `json:"location_reserved_bytes"`
+	// A cache opened with spill (absent when zero): the demoted copies
+	// kept now and their bytes, entries demoted, demotions whose copy
+	// failed, loads started from a copy.
+	Demoted          int    `json:"demoted,omitempty"`
+	DemotedBytes     int64  `json:"demoted_bytes,omitempty"`
+	Demotions        uint64 `json:"demotions,omitempty"`
+	DemotionFailures uint64 `json:"demotion_failures,omitempty"`
+	WarmStarts       uint64 `json:"warm_starts,omitempty"`
 }
 
 func toCacheStats(st cache.Stats) *CacheStats {
 	out := &CacheStats{
 		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
 		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
+		Demoted: st.Demoted, DemotedBytes: st.DemotedBytes, Demotions: st.Demotions, DemotionFailures: st.DemotionFailures, WarmStarts: st.WarmStarts,
 	}
 	if st.HasBudget {
 		b := st.BudgetBytes
