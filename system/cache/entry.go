@@ -264,6 +264,9 @@ func (c *Cache) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.stopTimerLocked() // no expiry after Close
+	if c.sp.stop != nil {
+		c.sp.stop() // a Demote under way is told (spill.go)
+	}
 	for f := range c.flights {
 		f.closing = true
 		f.cancel()

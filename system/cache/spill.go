@@ -33,7 +33,8 @@ type Spill struct {
 	// of key kept at the spill target of the cache's location
 	// ([system.Options].Spill), charged there with the entry's bytes.
 	// Required. It runs on a goroutine of its own while the admission
-	// whose plan demotes the entry waits for it: keep it bounded. After
+	// whose plan demotes the entry waits for it: keep it bounded. Its
+	// context ends when the cache closes (Close waits for it). After
 	// it returns the cache closes value as it would on a drop. An error
 	// or a panic drops the entry, exactly as without spill; the copy it
 	// returned with an error is not kept. A copy that implements
@@ -46,6 +47,9 @@ type Spill struct {
 type cacheSpill struct {
 	to     string // the spill target of the cache's location ("": no spill)
 	demote func(ctx context.Context, key string, value any) (any, error)
+	// ctx is Demote's context: canceled when the cache closes (stop).
+	ctx  context.Context
+	stop context.CancelFunc
 
 	copies    map[string]*cacheEntry // demoted copies by key
 	demotions uint64                 // entries demoted
@@ -65,7 +69,8 @@ func newSpill(opts Options, target func(string) (string, bool)) (cacheSpill, err
 	if !ok {
 		return cacheSpill{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache: Options.Spill is set but %s has no spill target (set one in system.Options.Spill)", opts.Location)}
 	}
-	return cacheSpill{to: to, demote: opts.Spill.Demote, copies: map[string]*cacheEntry{}}, nil
+	ctx, stop := context.WithCancel(context.Background())
+	return cacheSpill{to: to, demote: opts.Spill.Demote, ctx: ctx, stop: stop, copies: map[string]*cacheEntry{}}, nil
 }
 
 // demotable says whether e's charge is offered as demotable: the cache
@@ -163,7 +168,7 @@ func (c *Cache) callDemote(key string, v any) (copied any, err error) {
 			err = fmt.Errorf("cache key %q: Spill.Demote panicked: %v\n%s", key, r, debug.Stack())
 		}
 	}()
-	copied, err = c.sp.demote(context.Background(), key, v)
+	copied, err = c.sp.demote(c.sp.ctx, key, v)
 	if err != nil {
 		if copied != nil {
 			closeValue(c, key, copied)

@@ -268,3 +268,40 @@ func TestSpillBusyEntryIsNotDemoted(t *testing.T) {
 	assert.Zero(t, r.calls.Load())
 	require.NoError(t, l.Release())
 }
+
+func TestSpillCloseCancelsDemote(t *testing.T) {
+	ctx := context.Background()
+	sys, err := startSoft(t, ctx, system.Options{
+		Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit(vpinned, 1000), system.Limit(vgpu, 100)},
+		Spill:     map[string]string{vgpu: vpinned},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sys.Close(ctx)) })
+	entered := make(chan struct{})
+	c, err := cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "slow", Spill: &cache.Spill{
+		Demote: func(ctx context.Context, _ string, _ any) (any, error) {
+			close(entered)
+			<-ctx.Done() // a copy that only Close ends
+			return nil, ctx.Err()
+		},
+	}})
+	require.NoError(t, err)
+	a := idleBlob(t, c, "a", 70)
+	admitted := make(chan error, 1)
+	go func() {
+		sc, _, err := sys.Admit(ctx, gpuResv("kv", 60))
+		if err == nil {
+			err = sc.Exit(ctx)
+		}
+		admitted <- err
+	}()
+	<-entered
+	require.NoError(t, c.Close(ctx), "Close cancels the Demote under way and waits for it")
+	require.NoError(t, <-admitted, "the entry is dropped and the admission goes on")
+	assert.Equal(t, int32(1), a.closed.Load())
+	snap, err := sys.Snapshot(ctx)
+	require.NoError(t, err)
+	rec, ok := snap.Location(vpinned)
+	require.True(t, ok)
+	assert.Zero(t, rec.ReservedBytes)
+}
