@@ -169,7 +169,10 @@
 // when the target has room in the plan's final state (and when the
 // demotion lands); its reclaim action carries To and its eviction
 // [EvictionDemoted]. The rule, and what a failed demotion does, are in
-// spill.go.
+// spill.go. An idle cache entry's charge offered as demotable
+// ([Ledger.OfferDemotableCharge]) is demoted by the same rule, its
+// eviction keeping [EvictionIdleCacheEntry] with To set; its owner makes
+// the copy (charges_spill.go).
 //
 // The state limit (default [DefaultStateLimit]) counts as reached when
 // explored states equal it and an assignment remains: before any feasible
