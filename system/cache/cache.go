@@ -126,6 +126,10 @@ type cacheEntry struct {
 	retiring atomic.Bool  // its release has started (once)
 	released chan struct{}
 
+	// Its record in the book (guarded by Cache.mu): hits and releases
+	// step it without a lookup by key.
+	slot budget.CacheSlot[*cacheEntry]
+
 	// Guarded by Cache.mu.
 	uses    int64  // leases taken: the freq of its offers
 	wants   bool   // idle (checked as it went idle): its charge is to be offered
@@ -467,7 +471,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx)}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
-		if err := c.book.StartLoad(key, e); err != nil {
+		var err error
+		if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
 			c.mu.Unlock()
 			cancel()
 			panic(err) // the key was absent a moment ago, under the same lock
