@@ -143,6 +143,7 @@ type CacheBook[E any] struct {
 }
 
 type cacheSlot[E any] struct {
+	book       *CacheBook[E] // the book it belongs to (a handle from another book is refused)
 	key        string
 	item       E
 	state      CacheState
@@ -170,6 +171,48 @@ func (b *CacheBook[E]) Get(key string) (E, CacheState) {
 	return s.item, s.state
 }
 
+// CacheSlot is a handle on one entry of a [CacheBook]: a caller that
+// keeps it beside its item steps the entry on ([CacheBook.UseSlot],
+// [CacheBook.IdleSlot]) without a lookup by key. It refers to that one
+// entry, not to its key: once the entry leaves the book (evicted,
+// drained, expired, its load aborted) the handle is absent, also when the
+// key has a new entry since. The zero handle is absent. Like the book, a
+// handle is read and used under the lock that guards its book.
+type CacheSlot[E any] struct{ s *cacheSlot[E] }
+
+// State returns the state of the handle's entry: [CacheAbsent] once it
+// left the book (or for the zero handle).
+func (h CacheSlot[E]) State() CacheState {
+	if h.s == nil {
+		return CacheAbsent
+	}
+	return h.s.state
+}
+
+// GetSlot is [CacheBook.Get] that also returns the entry's handle (the
+// zero handle for an absent key).
+func (b *CacheBook[E]) GetSlot(key string) (E, CacheState, CacheSlot[E]) {
+	s, ok := b.entries[key]
+	if !ok {
+		var zero E
+		return zero, CacheAbsent, CacheSlot[E]{}
+	}
+	if s.state == CacheReady {
+		b.unlink(s)
+		b.pushBack(s)
+	}
+	return s.item, s.state, CacheSlot[E]{s}
+}
+
+// slotOf returns h's entry if it is in this book and in state st; nil
+// otherwise.
+func (b *CacheBook[E]) slotOf(h CacheSlot[E], st CacheState) *cacheSlot[E] {
+	if h.s == nil || h.s.book != b || h.s.state != st {
+		return nil
+	}
+	return h.s
+}
+
 // Peek is Get without touching the recency order.
 func (b *CacheBook[E]) Peek(key string) (E, CacheState) {
 	s, ok := b.entries[key]
@@ -183,11 +226,20 @@ func (b *CacheBook[E]) Peek(key string) (E, CacheState) {
 // StartLoad records that a load of key is in flight, with its item.
 // Errors (nothing changed): the key already has an entry (invalid input).
 func (b *CacheBook[E]) StartLoad(key string, item E) error {
+	_, err := b.StartLoadSlot(key, item)
+	return err
+}
+
+// StartLoadSlot is [CacheBook.StartLoad] that also returns the new
+// entry's handle ([CacheSlot]), valid through its load and while it is
+// ready.
+func (b *CacheBook[E]) StartLoadSlot(key string, item E) (CacheSlot[E], error) {
 	if s, ok := b.entries[key]; ok {
-		return invalidf("cache key %q is already %s", key, s.state)
+		return CacheSlot[E]{}, invalidf("cache key %q is already %s", key, s.state)
 	}
-	b.entries[key] = &cacheSlot[E]{key: key, item: item, state: CacheLoading, keep: newSlotKeep()}
-	return nil
+	s := &cacheSlot[E]{book: b, key: key, item: item, state: CacheLoading, keep: newSlotKeep()}
+	b.entries[key] = s
+	return CacheSlot[E]{s}, nil
 }
 
 // FinishLoad makes the loading entry of key ready with item, as the most
@@ -211,6 +263,7 @@ func (b *CacheBook[E]) AbortLoad(key string) error {
 		return invalidf("cache key %q is not loading", key)
 	}
 	delete(b.entries, key)
+	s.state = CacheAbsent // its handles are absent from now
 	return nil
 }
 
@@ -292,6 +345,7 @@ func (b *CacheBook[E]) remove(s *cacheSlot[E]) {
 	b.expiry.forget(s)
 	b.unlink(s)
 	delete(b.entries, s.key)
+	s.state = CacheAbsent // its handles are absent from now
 	b.ready--
 }
 

@@ -183,9 +183,26 @@ func (b *CacheBook[E]) Use(key string, now time.Time) error {
 	if !ok || s.state != CacheReady {
 		return invalidf("cache key %q is not ready", key)
 	}
-	b.expiry.forget(s)
-	s.keep.lastUse, s.keep.idle = now, false
+	b.use(s, now)
 	return nil
+}
+
+// UseSlot is [CacheBook.Use] of the handle's entry. Errors (nothing
+// changed): the entry is not ready in this book (invalid input).
+func (b *CacheBook[E]) UseSlot(h CacheSlot[E], now time.Time) error {
+	s := b.slotOf(h, CacheReady)
+	if s == nil {
+		return invalidf("cache slot is not a ready entry of this book")
+	}
+	b.use(s, now)
+	return nil
+}
+
+func (b *CacheBook[E]) use(s *cacheSlot[E], now time.Time) {
+	if s.keep.heapIdx >= 0 || s.keep.due {
+		b.expiry.forget(s)
+	}
+	s.keep.lastUse, s.keep.idle = now, false
 }
 
 // Idle records that a ready entry's last holder let go at now: its
@@ -197,10 +214,25 @@ func (b *CacheBook[E]) Idle(key string, now time.Time) error {
 	if !ok || s.state != CacheReady {
 		return invalidf("cache key %q is not ready", key)
 	}
+	b.idle(s, now)
+	return nil
+}
+
+// IdleSlot is [CacheBook.Idle] of the handle's entry. Errors (nothing
+// changed): the entry is not ready in this book (invalid input).
+func (b *CacheBook[E]) IdleSlot(h CacheSlot[E], now time.Time) error {
+	s := b.slotOf(h, CacheReady)
+	if s == nil {
+		return invalidf("cache slot is not a ready entry of this book")
+	}
+	b.idle(s, now)
+	return nil
+}
+
+func (b *CacheBook[E]) idle(s *cacheSlot[E], now time.Time) {
 	b.expiry.forget(s)
 	s.keep.lastUse, s.keep.idle = now, true
 	b.expiry.arm(s)
-	return nil
 }
 
 // MarkEvictWhenIdle marks key's entry, ready or loading, to leave as soon

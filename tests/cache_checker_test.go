@@ -370,7 +370,7 @@ type modelChecker struct {
 	closed    bool
 	detached  []*ckValue // held when the cache closed
 
-	leases []*cache.Lease[*ckValue]
+	leases []cache.Lease[*ckValue]
 	pins   []ckPin
 	keeps  []ckKeep
 	extSeq int
@@ -775,7 +775,7 @@ func (m *modelChecker) load() {
 	}
 }
 
-func (m *modelChecker) hold(l *cache.Lease[*ckValue], keep bool) {
+func (m *modelChecker) hold(l cache.Lease[*ckValue], keep bool) {
 	if keep {
 		l.Value().holders.Add(1)
 		m.leases = append(m.leases, l)
@@ -1221,7 +1221,7 @@ type ckWorker struct {
 	cc     *concurrentChecker
 	r      *rand.Rand
 	id     int
-	leases []*cache.Lease[*ckValue]
+	leases []cache.Lease[*ckValue]
 	pins   []ckPin
 	keeps  []ckKeep
 	mine   []*cache.MemoryReservation
@@ -1494,7 +1494,7 @@ func (w *ckWorker) load() {
 		}
 		return ck.newValue(key, resident, closeSlow), resident, nil
 	}
-	var l *cache.Lease[*ckValue]
+	var l cache.Lease[*ckValue]
 	err := w.call(what, func(ctx context.Context) (err error) {
 		l, err = cache.Load(ctx, w.cc.c, key, peak, ckIdle, loader)
 		return err
@@ -1550,7 +1550,7 @@ func (w *ckWorker) loadBudgeted() {
 		w.cc.budgets.Store(r, v)
 		return v, nil
 	}
-	var l *cache.Lease[*ckValue]
+	var l cache.Lease[*ckValue]
 	err := w.call(what, func(ctx context.Context) (err error) {
 		l, err = cache.LoadBudgeted(ctx, w.cc.c, key, ckIdle, loader)
 		return err

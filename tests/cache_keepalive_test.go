@@ -92,7 +92,7 @@ func entry(t *testing.T, c *cache.Cache, key string) (cache.Entry, bool) {
 	return cache.Entry{}, false
 }
 
-func loadGone(t *testing.T, c *cache.Cache, key string, bytes int64, opts ...cache.LoadOption) (*cache.Lease[*goneValue], *goneValue) {
+func loadGone(t *testing.T, c *cache.Cache, key string, bytes int64, opts ...cache.LoadOption) (cache.Lease[*goneValue], *goneValue) {
 	t.Helper()
 	g := newGone()
 	l, err := cache.Load(context.Background(), c, key, bytes, nil, value(g, bytes), opts...)
@@ -183,18 +183,18 @@ func TestCacheEntryLeavesAtTheLastReleaseOfEveryKind(t *testing.T) {
 		name string
 		// hold takes more references from the lease and returns their
 		// releases in the order the test calls them (the last one frees it).
-		hold func(l *cache.Lease[*goneValue]) []func() error
+		hold func(l cache.Lease[*goneValue]) []func() error
 	}{
-		{"lease", func(l *cache.Lease[*goneValue]) []func() error { return []func() error{l.Release} }},
-		{"clone", func(l *cache.Lease[*goneValue]) []func() error {
+		{"lease", func(l cache.Lease[*goneValue]) []func() error { return []func() error{l.Release} }},
+		{"clone", func(l cache.Lease[*goneValue]) []func() error {
 			cl := l.Clone()
 			return []func() error{l.Release, cl.Release}
 		}},
-		{"pin", func(l *cache.Lease[*goneValue]) []func() error {
+		{"pin", func(l cache.Lease[*goneValue]) []func() error {
 			p := l.Pin()
 			return []func() error{l.Release, p.Release}
 		}},
-		{"keep-alive", func(l *cache.Lease[*goneValue]) []func() error {
+		{"keep-alive", func(l cache.Lease[*goneValue]) []func() error {
 			k := l.KeepAlive()
 			return []func() error{l.Release, k.Release}
 		}},
@@ -325,7 +325,7 @@ func TestCacheEvictWhenIdleCases(t *testing.T) {
 	// a hit before then still gets the value.
 	gate, started := make(chan struct{}), make(chan struct{})
 	lg := newGone()
-	res := make(chan *cache.Lease[*goneValue], 1)
+	res := make(chan cache.Lease[*goneValue], 1)
 	go func() {
 		l, err := cache.Load(ctx, c, "loading", 10, nil, func(context.Context) (*goneValue, int64, error) {
 			close(started)

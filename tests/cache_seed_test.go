@@ -276,7 +276,7 @@ func TestRetiringNativeStorageRemainsChargedUntilItsDestructorFinishes(t *testin
 	require.NoError(t, old.Release())
 
 	type result struct {
-		lease *cache.Lease[uint8]
+		lease cache.Lease[uint8]
 		err   error
 	}
 	loading := make(chan result, 1)

@@ -139,7 +139,7 @@ func TestCacheCallerGivingUpLeavesTheSharedLoadToOthers(t *testing.T) {
 	}()
 	<-entered
 	type res struct {
-		l   *cache.Lease[int]
+		l   cache.Lease[int]
 		err error
 	}
 	bDone := make(chan res, 1)
@@ -339,7 +339,7 @@ func TestCacheRefusesBadInput(t *testing.T) {
 	var le *system.CacheLoadError
 	require.ErrorAs(t, err, &le, "zero resident bytes")
 	assert.ErrorIs(t, err, system.ErrInvalidInput)
-	assert.Nil(t, l)
+	assert.Zero(t, l, "no lease")
 	assert.Equal(t, int64(0), stats(t, c).ReservedBytes)
 }
 
@@ -519,7 +519,7 @@ func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 	require.NoError(t, x.Release())
 
 	type res struct {
-		l   *cache.Lease[string]
+		l   cache.Lease[string]
 		err error
 	}
 	aDone, bDone := make(chan res, 1), make(chan res, 1)

@@ -44,7 +44,7 @@ type scCache struct {
 }
 
 type scCacheHeld struct {
-	l   *cache.Lease[*scCacheVal]
+	l   cache.Lease[*scCacheVal]
 	key string
 }
 

@@ -137,6 +137,10 @@ type cacheEntry struct {
 	retiring atomic.Bool  // its release has started (once)
 	released chan struct{}
 
+	// Its record in the book (guarded by Cache.mu): hits and releases
+	// step it without a lookup by key.
+	slot budget.CacheSlot[*cacheEntry]
+
 	// Guarded by Cache.mu.
 	uses    int64  // leases taken: the freq of its offers
 	wants   bool   // idle (checked as it went idle): its charge is to be offered
@@ -309,12 +313,12 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 //
 // Versions: a hit 0; a load 1, or 2 when the resident bytes are below
 // peak; a failed load 2.
-func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (*Lease[T], error) {
+func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(ctx context.Context) (T, int64, error), opts ...LoadOption) (Lease[T], error) {
 	if loader == nil {
-		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
+		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
 	if peak <= 0 {
-		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: peak bytes must be positive, got %d", key, peak)}
+		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: peak bytes must be positive, got %d", key, peak)}
 	}
 	return loadWaiting(ctx, c, key, peak, idle, loader, newLoadOptions(opts))
 }
@@ -332,9 +336,9 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 // entry itself costs no version; each reservation costs its own). A
 // loader refused by its memory budget should return the [*system.CacheBusyError]
 // it got (wrapped or not) for the caller to wait.
-func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (*Lease[T], error) {
+func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T) bool, loader func(ctx context.Context, b *MemoryBudget) (T, error), opts ...LoadOption) (Lease[T], error) {
 	if loader == nil {
-		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
+		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
 	b := c.budget
 	return loadWaiting(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
@@ -345,7 +349,7 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 
 // loadWaiting is load, waiting for room in the runtime's wait queue when
 // opts ask for it and the load is refused as busy.
-func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (*Lease[T], error) {
+func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (Lease[T], error) {
 	wc := lo.wait
 	if !wc.Wait || c.present(key) {
 		// A hit or a load in flight needs no room: it never queues. (A
@@ -356,9 +360,9 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 		}
 	}
 	if err := c.rt.Refusal(ctx); err != nil {
-		return nil, err
+		return Lease[T]{}, err
 	}
-	var l *Lease[T]
+	var l Lease[T]
 	var err error
 	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
 	err = c.rt.Wait(ctx, spec, func() (bool, error) {
@@ -366,7 +370,7 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 		return !cacheWaitable(err), err
 	})
 	if err != nil {
-		return nil, err
+		return Lease[T]{}, err
 	}
 	return l, nil
 }
@@ -398,28 +402,28 @@ func cacheWaitable(err error) bool {
 // release of the idle entry it evicts, so that meanwhile another caller
 // whose peak fits loads the key, and this one joins that load when it
 // looks again.
-func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (*Lease[T], error) {
+func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (Lease[T], error) {
 	if key == "" {
-		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
+		return Lease[T]{}, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
 	var specs []budget.ReservationSpec // this caller's reservations, named once for all its attempts
 	charge := ""                       // the entry's charge (a split entry's first)
 	for {
 		if err := c.rt.Refusal(ctx); err != nil {
-			return nil, err
+			return Lease[T]{}, err
 		}
 		if c.hasBudget && peak > c.budgetBytes {
 			// As in the seed, the peak is checked before the lookup: a
 			// peak that can never fit is refused, resident or not.
 			if c.isClosed() {
-				return nil, c.closedErr()
+				return Lease[T]{}, c.closedErr()
 			}
-			return nil, c.tooLarge(ctx, peak)
+			return Lease[T]{}, c.tooLarge(ctx, peak)
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, c.closedErr()
+			return Lease[T]{}, c.closedErr()
 		}
 		e, state := c.book.Get(key)
 		switch state {
@@ -427,14 +431,14 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			p, ok := e.box.(*T)
 			if !ok {
 				c.mu.Unlock()
-				return nil, typeError[T](key, e.box)
+				return Lease[T]{}, typeError[T](key, e.box)
 			}
 			e.refs.Add(1)
 			e.uses++
 			c.withdrawLocked(e) // recorded; drained before the next ledger step
 			c.usedLocked(e, o)  // keep-alive hook
 			c.mu.Unlock()
-			return &Lease[T]{e: e, p: p}, nil
+			return newLease(e, p), nil
 		case budget.CacheLoading:
 			c.joinedLocked(key, o) // keep-alive hook
 			l, again, err := joinLoad[T](ctx, c, e, key)
@@ -451,12 +455,12 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			case <-w:
 				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return Lease[T]{}, ctx.Err()
 			}
 		}
 		if again, err := c.capRoomLocked(ctx, key); again || err != nil { // entry cap hook
 			if err != nil {
-				return nil, err
+				return Lease[T]{}, err
 			}
 			continue
 		}
@@ -469,7 +473,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		if specs != nil {
 			if again, err := c.reserveLoad(ctx, key, specs); again || err != nil {
 				if err != nil {
-					return nil, err
+					return Lease[T]{}, err
 				}
 				continue
 			}
@@ -483,7 +487,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
-		if err := c.book.StartLoad(key, e); err != nil {
+		var err error
+		if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
 			c.mu.Unlock()
 			cancel()
 			panic(err) // the key was absent a moment ago, under the same lock
@@ -498,7 +503,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 
 // joinLoad joins the load in flight of key (c.mu held; released on
 // return). again: the load was abandoned and has settled, look again.
-func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (l *Lease[T], again bool, err error) {
+func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (l Lease[T], again bool, err error) {
 	f := e.flight
 	if f.abandoned {
 		// Everyone who waited for it gave up and its context is canceled:
@@ -506,14 +511,14 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 		c.mu.Unlock()
 		select {
 		case <-f.done:
-			return nil, true, nil
+			return Lease[T]{}, true, nil
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return Lease[T]{}, false, ctx.Err()
 		}
 	}
 	if inLoader(ctx, c, key) {
 		c.mu.Unlock()
-		return nil, false, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
+		return Lease[T]{}, false, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q is loaded by a loader that is itself loading it: it would wait for itself", key)}
 	}
 	f.waiters++
 	c.mu.Unlock()
@@ -585,7 +590,7 @@ func inLoader(ctx context.Context, c *Cache, key string) bool {
 
 // await waits for a shared load. A caller that gives up leaves the load
 // to the others; the last one to give up cancels it.
-func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) (*Lease[T], error) {
+func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) (Lease[T], error) {
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -597,20 +602,20 @@ func await[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight) 
 				f.cancel()
 			}
 			c.mu.Unlock()
-			return nil, ctx.Err()
+			return Lease[T]{}, ctx.Err()
 		}
 		c.mu.Unlock()
 		// Finished meanwhile: this caller's share is already counted.
 	}
 	if f.err != nil {
-		return nil, f.err
+		return Lease[T]{}, f.err
 	}
 	p, ok := e.box.(*T)
 	if !ok {
 		e.unref()
-		return nil, typeError[T](e.key, e.box)
+		return Lease[T]{}, typeError[T](e.key, e.box)
 	}
-	return &Lease[T]{e: e, p: p}, nil
+	return newLease(e, p), nil
 }
 
 func typeError[T any](key string, box any) error {

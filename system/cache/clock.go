@@ -21,11 +21,20 @@ type ClockTimer interface {
 	Stop() bool
 }
 
-// RealClock is the wall clock (package time): the default [Clock].
+// RealClock is the process's clock (package time): the default [Clock].
 type RealClock struct{}
 
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
+// realBase is the time RealClock counts from: read once, as the package
+// is initialized, with its wall and monotonic readings.
+var realBase = time.Now()
+
+// Now returns the current time: the wall time when the package was
+// initialized plus the monotonic time elapsed since. That is one read of
+// the monotonic clock where time.Now reads two clocks (a cache reads the
+// time on every hit and every release). Its monotonic reading is
+// time.Now's; its wall reading does not follow steps of the system's
+// wall clock made after the package was initialized.
+func (RealClock) Now() time.Time { return realBase.Add(time.Since(realBase)) }
 
 // AfterFunc is time.AfterFunc.
 func (RealClock) AfterFunc(d time.Duration, f func()) ClockTimer { return time.AfterFunc(d, f) }

@@ -12,9 +12,10 @@
 // [*system.CacheLoadError], [system.ErrCacheClosed]) are package system's,
 // classified by [system.ErrorClass] with every other error.
 //
-// [Load] returns a typed [*Lease] on a key's value. On a miss it
-// reserves the load's peak bytes before the loader runs and shrinks
-// the reservation to the resident bytes the loader reports. Concurrent
+// [Load] returns a typed [Lease] on a key's value (a small value: a hit
+// allocates nothing). On a miss it reserves the load's peak bytes before
+// the loader runs and shrinks the reservation to the resident bytes the
+// loader reports. Concurrent
 // calls for a key share one load and one outcome. A loader that fails,
 // panics, or reports resident bytes ≤ 0 or above its peak is rolled back
 // ([*system.CacheLoadError]); the next call retries. [LoadBudgeted] is for
@@ -35,7 +36,7 @@
 // itself, least recently used first, when the controller refused a load
 // or reservation of that cache.
 //
-// An entry is evicted only when no [*Lease], [*Pin] or
+// An entry is evicted only when no [Lease], [*Pin] or
 // [*KeepAlive] holds it and its idle predicate says so (return false
 // while device work that reads it is queued). A value implementing
 // interface{ Close() error } is closed when it leaves the cache, and its

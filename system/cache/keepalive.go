@@ -112,7 +112,7 @@ func (c *Cache) usedLocked(e *cacheEntry, o loadOptions) {
 	if o.hasKeepAlive {
 		_ = c.book.ExtendKeepAlive(e.key, o.keepAlive)
 	}
-	_ = c.book.Use(e.key, now)
+	_ = c.book.UseSlot(e.slot, now)
 	c.sweepLocked(now)
 }
 
@@ -184,12 +184,12 @@ func (e *cacheEntry) idled() {
 		c.mu.Unlock()
 		return // taken again meanwhile (a Load holds c.mu to take it)
 	}
-	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
+	if e.slot.State() != budget.CacheReady {
 		c.mu.Unlock()
 		return // evicted meanwhile
 	}
 	now := c.ka.clock.Now()
-	_ = c.book.Idle(e.key, now)
+	_ = c.book.IdleSlot(e.slot, now)
 	c.sweepLocked(now)
 	if !e.retiring.Load() { // after the sweep: an entry due is leaving
 		c.offerReadyLocked(e) // ready: checked above, under the same lock

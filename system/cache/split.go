@@ -98,26 +98,26 @@ type splitLoad struct {
 // location's whole budget ([*system.BudgetError], checked before the
 // lookup); the rest as for Load. Versions: a hit 0; a load 1 per part; a
 // failed load 2 per part.
-func LoadSplit[T any](ctx context.Context, c *Cache, key string, parts []Part, idle func(T) bool, loader func(ctx context.Context) (T, error), opts ...LoadOption) (*Lease[T], error) {
+func LoadSplit[T any](ctx context.Context, c *Cache, key string, parts []Part, idle func(T) bool, loader func(ctx context.Context) (T, error), opts ...LoadOption) (Lease[T], error) {
 	sl, err := c.checkParts(key, parts)
 	if err != nil {
-		return nil, err
+		return Lease[T]{}, err
 	}
 	if loader == nil {
-		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
+		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
 	if key == "" {
-		return nil, &budget.InvalidInputError{Message: "cache key is empty"}
+		return Lease[T]{}, &budget.InvalidInputError{Message: "cache key is empty"}
 	}
 	if err := c.rt.Refusal(ctx); err != nil {
-		return nil, err
+		return Lease[T]{}, err
 	}
 	if c.isClosed() {
-		return nil, c.closedErr()
+		return Lease[T]{}, c.closedErr()
 	}
 	for _, p := range sl.parts {
 		if b := c.locs[p.Location]; b.has && p.Bytes > b.bytes {
-			return nil, c.tooLargeAt(ctx, p.Location, p.Bytes)
+			return Lease[T]{}, c.tooLargeAt(ctx, p.Location, p.Bytes)
 		}
 	}
 	lo := newLoadOptions(opts)
@@ -259,7 +259,12 @@ func (e *cacheEntry) partsOf() []Part {
 // Parts returns the parts of a [LoadSplit] entry, in the order they were
 // given (nil for an entry of [Load] or [LoadBudgeted]). [Lease.Bytes] is
 // their sum.
-func (l *Lease[T]) Parts() []Part { return l.e.partsOf() }
+func (l Lease[T]) Parts() []Part {
+	if l.e == nil {
+		return nil
+	}
+	return l.e.partsOf()
+}
 
 // busyRefusals is busyRefusal over a request's reservations: the first
 // location that has no room for its part, or, when every location has

@@ -62,7 +62,7 @@ func parts(p0, p1 int64) []cache.Part {
 }
 
 // loadSplitBlob loads key over parts; calls counts the loader's runs.
-func loadSplitBlob(ctx context.Context, c *cache.Cache, key string, p []cache.Part, calls *atomic.Int32, opts ...cache.LoadOption) (*cache.Lease[*blob], error) {
+func loadSplitBlob(ctx context.Context, c *cache.Cache, key string, p []cache.Part, calls *atomic.Int32, opts ...cache.LoadOption) (cache.Lease[*blob], error) {
 	return cache.LoadSplit(ctx, c, key, p, blobIdle, func(context.Context) (*blob, error) {
 		if calls != nil {
 			calls.Add(1)
@@ -345,7 +345,7 @@ func TestLoadSplitBusyBetweenDecisionAndDrop(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sys, c := startSplit(t, nil)
 			b := idleSplit(t, c, "llama", parts(70, 70))
-			var lease *cache.Lease[*blob]
+			var lease cache.Lease[*blob]
 			var drops atomic.Int32
 			cache.SetDropHook(c, func() {
 				if drops.Add(1) > 1 {

@@ -133,7 +133,7 @@ func (f *fixture) cacheEntries(t *testing.T) {
 	require.NoError(t, err)
 	f.cache = c
 	t.Cleanup(func() { _ = c.Close(ctx) })
-	load := func(key string, bytes int64) *cache.Lease[string] {
+	load := func(key string, bytes int64) cache.Lease[string] {
 		l, err := cache.Load(ctx, c, key, bytes, nil, func(context.Context) (string, int64, error) { return key, bytes, nil })
 		require.NoError(t, err)
 		return l

@@ -93,7 +93,7 @@ type replayCache struct {
 }
 
 type cacheLeaseEntry struct {
-	lease    *cache.Lease[*cachedValue]
+	lease    cache.Lease[*cachedValue]
 	released bool
 }
 

@@ -149,19 +149,19 @@ func (r *registry) last(t *testing.T, name string) *model {
 }
 
 // request loads (or reuses) name on c: a request's hold on its model.
-func (r *registry) request(ctx context.Context, c *cache.Cache, name string, size int64, opts ...cache.LoadOption) (*cache.Lease[*model], error) {
+func (r *registry) request(ctx context.Context, c *cache.Cache, name string, size int64, opts ...cache.LoadOption) (cache.Lease[*model], error) {
 	return cache.Load(ctx, c, name, size, nil, r.loader(name, size), opts...)
 }
 
 // result is what a request started in the background got.
 type result struct {
-	lease *cache.Lease[*model]
+	lease cache.Lease[*model]
 	err   error
 }
 
 // background runs f on its own goroutine and returns where its answer
 // arrives.
-func background(f func() (*cache.Lease[*model], error)) <-chan result {
+func background(f func() (cache.Lease[*model], error)) <-chan result {
 	out := make(chan result, 1)
 	go func() {
 		l, err := f()

@@ -51,10 +51,10 @@ func TestConcurrentRequestsShareOneLoad(t *testing.T) {
 	ctx := context.Background()
 	const n = 8
 	answers := make([]<-chan result, n)
-	answers[0] = background(func() (*cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
+	answers[0] = background(func() (cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
 	<-started // the load is in flight: everyone after joins it
 	for i := 1; i < n; i++ {
-		answers[i] = background(func() (*cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
+		answers[i] = background(func() (cache.Lease[*model], error) { return reg.request(ctx, c, "llama", 60) })
 	}
 	close(reg.gate)
 	var m *model
@@ -107,7 +107,7 @@ func TestNewModelWaitsForRoomThenReplacesAnIdleModel(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 100, srv.charged(t, "cuda:0"))
 
-	third := background(func() (*cache.Lease[*model], error) {
+	third := background(func() (cache.Lease[*model], error) {
 		return reg.request(ctx, c, "c", 50, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
@@ -150,7 +150,7 @@ func TestFullQueueAnswersBusyAtOnce(t *testing.T) {
 
 	a, err := reg.request(ctx, c, "a", 80)
 	require.NoError(t, err)
-	queued := background(func() (*cache.Lease[*model], error) {
+	queued := background(func() (cache.Lease[*model], error) {
 		return reg.request(ctx, c, "b", 80, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
@@ -188,7 +188,7 @@ func TestBusyVictimUnloadsWhenItsRequestFinishes(t *testing.T) {
 	done, found, err := c.EvictWhenIdle(ctx, "old")
 	require.NoError(t, err)
 	require.True(t, found)
-	next := background(func() (*cache.Lease[*model], error) {
+	next := background(func() (cache.Lease[*model], error) {
 		return reg.request(ctx, c, "new", 70, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
@@ -216,7 +216,7 @@ func TestReloadWithOtherSettingsWaitsForTheOldInstance(t *testing.T) {
 	old := reg.last(t, "llama/ctx=2048")
 	_, _, err = c.EvictWhenIdle(ctx, "llama/ctx=2048")
 	require.NoError(t, err)
-	reload := background(func() (*cache.Lease[*model], error) {
+	reload := background(func() (cache.Lease[*model], error) {
 		return reg.request(ctx, c, "llama/ctx=8192", 60, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
@@ -432,7 +432,7 @@ func TestCancelledRequestsLeaveNothing(t *testing.T) {
 	full, err := reg.request(ctx, c, "big", 90)
 	require.NoError(t, err)
 	wctx, wcancel := context.WithCancel(ctx)
-	waiting := background(func() (*cache.Lease[*model], error) {
+	waiting := background(func() (cache.Lease[*model], error) {
 		return reg.request(wctx, c, "b", 50, cache.Wait(system.WaitForRoom()))
 	})
 	srv.events.await(t, system.EventWaitStarted, 1)
@@ -458,7 +458,7 @@ func TestShutdownAnswersEveryWaitingRequest(t *testing.T) {
 	var waiting []<-chan result
 	for i := range n {
 		name := string(rune('a' + i))
-		waiting = append(waiting, background(func() (*cache.Lease[*model], error) {
+		waiting = append(waiting, background(func() (cache.Lease[*model], error) {
 			return reg.request(ctx, c, name, 50, cache.Wait(system.WaitForRoom()))
 		}))
 	}

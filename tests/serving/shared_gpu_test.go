@@ -77,7 +77,7 @@ func TestModelSplitOverTwoGPUsLoadsAndUnloadsAsOne(t *testing.T) {
 	c := srv.gpuCache(t, "cuda:0", func(o *cache.Options) { o.Locations = []string{"cuda:1"} })
 	ctx := context.Background()
 	halves := []cache.Part{{Location: "cuda:0", Bytes: 70}, {Location: "cuda:1", Bytes: 70}}
-	load := func(ctx context.Context, opts ...cache.LoadOption) (*cache.Lease[*model], error) {
+	load := func(ctx context.Context, opts ...cache.LoadOption) (cache.Lease[*model], error) {
 		return cache.LoadSplit(ctx, c, "llama-140", halves, nil, func(context.Context) (*model, error) {
 			return &model{name: "llama-140", unloaded: make(chan struct{})}, nil
 		}, opts...)
@@ -89,7 +89,7 @@ func TestModelSplitOverTwoGPUsLoadsAndUnloadsAsOne(t *testing.T) {
 	require.NoError(t, err)
 	scope, _, err := srv.sys.Admit(ctx, system.Request{Name: "decode", Requirements: []system.Requirement{{Handle: kv, Tiers: [][]string{{"cuda:1"}}}}})
 	require.NoError(t, err)
-	waiting := background(func() (*cache.Lease[*model], error) { return load(ctx, cache.Wait(system.WaitForRoom())) })
+	waiting := background(func() (cache.Lease[*model], error) { return load(ctx, cache.Wait(system.WaitForRoom())) })
 	srv.events.await(t, system.EventWaitStarted, 1)
 	assert.Zero(t, srv.charged(t, "cuda:0"), "nothing reserved while the other half cannot be")
 	require.NoError(t, scope.Exit(ctx)) // the KV blocks are idle now: the load evicts their GPU copy
