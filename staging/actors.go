@@ -2,22 +2,21 @@ package staging
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 )
 
-// This file holds the pipeline's actors other than the task actors
-// (task_actor.go): the copy queue on a priority mailbox, the committer on
-// a first-in-first-out one, and the plumbing that spawns and talks to
-// task actors. The actors decide when each effect on the pipeline's memory
-// runs; the Pipeline's effect methods (effects.go, copystage.go) do it.
-// Effects other than the copy stage and the pool write are called from a
-// task's actor and never block on another task.
+// This file holds the pipeline's two actors: the copy queue on a priority
+// mailbox and the committer on a first-in-first-out one, and the calls
+// through which the pipeline and its actors move write tasks (whose state
+// machine is in task_machine.go: a task is no actor). The actors decide
+// when the copy stage and the pool write run; the Pipeline's effect
+// methods (effects.go, copystage.go) do them. The effects of a task's
+// other moves run under the task's mutex and never block on another task.
 //
 // Priority and the envelope gotcha: protoactor's priority mailbox reads
 // GetPriority from the message it dequeues, but Request, RequestFuture and
@@ -27,79 +26,14 @@ import (
 // without sender middleware, and replies travel on channels carried in the
 // messages, never through envelopes.
 
-// taskDispatcher runs the mailboxes of task actors on a few long-lived
-// workers instead of a new goroutine per activation (protoactor's default):
-// a task actor handles a handful of short messages, and a fresh goroutine
-// for each grows its stack through the pipeline's call chain every time
-// (a third of the CPU time of small steps). Task actors never block on
-// one another (see the top of this file), so a fixed number of workers cannot
-// deadlock; a full queue, and anything scheduled after stop, falls back to
-// a goroutine.
-type taskDispatcher struct {
-	work chan func()
-	stop chan struct{}
-	wg   sync.WaitGroup
-}
-
-func newTaskDispatcher(workers int) *taskDispatcher {
-	d := &taskDispatcher{work: make(chan func(), 4096), stop: make(chan struct{})}
-	d.wg.Add(workers)
-	for range workers {
-		go d.run()
-	}
-	return d
-}
-
-func (d *taskDispatcher) run() {
-	defer d.wg.Done()
-	for {
-		select {
-		case fn := <-d.work:
-			fn()
-		case <-d.stop:
-			for { // drain what was scheduled before stop
-				select {
-				case fn := <-d.work:
-					fn()
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-func (d *taskDispatcher) Schedule(fn func()) {
-	select {
-	case <-d.stop:
-		go fn()
-		return
-	default:
-	}
-	select {
-	case d.work <- fn:
-	default:
-		go fn()
-	}
-}
-
-func (d *taskDispatcher) Throughput() int { return 300 }
-
-// close stops the workers once they have run what was scheduled.
-func (d *taskDispatcher) close() {
-	close(d.stop)
-	d.wg.Wait()
-}
-
-// actorSystem runs the actors of one pipeline: a task actor per write
-// task, one copy queue and one committer (none in eager mode).
+// actorSystem runs the actors of one pipeline, one copy queue and one
+// committer (none in eager mode), and hands out task ids.
 type actorSystem struct {
 	p         *Pipeline
 	system    *actor.ActorSystem
 	root      *actor.RootContext
 	queue     *actor.PID
 	committer *actor.PID
-	tasks     *taskDispatcher
 	ctx       context.Context
 	cancel    context.CancelFunc
 	nextID    atomic.Uint64
@@ -115,7 +49,6 @@ func startActors(p *Pipeline) (*actorSystem, error) {
 	}))
 	s := &actorSystem{p: p, system: sys, root: sys.Root}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.tasks = newTaskDispatcher(max(8, runtime.GOMAXPROCS(0)))
 	if !p.cfg.Eager {
 		prio := actor.WithMailbox(actor.UnboundedPriority())
 		// The committer writes in the order the copy stages finished (the
@@ -129,7 +62,6 @@ func startActors(p *Pipeline) (*actorSystem, error) {
 		if err != nil {
 			s.cancel()
 			sys.Shutdown()
-			s.tasks.close()
 			return nil, err
 		}
 	}
@@ -155,58 +87,24 @@ func (s *actorSystem) committed(t *taskRef, err error) {
 // waiting on it.
 func (s *actorSystem) Context() context.Context { return s.ctx }
 
-// NewTask spawns the actor of a new task, in state Pending.
+// NewTask makes a new task, in state Pending.
 func (s *actorSystem) NewTask(spec TaskSpec) (*taskRef, error) {
 	if s.stopped.Load() {
 		return nil, ErrClosed
 	}
 	id := TaskID(s.nextID.Add(1))
-	t := &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
-		hostReady: make(chan struct{}), done: make(chan struct{})}
-	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &taskActor{st: s, p: s.p, t: t} }, actor.WithDispatcher(s.tasks)), "staging/task/"+itoa(uint64(id)))
-	if err != nil {
-		return nil, err
-	}
-	t.pid = pid
-	return t, nil
+	return &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
+		hostReady: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// ask sends m to t's actor and waits for its reply on reply, for t's end
-// (a terminal task's actor has stopped: gone is called for the answer) or
-// for ctx.
-func ask[R any](ctx context.Context, s *actorSystem, t *taskRef, m any, reply chan R, gone func() R) (R, error) {
-	select {
-	case <-t.done:
-		return gone(), nil // its actor has stopped
-	default:
-	}
-	s.root.Send(t.pid, m)
-	select {
-	case r := <-reply:
-		return r, nil
-	case <-t.done:
-		select {
-		case r := <-reply: // answered before it stopped
-			return r, nil
-		default:
-			return gone(), nil
-		}
-	case <-ctx.Done():
-		var zero R
-		return zero, ctx.Err()
-	}
-}
+// The calls below are the moves of a task (task_machine.go). None of them
+// waits for anything but the task's mutex, which every move holds only for
+// its own bookkeeping, so they take no context; the ctx parameters are
+// those of their callers.
 
 // Append adds c to t. Refusals: *AppendRefusedError.
-func (s *actorSystem) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, func() error {
-		return &AppendRefusedError{Task: t.ID, TaskName: t.Name, State: t.State()}
-	})
-	if err != nil {
-		return err
-	}
-	return res
+func (s *actorSystem) Append(_ context.Context, t *taskRef, c *taskChunk) error {
+	return s.append(t, c)
 }
 
 // Enqueue puts t on the copy queue at prio (see prioLow and its
@@ -214,119 +112,59 @@ func (s *actorSystem) Append(ctx context.Context, t *taskRef, c *taskChunk) erro
 // job at a higher prio; a task already queued higher than low, whose copy
 // stage is claimed, or that is written, is left alone. A failed task
 // returns its failure.
-func (s *actorSystem) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, func() error { return t.Err() })
-	if err != nil {
-		return err
-	}
-	return res
+func (s *actorSystem) Enqueue(_ context.Context, t *taskRef, prio int8) error {
+	return s.enqueue(t, prio)
 }
 
 // Claim moves t from Queued to Copying for the caller and returns its
 // chunks; false when another caller already claimed it (or it is not
 // queued).
-func (s *actorSystem) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, error) {
-	r := make(chan claimResult, 1)
-	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, func() claimResult { return claimResult{} })
-	return res.chunks, res.won, err
+func (s *actorSystem) Claim(_ context.Context, t *taskRef) ([]*taskChunk, bool, error) {
+	chunks, won := s.claim(t)
+	return chunks, won, nil
 }
 
-// Transition asks t's actor for one step of the chain; an illegal one is an
-// *IllegalTransitionError and changes nothing. When it returns nil, the
-// channels the step closes are closed: [taskRef.HostReady] after
-// HostReady, [taskRef.Done] after Written or Failed.
-func (s *actorSystem) Transition(ctx context.Context, t *taskRef, to TaskState) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, func() error {
-		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: t.State(), To: to}
-	})
-	if err != nil || res != nil {
-		return firstError(err, res)
+// Transition makes one step of t's chain; an illegal one is an
+// *IllegalTransitionError and changes nothing. To Failed, a non-terminal
+// task fails with a failure naming it. When it returns nil, the channels
+// the step closes are closed: [taskRef.HostReady] after HostReady,
+// [taskRef.Done] after Written or Failed.
+func (s *actorSystem) Transition(_ context.Context, t *taskRef, to TaskState) error {
+	if to != Failed {
+		return s.advance(t, to)
 	}
-	switch to {
-	case HostReady:
-		return waitClosed(ctx, t.hostReady)
-	case Written, Failed:
-		return waitClosed(ctx, t.done)
+	if !s.fail(t, fmt.Errorf("staging: %s failed", t.words()), false) {
+		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: t.State(), To: to}
 	}
 	return nil
 }
 
-func firstError(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// waitClosed waits for ch, which the task actor closes right after it has
-// answered (it answers first, so that [ask] never takes the wake-up for the
-// actor having stopped before answering).
-func waitClosed(ctx context.Context, ch <-chan struct{}) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Fail moves t to Failed with err unless it is terminal; it reports whether
-// it did. It waits for the actor (which answers at once); when it returns
-// true, [taskRef.HostReady] and [taskRef.Done] are closed.
-func (s *actorSystem) Fail(t *taskRef, err error) bool {
-	r := make(chan bool, 1)
-	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r}, r, func() bool { return false })
-	if res {
-		<-t.done // closed by the actor right after its answer
-	}
-	return res
-}
+// it did. When it returns true, [taskRef.HostReady] and [taskRef.Done] are
+// closed.
+func (s *actorSystem) Fail(t *taskRef, err error) bool { return s.fail(t, err, false) }
 
-// FailAsync sends t's actor a failure without waiting (for callers that
-// are themselves task actors, which must never wait for each other). It
-// fails t only if t's copy stage is not claimed by then: a claimed task's
-// chunks belong to its copy stage or its pool write, which end it.
-func (s *actorSystem) FailAsync(t *taskRef, err error) {
-	select {
-	case <-t.done:
-		return
-	default:
-	}
-	s.root.Send(t.pid, &taskFail{err: err, reply: make(chan bool, 1), unclaimed: true})
-}
+// FailAsync fails t with err only if t's copy stage is not claimed by then
+// (a claimed task's chunks belong to its copy stage or its pool write,
+// which end it). It is the call of the pipeline's first failure for the
+// tasks still pending, made under the failing task's mutex; it waits for
+// nothing but t's mutex.
+func (s *actorSystem) FailAsync(t *taskRef, err error) { s.fail(t, err, true) }
 
 // FailUnclaimed is Fail for a task whose copy stage is not claimed: it
 // leaves a claimed task alone (false), to the copy stage or pool write
 // that ends it.
-func (s *actorSystem) FailUnclaimed(t *taskRef, err error) bool {
-	r := make(chan bool, 1)
-	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: true}, r, func() bool { return false })
-	if res {
-		<-t.done
-	}
-	return res
-}
+func (s *actorSystem) FailUnclaimed(t *taskRef, err error) bool { return s.fail(t, err, true) }
 
 // Plan returns the rows of t's pool write (see scatterRow).
-func (s *actorSystem) Plan(ctx context.Context, t *taskRef) ([]scatterRow, error) {
-	rows, _, err := s.plan(ctx, t)
-	return rows, err
-}
-
-// plan returns the rows of t's pool write and whether t is HostReady (the
-// state in which it may be written).
-func (s *actorSystem) plan(ctx context.Context, t *taskRef) ([]scatterRow, bool, error) {
-	r := make(chan planResult, 1)
-	res, err := ask(ctx, s, t, &taskPlan{reply: r}, r, func() planResult { return planResult{} })
-	return res.rows, res.hostReady, err
+func (s *actorSystem) Plan(_ context.Context, t *taskRef) ([]scatterRow, error) {
+	rows, _ := s.planOfTask(t)
+	return rows, nil
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
-func (s *actorSystem) Source(ctx context.Context, t *taskRef, key string, slot int) (rowSource, error) {
-	r := make(chan rowSource, 1)
-	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, func() rowSource { return rowSource{State: t.State()} })
+func (s *actorSystem) Source(_ context.Context, t *taskRef, key string, slot int) (rowSource, error) {
+	return t.source(key, slot), nil
 }
 
 // RunInline runs t's copy stage and pool write on the caller (eager mode,
@@ -366,8 +204,7 @@ func (s *actorSystem) write(ctx context.Context, t *taskRef, chunks []*taskChunk
 // progress end with context.Canceled (and fail their tasks).
 func (s *actorSystem) Abort() { s.cancel() }
 
-// Stop stops the copy queue, the committer and every task actor, then the
-// actor system. Call it once no task is in flight. Idempotent.
+// Stop stops the copy queue and the committer, then the actor system. Call it once no task is in flight. Idempotent.
 func (s *actorSystem) Stop() {
 	if s.stopped.Swap(true) {
 		return
@@ -379,7 +216,6 @@ func (s *actorSystem) Stop() {
 		}
 	}
 	s.system.Shutdown()
-	s.tasks.close()
 }
 
 // ---- copy queue and committer ----
@@ -430,12 +266,10 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 		s.Fail(j.t, err)
 		return
 	}
-	// No round trip: the task's actor gets the move to HostReady, then the
-	// committer the job, in this order (the committer's first message to
-	// the task comes after the move in the task's mailbox); the queue goes
-	// on with the next job at once, and the committer writes in the order
-	// the copy stages finished.
-	ctx.Send(j.t.pid, &taskHostReady{})
+	// The move to HostReady (refused if the task failed meanwhile), then
+	// the committer's job: the committer writes in the order the copy
+	// stages finished.
+	_ = s.advance(j.t, HostReady)
 	ctx.Send(s.committer, &commitJob{t: j.t, chunks: chunks})
 }
 
@@ -448,10 +282,9 @@ func (a *committerActor) Receive(ctx actor.Context) {
 		return
 	}
 	s := a.st
-	// The copy queue sent the task its move to HostReady before this job;
-	// the task closes HostReady once it has moved (or failed). The chunks
-	// are frozen since the claim, so the plan is made here, without a
-	// round trip to the task's actor.
+	// The copy queue moved the task to HostReady (or it failed) before it
+	// sent this job. The chunks are frozen since the claim, so the plan is
+	// made here, from them.
 	var err error
 	select {
 	case <-j.t.hostReady:
@@ -470,10 +303,9 @@ func (a *committerActor) Receive(ctx actor.Context) {
 		s.Fail(j.t, err)
 		return
 	}
-	// The move to Written (release of the task's slot holds and buffers,
-	// then its waiters) is the task actor's; the committer does not wait
-	// for it before the next pool write.
-	ctx.Send(j.t.pid, &taskWritten{})
+	// The move to Written: the task's slot holds and buffers are released,
+	// then its waiters wake.
+	_ = s.advance(j.t, Written) // refused if the task failed meanwhile
 }
 
 // stateMirror publishes a task's state to readers of its handle.

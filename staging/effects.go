@@ -10,13 +10,13 @@ import (
 )
 
 // The effects of a task's moves on the memory the pipeline owns. The
-// task's actor (task_actor.go) decides when each runs, one at a time per
-// task; accept, onQueued, onHostReady, onWritten and onFailed run on that
-// actor and never block on another task. poolWrite runs on the committer
-// (or inline when eager).
+// task's state machine (task_machine.go) decides when each runs, one at a
+// time per task; accept, onQueued, onHostReady, onWritten and onFailed run
+// under the task's mutex and never block on another task. poolWrite runs
+// on the committer (or inline when eager).
 
-// accept takes chunk c into task at (called by its actor, which has
-// checked that the copy stage is not claimed). In this order, each step
+// accept takes chunk c into task at (called under the task's mutex, by
+// its append, which has checked that the copy stage is not claimed). In this order, each step
 // able to refuse before anything is taken: a row the task lost to a later
 // task refuses the chunk; a JOIN_NEXT_STEP chunk adds the task to its
 // slot's holders, which needs the chunk's step still holding the slot; a
@@ -238,8 +238,8 @@ func (p *Pipeline) onWritten(t *taskRef, chunks []*taskChunk) {
 }
 
 // onFailed publishes the pipeline's failure record, then releases every
-// budget ticket, slot hold and buffer of the task. The task's actor wakes
-// its waiters only after this returns.
+// budget ticket, slot hold and buffer of the task. The task's waiters are
+// woken only after this returns.
 func (p *Pipeline) onFailed(t *taskRef, chunks []*taskChunk, err error) {
 	p.publishFailure(t, err)
 	p.mu.Lock()
@@ -299,9 +299,12 @@ func (p *Pipeline) forget(t *taskRef, failed bool) {
 // publishFailure records the pipeline's first failure (unless it is
 // closing: a task failed by Close is no pipeline failure) and fails every
 // task that is still Pending: no entry of the pipeline will submit it any
-// more. Those failures are sent, not awaited (the caller is a task actor),
-// and leave alone a task whose copy stage was claimed meanwhile (its copy
-// stage owns its chunks, and ends it).
+// more. Those failures are made here, each under its own task's mutex
+// (the caller holds the failing task's: this is the one place where a
+// task's move takes another task's mutex, and it happens once in the
+// pipeline's life, so no two tasks wait for each other), and leave alone a
+// task whose copy stage was claimed meanwhile (its copy stage owns its
+// chunks, and ends it).
 func (p *Pipeline) publishFailure(t *taskRef, err error) {
 	p.mu.Lock()
 	if p.failure != nil || p.closing {

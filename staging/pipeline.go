@@ -161,7 +161,7 @@ type Pipeline struct {
 	rt      Runtime
 	be      cuda.Backend
 	log     zerolog.Logger
-	sys     *actorSystem // task actors, copy queue, committer
+	sys     *actorSystem // copy queue, committer, task moves
 	slots   *slotPool
 	budget  *gpuBudget
 	d2h     *lockedStream // steps' device→host copies (nil when eager)
