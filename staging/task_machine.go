@@ -139,7 +139,7 @@ func (t *taskRef) set(s TaskState) { t.state.store(s) }
 
 // append takes c unless the copy stage is claimed (or the pipeline
 // refuses it, e.g. for a row the task lost to a later task).
-func (s *actorSystem) append(t *taskRef, c *taskChunk) error {
+func (s *runner) append(t *taskRef, c *taskChunk) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := t.state.load()
@@ -158,7 +158,7 @@ func (s *actorSystem) append(t *taskRef, c *taskChunk) error {
 // (the older job becomes a duplicate that loses its claim); anything else
 // — a task queued high already (a budget flush), at the front, claimed or
 // done — is left alone. A failed task returns its failure.
-func (s *actorSystem) enqueue(t *taskRef, prio int8) error {
+func (s *runner) enqueue(t *taskRef, prio int8) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch st := t.state.load(); {
@@ -173,9 +173,9 @@ func (s *actorSystem) enqueue(t *taskRef, prio int8) error {
 	}
 	t.prio = prio
 	if !s.p.cfg.Eager {
-		// Sent under t.mu: the jobs of one task reach the queue in the
-		// order of their priorities. Send never blocks.
-		s.root.Send(s.queue, &copyJob{t: t, prio: prio})
+		// Pushed under t.mu: the jobs of one task reach the queue in the
+		// order of their priorities. A push never blocks.
+		s.queue.push(&copyJob{t: t, prio: prio})
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (s *actorSystem) enqueue(t *taskRef, prio int8) error {
 // claim moves a queued task to Copying for the caller and returns its
 // chunks (frozen from now on); false for a re-queued duplicate, or a task
 // that is not queued.
-func (s *actorSystem) claim(t *taskRef) ([]*taskChunk, bool) {
+func (s *runner) claim(t *taskRef) ([]*taskChunk, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.state.load() != Queued {
@@ -196,7 +196,7 @@ func (s *actorSystem) claim(t *taskRef) ([]*taskChunk, bool) {
 // advance makes one step of the chain (not Failed: see fail); an illegal
 // one is an *IllegalTransitionError and changes nothing. When it returns
 // nil the channels the step closes are closed.
-func (s *actorSystem) advance(t *taskRef, to TaskState) error {
+func (s *runner) advance(t *taskRef, to TaskState) error {
 	t.mu.Lock()
 	from := t.state.load()
 	if !CanTransition(from, to) || to == Failed {
@@ -227,7 +227,7 @@ func (s *actorSystem) advance(t *taskRef, to TaskState) error {
 // it did. The failure record is published (the task's and, through
 // onFailed, the pipeline's) and its resources released before any waiter
 // is woken: when it returns true, HostReady and Done are closed.
-func (s *actorSystem) fail(t *taskRef, err error, unclaimed bool) bool {
+func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
 	t.mu.Lock()
 	st := t.state.load()
 	if st.Terminal() || unclaimed && st >= Copying {
@@ -249,7 +249,7 @@ func (s *actorSystem) fail(t *taskRef, err error, unclaimed bool) bool {
 
 // planOfTask is the plan of a task's pool write and whether the task is HostReady (the
 // state in which it may be written).
-func (s *actorSystem) planOfTask(t *taskRef) ([]scatterRow, bool) {
+func (s *runner) planOfTask(t *taskRef) ([]scatterRow, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return planOf(t.chunks), t.state.load() == HostReady

@@ -3,73 +3,43 @@ package staging
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
-
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/rs/zerolog"
 )
 
-// This file holds the pipeline's two actors: the copy queue on a priority
-// mailbox and the committer on a first-in-first-out one, and the calls
-// through which the pipeline and its actors move write tasks (whose state
-// machine is in task_machine.go: a task is no actor). The actors decide
-// when the copy stage and the pool write run; the Pipeline's effect
-// methods (effects.go, copystage.go) do them. The effects of a task's
-// other moves run under the task's mutex and never block on another task.
-//
-// Priority and the envelope gotcha: protoactor's priority mailbox reads
-// GetPriority from the message it dequeues, but Request, RequestFuture and
-// sender middleware wrap a message in *actor.MessageEnvelope, which has no
-// GetPriority, so an enveloped job would silently fall to the default level.
-// Every message to these actors is therefore sent with Send from contexts
-// without sender middleware, and replies travel on channels carried in the
-// messages, never through envelopes.
+// This file holds the pipeline's two workers: the copy queue, served
+// highest priority first, and the committer, first in first out, each one
+// long-lived goroutine over a queue of jobs (queue.go); and the calls
+// through which the pipeline and its workers move write tasks (whose state
+// machine is in task_machine.go). The workers decide when the copy stage
+// and the pool write run; the Pipeline's effect methods (effects.go,
+// copystage.go) do them. The effects of a task's other moves run under the
+// task's mutex and never block on another task.
 
-// actorSystem runs the actors of one pipeline, one copy queue and one
+// runner runs the workers of one pipeline, one copy queue and one
 // committer (none in eager mode), and hands out task ids.
-type actorSystem struct {
+type runner struct {
 	p         *Pipeline
-	system    *actor.ActorSystem
-	root      *actor.RootContext
-	queue     *actor.PID
-	committer *actor.PID
+	queue     *jobQueue // the copy queue: *copyJob and *demoteJob
+	committer *jobQueue // *commitJob
 	ctx       context.Context
 	cancel    context.CancelFunc
 	nextID    atomic.Uint64
 	stopped   atomic.Bool
 }
 
-// startActors starts p's actor system, its copy queue and its committer
-// (unless p is eager).
-func startActors(p *Pipeline) (*actorSystem, error) {
-	log := p.log
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(zerolog.NewSlogHandler(log.With().Str("component", "protoactor").Logger()))
-	}))
-	s := &actorSystem{p: p, system: sys, root: sys.Root}
+// startRunner starts p's copy queue and committer (unless p is eager).
+func startRunner(p *Pipeline) *runner {
+	s := &runner{p: p}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if !p.cfg.Eager {
-		prio := actor.WithMailbox(actor.UnboundedPriority())
-		// The committer writes in the order the copy stages finished (the
-		// order its jobs arrive): a plain first-in-first-out mailbox.
-		fifo := actor.WithMailbox(actor.Unbounded())
-		var err error
-		s.committer, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &committerActor{st: s} }, fifo), "staging/committer")
-		if err == nil {
-			s.queue, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &copyQueueActor{st: s} }, prio), "staging/copy-queue")
-		}
-		if err != nil {
-			s.cancel()
-			sys.Shutdown()
-			return nil, err
-		}
+		s.committer = startJobQueue(s.commit)
+		s.queue = startJobQueue(s.copy)
 	}
-	return s, nil
+	return s
 }
 
 // claimed tells Config.onClaim (tests) of a claimed copy stage.
-func (s *actorSystem) claimed(t *taskRef) {
+func (s *runner) claimed(t *taskRef) {
 	if f := s.p.cfg.onClaim; f != nil {
 		f(t.ID)
 	}
@@ -77,7 +47,7 @@ func (s *actorSystem) claimed(t *taskRef) {
 
 // committed tells Config.OnCommit of a pool write's (or failed copy
 // stage's) outcome, before the task's waiters wake.
-func (s *actorSystem) committed(t *taskRef, err error) {
+func (s *runner) committed(t *taskRef, err error) {
 	if f := s.p.cfg.OnCommit; f != nil {
 		f(t.ID, err)
 	}
@@ -85,10 +55,10 @@ func (s *actorSystem) committed(t *taskRef, err error) {
 
 // Context is cancelled by Abort: the copy stage and pool write stop
 // waiting on it.
-func (s *actorSystem) Context() context.Context { return s.ctx }
+func (s *runner) Context() context.Context { return s.ctx }
 
 // NewTask makes a new task, in state Pending.
-func (s *actorSystem) NewTask(spec TaskSpec) (*taskRef, error) {
+func (s *runner) NewTask(spec TaskSpec) (*taskRef, error) {
 	if s.stopped.Load() {
 		return nil, ErrClosed
 	}
@@ -103,7 +73,7 @@ func (s *actorSystem) NewTask(spec TaskSpec) (*taskRef, error) {
 // those of their callers.
 
 // Append adds c to t. Refusals: *AppendRefusedError.
-func (s *actorSystem) Append(_ context.Context, t *taskRef, c *taskChunk) error {
+func (s *runner) Append(_ context.Context, t *taskRef, c *taskChunk) error {
 	return s.append(t, c)
 }
 
@@ -112,14 +82,14 @@ func (s *actorSystem) Append(_ context.Context, t *taskRef, c *taskChunk) error 
 // job at a higher prio; a task already queued higher than low, whose copy
 // stage is claimed, or that is written, is left alone. A failed task
 // returns its failure.
-func (s *actorSystem) Enqueue(_ context.Context, t *taskRef, prio int8) error {
+func (s *runner) Enqueue(_ context.Context, t *taskRef, prio int8) error {
 	return s.enqueue(t, prio)
 }
 
 // Claim moves t from Queued to Copying for the caller and returns its
 // chunks; false when another caller already claimed it (or it is not
 // queued).
-func (s *actorSystem) Claim(_ context.Context, t *taskRef) ([]*taskChunk, bool, error) {
+func (s *runner) Claim(_ context.Context, t *taskRef) ([]*taskChunk, bool, error) {
 	chunks, won := s.claim(t)
 	return chunks, won, nil
 }
@@ -129,7 +99,7 @@ func (s *actorSystem) Claim(_ context.Context, t *taskRef) ([]*taskChunk, bool, 
 // task fails with a failure naming it. When it returns nil, the channels
 // the step closes are closed: [taskRef.HostReady] after HostReady,
 // [taskRef.Done] after Written or Failed.
-func (s *actorSystem) Transition(_ context.Context, t *taskRef, to TaskState) error {
+func (s *runner) Transition(_ context.Context, t *taskRef, to TaskState) error {
 	if to != Failed {
 		return s.advance(t, to)
 	}
@@ -142,28 +112,28 @@ func (s *actorSystem) Transition(_ context.Context, t *taskRef, to TaskState) er
 // Fail moves t to Failed with err unless it is terminal; it reports whether
 // it did. When it returns true, [taskRef.HostReady] and [taskRef.Done] are
 // closed.
-func (s *actorSystem) Fail(t *taskRef, err error) bool { return s.fail(t, err, false) }
+func (s *runner) Fail(t *taskRef, err error) bool { return s.fail(t, err, false) }
 
 // FailAsync fails t with err only if t's copy stage is not claimed by then
 // (a claimed task's chunks belong to its copy stage or its pool write,
 // which end it). It is the call of the pipeline's first failure for the
 // tasks still pending, made under the failing task's mutex; it waits for
 // nothing but t's mutex.
-func (s *actorSystem) FailAsync(t *taskRef, err error) { s.fail(t, err, true) }
+func (s *runner) FailAsync(t *taskRef, err error) { s.fail(t, err, true) }
 
 // FailUnclaimed is Fail for a task whose copy stage is not claimed: it
 // leaves a claimed task alone (false), to the copy stage or pool write
 // that ends it.
-func (s *actorSystem) FailUnclaimed(t *taskRef, err error) bool { return s.fail(t, err, true) }
+func (s *runner) FailUnclaimed(t *taskRef, err error) bool { return s.fail(t, err, true) }
 
 // Plan returns the rows of t's pool write (see scatterRow).
-func (s *actorSystem) Plan(_ context.Context, t *taskRef) ([]scatterRow, error) {
+func (s *runner) Plan(_ context.Context, t *taskRef) ([]scatterRow, error) {
 	rows, _ := s.planOfTask(t)
 	return rows, nil
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
-func (s *actorSystem) Source(_ context.Context, t *taskRef, key string, slot int) (rowSource, error) {
+func (s *runner) Source(_ context.Context, t *taskRef, key string, slot int) (rowSource, error) {
 	return t.source(key, slot), nil
 }
 
@@ -171,7 +141,7 @@ func (s *actorSystem) Source(_ context.Context, t *taskRef, key string, slot int
 // or a test): claim, copy stage, HostReady, pool write, Written. A task
 // already claimed by someone else is left to them. It returns the task's
 // failure, if this call failed it.
-func (s *actorSystem) RunInline(ctx context.Context, t *taskRef) error {
+func (s *runner) RunInline(ctx context.Context, t *taskRef) error {
 	chunks, ok, err := s.Claim(ctx, t)
 	if err != nil || !ok {
 		return err
@@ -187,7 +157,7 @@ func (s *actorSystem) RunInline(ctx context.Context, t *taskRef) error {
 	return s.write(ctx, t, chunks)
 }
 
-func (s *actorSystem) write(ctx context.Context, t *taskRef, chunks []*taskChunk) error {
+func (s *runner) write(ctx context.Context, t *taskRef, chunks []*taskChunk) error {
 	plan, err := s.Plan(ctx, t)
 	if err == nil {
 		err = s.p.poolWrite(ctx, t, chunks, plan)
@@ -202,20 +172,22 @@ func (s *actorSystem) write(ctx context.Context, t *taskRef, chunks []*taskChunk
 
 // Abort cancels the context of the copy stage and pool write: waits in
 // progress end with context.Canceled (and fail their tasks).
-func (s *actorSystem) Abort() { s.cancel() }
+func (s *runner) Abort() { s.cancel() }
 
-// Stop stops the copy queue and the committer, then the actor system. Call it once no task is in flight. Idempotent.
-func (s *actorSystem) Stop() {
+// Stop stops the copy queue and the committer: each ends the job it is
+// running, if any, and drops those still queued (call it once no task is
+// in flight: what is left is duplicates of claimed jobs, and demotions the
+// pipeline declined). Idempotent.
+func (s *runner) Stop() {
 	if s.stopped.Swap(true) {
 		return
 	}
 	s.cancel()
-	for _, pid := range []*actor.PID{s.queue, s.committer} {
-		if pid != nil {
-			_ = s.root.StopFuture(pid).Wait()
+	for _, q := range []*jobQueue{s.queue, s.committer} {
+		if q != nil {
+			q.stop()
 		}
 	}
-	s.system.Shutdown()
 }
 
 // ---- copy queue and committer ----
@@ -228,8 +200,7 @@ type copyJob struct {
 	prio int8
 }
 
-// GetPriority makes the job's priority visible to the priority mailbox.
-func (j *copyJob) GetPriority() int8 { return j.prio }
+func (j *copyJob) priority() int8 { return j.prio }
 
 // commitJob asks the committer to write a host-ready task to the pool.
 // The committer takes its jobs in the order they come: the order in which
@@ -240,21 +211,20 @@ type commitJob struct {
 	chunks []*taskChunk
 }
 
-// copyQueueActor serves copy jobs highest priority first: it claims the
-// task, runs its copy stage, moves it to HostReady and hands it to the
-// committer at the same priority.
-type copyQueueActor struct{ st *actorSystem }
+func (*commitJob) priority() int8 { return 0 }
 
-func (a *copyQueueActor) Receive(ctx actor.Context) {
-	if d, ok := ctx.Message().(*demoteJob); ok {
-		a.st.p.runDemotion(d)
+// copy is the copy queue's turn for one job, highest priority first: a
+// demotion's copy, or a task's copy stage: it claims the task, runs its
+// copy stage, moves it to HostReady and hands it to the committer.
+func (s *runner) copy(job queuedJob) {
+	if d, ok := job.(*demoteJob); ok {
+		s.p.runDemotion(d)
 		return
 	}
-	j, ok := ctx.Message().(*copyJob)
+	j, ok := job.(*copyJob)
 	if !ok {
 		return
 	}
-	s := a.st
 	chunks, won, err := s.Claim(s.ctx, j.t)
 	if err != nil || !won {
 		return
@@ -270,18 +240,16 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 	// the committer's job: the committer writes in the order the copy
 	// stages finished.
 	_ = s.advance(j.t, HostReady)
-	ctx.Send(s.committer, &commitJob{t: j.t, chunks: chunks})
+	s.committer.push(&commitJob{t: j.t, chunks: chunks})
 }
 
-// committerActor is the single writer of the CPU block pool.
-type committerActor struct{ st *actorSystem }
-
-func (a *committerActor) Receive(ctx actor.Context) {
-	j, ok := ctx.Message().(*commitJob)
+// commit is the committer's turn for one job, in the order they came:
+// the committer is the single writer of the CPU block pool.
+func (s *runner) commit(job queuedJob) {
+	j, ok := job.(*commitJob)
 	if !ok {
 		return
 	}
-	s := a.st
 	// The copy queue moved the task to HostReady (or it failed) before it
 	// sent this job. The chunks are frozen since the claim, so the plan is
 	// made here, from them.
