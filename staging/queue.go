@@ -10,14 +10,25 @@ import "sync"
 // idle to busy, and each grew its stack through the pipeline's call chain
 // again: a long-lived worker pays neither.)
 
-// queuedJob is what a jobQueue serves.
-type queuedJob interface{ priority() int8 }
+// job is what a jobQueue serves, held by value (no allocation per job):
+// for the copy queue a task's copy stage (t) or a demotion's copy
+// (demote), for the committer a task's pool write (t and chunks).
+type job struct {
+	t      *taskRef
+	chunks []*taskChunk // committer: the task's chunks, frozen since its claim
+	demote *demoteJob
+	// prio (0–7): the copy queue's priority (prioDemote, prioLow,
+	// prioHigh, prioFront); the committer's jobs are all 0. Duplicates (a
+	// task re-queued at a higher priority) are harmless: only the first
+	// job to claim the task runs it.
+	prio int8
+}
 
 // jobLevels is the number of priorities (0–7).
 const jobLevels = 8
 
 type jobQueue struct {
-	serve func(queuedJob)
+	serve func(job)
 
 	mu     sync.Mutex
 	levels [jobLevels]jobFIFO
@@ -32,19 +43,19 @@ type jobQueue struct {
 // jobFIFO is one priority's jobs, first in first out. Its backing array
 // is reused once it empties.
 type jobFIFO struct {
-	jobs []queuedJob
+	jobs []job
 	head int
 }
 
-func startJobQueue(serve func(queuedJob)) *jobQueue {
+func startJobQueue(serve func(job)) *jobQueue {
 	q := &jobQueue{serve: serve, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go q.run()
 	return q
 }
 
 // push queues j (dropped once the queue is stopped).
-func (q *jobQueue) push(j queuedJob) {
-	prio := min(max(int(j.priority()), 0), jobLevels-1)
+func (q *jobQueue) push(j job) {
+	prio := min(max(int(j.prio), 0), jobLevels-1)
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -61,11 +72,11 @@ func (q *jobQueue) push(j queuedJob) {
 }
 
 // pop takes the first job of the highest priority that has one.
-func (q *jobQueue) pop() (queuedJob, bool) {
+func (q *jobQueue) pop() (job, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.queued == 0 || q.closed {
-		return nil, false
+		return job{}, false
 	}
 	for i := jobLevels - 1; i >= 0; i-- {
 		f := &q.levels[i]
@@ -73,7 +84,7 @@ func (q *jobQueue) pop() (queuedJob, bool) {
 			continue
 		}
 		j := f.jobs[f.head]
-		f.jobs[f.head] = nil
+		f.jobs[f.head] = job{}
 		f.head++
 		if f.head == len(f.jobs) {
 			f.jobs, f.head = f.jobs[:0], 0
@@ -81,7 +92,7 @@ func (q *jobQueue) pop() (queuedJob, bool) {
 		q.queued--
 		return j, true
 	}
-	return nil, false
+	return job{}, false
 }
 
 func (q *jobQueue) run() {

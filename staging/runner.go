@@ -19,12 +19,15 @@ import (
 // committer (none in eager mode), and hands out task ids.
 type runner struct {
 	p         *Pipeline
-	queue     *jobQueue // the copy queue: *copyJob and *demoteJob
-	committer *jobQueue // *commitJob
-	ctx       context.Context
-	cancel    context.CancelFunc
-	nextID    atomic.Uint64
-	stopped   atomic.Bool
+	queue     *jobQueue // the copy queue: copy stages and demotions
+	committer *jobQueue // pool writes
+	// The committer's scratch (its goroutine's alone).
+	writer  *poolWriter
+	plan    []scatterRow
+	ctx     context.Context
+	cancel  context.CancelFunc
+	nextID  atomic.Uint64
+	stopped atomic.Bool
 }
 
 // startRunner starts p's copy queue and committer (unless p is eager).
@@ -32,6 +35,7 @@ func startRunner(p *Pipeline) *runner {
 	s := &runner{p: p}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if !p.cfg.Eager {
+		s.writer = p.newPoolWriter()
 		s.committer = startJobQueue(s.commit)
 		s.queue = startJobQueue(s.copy)
 	}
@@ -63,8 +67,9 @@ func (s *runner) NewTask(spec TaskSpec) (*taskRef, error) {
 		return nil, ErrClosed
 	}
 	id := TaskID(s.nextID.Add(1))
-	return &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
-		hostReady: make(chan struct{}), done: make(chan struct{})}, nil
+	t := &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id)}
+	t.handle = Task{p: s.p, t: t}
+	return t, nil
 }
 
 // The calls below are the moves of a task (task_machine.go). None of them
@@ -160,7 +165,7 @@ func (s *runner) RunInline(ctx context.Context, t *taskRef) error {
 func (s *runner) write(ctx context.Context, t *taskRef, chunks []*taskChunk) error {
 	plan, err := s.Plan(ctx, t)
 	if err == nil {
-		err = s.p.poolWrite(ctx, t, chunks, plan)
+		err = s.p.newPoolWriter().write(ctx, t, chunks, plan)
 	}
 	s.committed(t, err) // before the task's waiters wake
 	if err != nil {
@@ -192,37 +197,12 @@ func (s *runner) Stop() {
 
 // ---- copy queue and committer ----
 
-// copyJob asks the copy queue to run a task's copy stage. Duplicates (a
-// task re-queued at a higher priority) are harmless: only the first job to
-// claim the task runs it.
-type copyJob struct {
-	t    *taskRef
-	prio int8
-}
-
-func (j *copyJob) priority() int8 { return j.prio }
-
-// commitJob asks the committer to write a host-ready task to the pool.
-// The committer takes its jobs in the order they come: the order in which
-// the copy stages finished. (Priority decides only which copy stage is
-// claimed next.)
-type commitJob struct {
-	t      *taskRef
-	chunks []*taskChunk
-}
-
-func (*commitJob) priority() int8 { return 0 }
-
 // copy is the copy queue's turn for one job, highest priority first: a
 // demotion's copy, or a task's copy stage: it claims the task, runs its
 // copy stage, moves it to HostReady and hands it to the committer.
-func (s *runner) copy(job queuedJob) {
-	if d, ok := job.(*demoteJob); ok {
-		s.p.runDemotion(d)
-		return
-	}
-	j, ok := job.(*copyJob)
-	if !ok {
+func (s *runner) copy(j job) {
+	if j.demote != nil {
+		s.p.runDemotion(j.demote)
 		return
 	}
 	chunks, won, err := s.Claim(s.ctx, j.t)
@@ -240,22 +220,20 @@ func (s *runner) copy(job queuedJob) {
 	// the committer's job: the committer writes in the order the copy
 	// stages finished.
 	_ = s.advance(j.t, HostReady)
-	s.committer.push(&commitJob{t: j.t, chunks: chunks})
+	s.committer.push(job{t: j.t, chunks: chunks})
 }
 
-// commit is the committer's turn for one job, in the order they came:
-// the committer is the single writer of the CPU block pool.
-func (s *runner) commit(job queuedJob) {
-	j, ok := job.(*commitJob)
-	if !ok {
-		return
-	}
+// commit is the committer's turn for one job, in the order they came
+// (the order in which the copy stages finished; priority decides only
+// which copy stage is claimed next): the committer is the single writer of
+// the CPU block pool.
+func (s *runner) commit(j job) {
 	// The copy queue moved the task to HostReady (or it failed) before it
 	// sent this job. The chunks are frozen since the claim, so the plan is
 	// made here, from them.
 	var err error
 	select {
-	case <-j.t.hostReady:
+	case <-j.t.HostReady():
 	case <-s.ctx.Done():
 		err = s.ctx.Err()
 	}
@@ -263,7 +241,8 @@ func (s *runner) commit(job queuedJob) {
 		return // the task failed before (or since) its move to HostReady: nothing to write
 	}
 	if err == nil {
-		err = s.p.poolWrite(s.ctx, j.t, j.chunks, planOf(j.chunks))
+		s.plan = planInto(s.plan[:0], j.chunks)
+		err = s.writer.write(s.ctx, j.t, j.chunks, s.plan)
 	}
 	s.committed(j.t, err) // before the task's waiters wake
 	if err != nil {

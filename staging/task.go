@@ -35,8 +35,8 @@ type Task struct {
 	t *taskRef
 
 	// Guarded by p.mu. Rows are pool row indexes (see poolRow).
-	has   map[int]struct{} // rows its accepted chunks write
-	lost  map[int]struct{} // rows a later append took before its pool write
+	has   []int            // rows its accepted chunks write, increasing, each once
+	lost  map[int]struct{} // rows a later append took before its pool write (nil: none)
 	clone int64            // bytes of its device clones not released yet
 	left  bool             // it left Pending (its clones are on their way out)
 }
@@ -106,7 +106,7 @@ func (p *Pipeline) Open(ctx context.Context, spec TaskSpec) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Task{p: p, t: at, has: map[int]struct{}{}, lost: map[int]struct{}{}}
+	t := &at.handle
 	p.mu.Lock()
 	p.tasks[at.ID] = t
 	p.counts.opened++

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/residency-go/residency/cuda"
@@ -31,14 +32,19 @@ type taskRef struct {
 	// the seed): a smaller Seq is older.
 	Seq uint64
 
-	mu     sync.Mutex   // serializes the task's moves; guards chunks and prio
-	state  stateMirror  // written under mu; read anywhere
-	chunks []*taskChunk // frozen once the copy stage is claimed
-	prio   int8         // priority of the newest copy job sent for the task (0: none)
+	mu     sync.Mutex    // serializes the task's moves; guards chunks and prio
+	state  stateMirror   // written under mu; read anywhere
+	chunks []*taskChunk  // frozen once the copy stage is claimed
+	chunk1 [1]*taskChunk // the array of chunks while there is one
+	prio   int8          // priority of the newest copy job sent for the task (0: none)
+	err    error         // the failure; written before the task is Failed
+	handle Task          // the caller's handle (one allocation for both)
 
+	// The wait channels are made by the first caller that asks for one
+	// before its transition (most tasks are never waited on before they
+	// are written); one asked for after it is closedCh.
 	hostReady chan struct{} // closed on entering HostReady or Failed
 	done      chan struct{} // closed on entering Written or Failed
-	err       error         // the failure; written (under mu) before done is closed
 }
 
 // State returns the task's current state (it may be stale by the time the
@@ -47,21 +53,41 @@ func (t *taskRef) State() TaskState { return t.state.load() }
 
 // HostReady returns a channel closed when the task's rows are in host
 // memory (HostReady) or the task failed. Only those transitions close it.
-func (t *taskRef) HostReady() <-chan struct{} { return t.hostReady }
+func (t *taskRef) HostReady() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hostReady == nil {
+		if t.state.load() >= HostReady {
+			return closedCh
+		}
+		t.hostReady = make(chan struct{})
+	}
+	return t.hostReady
+}
 
 // Done returns a channel closed when the task is written to the CPU block
 // pool or failed. Only those transitions close it.
-func (t *taskRef) Done() <-chan struct{} { return t.done }
+func (t *taskRef) Done() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done == nil {
+		if t.state.load().Terminal() {
+			return closedCh
+		}
+		t.done = make(chan struct{})
+	}
+	return t.done
+}
 
-// Err returns the task's failure once Done is closed, nil before and for a
-// written task.
+// Err returns the task's failure once it is done (Done is closed), nil
+// before and for a written task.
 func (t *taskRef) Err() error {
-	select {
-	case <-t.done:
-		return t.err
-	default:
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state.load() != Failed {
 		return nil
 	}
+	return t.err
 }
 
 func (t *taskRef) String() string {
@@ -149,6 +175,9 @@ func (s *runner) append(t *taskRef, c *taskChunk) error {
 	if err := s.p.accept(t, st, c); err != nil {
 		return err
 	}
+	if t.chunks == nil {
+		t.chunks = t.chunk1[:0]
+	}
 	t.chunks = append(t.chunks, c)
 	return nil
 }
@@ -175,7 +204,7 @@ func (s *runner) enqueue(t *taskRef, prio int8) error {
 	if !s.p.cfg.Eager {
 		// Pushed under t.mu: the jobs of one task reach the queue in the
 		// order of their priorities. A push never blocks.
-		s.queue.push(&copyJob{t: t, prio: prio})
+		s.queue.push(job{t: t, prio: prio})
 	}
 	return nil
 }
@@ -210,9 +239,9 @@ func (s *runner) advance(t *taskRef, to TaskState) error {
 		s.p.onHostReady(t, t.chunks)
 		wake = t.hostReady
 	case Written:
-		chunks := t.chunks
-		t.chunks = nil
-		s.p.onWritten(t, chunks)
+		s.p.onWritten(t, t.chunks)
+		// The pool write is over: nobody holds the chunks any more.
+		t.chunks, t.chunk1 = nil, [1]*taskChunk{}
 		wake = t.done
 	}
 	t.mu.Unlock()
@@ -237,13 +266,16 @@ func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
 	t.set(Failed)
 	t.err = err
 	chunks := t.chunks
-	t.chunks = nil
+	t.chunks = nil // (a claimer may still read chunk1: it is left alone)
 	s.p.onFailed(t, chunks, err)
+	hostReady, done := t.hostReady, t.done
 	t.mu.Unlock()
-	if st < HostReady {
-		close(t.hostReady)
+	if st < HostReady && hostReady != nil {
+		close(hostReady)
 	}
-	close(t.done)
+	if done != nil {
+		close(done)
+	}
 	return true
 }
 
@@ -259,12 +291,15 @@ func (s *runner) planOfTask(t *taskRef) ([]scatterRow, bool) {
 // the later chunk's row when the task wrote a slot twice. (Rows a later
 // task took are skipped by the pool write itself, which sees who owns each
 // row then.)
-func planOf(chunks []*taskChunk) []scatterRow {
+func planOf(chunks []*taskChunk) []scatterRow { return planInto(nil, chunks) }
+
+// planInto is planOf, appended to out[:0] (reusing its array).
+func planInto(out []scatterRow, chunks []*taskChunk) []scatterRow {
 	n := 0
 	for _, c := range chunks {
 		n += len(c.Rows)
 	}
-	out := make([]scatterRow, 0, n)
+	out = slices.Grow(out[:0], n)
 	if len(chunks) == 1 && strictlyIncreasing(chunks[0].Rows) {
 		// The common case: one save, no row twice, none lost.
 		for _, r := range chunks[0].Rows {
