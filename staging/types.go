@@ -98,8 +98,8 @@ type Row struct {
 	Offset int64
 }
 
-// Copy priorities of the copy queue's priority mailbox (protoactor serves
-// 0–7, highest first, FIFO within a level).
+// Copy priorities of the copy queue (queue.go serves 0–7, highest first,
+// first in first out within a level).
 const (
 	// prioLow: a task submitted in the normal course.
 	prioLow int8 = 2
