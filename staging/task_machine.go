@@ -32,7 +32,7 @@ type taskRef struct {
 	// the seed): a smaller Seq is older.
 	Seq uint64
 
-	mu     sync.Mutex    // serializes the task's moves; guards chunks and prio
+	mu     sync.Mutex    // serializes the task's moves; guards the fields below
 	state  stateMirror   // written under mu; read anywhere
 	chunks []*taskChunk  // frozen once the copy stage is claimed
 	chunk1 [1]*taskChunk // the array of chunks while there is one
