@@ -55,9 +55,6 @@ type demoteJob struct {
 	err    error
 }
 
-// GetPriority makes the job's priority visible to the priority mailbox.
-func (j *demoteJob) GetPriority() int8 { return prioDemote }
-
 // demoteState is the pipeline's demotion bookkeeping, guarded by p.mu.
 type demoteState struct {
 	stop   func()                  // unregisters the pipeline (nil: not serving)
@@ -111,10 +108,10 @@ func (c demoter) CopyDemotion(ctx context.Context, d actors.Demotion) (bool, err
 		return true, err
 	}
 	p.demo.queued[j] = struct{}{}
-	// Sent under p.mu: a job counted as queued is in the mailbox (Close
+	// Pushed under p.mu: a job counted as queued is on the queue (Close
 	// and Stats see the same thing), and the queue's first look at it
 	// (under p.mu) comes after.
-	p.sys.root.Send(p.sys.queue, j)
+	p.sys.queue.push(job{demote: j, prio: prioDemote})
 	p.mu.Unlock()
 	var late <-chan time.Time
 	if wait := p.demotionMaxWait(); wait > 0 {

@@ -18,9 +18,10 @@
 //     that last copy to land.
 //   - Write tasks ([Task]): one write of (key, slot) rows for one request,
 //     identified by its id, request id and the how-many-th write of that
-//     request; several keys per task. Each task is an actor that owns its
-//     state machine: Pending → Queued → Copying → HostReady → Written, or
-//     Failed from any state that is not terminal; nothing else is allowed
+//     request; several keys per task. Each task owns its state machine,
+//     guarded by its own mutex (no goroutine or actor per task):
+//     Pending → Queued → Copying → HostReady → Written, or Failed from any
+//     state that is not terminal; nothing else is allowed
 //     ([*IllegalTransitionError]). [Task.WaitHostReady] and [Task.Wait]
 //     return only when those transitions happen.
 //   - Two join modes. JoinNextStep: the rows are ranges of the step's slot;
@@ -54,12 +55,12 @@
 //     reserves are woken when a task that released clones ends, so one that
 //     waited for a task it flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
 //     at once with a [*DropError], counted by reason in [Stats].
-//   - A copy queue and a single committer, both protoactor actors: the
-//     copy queue, on a priority mailbox, serves the highest priority first
-//     (front, then high, then low) and runs copy stages; the committer, on
-//     a first-in-first-out mailbox, takes its jobs in the order they come, so it writes the pool in the order
-//     the copy stages finished, scattering host rows into the CPU block
-//     pool, a host allocation reserved at the host location.
+//   - A copy queue and a single committer, each one long-lived goroutine:
+//     the copy queue serves the highest priority first (front, then high,
+//     then low) and runs copy stages; the committer takes its jobs in the
+//     order they come, so it writes the pool in the order the copy stages
+//     finished, scattering host rows into the CPU block pool, a host
+//     allocation reserved at the host location.
 //     [Pipeline.Prioritize] moves pending or low-priority tasks to the
 //     front and leaves alone a task queued high (a budget flush) or
 //     already at the front; a task re-queued at a higher priority leaves a

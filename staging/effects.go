@@ -2,7 +2,6 @@ package staging
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 
@@ -10,13 +9,13 @@ import (
 )
 
 // The effects of a task's moves on the memory the pipeline owns. The
-// task's actor (task_actor.go) decides when each runs, one at a time per
-// task; accept, onQueued, onHostReady, onWritten and onFailed run on that
-// actor and never block on another task. poolWrite runs on the committer
-// (or inline when eager).
+// task's state machine (task_machine.go) decides when each runs, one at a
+// time per task; accept, onQueued, onHostReady, onWritten and onFailed run
+// under the task's mutex and never block on another task. The pool write
+// (poolwrite.go) runs on the committer (or inline when eager).
 
-// accept takes chunk c into task at (called by its actor, which has
-// checked that the copy stage is not claimed). In this order, each step
+// accept takes chunk c into task at (called under the task's mutex, by
+// its append, which has checked that the copy stage is not claimed). In this order, each step
 // able to refuse before anything is taken: a row the task lost to a later
 // task refuses the chunk; a JOIN_NEXT_STEP chunk adds the task to its
 // slot's holders, which needs the chunk's step still holding the slot; a
@@ -61,12 +60,35 @@ func (p *Pipeline) accept(at *taskRef, state TaskState, c *taskChunk) error {
 	}
 	for _, k := range rows {
 		if prev := p.owners[k]; prev != nil && prev != t {
+			if prev.lost == nil {
+				prev.lost = map[int]struct{}{}
+			}
 			prev.lost[k] = struct{}{}
 		}
 		p.owners[k] = t
-		t.has[k] = struct{}{}
 	}
+	t.has = addRows(t.has, rows)
 	return nil
+}
+
+// addRows adds rows to has (increasing, each once) and returns it; rows
+// may become has's array.
+func addRows(has, rows []int) []int {
+	if len(has) == 0 && increasing(rows) {
+		return rows // the common case: one chunk, rows in order
+	}
+	has = append(has, rows...)
+	slices.Sort(has)
+	return slices.Compact(has)
+}
+
+func increasing(rows []int) bool {
+	for i := 1; i < len(rows); i++ {
+		if rows[i] <= rows[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // onQueued: the task left Pending (submitted, prioritized or flushed): it is
@@ -138,95 +160,6 @@ func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 	}()
 }
 
-// poolWrite scatters the plan's rows into the CPU block pool, reading each
-// chunk's host bytes (the staging slot, or the landed clone) in place: one
-// copy per byte, slot → pool. Rows that follow each other both in the
-// chunk and in the pool are written as one run (one copy() of the whole
-// run: a step whose rows land on consecutive pool rows is written with a
-// single large copy, which the Go runtime does with non-temporal stores
-// beyond 1 MiB).
-//
-// A row that a later task took (its newest append is another task's) is
-// skipped: ownership is read under the pool's lock, row by row, so the
-// newest append wins whatever order the two tasks are written in.
-func (p *Pipeline) poolWrite(ctx context.Context, t *taskRef, chunks []*taskChunk, plan []scatterRow) error {
-	n := p.cfg.RowBytes
-	p.mu.Lock()
-	task := p.tasks[t.ID]
-	p.mu.Unlock()
-	// Pool offsets, checked before anything is written.
-	offs := make([]int64, len(plan))
-	sorted := true // plan rows in chunk order (always, for one chunk)
-	for i, r := range plan {
-		off, err := p.poolOffset(r.Key, r.Slot)
-		if err != nil {
-			return err
-		}
-		offs[i] = off
-		if i > 0 && r.Chunk < plan[i-1].Chunk {
-			sorted = false
-		}
-	}
-	order := make([]int, len(plan))
-	for i := range order {
-		order[i] = i
-	}
-	if !sorted {
-		slices.SortStableFunc(order, func(a, b int) int { return plan[a].Chunk - plan[b].Chunk })
-	}
-	var written int64
-	for lo := 0; lo < len(order); {
-		ci := plan[order[lo]].Chunk
-		hi := lo
-		for hi < len(order) && plan[order[hi]].Chunk == ci {
-			hi++
-		}
-		c := chunks[ci]
-		src := c.Host
-		if t.Mode == JoinNextStep {
-			src = c.SlotBuf
-		}
-		chunkRows := order[lo:hi]
-		var rows []int
-		err := p.hostView(ctx, src, func(b []byte) {
-			p.poolMu.Lock()
-			taken := func(r int) bool { return p.owners[offs[r]/n] != task }
-			rows = chunkRows
-			p.mu.Lock()
-			if slices.ContainsFunc(chunkRows, taken) {
-				rows = slices.DeleteFunc(slices.Clone(chunkRows), taken)
-			}
-			p.mu.Unlock()
-			for i := 0; i < len(rows); {
-				// The run of rows contiguous in both the chunk and the pool.
-				first := rows[i]
-				j := i + 1
-				for j < len(rows) {
-					prev, next := rows[j-1], rows[j]
-					if plan[next].Offset != plan[prev].Offset+n || offs[next] != offs[prev]+n {
-						break
-					}
-					j++
-				}
-				run := int64(j-i) * n
-				so, do := plan[first].Offset, offs[first]
-				copy(p.pool[do:do+run], b[so:so+run])
-				i = j
-			}
-			p.poolMu.Unlock()
-		})
-		if err != nil {
-			return fmt.Errorf("pool write: %w", err)
-		}
-		written += int64(len(rows)) * n
-		lo = hi
-	}
-	p.mu.Lock()
-	p.counts.committedBytes += written
-	p.mu.Unlock()
-	return nil
-}
-
 // onWritten releases the task's slot holds and landing buffers, and wakes
 // the reserves waiting for the clone bytes it released at HOST_READY.
 func (p *Pipeline) onWritten(t *taskRef, chunks []*taskChunk) {
@@ -238,8 +171,8 @@ func (p *Pipeline) onWritten(t *taskRef, chunks []*taskChunk) {
 }
 
 // onFailed publishes the pipeline's failure record, then releases every
-// budget ticket, slot hold and buffer of the task. The task's actor wakes
-// its waiters only after this returns.
+// budget ticket, slot hold and buffer of the task. The task's waiters are
+// woken only after this returns.
 func (p *Pipeline) onFailed(t *taskRef, chunks []*taskChunk, err error) {
 	p.publishFailure(t, err)
 	p.mu.Lock()
@@ -281,7 +214,7 @@ func (p *Pipeline) forget(t *taskRef, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if task := p.tasks[t.ID]; task != nil {
-		for k := range task.has {
+		for _, k := range task.has {
 			if p.owners[k] == task {
 				p.owners[k] = nil
 			}
@@ -299,9 +232,12 @@ func (p *Pipeline) forget(t *taskRef, failed bool) {
 // publishFailure records the pipeline's first failure (unless it is
 // closing: a task failed by Close is no pipeline failure) and fails every
 // task that is still Pending: no entry of the pipeline will submit it any
-// more. Those failures are sent, not awaited (the caller is a task actor),
-// and leave alone a task whose copy stage was claimed meanwhile (its copy
-// stage owns its chunks, and ends it).
+// more. Those failures are made here, each under its own task's mutex
+// (the caller holds the failing task's: this is the one place where a
+// task's move takes another task's mutex, and it happens once in the
+// pipeline's life, so no two tasks wait for each other), and leave alone a
+// task whose copy stage was claimed meanwhile (its copy stage owns its
+// chunks, and ends it).
 func (p *Pipeline) publishFailure(t *taskRef, err error) {
 	p.mu.Lock()
 	if p.failure != nil || p.closing {

@@ -161,7 +161,7 @@ type Pipeline struct {
 	rt      Runtime
 	be      cuda.Backend
 	log     zerolog.Logger
-	sys     *actorSystem // task actors, copy queue, committer
+	sys     *runner // copy queue, committer, task moves
 	slots   *slotPool
 	budget  *gpuBudget
 	d2h     *lockedStream // steps' device→host copies (nil when eager)
@@ -208,7 +208,7 @@ type counters struct {
 // at cfg.Pinned and the CPU block pool at cfg.Host (a *BudgetError of the
 // runtime if they do not fit) — before it allocates anything for them —,
 // then allocates the pool, creates its copy streams on cfg.Device and
-// starts its actors. Errors: ErrConfig for a bad Config (sizes out of
+// starts its copy queue and committer. Errors: ErrConfig for a bad Config (sizes out of
 // range, see MaxSlots and MaxPoolRows); the runtime's refusals; a pool the
 // Go runtime cannot allocate. On error nothing is left reserved or
 // running.
@@ -271,11 +271,7 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 			undo = append(undo, func() { _ = st.Close() })
 		}
 	}
-	sys, err := startActors(p)
-	if err != nil {
-		return fail(err)
-	}
-	p.sys = sys
+	p.sys = startRunner(p)
 	p.serveDemotions()
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/residency-go/residency/cuda"
 )
@@ -29,7 +30,7 @@ func (t *Task) ReadRow(ctx context.Context, key string, slot int) ([]byte, error
 		return nil, err
 	}
 	p.mu.Lock()
-	_, has := t.has[k]
+	_, has := slices.BinarySearch(t.has, k)
 	_, lost := t.lost[k]
 	p.mu.Unlock()
 	if !has || lost {

@@ -29,14 +29,14 @@ type TaskSpec struct {
 
 // Task is one write task: rows of (slot, key) for one request, in one join
 // mode, possibly over several keys and several saves. Its state machine
-// lives in its actor.
+// is its handle's (task_machine.go).
 type Task struct {
 	p *Pipeline
 	t *taskRef
 
 	// Guarded by p.mu. Rows are pool row indexes (see poolRow).
-	has   map[int]struct{} // rows its accepted chunks write
-	lost  map[int]struct{} // rows a later append took before its pool write
+	has   []int            // rows its accepted chunks write, increasing, each once
+	lost  map[int]struct{} // rows a later append took before its pool write (nil: none)
 	clone int64            // bytes of its device clones not released yet
 	left  bool             // it left Pending (its clones are on their way out)
 }
@@ -56,7 +56,7 @@ func (t *Task) WriteN() int { return t.t.WriteN }
 // Mode returns the task's join mode.
 func (t *Task) Mode() JoinMode { return t.t.Mode }
 
-// State returns the task's state as its actor last published it.
+// State returns the task's state (it may change as soon as it is read).
 func (t *Task) State() TaskState { return t.t.State() }
 
 // WaitHostReady waits until the task's rows are in host memory (the copy
@@ -106,7 +106,7 @@ func (p *Pipeline) Open(ctx context.Context, spec TaskSpec) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Task{p: p, t: at, has: map[int]struct{}{}, lost: map[int]struct{}{}}
+	t := &at.handle
 	p.mu.Lock()
 	p.tasks[at.ID] = t
 	p.counts.opened++
@@ -171,8 +171,8 @@ func (t *Task) Append(ctx context.Context, c Chunk) error {
 	} else if err := p.cloneChunk(ctx, t, ch, c); err != nil {
 		return err
 	}
-	// The task's actor answers at once; a context ending here must not
-	// leave the chunk in the task while this call undoes it.
+	// The task answers at once; a context ending here must not leave the
+	// chunk in the task while this call undoes it.
 	if err := p.sys.Append(context.Background(), t.t, ch); err != nil {
 		if ch.Clone != nil {
 			p.dropClone(ch) // its copy never started (or, eager, is done)
@@ -190,7 +190,7 @@ func (t *Task) Append(ctx context.Context, c Chunk) error {
 
 // refusal returns the *AppendRefusedError the task would answer rows with
 // now (its copy stage is claimed, or it lost one of the rows), nil if it
-// may take them. The task's actor decides in the end.
+// may take them. The task's append decides in the end.
 func (p *Pipeline) refusal(t *Task, rows []Row) error {
 	switch st := t.State(); {
 	case st == Failed:

@@ -3,9 +3,9 @@ package staging
 import "fmt"
 
 // The plain data of the pipeline: task identity, the task lifecycle and
-// its legal moves, join modes, rows and copy priorities. (The messages
-// its actors exchange carry device buffers, events and reply channels and
-// never leave the process: see task_actor.go.)
+// its legal moves, join modes, rows and copy priorities. (The jobs its
+// actors exchange carry device buffers and events and never leave the
+// process: see actors.go.)
 
 // TaskID identifies one write task within its pipeline (never reused).
 type TaskID uint64
@@ -98,8 +98,8 @@ type Row struct {
 	Offset int64
 }
 
-// Copy priorities of the copy queue's priority mailbox (protoactor serves
-// 0–7, highest first, FIFO within a level).
+// Copy priorities of the copy queue (queue.go serves 0–7, highest first,
+// first in first out within a level).
 const (
 	// prioLow: a task submitted in the normal course.
 	prioLow int8 = 2
