@@ -53,6 +53,9 @@ func FuzzLedger(f *testing.F) {
 			fzChargeOpsFrom + fzWithdrawCharge, 0, fzChargeOpsFrom + fzOfferCharge, 0, 3,
 			fzChargeOpsFrom + fzEvictCharge, 0, 0, failAt})
 	}
+	for _, s := range fzSpillSeeds() {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newFzHarness(t, data)
 		for n := 0; !h.r.done() && n < 200; n++ {
@@ -148,7 +151,7 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 			lc.SpillTo = fzLocations[(i+1+b%3)%len(fzLocations)]
 		}
 		cfg.Locations = append(cfg.Locations, lc)
-		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes, spill: lc.SpillTo})
 	}
 	cfg.TraceCapacity = r.next() % 6
 	return &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
@@ -488,8 +491,8 @@ func (h *fzHarness) step() {
 		desc = fmt.Sprintf("run %+v %+v failAt=%d", opts, p, failAt)
 		var report int
 		var leases []LeaseID
-		report, leases, lerr = fzRunLedger(c, p, opts, failAt)
-		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt)
+		report, leases, lerr = fzRunLedger(c, p, opts, failAt, -1)
+		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt, -1)
 		merr = res.err
 		if lerr == nil && merr == "" {
 			h.same("run report length", report, res.report)
@@ -512,8 +515,11 @@ func (h *fzHarness) step() {
 }
 
 // fzRunLedger runs p on the ledger: every step admitted and completed, the
-// enter step failAt (−1: none) failed instead.
-func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseID, error) {
+// enter step failAt (−1: none) failed instead, and so the reclaim step
+// failAt (a demotion's copy fails; a charge's owner refuses); a charge
+// demoted at the reclaim step dropAt (−1: none) is settled as dropped
+// (fzSettleCharge).
+func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt, dropAt int) (int, []LeaseID, error) {
 	r, err := c.StartRun(p, opts)
 	if err != nil {
 		return 0, nil, err
@@ -527,6 +533,12 @@ func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseI
 			break
 		}
 		if s.Admission.Pending {
+			if done, err := fzSettleCharge(r, s, failAt, dropAt); done || err != nil {
+				if err != nil {
+					return 0, nil, err
+				}
+				continue
+			}
 			if s.Phase == PhaseReclaim && s.Index == failAt {
 				// A demotion's copy fails: the value is dropped instead
 				// and the run goes on (or fails, when that would lose
