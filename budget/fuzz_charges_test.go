@@ -12,7 +12,7 @@ const fzChargeOpsFrom = 240
 
 const (
 	fzReserveCharge  = iota // name, owner, loc, bytes
-	fzOfferCharge           // reservation, freq
+	fzOfferCharge           // reservation, freq (b/5%2: as demotable, where its location spills)
 	fzWithdrawCharge        // reservation
 	fzEvictCharge           // reservation, loc (b%2: its own), failAt: a run of its reclaim
 	fzDecideRoom            // owner, loc, bytes, settle: Decide room for a charge, run the plan
@@ -80,7 +80,16 @@ func (h *fzHarness) chargeStep(b int) (desc string, lerr error, merr string) {
 	case fzOfferCharge, fzWithdrawCharge:
 		rs, _ := pick(h, h.resv)
 		if b%fzChargeOps == fzOfferCharge {
-			freq := int64(h.r.next()%5) - 1
+			fb := h.r.next()
+			freq := int64(fb%5) - 1
+			if info, ok := c.L.Charge(rs.name); ok && fb/5%2 == 1 {
+				if _, spill := c.L.SpillTarget(info.Location); spill {
+					desc = fmt.Sprintf("offer %s of %q as demotable freq %d", rs.name, rs.owner, freq)
+					lerr = c.do("OfferDemotableCharge", mutation, func() error { return c.L.OfferDemotableCharge(rs.name, rs.owner, freq) })
+					merr = m.Offer(rs.name, rs.owner, freq, true)
+					break
+				}
+			}
 			desc = fmt.Sprintf("offer %s of %q freq %d", rs.name, rs.owner, freq)
 			lerr = c.do("OfferCharge", mutation, func() error { return c.L.OfferCharge(rs.name, rs.owner, freq) })
 			merr = m.Offer(rs.name, rs.owner, freq, false)

@@ -17,7 +17,7 @@ import (
 //
 // Input layout: bytes 0–3 configure the budgets of pageable-host,
 // pinned-host, cuda:0 and cuda:1 (b%4 == 0: no budget; else 4 + b%40),
-// byte 4 the trace capacity (b%6; 0 disables it); a budget byte ≥ 200
+// byte 4 the trace capacity (b%6; 0 disables it); a budget byte ≥ 128
 // also gives its location a spill target (another location). A plan's
 // shape byte with shape/12%3 == 1 makes its reclaim a demotion (one more
 // byte: the target), and a run's failAt also fails a demotion's copy at
@@ -39,7 +39,7 @@ func FuzzLedger(f *testing.F) {
 	// Demotions: one that completes (v0 pageable-host → pinned-host), one
 	// whose copy fails on a value with a source (dropped; the run goes
 	// on), one whose copy fails on the last copy of a value without a
-	// source (the run fails), with spill targets configured (bytes ≥ 200).
+	// source (the run fails), with spill targets configured (bytes ≥ 128).
 	f.Add([]byte{200, 204, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 0, 13, 0, 0, 1, fzExplain, 13, 0, 1, 2})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2, fzRun, 8, 13, 0, 2, 1})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 9, 13, 0, 0, 1})
@@ -146,7 +146,7 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 		if b%4 != 0 {
 			lc.HasBudget, lc.BudgetBytes = true, int64(4+b%40)
 		}
-		if b >= 200 { // a spill target, another location
+		if b >= 128 { // a spill target, another location (where charges live too)
 			i := len(cfg.Locations)
 			lc.SpillTo = fzLocations[(i+1+b%3)%len(fzLocations)]
 		}
