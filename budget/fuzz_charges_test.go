@@ -149,6 +149,13 @@ func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string
 		h.same("reason says demoted", strings.Contains(e.Reason, "demoted to "+e.To), e.To != "")
 	}
 	desc += fmt.Sprintf(" plan %+v to %q", d.Plan, tos)
+	// A decision's plan, demotions included, is feasible (the landing
+	// condition keeps it so), and both explain it alike.
+	ex := c.Explain(d.Plan)
+	ok, peaks := m.Explain(d.Plan)
+	h.same("decision's plan feasible under the model's explain: "+desc, ok, true)
+	h.same("decision's explain feasible ("+ex.Reason+")", ex.Feasible, ok)
+	h.same("decision's explain peaks", ex.PredictedPeakBytes, peaks)
 	lerr, merr = h.runBoth(d.Plan, failAt, dropAt)
 	if lerr == nil {
 		for _, r := range req.Reservations {
