@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// FuzzLedger's charge operations: an opcode byte b ≥ fzChargeOpsFrom is
-// operation (b − fzChargeOpsFrom) % fzChargeOps, with its argument bytes.
+// FuzzLedger's charge operations: an opcode byte b ≥ fzChargeOpsFrom (≥
+// 128 in a charge-dense input: fzHarness.chargeFrom) is operation
+// (b − chargeFrom) % fzChargeOps, with its argument bytes.
 const fzChargeOpsFrom = 240
 
 const (
@@ -252,5 +253,10 @@ func fzSpillSeeds() [][]byte {
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 0, 0, c+fzDemoteCharge, 0, 0, 0, 0, 1, 0),
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 1, 4, c+fzEvictCharge, 0, 0, 0, 0),
 	)
+	// Charge-dense (byte 4 ≥ 128): a value v0 at cuda:0 required at
+	// cuda:1 while room is decided at cuda:0 and pinned-host.
+	out = append(out, []byte{0, 21, 215, 0, 133, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2,
+		128 + fzReserveCharge, 0, 0, 2, 6, 128 + fzOfferDemotable, 0, 1,
+		128 + fzDecideSpill, 1, 2, 12, 1, 3, 1, 0, 3, 0})
 	return out
 }

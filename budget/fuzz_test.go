@@ -17,8 +17,10 @@ import (
 //
 // Input layout: bytes 0–3 configure the budgets of pageable-host,
 // pinned-host, cuda:0 and cuda:1 (b%4 == 0: no budget; else 4 + b%40),
-// byte 4 the trace capacity (b%6; 0 disables it); a budget byte ≥ 128
-// also gives its location a spill target (another location). A plan's
+// byte 4 the trace capacity (b%6; 0 disables it; b ≥ 128 also makes
+// the input charge-dense: every opcode byte ≥ 128 is a charge operation);
+// a budget byte ≥ 128 also gives its location a spill target (another
+// location). A plan's
 // shape byte with shape/12%3 == 1 makes its reclaim a demotion (one more
 // byte: the target), and a run's failAt also fails a demotion's copy at
 // that reclaim index. Then each operation is
@@ -30,8 +32,9 @@ import (
 // or unknown (odd) one; name b%8 == 0 an already used name, else a fresh
 // one; bytes 1 + b%16, or 0/−1 for b ≥ 250; mode b%2 (1 replicable);
 // admission, lease, hold, event, reservation b%n over all ever issued
-// (released ones included). An opcode byte ≥ fzChargeOpsFrom is a charge
-// operation instead (fuzz_charges_test.go).
+// (released ones included). An opcode byte ≥ fzChargeOpsFrom (≥ 128 in a
+// charge-dense input) is a charge operation instead
+// (fuzz_charges_test.go).
 func FuzzLedger(f *testing.F) {
 	// A few inline seeds besides testdata/fuzz/FuzzLedger.
 	f.Add([]byte{})
@@ -132,6 +135,8 @@ type fzHarness struct {
 	holds   []fzPair[HoldID]
 	events  []fzPair[EventID]
 	resv    []fzResv
+	// chargeFrom: an opcode byte ≥ chargeFrom is a charge operation.
+	chargeFrom int
 }
 
 type fzResv struct{ name, owner string }
@@ -153,8 +158,15 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 		cfg.Locations = append(cfg.Locations, lc)
 		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes, spill: lc.SpillTo})
 	}
-	cfg.TraceCapacity = r.next() % 6
-	return &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+	tb := r.next()
+	cfg.TraceCapacity = tb % 6
+	h := &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+	if tb >= 128 { // charge-dense: half the opcode bytes are charge operations
+		h.chargeFrom = 128
+	} else {
+		h.chargeFrom = fzChargeOpsFrom
+	}
+	return h
 }
 
 func (h *fzHarness) loc() string {
@@ -295,7 +307,7 @@ func (h *fzHarness) step() {
 	c, m := h.c, h.m
 	b := h.r.next()
 	op := b % fzOps
-	if b >= fzChargeOpsFrom {
+	if b >= h.chargeFrom {
 		op = fzOps // a charge operation (fuzz_charges_test.go)
 	}
 	var desc string
@@ -471,7 +483,7 @@ func (h *fzHarness) step() {
 		h.same("explain peaks", ex.PredictedPeakBytes, peaks)
 		h.same("explain reason given", ex.Reason != "", !ok)
 	case fzOps:
-		desc, lerr, merr = h.chargeStep(b - fzChargeOpsFrom)
+		desc, lerr, merr = h.chargeStep(b - h.chargeFrom)
 	case fzRun:
 		mode := h.r.next()
 		p := h.plan()
