@@ -119,7 +119,8 @@ func (h *fzHarness) chargeStep(b int) (desc string, lerr error, merr string) {
 func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string) {
 	c, m := h.c, h.m
 	h.names++
-	spec := ReservationSpec{Name: fmt.Sprint("room", h.names), Owner: h.owner(), Location: h.loc(), Bytes: h.bytes()}
+	spec := ReservationSpec{Name: fmt.Sprint("room", h.names), Owner: h.owner(), Location: h.offeredLoc()}
+	spec.Bytes = h.roomBytes(spec.Location)
 	req := Request{Name: "room", Reservations: []ReservationSpec{spec}}
 	if spill {
 		spec2 := ReservationSpec{Name: spec.Name + "b", Owner: spec.Owner, Location: h.loc(), Bytes: h.bytes()}
@@ -164,6 +165,36 @@ func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string
 		}
 	}
 	return desc, lerr, merr
+}
+
+// offeredLoc decodes a location byte b for a decision: for b ≥ 128, when
+// some charge is offered, the location of the (b%n)-th offered one (so
+// that decisions find idle entries to evict), else as loc.
+func (h *fzHarness) offeredLoc() string {
+	b := h.r.next()
+	var locs []string
+	for _, rs := range h.resv {
+		if info, ok := h.c.L.Charge(rs.name); ok && info.State == ChargeOffered && !slices.Contains(locs, info.Location) {
+			locs = append(locs, info.Location)
+		}
+	}
+	if b < 128 || len(locs) == 0 {
+		return fzLoc(b)
+	}
+	return locs[b%len(locs)]
+}
+
+// roomBytes decodes a bytes byte b for a decision at loc: for 128 ≤ b <
+// 250, when loc has a budget, a shortfall of 1 + b%8 bytes there (so that
+// the decision evicts), else as bytes.
+func (h *fzHarness) roomBytes(loc string) int64 {
+	b := h.r.next()
+	s := h.c.L.Snapshot()
+	lr, ok := s.Location(loc)
+	if b < 128 || b >= 250 || !ok || !lr.HasBudget {
+		return fzBytes(b)
+	}
+	return max(lr.BudgetBytes-lr.UsedBytes-lr.ReservedBytes, 0) + 1 + int64(b%8)
 }
 
 // runBoth runs p as a plain execute on the ledger and the model; a
@@ -253,6 +284,14 @@ func fzSpillSeeds() [][]byte {
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 0, 0, c+fzDemoteCharge, 0, 0, 0, 0, 1, 0),
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 1, 4, c+fzEvictCharge, 0, 0, 0, 0),
 	)
+	// cuda:0 (budget 13) spills to cuda:1 (budget 25), which comes after
+	// it: k0 (10 bytes) and k2 (2) at cuda:0 and k1 (16) at cuda:1 are the
+	// victims; after the plan cuda:1 would have room for k0 (16 − 16 + 10
+	// + 10 ≤ 25), but not when the demotion lands, before k1 is removed
+	// (16 + 10 > 25): k0 is dropped, k2 (16 + 2 ≤ 25) demoted.
+	out = append(out, []byte{0, 0, 129, 21, 5, c + fzReserveCharge, 0, 0, 2, 9, c + fzOfferDemotable, 0, 1,
+		c + fzReserveCharge, 1, 0, 3, 15, c + fzOfferCharge, 1, 1, c + fzReserveCharge, 2, 0, 2, 1, c + fzOfferDemotable, 2, 1,
+		c + fzDecideSpill, 1, 2, 11, 3, 9, 0, 0})
 	// Charge-dense (byte 4 ≥ 128): a value v0 at cuda:0 required at
 	// cuda:1 while room is decided at cuda:0 and pinned-host.
 	out = append(out, []byte{0, 21, 215, 0, 133, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2,

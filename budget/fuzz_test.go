@@ -169,8 +169,10 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 	return h
 }
 
-func (h *fzHarness) loc() string {
-	b := h.r.next() % 12
+func (h *fzHarness) loc() string { return fzLoc(h.r.next()) }
+
+func fzLoc(b int) string {
+	b %= 12
 	switch {
 	case b < 10:
 		return fzLocations[b%4]
@@ -202,8 +204,9 @@ func (h *fzHarness) name() string {
 }
 
 // bytes: 1…16, or 0 and −1 (bad input) for bytes ≥ 250.
-func (h *fzHarness) bytes() int64 {
-	b := h.r.next()
+func (h *fzHarness) bytes() int64 { return fzBytes(h.r.next()) }
+
+func fzBytes(b int) int64 {
 	if b >= 250 {
 		return int64(b%2) - 1
 	}
