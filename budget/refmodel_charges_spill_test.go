@@ -25,7 +25,7 @@ type refSettle int
 
 const (
 	refSettleDone    refSettle = iota // confirmed: dropped, or demoted when a demotion
-	refSettleDropped                  // a demotion whose copy failed: dropped
+	refSettleDropped                  // a demotion whose copy failed: dropped (a plain eviction: confirmed)
 	refSettleRefused                  // the entry became busy
 )
 
@@ -80,38 +80,6 @@ func (m *refModel) simulateCharge(a Action) bool {
 	i := m.findResv(a.Charge)
 	m.resv = append(m.resv[:i], m.resv[i+1:]...)
 	return true
-}
-
-// runChargeDemotion is a run's reclaim step that demotes a charge,
-// settled at once by s: the new charge admitted (1 version), the old one
-// evicting (1 version); then demoted (the old released, 1 version),
-// dropped (the new then the old released, 2 versions) or refused (the
-// new released and the old not offered, 2 versions; the step's error).
-func (m *refModel) runChargeDemotion(a Action, s refSettle) string {
-	if e := m.checkChargeEvict(a); e != "" {
-		return e
-	}
-	if e := m.admitDemoted(a); e != "" {
-		return e
-	}
-	m.bump()
-	name := refDemotedName(a.Charge, a.To)
-	m.resv[m.findResv(a.Charge)].state = ChargeEvicting
-	m.bump()
-	if s != refSettleDone {
-		i := m.findResv(name)
-		m.resv = append(m.resv[:i], m.resv[i+1:]...)
-		m.bump()
-	}
-	i := m.findResv(a.Charge)
-	if s == refSettleRefused {
-		m.resv[i].state = ChargeNotOffered
-		m.bump()
-		return refChargeBusy(a.Charge, ChargeNotOffered, true)
-	}
-	m.resv = append(m.resv[:i], m.resv[i+1:]...)
-	m.bump()
-	return ""
 }
 
 // decisionTargets applies the spill rule to a decision's victims (in

@@ -95,20 +95,31 @@ func (m *refModel) checkChargeEvict(a Action) string {
 	return ""
 }
 
-// runChargeEviction is a run's reclaim step for a charge, settled at once:
-// evicting (1 version), then confirmed (released, 1 version) or refused
-// (not offered, 1 version, the step's error). A demotion is
-// runChargeDemotion's (refmodel_charges_spill_test.go).
+// runChargeEviction is a run's reclaim step for a charge, settled at once
+// by s: evicting (1 version), then confirmed (released, 1 version) or
+// refused (not offered, 1 version, the step's error). A demotion (To)
+// first admits the new charge (1 version, refmodel_charges_spill_test.go);
+// dropped or refused, the new charge is released (1 version) before the
+// old one is settled (dropped: released as confirmed).
 func (m *refModel) runChargeEviction(a Action, s refSettle) string {
-	if a.To != "" {
-		return m.runChargeDemotion(a, s)
-	}
 	if e := m.checkChargeEvict(a); e != "" {
 		return e
+	}
+	if a.To != "" {
+		if e := m.admitDemoted(a); e != "" {
+			return e
+		}
+		m.bump()
 	}
 	i := m.findResv(a.Charge)
 	m.resv[i].state = ChargeEvicting
 	m.bump()
+	if a.To != "" && s != refSettleDone {
+		j := m.findResv(refDemotedName(a.Charge, a.To))
+		m.resv = append(m.resv[:j], m.resv[j+1:]...)
+		m.bump()
+		i = m.findResv(a.Charge)
+	}
 	if s == refSettleRefused {
 		m.resv[i].state = ChargeNotOffered
 		m.bump()
