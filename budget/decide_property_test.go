@@ -244,6 +244,13 @@ func dtCheckDecision(t *testing.T, seed uint64, l *Ledger, req Request, d Decisi
 		required[rq.Handle.ID] = true
 	}
 	for _, e := range d.Evictions {
+		if e.Charge != "" { // an idle cache entry's charge: offered, as recorded
+			info, ok := l.Charge(e.Charge)
+			if !ok || info.State != ChargeOffered || info.Owner != e.Owner || info.Location != e.Location || info.Bytes != e.Bytes {
+				fail("charge victim %s@%s is not offered as recorded: %+v", e.Charge, e.Location, info)
+			}
+			continue
+		}
 		v := l.valueByID(e.Handle.ID)
 		m := v.mat(l.locIndex[e.Location])
 		switch {

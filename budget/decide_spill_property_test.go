@@ -30,12 +30,15 @@ func TestDecideSpillProperties(t *testing.T) {
 	if testing.Short() {
 		n = 150
 	}
-	var demoted, dropped, decided int
+	var demoted, dropped, decided, chargesDemoted, chargesDropped int
 	for seed := range uint64(n) {
 		spill := dtRandomSpill(rand.New(rand.NewPCG(seed, 0x5b111)))
 		plain, hs := dtRandomLedgerWith(t, rand.New(rand.NewPCG(seed, 0xdec1de)), nil)
 		l, _ := dtRandomLedgerWith(t, rand.New(rand.NewPCG(seed, 0xdec1de)), spill)
+		dtRandomCharges(t, rand.New(rand.NewPCG(seed, 0xc4a26e)), plain, spill, false)
+		dtRandomCharges(t, rand.New(rand.NewPCG(seed, 0xc4a26e)), l, spill, true)
 		require.Equal(t, plain.Snapshot().Values, l.Snapshot().Values, "seed %d: the two states differ", seed)
+		require.Equal(t, plain.Snapshot().Locations, l.Snapshot().Locations, "seed %d: the two states differ", seed)
 		req, limit := dtRandomRequest(rand.New(rand.NewPCG(seed, 0x2e9)), l, hs)
 		want, werr := plain.Decide(req, limit)
 		got, err := l.Decide(req, limit)
@@ -44,20 +47,31 @@ func TestDecideSpillProperties(t *testing.T) {
 			continue
 		}
 		decided++
-		tos := dtRefSpill(l.Snapshot(), spill, want)
+		tos := dtRefSpill(l.Snapshot(), l.Charge, spill, want)
 		require.Len(t, got.Evictions, len(want.Evictions), "seed %d", seed)
 		for i, e := range got.Evictions {
 			w := want.Evictions[i]
-			require.Equal(t, []any{w.Handle, w.Location, w.Bytes}, []any{e.Handle, e.Location, e.Bytes}, "seed %d: victim %d", seed, i)
-			require.Equal(t, tos[i], e.To, "seed %d: spill %v, victim %d (%s@%s): demotion target", seed, spill, i, e.Handle.Name, e.Location)
-			require.Equal(t, e.To != "", e.Kind == EvictionDemoted, "seed %d: kind %s with to %q", seed, e.Kind, e.To)
-			require.Equal(t, Action{Handle: e.Handle, Location: e.Location, To: e.To}, got.Plan.Reclaim[i], "seed %d: reclaim %d", seed, i)
+			require.Equal(t, []any{w.Handle, w.Charge, w.Owner, w.Location, w.Bytes}, []any{e.Handle, e.Charge, e.Owner, e.Location, e.Bytes}, "seed %d: victim %d", seed, i)
+			require.Equal(t, tos[i], e.To, "seed %d: spill %v, victim %d (%s%s@%s): demotion target", seed, spill, i, e.Handle.Name, e.Charge, e.Location)
+			if e.Charge != "" {
+				require.Equal(t, EvictionIdleCacheEntry, e.Kind, "seed %d: a charge victim's kind", seed)
+				require.Equal(t, Action{Location: e.Location, Owner: e.Owner, Charge: e.Charge, To: e.To}, got.Plan.Reclaim[i], "seed %d: reclaim %d", seed, i)
+			} else {
+				require.Equal(t, e.To != "", e.Kind == EvictionDemoted, "seed %d: kind %s with to %q", seed, e.Kind, e.To)
+				require.Equal(t, Action{Handle: e.Handle, Location: e.Location, To: e.To}, got.Plan.Reclaim[i], "seed %d: reclaim %d", seed, i)
+			}
 			switch {
+			case e.To != "" && e.Charge != "":
+				chargesDemoted++
+				fallthrough
 			case e.To != "":
 				demoted++
 				require.Contains(t, e.Reason, "demoted to "+e.To)
 			case spill[e.Location] != "":
 				dropped++
+				if e.Charge != "" {
+					chargesDropped++
+				}
 			}
 		}
 		require.Equal(t, want.Plan.Enter, got.Plan.Enter, "seed %d", seed)
@@ -69,6 +83,14 @@ func TestDecideSpillProperties(t *testing.T) {
 			if e.To == "" {
 				continue
 			}
+			if e.Charge != "" {
+				_, old := l.Charge(e.Charge)
+				require.False(t, old, "seed %d: demoted charge %s still active", seed, e.Charge)
+				info, ok := l.Charge(e.Charge + "→" + e.To)
+				require.True(t, ok, "seed %d: demoted charge %s has no new charge at %s", seed, e.Charge, e.To)
+				require.Equal(t, ChargeInfo{Name: e.Charge + "→" + e.To, Owner: e.Owner, Location: e.To, Bytes: e.Bytes, State: ChargeNotOffered}, info, "seed %d", seed)
+				continue
+			}
 			var locs []string
 			for _, m := range dtValueRecord(l.Snapshot(), e.Handle).Materializations {
 				locs = append(locs, m.Location)
@@ -76,9 +98,11 @@ func TestDecideSpillProperties(t *testing.T) {
 			require.Equal(t, []string{e.To}, locs, "seed %d: demoted %s", seed, e.Handle.Name)
 		}
 	}
-	t.Logf("%d seeds: %d decided, %d victims demoted, %d victims with a spill target dropped", n, decided, demoted, dropped)
+	t.Logf("%d seeds: %d decided, %d victims demoted (%d charges), %d victims with a spill target dropped (%d charges)", n, decided, demoted, chargesDemoted, dropped, chargesDropped)
 	require.Greater(t, demoted, n/30, "the generator no longer demotes enough")
 	require.Greater(t, dropped, n/50, "the generator no longer drops victims that have a spill target")
+	require.Greater(t, chargesDemoted, n/60, "the generator no longer demotes enough charges")
+	require.Greater(t, chargesDropped, n/100, "the generator no longer drops charges that have a spill target")
 }
 
 // dtRandomSpill draws spill targets: most often the GPU → pinned host →
@@ -123,7 +147,11 @@ func dtValueRecord(s Snapshot, h Handle) ValueRecord {
 // now, none entered earlier in the plan) also charges its bytes
 // temporarily at its source location when that differs; reservations
 // add theirs.
-func dtRefSpill(s Snapshot, spill map[string]string, d Decision) []string {
+//
+// A charge victim is demoted when its owner offered it as demotable and
+// its new charge's name (NAME→T) is not active (charge looks a charge
+// up), with the same room.
+func dtRefSpill(s Snapshot, charge func(string) (ChargeInfo, bool), spill map[string]string, d Decision) []string {
 	loc := map[string]LocationRecord{}
 	for _, r := range s.Locations {
 		loc[r.Location] = r
@@ -174,6 +202,11 @@ func dtRefSpill(s Snapshot, spill map[string]string, d Decision) []string {
 			}
 			atT = atT || m.Location == t
 		}
+		if e.Charge != "" {
+			info, _ := charge(e.Charge)
+			_, taken := charge(e.Charge + "→" + t)
+			atT = !info.Demotable || taken
+		}
 		if t != "" && others == 0 && !atT {
 			r := loc[t]
 			final := r.UsedBytes + r.ReservedBytes - removed[t] + adds[t] + into[t] + e.Bytes
@@ -190,15 +223,18 @@ func dtRefSpill(s Snapshot, spill map[string]string, d Decision) []string {
 
 // TestDecideSpillFailedDemotions runs decisions with demotions and fails
 // every demotion's copy: each demoted value ends dropped (no
-// materialization at its location or its target), exactly as the same
-// decision without spill would leave it; the requirements are resident
-// and the invariants hold.
+// materialization at its location or its target), and each demoted
+// charge too (Run.CompleteDropped: neither it nor its new charge stays),
+// exactly as the same decision without spill would leave them; the
+// requirements are resident and the invariants hold.
 func TestDecideSpillFailedDemotions(t *testing.T) {
-	runs := 0
+	runs, chargeRuns := 0, 0
 	for seed := range uint64(300) {
 		spill := dtRandomSpill(rand.New(rand.NewPCG(seed, 0x5b111)))
 		plain, hs := dtRandomLedgerWith(t, rand.New(rand.NewPCG(seed, 0xdec1de)), nil)
 		l, _ := dtRandomLedgerWith(t, rand.New(rand.NewPCG(seed, 0xdec1de)), spill)
+		dtRandomCharges(t, rand.New(rand.NewPCG(seed, 0xc4a26e)), plain, spill, false)
+		dtRandomCharges(t, rand.New(rand.NewPCG(seed, 0xc4a26e)), l, spill, true)
 		req, limit := dtRandomRequest(rand.New(rand.NewPCG(seed, 0x2e9)), l, hs)
 		d, err := l.Decide(req, limit)
 		if err != nil || !dtDemotes(d) {
@@ -220,6 +256,16 @@ func TestDecideSpillFailedDemotions(t *testing.T) {
 			if !step.Admission.Pending {
 				continue
 			}
+			if eff := step.Admission.Effects; len(eff) == 1 && eff[0].Kind == EffectDropCharge {
+				if eff[0].To != "" {
+					chargeRuns++
+					require.NoError(t, run.CompleteDropped(errors.New("injected copy fault")), "seed %d", seed)
+				} else {
+					_, err := run.Complete()
+					require.NoError(t, err, "seed %d", seed)
+				}
+				continue
+			}
 			if step.Phase == PhaseReclaim {
 				effs, err := run.FailStep(errors.New("injected copy fault"))
 				require.NoError(t, err, "seed %d", seed)
@@ -238,9 +284,13 @@ func TestDecideSpillFailedDemotions(t *testing.T) {
 		for _, lr := range want.Locations {
 			g, _ := got.Location(lr.Location)
 			require.Equal(t, lr.UsedBytes, g.UsedBytes, "seed %d: used at %s", seed, lr.Location)
+			require.Equal(t, lr.ReservedBytes, g.ReservedBytes, "seed %d: reserved at %s", seed, lr.Location)
+			require.Equal(t, lr.Reservations, g.Reservations, "seed %d: reservations at %s", seed, lr.Location)
 		}
 	}
+	t.Logf("%d runs with demotions, %d charge demotions dropped", runs, chargeRuns)
 	require.Greater(t, runs, 10, "too few decisions with demotions")
+	require.Greater(t, chargeRuns, 5, "too few decisions that demote a charge")
 }
 
 func dtDemotes(d Decision) bool {
@@ -261,4 +311,38 @@ func dtResidency(s Snapshot) []string {
 		}
 	}
 	return out
+}
+
+// dtRandomCharges adds a few idle cache entries' charges to a random
+// state (none, for a third of the seeds): reserved at random locations,
+// most offered; on the ledger with spill targets (demotable) an offer
+// at a location with a spill target is made as demotable, and on the one
+// without (the same draws) as a plain offer, so that the two states
+// offer the same candidates in the same order. Sometimes a charge's
+// demoted name (NAME→T) is already taken, so that it must be dropped.
+func dtRandomCharges(t *testing.T, r *rand.Rand, l *Ledger, spill map[string]string, demotable bool) {
+	t.Helper()
+	if r.IntN(3) == 0 {
+		return
+	}
+	for i := range 2 + r.IntN(6) {
+		loc := dtPropLocs[1+r.IntN(len(dtPropLocs)-1)] // pinned host or a GPU: where victims are chosen
+		name, owner := fmt.Sprintf("kc%d", i), fmt.Sprintf("%sp#%d", CacheOwnerPrefix, r.IntN(2))
+		if err := l.ReserveOwned(loc, name, int64(10+r.IntN(40)), owner); err != nil {
+			continue
+		}
+		if to := spill[loc]; to != "" && r.IntN(6) == 0 {
+			_ = l.ReserveOwned(to, name+"→"+to, 1, owner)
+		}
+		if r.IntN(5) == 0 {
+			continue
+		}
+		freq := int64(r.IntN(2))
+		if demotable && spill[loc] != "" {
+			require.NoError(t, l.OfferDemotableCharge(name, owner, freq))
+		} else {
+			require.NoError(t, l.OfferCharge(name, owner, freq))
+		}
+	}
+	require.NoError(t, l.CheckInvariants())
 }

@@ -17,8 +17,10 @@ import (
 //
 // Input layout: bytes 0–3 configure the budgets of pageable-host,
 // pinned-host, cuda:0 and cuda:1 (b%4 == 0: no budget; else 4 + b%40),
-// byte 4 the trace capacity (b%6; 0 disables it); a budget byte ≥ 200
-// also gives its location a spill target (another location). A plan's
+// byte 4 the trace capacity (b%6; 0 disables it; b ≥ 128 also makes
+// the input charge-dense: every opcode byte ≥ 128 is a charge operation);
+// a budget byte ≥ 128 also gives its location a spill target (another
+// location). A plan's
 // shape byte with shape/12%3 == 1 makes its reclaim a demotion (one more
 // byte: the target), and a run's failAt also fails a demotion's copy at
 // that reclaim index. Then each operation is
@@ -30,8 +32,9 @@ import (
 // or unknown (odd) one; name b%8 == 0 an already used name, else a fresh
 // one; bytes 1 + b%16, or 0/−1 for b ≥ 250; mode b%2 (1 replicable);
 // admission, lease, hold, event, reservation b%n over all ever issued
-// (released ones included). An opcode byte ≥ fzChargeOpsFrom is a charge
-// operation instead (fuzz_charges_test.go).
+// (released ones included). An opcode byte ≥ fzChargeOpsFrom (≥ 128 in a
+// charge-dense input) is a charge operation instead
+// (fuzz_charges_test.go).
 func FuzzLedger(f *testing.F) {
 	// A few inline seeds besides testdata/fuzz/FuzzLedger.
 	f.Add([]byte{})
@@ -39,7 +42,7 @@ func FuzzLedger(f *testing.F) {
 	// Demotions: one that completes (v0 pageable-host → pinned-host), one
 	// whose copy fails on a value with a source (dropped; the run goes
 	// on), one whose copy fails on the last copy of a value without a
-	// source (the run fails), with spill targets configured (bytes ≥ 200).
+	// source (the run fails), with spill targets configured (bytes ≥ 128).
 	f.Add([]byte{200, 204, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 0, 13, 0, 0, 1, fzExplain, 13, 0, 1, 2})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterSrc, 1, 5, 0, 0, fzPlaceDone, 0, 2, fzRun, 8, 13, 0, 2, 1})
 	f.Add([]byte{0, 0, 0, 0, 5, fzRegisterDone, 1, 5, 0, 0, fzRun, 9, 13, 0, 0, 1})
@@ -52,6 +55,9 @@ func FuzzLedger(f *testing.F) {
 			fzChargeOpsFrom + fzDecideRoom, 1, 2, 9, failAt,
 			fzChargeOpsFrom + fzWithdrawCharge, 0, fzChargeOpsFrom + fzOfferCharge, 0, 3,
 			fzChargeOpsFrom + fzEvictCharge, 0, 0, failAt})
+	}
+	for _, s := range fzSpillSeeds() {
+		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newFzHarness(t, data)
@@ -129,6 +135,8 @@ type fzHarness struct {
 	holds   []fzPair[HoldID]
 	events  []fzPair[EventID]
 	resv    []fzResv
+	// chargeFrom: an opcode byte ≥ chargeFrom is a charge operation.
+	chargeFrom int
 }
 
 type fzResv struct{ name, owner string }
@@ -143,19 +151,28 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 		if b%4 != 0 {
 			lc.HasBudget, lc.BudgetBytes = true, int64(4+b%40)
 		}
-		if b >= 200 { // a spill target, another location
+		if b >= 128 { // a spill target, another location (where charges live too)
 			i := len(cfg.Locations)
 			lc.SpillTo = fzLocations[(i+1+b%3)%len(fzLocations)]
 		}
 		cfg.Locations = append(cfg.Locations, lc)
-		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes})
+		locs = append(locs, refLoc{name: name, hasBudget: lc.HasBudget, budget: lc.BudgetBytes, spill: lc.SpillTo})
 	}
-	cfg.TraceCapacity = r.next() % 6
-	return &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+	tb := r.next()
+	cfg.TraceCapacity = tb % 6
+	h := &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+	if tb >= 128 { // charge-dense: half the opcode bytes are charge operations
+		h.chargeFrom = 128
+	} else {
+		h.chargeFrom = fzChargeOpsFrom
+	}
+	return h
 }
 
-func (h *fzHarness) loc() string {
-	b := h.r.next() % 12
+func (h *fzHarness) loc() string { return fzLoc(h.r.next()) }
+
+func fzLoc(b int) string {
+	b %= 12
 	switch {
 	case b < 10:
 		return fzLocations[b%4]
@@ -187,8 +204,9 @@ func (h *fzHarness) name() string {
 }
 
 // bytes: 1…16, or 0 and −1 (bad input) for bytes ≥ 250.
-func (h *fzHarness) bytes() int64 {
-	b := h.r.next()
+func (h *fzHarness) bytes() int64 { return fzBytes(h.r.next()) }
+
+func fzBytes(b int) int64 {
 	if b >= 250 {
 		return int64(b%2) - 1
 	}
@@ -292,7 +310,7 @@ func (h *fzHarness) step() {
 	c, m := h.c, h.m
 	b := h.r.next()
 	op := b % fzOps
-	if b >= fzChargeOpsFrom {
+	if b >= h.chargeFrom {
 		op = fzOps // a charge operation (fuzz_charges_test.go)
 	}
 	var desc string
@@ -468,7 +486,7 @@ func (h *fzHarness) step() {
 		h.same("explain peaks", ex.PredictedPeakBytes, peaks)
 		h.same("explain reason given", ex.Reason != "", !ok)
 	case fzOps:
-		desc, lerr, merr = h.chargeStep(b - fzChargeOpsFrom)
+		desc, lerr, merr = h.chargeStep(b - h.chargeFrom)
 	case fzRun:
 		mode := h.r.next()
 		p := h.plan()
@@ -488,8 +506,8 @@ func (h *fzHarness) step() {
 		desc = fmt.Sprintf("run %+v %+v failAt=%d", opts, p, failAt)
 		var report int
 		var leases []LeaseID
-		report, leases, lerr = fzRunLedger(c, p, opts, failAt)
-		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt)
+		report, leases, lerr = fzRunLedger(c, p, opts, failAt, -1)
+		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt, -1)
 		merr = res.err
 		if lerr == nil && merr == "" {
 			h.same("run report length", report, res.report)
@@ -512,8 +530,11 @@ func (h *fzHarness) step() {
 }
 
 // fzRunLedger runs p on the ledger: every step admitted and completed, the
-// enter step failAt (−1: none) failed instead.
-func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseID, error) {
+// enter step failAt (−1: none) failed instead, and so the reclaim step
+// failAt (a demotion's copy fails; a charge's owner refuses); a charge
+// demoted at the reclaim step dropAt (−1: none) is settled as dropped
+// (fzSettleCharge).
+func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt, dropAt int) (int, []LeaseID, error) {
 	r, err := c.StartRun(p, opts)
 	if err != nil {
 		return 0, nil, err
@@ -527,6 +548,12 @@ func fzRunLedger(c *checked, p Plan, opts RunOptions, failAt int) (int, []LeaseI
 			break
 		}
 		if s.Admission.Pending {
+			if done, err := fzSettleCharge(r, s, failAt, dropAt); done || err != nil {
+				if err != nil {
+					return 0, nil, err
+				}
+				continue
+			}
 			if s.Phase == PhaseReclaim && s.Index == failAt {
 				// A demotion's copy fails: the value is dropped instead
 				// and the run goes on (or fails, when that would lose

@@ -30,7 +30,9 @@ func (m *refModel) charge(name, owner string) (*refResv, string) {
 	return &m.resv[i], ""
 }
 
-func (m *refModel) Offer(name, owner string, freq int64) string {
+// Offer offers the charge; as demotable (refmodel_charges_spill_test.go)
+// only when its location has a spill target.
+func (m *refModel) Offer(name, owner string, freq int64, demote bool) string {
 	r, e := m.charge(name, owner)
 	if e != "" {
 		return e
@@ -38,10 +40,13 @@ func (m *refModel) Offer(name, owner string, freq int64) string {
 	if freq < 0 {
 		return refInvalid()
 	}
+	if demote && m.spillOf(r.loc) == "" {
+		return refInvalid()
+	}
 	if r.state == ChargeEvicting {
 		return refChargeBusy(name, r.state, false)
 	}
-	r.state = ChargeOffered
+	r.state, r.demote = ChargeOffered, demote
 	m.bump()
 	return ""
 }
@@ -58,13 +63,19 @@ func (m *refModel) Withdraw(name, owner string) string {
 	return ""
 }
 
-// validateCharge validates an action that names a charge.
+// validateCharge validates an action that names a charge: a To (a
+// demotion) names another configured location.
 func (m *refModel) validateCharge(a Action, reclaim bool) string {
-	if a.Charge == "" || !reclaim || !a.Handle.IsZero() || a.Handle.Name != "" || a.From != "" || a.To != "" {
+	if a.Charge == "" || !reclaim || !a.Handle.IsZero() || a.Handle.Name != "" || a.From != "" {
 		return refInvalid()
 	}
 	if e := m.checkLoc(a.Location); e != "" {
 		return e
+	}
+	if a.To != "" {
+		if e := m.validateTo(a, true); e != "" {
+			return e
+		}
 	}
 	if !refCacheOwner(a.Owner) {
 		return refInvalid()
@@ -84,17 +95,32 @@ func (m *refModel) checkChargeEvict(a Action) string {
 	return ""
 }
 
-// runChargeEviction is a run's reclaim step for a charge, settled at once:
-// evicting (1 version), then confirmed (released, 1 version) or refused
-// (not offered, 1 version, the step's error).
-func (m *refModel) runChargeEviction(a Action, refuse bool) string {
+// runChargeEviction is a run's reclaim step for a charge, settled at once
+// by s: evicting (1 version), then confirmed (released, 1 version) or
+// refused (not offered, 1 version, the step's error). A demotion (To)
+// first admits the new charge (1 version, refmodel_charges_spill_test.go);
+// dropped or refused, the new charge is released (1 version) before the
+// old one is settled (dropped: released as confirmed).
+func (m *refModel) runChargeEviction(a Action, s refSettle) string {
 	if e := m.checkChargeEvict(a); e != "" {
 		return e
+	}
+	if a.To != "" {
+		if e := m.admitDemoted(a); e != "" {
+			return e
+		}
+		m.bump()
 	}
 	i := m.findResv(a.Charge)
 	m.resv[i].state = ChargeEvicting
 	m.bump()
-	if refuse {
+	if a.To != "" && s != refSettleDone {
+		j := m.findResv(refDemotedName(a.Charge, a.To))
+		m.resv = append(m.resv[:j], m.resv[j+1:]...)
+		m.bump()
+		i = m.findResv(a.Charge)
+	}
+	if s == refSettleRefused {
 		m.resv[i].state = ChargeNotOffered
 		m.bump()
 		return refChargeBusy(a.Charge, ChargeNotOffered, true)
@@ -104,11 +130,12 @@ func (m *refModel) runChargeEviction(a Action, refuse bool) string {
 	return ""
 }
 
-// charges renders every active reservation's charge state.
+// charges renders every active reservation's charge state (and, when
+// offered, whether as demotable).
 func (m *refModel) charges() []string {
 	var out []string
 	for _, r := range m.resv {
-		out = append(out, fmt.Sprintf("%s %s", r.name, r.state))
+		out = append(out, fmt.Sprintf("%s %s demotable=%v", r.name, r.state, r.state == ChargeOffered && r.demote))
 	}
 	return out
 }

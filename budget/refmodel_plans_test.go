@@ -109,10 +109,9 @@ func (m *refModel) Explain(p Plan) (bool, map[string]int64) {
 func (m *refModel) simulate(p Plan) bool {
 	for _, a := range p.Reclaim {
 		if a.Charge != "" {
-			if m.checkChargeEvict(a) != "" {
+			if !m.simulateCharge(a) {
 				return false
 			}
-			m.resv = append(m.resv[:m.findResv(a.Charge)], m.resv[m.findResv(a.Charge)+1:]...)
 			continue
 		}
 		v, _ := m.resolve(a.Handle)
@@ -159,8 +158,10 @@ type refRunResult struct {
 // Run executes p as the ledger's StartRun/Next/Complete/Finish would with
 // nothing else happening between steps; the enter step failAt (−1: none)
 // fails after admission, and so does the reclaim step failAt when it is a
-// demotion.
-func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64, failAt int) refRunResult {
+// demotion; the owner of the charge of reclaim step failAt refuses its
+// eviction, and the owner of a charge demoted at reclaim step dropAt
+// (−1: none; not failAt) answers that its copy failed.
+func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64, failAt, dropAt int) refRunResult {
 	if checkVersion && expected != m.version {
 		return refRunResult{err: refStale(expected, m.version)}
 	}
@@ -193,7 +194,14 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 	}
 	for i, a := range p.Reclaim {
 		if a.Charge != "" {
-			if e := m.runChargeEviction(a, i == failAt); e != "" {
+			settle := refSettleDone
+			switch {
+			case i == failAt:
+				settle = refSettleRefused
+			case i == dropAt:
+				settle = refSettleDropped
+			}
+			if e := m.runChargeEviction(a, settle); e != "" {
 				return fail(PhaseReclaim, &a, i, nil, -1, e)
 			}
 			continue

@@ -25,6 +25,7 @@ type refLoc struct {
 	name      string
 	hasBudget bool
 	budget    int64
+	spill     string // spill target ("" none; refmodel_charges_spill_test.go)
 }
 
 type refValue struct {
@@ -53,11 +54,12 @@ type refEndpoint struct {
 }
 
 type refResv struct {
-	name  string
-	loc   string
-	bytes int64
-	owner string
-	state ChargeState // as a charge (refmodel_charges_test.go)
+	name   string
+	loc    string
+	bytes  int64
+	owner  string
+	state  ChargeState // as a charge (refmodel_charges_test.go)
+	demote bool        // offered as demotable (refmodel_charges_spill_test.go)
 }
 
 type refModel struct {

@@ -291,6 +291,10 @@ func (r *checkedRun) FailStep(cause error) (effs []Effect, err error) {
 	err = r.c.do("Run.FailStep", errCommitted, func() (e error) { effs, e = r.R.FailStep(cause); return })
 	return
 }
+func (r *checkedRun) CompleteDropped(cause error) error {
+	r.c.t.Helper()
+	return r.c.do("Run.CompleteDropped", mutation, func() error { return r.R.CompleteDropped(cause) })
+}
 func (r *checkedRun) Finish() (rep Report, leases []LeaseID, err error) {
 	r.c.t.Helper()
 	err = r.c.do("Run.Finish", errCommitted, func() (e error) { rep, leases, e = r.R.Finish(); return })
