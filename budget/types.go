@@ -203,6 +203,9 @@ type Action struct {
 
 func (a Action) String() string {
 	if a.Charge != "" {
+		if a.To != "" {
+			return fmt.Sprintf("charge %s of %s %s→%s (demotion)", a.Charge, a.Owner, a.Location, a.To)
+		}
 		return fmt.Sprintf("charge %s of %s at %s", a.Charge, a.Owner, a.Location)
 	}
 	if a.To != "" {
