@@ -282,11 +282,17 @@ func TestCacheSpillChecker(t *testing.T) {
 		t.Logf("coverage: %s", spCoverage(cov))
 	})
 	t.Run("concurrent", func(t *testing.T) {
+		var sum cache.Stats
 		ckSeeds(t, 2201, 6, func(seed uint64) bool {
 			rec := &spRec{}
-			runSpillConcurrent(t, rec, seed, 5, 300)
+			st := runSpillConcurrent(t, rec, seed, 5, 300)
+			sum.Evictions += st.Evictions
+			sum.Demotions += st.Demotions
+			sum.DemotionFailures += st.DemotionFailures
+			sum.WarmStarts += st.WarmStarts
 			return spReport(t, rec, "concurrent", seed)
 		})
+		t.Logf("the spilling cache, all seeds: %d evictions, %d demotions, %d failed, %d warm starts", sum.Evictions, sum.Demotions, sum.DemotionFailures, sum.WarmStarts)
 	})
 }
 
@@ -411,13 +417,16 @@ func (m *spModel) randomOp() {
 	switch x := m.r.IntN(100); {
 	case x < 40:
 		m.load()
-	case x < 55:
+	case x < 52:
 		if len(m.leases) > 0 {
 			m.release(m.r.IntN(len(m.leases)))
 		}
-	case x < 80:
+	case x < 75:
+		if len(m.scopes) >= 3 {
+			m.exit(0)
+		}
 		m.admit()
-	case x < 92:
+	case x < 90:
 		if len(m.scopes) > 0 {
 			m.exit(m.r.IntN(len(m.scopes)))
 		}
@@ -483,7 +492,7 @@ func (m *spModel) key() (int, string) {
 	if m.r.IntN(3) == 0 {
 		c = 1
 	}
-	return c, fmt.Sprintf("%c%d", "sp"[c], m.r.IntN(7))
+	return c, fmt.Sprintf("k%d", m.r.IntN(7))
 }
 
 func (m *spModel) load() {
@@ -499,6 +508,7 @@ func (m *spModel) load() {
 	m.op = fmt.Sprintf("load %s peak %d resident %d fail %v demote %q keep %v", key, peak, resident, failLoad, mode, keep)
 	before, _ := m.total(spPinned)
 	fits := m.fits(map[string]int64{spGPU: peak})
+	probe := m.probe(c, key, peak, fits)
 	var out spLoaded
 	l, err := spLoad(m.ctx, m.g, c, key, peak, resident, failLoad, mode, &out)
 	made, warm, ran := out.made, out.warm, out.ran
@@ -530,7 +540,7 @@ func (m *spModel) load() {
 				break
 			}
 		}
-		m.victims(events[:loaderAt], nil, before, 0)
+		m.victims(events[:loaderAt], probe, before, 0)
 		m.loaded(c, key, events[loaderAt:], warm, failLoad, made, err)
 		if failLoad {
 			m.wantErr(errors.As(err, &le), "load error", err)
@@ -548,6 +558,24 @@ func (m *spModel) load() {
 	if len(events) > 0 {
 		m.fail("no load ran, yet the runtime called %v", events)
 	}
+}
+
+// probe returns the evictions the controller decides (Decide, nothing
+// run) for the reservation of a load's peak that the model expects to
+// reserve: the load's own admission must evict the same, with the same To.
+func (m *spModel) probe(c int, key string, peak int64, fits bool) []budget.Eviction {
+	if m.closed[c] || peak > spBudget || m.entries[c][key] != nil || !fits {
+		return nil
+	}
+	d, err := m.g.sys.Decide(m.ctx, system.Request{Name: "probe", Reservations: []system.ReservationSpec{{Name: "probe", Location: spGPU, Bytes: peak}}})
+	if err != nil {
+		m.fail("decide a reservation of the peak: %v", err)
+		return nil
+	}
+	if ev := m.rec.take(); len(ev) > 0 {
+		m.fail("Decide ran %v", ev)
+	}
+	return append([]budget.Eviction{}, d.Evictions...)
 }
 
 // loaded checks what follows the loader's start: the copy handed to it
@@ -828,10 +856,10 @@ func (m *spModel) admit() {
 	need := map[string]int64{}
 	where := m.r.IntN(5)
 	if where < 3 {
-		res = append(res, spResv{fmt.Sprintf("g%d", m.nextScope), spGPU, 1 + m.r.Int64N(spBudget*7/10)})
+		res = append(res, spResv{fmt.Sprintf("g%d", m.nextScope), spGPU, 1 + m.r.Int64N(spBudget/2)})
 	}
 	if where >= 2 {
-		res = append(res, spResv{fmt.Sprintf("h%d", m.nextScope), spPinned, 1 + m.r.Int64N(m.g.pinned)})
+		res = append(res, spResv{fmt.Sprintf("h%d", m.nextScope), spPinned, 1 + m.r.Int64N(m.g.pinned*2/3)})
 	}
 	req := system.Request{Name: fmt.Sprintf("q%d", m.nextScope)}
 	for _, r := range res {
@@ -1066,7 +1094,7 @@ type spWorker struct {
 	scopes []*system.Scope
 }
 
-func runSpillConcurrent(t *testing.T, rec *spRec, seed uint64, workers, steps int) {
+func runSpillConcurrent(t *testing.T, rec *spRec, seed uint64, workers, steps int) cache.Stats {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(seed, 0xc0c))
 	g := startSpillRig(t, rec, 30+r.Int64N(120))
@@ -1120,6 +1148,7 @@ func runSpillConcurrent(t *testing.T, rec *spRec, seed uint64, workers, steps in
 	}
 	spConserved(g, st)
 	require.NoError(t, g.sys.Close(ctx))
+	return st
 }
 
 // spWatch checks, until stop, that neither location is over its budget
