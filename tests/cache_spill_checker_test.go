@@ -112,6 +112,7 @@ type spVal struct {
 	bytes   int64
 	mode    string
 	holders atomic.Int64 // leases the checker holds
+	busy    atomic.Bool  // its idle predicate says busy
 	closed  atomic.Int32
 	copy    atomic.Pointer[spCopy] // made by Demote
 }
@@ -126,6 +127,8 @@ func (v *spVal) Close() error {
 	v.rec.add("close", v.id)
 	return nil
 }
+
+func spIdle(v *spVal) bool { return !v.busy.Load() }
 
 // spCopy is a demoted copy.
 type spCopy struct {
@@ -239,7 +242,7 @@ func spLoad(ctx context.Context, g *spRig, c int, key string, peak, resident int
 	if out == nil {
 		out = new(spLoaded)
 	}
-	return cache.Load(ctx, g.caches[c], key, peak, nil, func(ctx context.Context) (*spVal, int64, error) {
+	return cache.Load(ctx, g.caches[c], key, peak, spIdle, func(ctx context.Context) (*spVal, int64, error) {
 		out.ran = true
 		g.rec.add("loader", 0)
 		if cp, ok := cache.Demoted[*spCopy](ctx); ok {
@@ -330,6 +333,10 @@ type spEntry struct {
 	charge   string
 	held     int
 	detached bool // drained by Close while held
+	// offered: the ledger has its charge offered (a victim candidate).
+	// Not after a refused drop (its predicate said busy) until it is
+	// offered again: a release, or a load of its cache refused for room.
+	offered bool
 }
 
 // spCopyM is a demoted copy kept at pinned-host.
@@ -425,7 +432,11 @@ func (m *spModel) randomOp() {
 		if len(m.scopes) >= 3 {
 			m.exit(0)
 		}
-		m.admit()
+		if m.r.IntN(4) == 0 {
+			m.admitBusy()
+		} else {
+			m.admit(false)
+		}
 	case x < 90:
 		if len(m.scopes) > 0 {
 			m.exit(m.r.IntN(len(m.scopes)))
@@ -457,7 +468,7 @@ func (m *spModel) total(loc string) (total, idle int64) {
 	for c := range m.entries {
 		for _, e := range m.entries[c] {
 			total += e.v.bytes
-			if e.held == 0 && !m.closed[c] {
+			if e.offered {
 				idle += e.v.bytes
 			}
 		}
@@ -466,6 +477,20 @@ func (m *spModel) total(loc string) (total, idle int64) {
 		total += e.v.bytes
 	}
 	return total, idle
+}
+
+// reofferable: the idle entries of cache c not offered, which a load of
+// c refused for room offers again (their bytes, and them).
+func (m *spModel) reofferable(c int) (int64, []*spEntry) {
+	var n int64
+	var out []*spEntry
+	for _, e := range m.entries[c] {
+		if !e.offered && e.held == 0 && !e.v.busy.Load() {
+			n += e.v.bytes
+			out = append(out, e)
+		}
+	}
+	return n, out
 }
 
 func (m *spModel) budget(loc string) int64 {
@@ -509,6 +534,13 @@ func (m *spModel) load() {
 	before, _ := m.total(spPinned)
 	fits := m.fits(map[string]int64{spGPU: peak})
 	probe := m.probe(c, key, peak, fits)
+	// Refused for room, the load offers the cache's idle entries that are
+	// not offered (refused drops) and decides again.
+	reBytes, re := m.reofferable(c)
+	fitsAgain := fits
+	if total, idle := m.total(spGPU); !fits {
+		fitsAgain = total-idle-reBytes+peak <= spBudget
+	}
 	var out spLoaded
 	l, err := spLoad(m.ctx, m.g, c, key, peak, resident, failLoad, mode, &out)
 	made, warm, ran := out.made, out.warm, out.ran
@@ -529,10 +561,15 @@ func (m *spModel) load() {
 			return
 		}
 		m.hold(l, e, keep)
-	case !fits:
+	case !fitsAgain:
 		m.saw("load busy")
 		m.wantErr(errors.As(err, &busy), "busy", err)
+		m.offer(re)
 	default:
+		if !fits {
+			m.saw("load after offering again")
+			m.offer(re)
+		}
 		loaderAt := len(events)
 		for i, ev := range events {
 			if ev.kind == "loader" {
@@ -650,11 +687,19 @@ func (m *spModel) known(name string) bool {
 	return false
 }
 
+func (m *spModel) offer(es []*spEntry) {
+	for _, e := range es {
+		e.offered = true
+	}
+}
+
 func (m *spModel) hold(l *cache.Lease[*spVal], e *spEntry, keep bool) {
+	e.offered = false // withdrawn while a lease holds it
 	if !keep {
 		if err := l.Release(); err != nil {
 			m.fail("release: %v", err)
 		}
+		e.offered = e.held == 0
 		return
 	}
 	e.held++
@@ -768,8 +813,8 @@ func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, befor
 		}
 		pastT = true
 		e := v.e
-		if e.held > 0 || m.closed[e.c] {
-			m.fail("victim %s was not idle (held %d, cache closed %v)", e.charge, e.held, m.closed[e.c])
+		if e.held > 0 || !e.offered {
+			m.fail("victim %s was not an offered idle entry (held %d, offered %v)", e.charge, e.held, e.offered)
 		}
 		b := e.v.bytes
 		// The spill rule's room at the target, from the model's figures.
@@ -847,15 +892,39 @@ func (m *spModel) release(i int) {
 	if len(events) > 0 {
 		m.fail("release: unexpected %v", events)
 	}
+	h.e.offered = h.e.held == 0
 }
 
-// admit admits a reservation at cuda:0, at pinned-host, or both.
-func (m *spModel) admit() {
+// admitBusy admits at cuda:0 while an offered idle entry's predicate
+// says busy: a plan that picks it is refused when it runs (the entry
+// stays, not offered until released or offered again by a load).
+func (m *spModel) admitBusy() {
+	var idle []*spEntry
+	for c := range m.entries {
+		for _, e := range m.entries[c] {
+			if e.offered {
+				idle = append(idle, e)
+			}
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].v.id < idle[j].v.id })
+	e := idle[m.r.IntN(len(idle))]
+	e.v.busy.Store(true)
+	m.admit(true)
+	e.v.busy.Store(false)
+}
+
+// admit admits a reservation at cuda:0, at pinned-host, or both (gpu: at
+// cuda:0 at least).
+func (m *spModel) admit(gpu bool) {
 	m.nextScope++
 	var res []spResv
 	need := map[string]int64{}
 	where := m.r.IntN(5)
-	if where < 3 {
+	if where < 3 || gpu {
 		res = append(res, spResv{fmt.Sprintf("g%d", m.nextScope), spGPU, 1 + m.r.Int64N(spBudget/2)})
 	}
 	if where >= 2 {
@@ -879,28 +948,48 @@ func (m *spModel) admit() {
 		}
 		return
 	}
+	// The first victim whose predicate says busy refuses its drop: the
+	// run stops there, its earlier victims evicted.
+	for k, ev := range d.Evictions {
+		e := m.entryByCharge(ev.Charge)
+		if e == nil || !e.v.busy.Load() {
+			continue
+		}
+		var xe *budget.PlanExecutionError
+		m.wantErr(errors.As(err, &xe) && errors.Is(err, system.ErrBusy), "refused drop", err)
+		if ev.To != "" {
+			m.saw("admit refused demotion")
+		}
+		m.victims(events, append([]budget.Eviction{}, d.Evictions[:k]...), before, need[spPinned])
+		if sc != nil {
+			m.fail("a refused run returned a scope")
+		}
+		e.offered = false
+		return
+	}
 	if err != nil {
 		m.fail("want admitted, got %T: %v", err, err)
 		return
 	}
 	m.saw(fmt.Sprintf("admit ok, %d evictions", min(len(d.Evictions), 3)))
-	vs := m.victims(events, append([]budget.Eviction{}, d.Evictions...), before, need[spPinned])
+	m.victims(events, append([]budget.Eviction{}, d.Evictions...), before, need[spPinned])
 	m.scopes = append(m.scopes, spScope{sc, res})
-	freed := map[string]int64{}
-	for _, v := range vs {
-		if v.cp != nil {
-			freed[spPinned] += v.cp.bytes
-		} else {
-			freed[spGPU] += v.e.v.bytes
-		}
-	}
-	for loc, b := range need {
-		// total now counts the scope's reservations and no victim.
+	for loc := range need {
 		if total, _ := m.total(loc); total > m.budget(loc) {
-			m.fail("%s over its budget after the admission: %d > %d (freed %d)", loc, total, m.budget(loc), freed[loc])
+			m.fail("%s over its budget after the admission: %d > %d", loc, total, m.budget(loc))
 		}
-		_ = b
 	}
+}
+
+func (m *spModel) entryByCharge(charge string) *spEntry {
+	for c := range m.entries {
+		for _, e := range m.entries[c] {
+			if e.charge == charge {
+				return e
+			}
+		}
+	}
+	return nil
 }
 
 func (m *spModel) exit(i int) {
