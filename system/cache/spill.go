@@ -181,13 +181,14 @@ func (c *Cache) callDemote(key string, v any) (copied any, err error) {
 // dropCopyLocked drops the demoted copy e whose charge a plan evicts
 // (c.mu held; released): refused while a load holds it.
 func (c *Cache) dropCopyLocked(e *cacheEntry, settle func(error)) {
-	if e.taken || !e.retiring.CompareAndSwap(false, true) {
+	if e.taken { // read under c.mu: a load settles it (settleCopy)
 		c.mu.Unlock()
-		if e.taken {
-			c.refuse(e, settle)
-			return
-		}
-		<-e.released // leaving by another way (Close)
+		c.refuse(e, settle)
+		return
+	}
+	if !e.retiring.CompareAndSwap(false, true) {
+		c.mu.Unlock()
+		<-e.released // leaving by another way (Close, a load that used it)
 		settle(nil)
 		return
 	}

@@ -3,8 +3,10 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -304,4 +306,59 @@ func TestSpillCloseCancelsDemote(t *testing.T) {
 	rec, ok := snap.Location(vpinned)
 	require.True(t, ok)
 	assert.Zero(t, rec.ReservedBytes)
+}
+
+// A plan drops a demoted copy while a load holds it (the load took it
+// after the decision): the drop is refused, whatever the load does
+// meanwhile. The load fails at once, so it settles the copy (offered
+// again) as the drop looks at it: the drop must not read the copy's
+// state outside the cache's lock (a data race under -race), nor take the
+// copy's release for a way out that never comes (the admission would
+// wait forever).
+func TestSpillDropOfTakenCopy(t *testing.T) {
+	ctx := context.Background()
+	r := startSpill(t, 100)
+	for i := range 40 {
+		idleBlob(t, r.c, "a", 70)
+		sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+		require.NoError(t, err)
+		require.NoError(t, sc.Exit(ctx))
+		require.Equal(t, 1, r.stats(t).Demoted, "round %d", i)
+
+		loaded := make(chan error, 1)
+		cache.SetDropHook(r.c, func() {
+			cache.SetDropHook(r.c, nil)
+			entered := make(chan struct{})
+			go func() {
+				_, err := cache.Load(ctx, r.c, "a", 70, blobIdle, func(context.Context) (*blob, int64, error) {
+					close(entered)
+					for range i % 20 { // fail a little later each round: at some point, as the drop looks at the copy
+						runtime.Gosched()
+					}
+					return nil, 0, errors.New("disk gone")
+				})
+				loaded <- err
+			}()
+			<-entered // the copy is taken; the load fails now, as the drop goes on
+		})
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sc, _, err = r.sys.Admit(actx, system.Request{Name: "host", Reservations: []system.ReservationSpec{{Name: "h", Location: vpinned, Bytes: 50}}})
+		cancel()
+		var xe *budget.PlanExecutionError
+		if err != nil {
+			require.ErrorAs(t, err, &xe, "round %d: the drop of the taken copy is refused", i)
+		} else {
+			require.NoError(t, sc.Exit(ctx)) // the load settled first: the copy was dropped
+		}
+		require.Error(t, <-loaded)
+		// Whatever happened, the copy is gone, or offered again once the
+		// refusal is settled (never stuck out of the controller's reach):
+		// an admission that waits for room drops it.
+		actx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		sc, _, err = r.sys.Admit(actx, system.Request{Name: "host", Reservations: []system.ReservationSpec{{Name: "h", Location: vpinned, Bytes: 50}}}, system.WaitForRoom())
+		cancel()
+		require.NoError(t, err, "round %d", i)
+		require.NoError(t, sc.Exit(ctx))
+		require.Zero(t, r.stats(t).Demoted, "round %d", i)
+	}
 }

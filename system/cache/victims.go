@@ -238,6 +238,16 @@ func (c *Cache) leaveBookLocked(e *cacheEntry, settle func(error)) bool {
 // (other victims may do), and e is offered again once it is idle.
 func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
 	settle(&system.CacheBusyError{Key: e.key, Location: c.loc})
+	// The runtime has settled the refusal: the ledger no longer offers the
+	// charge. An offer recorded meanwhile (the entry went idle again, a
+	// failed load gave a copy back) was drained while the charge was
+	// evicting, and dropped: record it again, or the entry would stay out
+	// of the controller's reach while the cache counts it as offered.
+	c.mu.Lock()
+	if e.wants && !c.closed {
+		c.markLocked(e)
+	}
+	c.mu.Unlock()
 	c.rt.RoomMade()
 }
 
