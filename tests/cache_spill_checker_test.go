@@ -239,7 +239,7 @@ type spLoaded struct {
 // handed, then fails or returns a value of resident bytes with Demote mode
 // mode. out (nil: not recorded) is written by the loader: read it only
 // once the load is known to be over.
-func spLoad(ctx context.Context, g *spRig, c int, key string, peak, resident int64, fail bool, mode string, out *spLoaded) (*cache.Lease[*spVal], error) {
+func spLoad(ctx context.Context, g *spRig, c int, key string, peak, resident int64, fail bool, mode string, out *spLoaded) (cache.Lease[*spVal], error) {
 	if out == nil {
 		out = new(spLoaded)
 	}
@@ -434,7 +434,7 @@ func (m *spModel) checkClosed() {
 type spWorker struct {
 	g      *spRig
 	r      *rand.Rand
-	leases []*cache.Lease[*spVal]
+	leases []cache.Lease[*spVal]
 	scopes []*system.Scope
 }
 

@@ -53,7 +53,7 @@ type spScope struct {
 }
 
 type spHeld struct {
-	l *cache.Lease[*spVal]
+	l cache.Lease[*spVal]
 	e *spEntry
 }
 
@@ -388,7 +388,7 @@ func (m *spModel) offer(es []*spEntry) {
 	}
 }
 
-func (m *spModel) hold(l *cache.Lease[*spVal], e *spEntry, keep bool) {
+func (m *spModel) hold(l cache.Lease[*spVal], e *spEntry, keep bool) {
 	e.offered = false // withdrawn while a lease holds it
 	if !keep {
 		if err := l.Release(); err != nil {
