@@ -98,6 +98,7 @@ SOAK_DIR     ?= soak-logs
 SOAK_TESTS := \
 	staging:TestPipelineModelChecker \
 	tests:TestCacheChecker \
+	tests:TestCacheSpillChecker \
 	system/replay:TestNamesChecker \
 	system:TestWaitingAdmissionChecker \
 	tests:TestSyscheck
