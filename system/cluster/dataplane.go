@@ -123,7 +123,7 @@ func (n *Node) serveGRPC(_ any, ss grpc.ServerStream) error {
 		case <-n.stop:
 			return status.Errorf(codes.Unavailable, "node %q is closing", n.name)
 		}
-		c := n.readChunk(m)
+		c := n.readChunk(ss.Context(), m)
 		data := c.Data
 		c.Data = nil
 		if err := ss.SendMsg(c); err != nil {
