@@ -126,7 +126,7 @@ func (n *Node) receiveEndpoint(ctx actor.Context) {
 	case *clusterpb.OpenStream:
 		n.async(ctx, func(c context.Context) any { return n.openStream(c, m) })
 	case *clusterpb.ReadChunk:
-		ctx.Respond(n.readChunk(context.Background(), m))
+		ctx.Respond(n.readChunk(context.Background(), m, nil))
 	case *clusterpb.CloseStream:
 		n.async(ctx, func(c context.Context) any {
 			n.streams.close(c, n, m.StreamId)
@@ -267,8 +267,8 @@ func preferenceRank(loc string) int {
 
 // readChunk answers a ReadChunk: the bytes of the range asked for (at
 // most MaxBytes from Offset, within the value), read from the leased
-// buffer into a new slice, or the error.
-func (n *Node) readChunk(ctx context.Context, m *clusterpb.ReadChunk) *clusterpb.Chunk {
+// buffer into buf(size) (a new slice when buf is nil), or the error.
+func (n *Node) readChunk(ctx context.Context, m *clusterpb.ReadChunk, buf func(int) []byte) *clusterpb.Chunk {
 	n.streams.mu.Lock()
 	st := n.streams.m[m.StreamId]
 	if st != nil {
@@ -290,7 +290,12 @@ func (n *Node) readChunk(ctx context.Context, m *clusterpb.ReadChunk) *clusterpb
 		return fail(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})
 	}
 	end := min(m.Offset+int64(m.MaxBytes), total)
-	data := make([]byte, end-m.Offset)
+	var data []byte
+	if buf != nil {
+		data = buf(int(end - m.Offset))
+	} else {
+		data = make([]byte, end-m.Offset)
+	}
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	if st.ended {

@@ -42,13 +42,13 @@ func TestServeStreamReadsChunksFromTheLeaseWhileItLasts(t *testing.T) {
 	}
 	st := open(1)
 	for _, r := range [][3]int64{{0, 4096, 4096}, {8192, 4096, size - 8192}, {size - 1, 1 << 20, 1}} {
-		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: 1, Offset: r[0], MaxBytes: int32(r[1])})
+		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: 1, Offset: r[0], MaxBytes: int32(r[1])}, nil)
 		require.Nil(t, c.Error, "%v", r)
 		require.Equal(t, data[r[0]:r[0]+r[2]], c.Data)
 		require.Equal(t, r[0]+r[2] == size, c.Last)
 	}
 	for _, r := range [][2]int64{{-1, 10}, {size, 10}, {0, 0}, {0, -5}} {
-		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: 1, Offset: r[0], MaxBytes: int32(r[1])})
+		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: 1, Offset: r[0], MaxBytes: int32(r[1])}, nil)
 		require.NotNil(t, c.Error, "%v", r)
 		require.Nil(t, c.Data)
 		var bad *budget.InvalidInputError
@@ -57,7 +57,7 @@ func TestServeStreamReadsChunksFromTheLeaseWhileItLasts(t *testing.T) {
 
 	unavailable := func(id uint64) {
 		t.Helper()
-		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: id, Offset: 0, MaxBytes: 16})
+		c := n.readChunk(ctx, &clusterpb.ReadChunk{StreamId: id, Offset: 0, MaxBytes: 16}, nil)
 		require.NotNil(t, c.Error)
 		require.Nil(t, c.Data)
 		var un *budget.UnavailableError
