@@ -287,7 +287,9 @@ func (n *Node) pullChunks(ctx context.Context, src, addr string, id uint64, dst 
 var errBadChunk = errors.New("residency: unexpected chunk")
 
 // readChunks runs the stream: asks for chunks, chunkWindow ahead, and
-// lands each one in dst.
+// lands each one in dst. The owner's chunkRing depends on both bounds kept
+// here: never more than chunkWindow chunks asked and not yet received, and
+// CloseSend only once every chunk asked for has been received.
 func (n *Node) readChunks(st grpc.ClientStream, src string, id uint64, dst []byte, w *streamWatch) error {
 	total := int64(len(dst))
 	chunk := int64(n.opts.ChunkBytes)
