@@ -61,7 +61,11 @@
 // [Backend.Read] and [Backend.Write] move bytes between a buffer and a host
 // slice synchronously. They do not wait for stream work: wait on an event
 // first. [Backend.Load] fills a buffer by running a [Loader] (the
-// reconstruction of a value from its source) synchronously.
+// reconstruction of a value from its source) synchronously. A backend that
+// implements [RangeReader] (soft, cu, and the faulty decorator) also copies
+// a range of a buffer into a caller's slice without copying the rest;
+// [ReadAt] uses it, or Read and a copy of the range for a backend without
+// it.
 //
 // # Streams and events
 //

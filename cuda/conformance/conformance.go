@@ -21,7 +21,8 @@
 // WaitEvent, errors after Free (use after free), fault injection by the
 // decorator of package cuda/faulty over the backend (alloc, copy,
 // reconstruct; each consumed once and reported once, in stream order with
-// the backend's own failures), loaders (errors wrapped, panics recovered), stream and backend
+// the backend's own failures), loaders (errors wrapped, panics recovered),
+// ranged reads (cuda.ReadAt: bounds, errors), stream and backend
 // Close, and concurrent use under the race detector. It never relies on
 // timing: it waits on events, and checks only orderings that must hold
 // whatever the speed of the device. Every subtest ends with a goroutine
@@ -82,6 +83,7 @@ func Run(t *testing.T, newBackend Factory, locations ...string) {
 		{"FailureReportedExactlyOnce", s.failureOnce},
 		{"ReconstructFault", s.reconstructFault},
 		{"Load", s.load},
+		{"RangeRead", s.rangeRead},
 		{"StreamClose", s.streamClose},
 		{"BackendClose", s.backendClose},
 		{"ConcurrentUse", s.concurrent},

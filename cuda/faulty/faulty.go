@@ -21,8 +21,9 @@ type Backend struct {
 }
 
 var (
-	_ cuda.Backend   = (*Backend)(nil)
-	_ cuda.Simulator = (*Backend)(nil)
+	_ cuda.Backend     = (*Backend)(nil)
+	_ cuda.Simulator   = (*Backend)(nil)
+	_ cuda.RangeReader = (*Backend)(nil)
 )
 
 // Wrap returns a decorator over inner with no fault armed. label starts
@@ -174,6 +175,12 @@ func (b *Backend) checkLoad(ctx context.Context, dst cuda.Buffer, target string,
 // Read reads through the wrapped backend.
 func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	return b.inner.Read(ctx, buf)
+}
+
+// ReadAt reads a range through the wrapped backend ([cuda.ReadAt]: its
+// own ranged read, or a whole Read when it has none).
+func (b *Backend) ReadAt(ctx context.Context, buf cuda.Buffer, off int64, p []byte) error {
+	return cuda.ReadAt(ctx, b.inner, buf, off, p)
 }
 
 // Write writes through the wrapped backend.

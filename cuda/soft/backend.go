@@ -77,7 +77,10 @@ type location struct {
 	used     int64 // guarded by Backend.mu
 }
 
-var _ cuda.Backend = (*Backend)(nil)
+var (
+	_ cuda.Backend     = (*Backend)(nil)
+	_ cuda.RangeReader = (*Backend)(nil)
+)
 
 // New returns a simulated backend for cfg. It starts no goroutine until a
 // stream is created. It returns an error matching cuda.ErrInvalid for a bad
@@ -447,4 +450,39 @@ func (b *Backend) copyDuration(n int64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(q)
+}
+
+// ReadAt copies the len(p) bytes of buf from offset off into p (zeros for
+// a buffer never written), without copying the rest of the buffer (see
+// [cuda.RangeReader]). It does not wait for stream work on buf.
+//
+// Checks run in this order, and on any of these failures p is left as it was:
+// backend closed (cuda.ErrClosed), ctx done, foreign or nil buf
+// (cuda.ErrInvalid), a range not inside buf (*cuda.RangeError), freed buf
+// (cuda.ErrFreed).
+func (b *Backend) ReadAt(ctx context.Context, buf cuda.Buffer, off int64, p []byte) error {
+	if b.closed.Load() {
+		return cuda.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sb, err := b.own(buf, "buffer")
+	if err != nil {
+		return err
+	}
+	if err := check.Range(sb, off, len(p)); err != nil {
+		return err
+	}
+	sb.mu.RLock()
+	defer sb.mu.RUnlock()
+	if sb.gone() {
+		return fmt.Errorf("%w: soft backend: read of %d bytes at %d of %s", cuda.ErrFreed, len(p), off, sb)
+	}
+	if sb.data == nil {
+		clear(p)
+		return nil
+	}
+	copy(p, sb.data[off:])
+	return nil
 }

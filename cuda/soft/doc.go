@@ -37,7 +37,8 @@
 //     MemInfo.UsedBytes of its locations and so at most their capacities;
 //   - Read returns a new slice of the buffer's size (zeros for a buffer
 //     never written): the caller's memory, which the backend does not
-//     keep.
+//     keep; ReadAt copies a range into the caller's slice and makes no
+//     real bytes for a buffer never written.
 //
 // A size the Go runtime refuses to make (beyond its largest slice) fails
 // the write with *cuda.OutOfMemoryError; a size it accepts but the machine
@@ -60,8 +61,8 @@
 //
 // Bandwidth: with Config.BandwidthBytesPerSec > 0 each stream copy of n
 // bytes first calls Config.Sleep for n/bandwidth seconds, then copies. The
-// bytes appear all at once at the end of the delay. Read, Write and Load are
-// not delayed. Tests inject a Sleep that blocks on a channel they control,
+// bytes appear all at once at the end of the delay. Read, ReadAt, Write and
+// Load are not delayed. Tests inject a Sleep that blocks on a channel they control,
 // which makes "the copy is in flight" a state they can hold and inspect;
 // with testing/synctest the default timer-based Sleep runs on the bubble's
 // fake clock.

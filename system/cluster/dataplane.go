@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -46,6 +47,12 @@ const (
 )
 
 var chunkDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true, ClientStreams: true}
+
+// chunkRecvPool holds the buffers a chunk stream's messages are received
+// into before the codec copies their bytes into the destination
+// (chunkInto), for the next message: without it, gRPC makes a new buffer
+// for each message, a chunk's size of garbage per chunk.
+var chunkRecvPool = grpc.NewSharedBufferPool()
 
 func init() { encoding.RegisterCodec(chunkCodec{}) }
 
@@ -91,10 +98,16 @@ func (chunkCodec) Unmarshal(data []byte, v any) error {
 
 // serveGRPC is the node's gRPC server's handler of methods protoactor
 // does not register: the chunk stream, or Unimplemented.
-func (n *Node) serveGRPC(_ any, ss grpc.ServerStream) error {
+func (n *Node) serveGRPC(_ any, ss grpc.ServerStream) (err error) {
 	if m, _ := grpc.MethodFromServerStream(ss); m != chunkMethod {
 		return status.Errorf(codes.Unimplemented, "unknown method %s", m)
 	}
+	ring := getChunkRing()
+	defer func() {
+		if err == nil { // the reader received every chunk before it closed
+			chunkRings.Put(ring)
+		}
+	}()
 	reqs := make(chan *clusterpb.ReadChunk)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -123,7 +136,7 @@ func (n *Node) serveGRPC(_ any, ss grpc.ServerStream) error {
 		case <-n.stop:
 			return status.Errorf(codes.Unavailable, "node %q is closing", n.name)
 		}
-		c := n.readChunk(m)
+		c := n.readChunk(ss.Context(), m, ring.next)
 		data := c.Data
 		c.Data = nil
 		if err := ss.SendMsg(c); err != nil {
@@ -135,6 +148,39 @@ func (n *Node) serveGRPC(_ any, ss grpc.ServerStream) error {
 			}
 		}
 	}
+}
+
+// chunkRing is the buffers one chunk stream's handler reads chunks into
+// and sends from, reused in turn. The transport still reads a buffer after
+// SendMsg has returned, until its bytes are written to the connection; a
+// buffer comes round again chunkWindow+1 chunks later. A reader asks for
+// chunk k+chunkWindow only once it has received chunk k (readChunks), so by
+// the time the handler gets the request that reuses the buffer of chunk k,
+// the reader has received chunk k, which the transport sends only after it
+// has read all of it: nothing reads the buffer any more. The buffers hold
+// copies of the value's bytes, never the leased buffer itself.
+type chunkRing struct {
+	bufs [chunkWindow + 1][]byte
+	k    int
+}
+
+var chunkRings sync.Pool
+
+func getChunkRing() *chunkRing {
+	if r, ok := chunkRings.Get().(*chunkRing); ok {
+		return r
+	}
+	return &chunkRing{}
+}
+
+// next returns the ring's next buffer, of n bytes.
+func (r *chunkRing) next(n int) []byte {
+	b := &r.bufs[r.k%len(r.bufs)]
+	r.k++
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	return (*b)[:n]
 }
 
 // dataConns are this node's gRPC connections to other members' ports,
@@ -207,7 +253,8 @@ func (n *Node) pullChunks(ctx context.Context, src, addr string, id uint64, dst 
 		return &budget.UnavailableError{Location: "@" + src, Reason: budget.UnavailableLocation, Detail: fmt.Sprintf(format, a...)}
 	}
 	cc, err := n.data.conn(addr, append(n.dialOpts[:len(n.dialOpts):len(n.dialOpts)],
-		grpc.WithInitialWindowSize(chunkWindowBytes), grpc.WithInitialConnWindowSize(chunkWindowBytes)))
+		grpc.WithInitialWindowSize(chunkWindowBytes), grpc.WithInitialConnWindowSize(chunkWindowBytes),
+		experimental.WithRecvBufferPool(chunkRecvPool)))
 	if err != nil {
 		return unavailable("node %q cannot be reached at %s for a chunk stream: %v", src, addr, err)
 	}
@@ -240,7 +287,9 @@ func (n *Node) pullChunks(ctx context.Context, src, addr string, id uint64, dst 
 var errBadChunk = errors.New("residency: unexpected chunk")
 
 // readChunks runs the stream: asks for chunks, chunkWindow ahead, and
-// lands each one in dst.
+// lands each one in dst. The owner's chunkRing depends on both bounds kept
+// here: never more than chunkWindow chunks asked and not yet received, and
+// CloseSend only once every chunk asked for has been received.
 func (n *Node) readChunks(st grpc.ClientStream, src string, id uint64, dst []byte, w *streamWatch) error {
 	total := int64(len(dst))
 	chunk := int64(n.opts.ChunkBytes)

@@ -93,15 +93,23 @@ func (n *Node) remoteLoader(src RemoteSource) system.Loader {
 // ---- the owner's side ------------------------------------------------------
 
 // serveStream is one stream this node serves: the lease that protects the
-// source, the stream buffer's reservation, the bytes.
+// source, the stream buffer's reservation, the value's size. Each chunk is
+// read from the leased buffer when it is asked for (Lease.ReadAt), into a
+// slice of its own that the transport may keep after the lease ends.
 type serveStream struct {
 	id          uint64
 	reader      string
 	lease       *system.Lease
 	reservation string // "" when the owner has no pageable-host
-	data        []byte
+	bytes       int64
 	last        time.Time
 	read        bool // a chunk was asked for: the reader knows the stream
+
+	// mu is held for reading by each chunk read and for writing when the
+	// stream ends, so that the lease is released only after the chunk
+	// reads in progress, and no read starts after it (ended).
+	mu    sync.RWMutex
+	ended bool
 }
 
 type streamTable struct {
@@ -118,7 +126,7 @@ func (n *Node) receiveEndpoint(ctx actor.Context) {
 	case *clusterpb.OpenStream:
 		n.async(ctx, func(c context.Context) any { return n.openStream(c, m) })
 	case *clusterpb.ReadChunk:
-		ctx.Respond(n.readChunk(m))
+		ctx.Respond(n.readChunk(context.Background(), m, nil))
 	case *clusterpb.CloseStream:
 		n.async(ctx, func(c context.Context) any {
 			n.streams.close(c, n, m.StreamId)
@@ -193,13 +201,7 @@ func (n *Node) openStream(ctx context.Context, m *clusterpb.OpenStream) *cluster
 		n.unreserve(ctx, st)
 		return fail(err)
 	}
-	st.lease = lease
-	data, err := lease.Read(ctx)
-	if err != nil {
-		n.releaseStream(ctx, st)
-		return fail(err)
-	}
-	st.data, st.last = data, time.Now()
+	st.lease, st.bytes, st.last = lease, bytes, time.Now()
 	n.streams.mu.Lock()
 	if n.closed.Load() {
 		n.streams.mu.Unlock()
@@ -263,26 +265,46 @@ func preferenceRank(loc string) int {
 	}
 }
 
-func (n *Node) readChunk(m *clusterpb.ReadChunk) *clusterpb.Chunk {
+// readChunk answers a ReadChunk: the bytes of the range asked for (at
+// most MaxBytes from Offset, within the value), read from the leased
+// buffer into buf(size) (a new slice when buf is nil), or the error.
+func (n *Node) readChunk(ctx context.Context, m *clusterpb.ReadChunk, buf func(int) []byte) *clusterpb.Chunk {
 	n.streams.mu.Lock()
 	st := n.streams.m[m.StreamId]
 	if st != nil {
 		st.last, st.read = time.Now(), true
 	}
 	n.streams.mu.Unlock()
+	fail := func(err error) *clusterpb.Chunk {
+		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(err)}
+	}
+	gone := func() *clusterpb.Chunk {
+		return fail(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
+			Detail: fmt.Sprintf("node %q has no open stream %d (closed, or idle too long)", n.name, m.StreamId)})
+	}
 	if st == nil {
-		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.UnavailableError{Location: "@" + n.name, Reason: budget.UnavailableSource,
-			Detail: fmt.Sprintf("node %q has no open stream %d (closed, or idle too long)", n.name, m.StreamId)})}
+		return gone()
 	}
-	total := int64(len(st.data))
+	total := st.bytes
 	if m.Offset < 0 || m.Offset >= total || m.MaxBytes <= 0 {
-		return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Error: toRemote(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})}
+		return fail(&budget.InvalidInputError{Message: fmt.Sprintf("stream %d: chunk at %d of %d bytes, at most %d", m.StreamId, m.Offset, total, m.MaxBytes)})
 	}
-	end := m.Offset + int64(m.MaxBytes)
-	if end > total {
-		end = total
+	end := min(m.Offset+int64(m.MaxBytes), total)
+	var data []byte
+	if buf != nil {
+		data = buf(int(end - m.Offset))
+	} else {
+		data = make([]byte, end-m.Offset)
 	}
-	return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: st.data[m.Offset:end], Last: end == total}
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	if st.ended {
+		return gone()
+	}
+	if err := st.lease.ReadAt(ctx, m.Offset, data); err != nil {
+		return fail(err)
+	}
+	return &clusterpb.Chunk{StreamId: m.StreamId, Offset: m.Offset, Data: data, Last: end == total}
 }
 
 func (n *Node) unreserve(ctx context.Context, st *serveStream) {
@@ -295,6 +317,9 @@ func (n *Node) unreserve(ctx context.Context, st *serveStream) {
 
 // releaseStream releases a stream's lease and reservation.
 func (n *Node) releaseStream(ctx context.Context, st *serveStream) {
+	st.mu.Lock() // after the chunk reads in progress; none after this
+	st.ended = true
+	st.mu.Unlock()
 	if st.lease != nil {
 		if err := st.lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, system.ErrClosed) {
 			n.log.Warn().Err(err).Uint64("stream", st.id).Msg("residency node: releasing a stream's lease")
