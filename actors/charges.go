@@ -65,9 +65,10 @@ type chargeOwners struct {
 	mu sync.Mutex
 	m  map[string]ChargeOwner
 
-	pending atomic.Bool                   // a source has offers to drain
-	sources atomic.Pointer[[]OfferSource] // copy on write (under mu)
-	buf     offerBuffer                   // the supervisor's drain buffer
+	pending  atomic.Bool   // a source has offers to drain
+	waiting  []OfferSource // the sources named since the last drain (under mu)
+	draining []OfferSource // the last drain's list, reused (the supervisor's)
+	buf      offerBuffer   // the supervisor's drain buffer
 }
 
 // RegisterChargeOwner makes o the owner called back for the offered

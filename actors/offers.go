@@ -7,9 +7,9 @@ import (
 
 // Lazy offers: a loader cache records the offers and withdrawals of its
 // charges (an entry gone idle, a lease taken) where it keeps its entries,
-// without a message, and marks them pending ([Engine.OffersPending]). The
-// supervisor drains every registered source's pending offers into the
-// ledger (drainOffers) before it handles anything else — any message, any
+// without a message, and names itself pending ([Engine.OffersPending]).
+// The supervisor drains the pending offers of every source named since
+// its last drain into the ledger (drainOffers) before it handles anything else — any message, any
 // direct lease step — so every decision, admission, reservation, read and
 // lease sees the cache's state as of its start, and an offer's stamp (its
 // version) comes before every later ledger step, as the message it
@@ -39,22 +39,19 @@ type OfferSource interface {
 	DrainOffers(sink OfferSink)
 }
 
-// RegisterOfferSource adds src to the sources the supervisor drains.
-func (e *Engine) RegisterOfferSource(src OfferSource) {
+// OffersPending tells the supervisor that src has pending offers: it
+// drains them before its next step. Call it after recording them; once
+// per drain is enough (a source named twice is drained twice, the second
+// time finding nothing). Only the sources named since the last drain are
+// drained, so the cost of a drain does not grow with the number of
+// sources a runtime ever had.
+func (e *Engine) OffersPending(src OfferSource) {
 	o := &e.owners
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	var list []OfferSource
-	if p := o.sources.Load(); p != nil {
-		list = slices.Clone(*p)
-	}
-	list = append(list, src)
-	o.sources.Store(&list)
+	o.waiting = append(o.waiting, src)
+	o.mu.Unlock()
+	o.pending.Store(true)
 }
-
-// OffersPending tells the supervisor that a source has pending offers:
-// it drains them before its next step. Call it after recording them.
-func (e *Engine) OffersPending() { e.owners.pending.Store(true) }
 
 // chargeOp is one drained offer or withdrawal.
 type chargeOp struct {
@@ -91,14 +88,16 @@ func (s *supervisor) drainOffers() {
 		return
 	}
 	o.pending.Store(false)
-	p := o.sources.Load()
-	if p == nil {
-		return
-	}
+	o.mu.Lock()
+	srcs := o.waiting
+	o.waiting = o.draining[:0]
+	o.mu.Unlock()
 	b := &o.buf
-	for _, src := range *p {
+	for i, src := range srcs {
 		src.DrainOffers(b)
+		srcs[i] = nil // keep no source alive
 	}
+	o.draining = srcs
 	slices.SortFunc(b.ops, func(x, y chargeOp) int { return cmp.Compare(x.seq, y.seq) })
 	for i, op := range b.ops {
 		switch {

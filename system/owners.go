@@ -54,12 +54,11 @@ func (o ownerSeam) Register(owner string, co owners.ChargeOwner) bool {
 	n.names[owner] = struct{}{}
 	if co != nil {
 		o.s.eng.RegisterChargeOwner(owner, co)
-		o.s.eng.RegisterOfferSource(offerSource{co})
 	}
 	return true
 }
 
-func (o ownerSeam) OffersPending() { o.s.eng.OffersPending() }
+func (o ownerSeam) OffersPending(co owners.ChargeOwner) { o.s.eng.OffersPending(offerSource{co}) }
 
 // offerSource is an owner's DrainOffers as the engine's OfferSource.
 type offerSource struct{ co owners.ChargeOwner }

@@ -114,8 +114,11 @@ type Cache struct {
 	pending  []*cacheEntry
 	notified bool
 	dropHook func() // tests only (export_test.go): runs as a drop starts
+	drains   int    // tests only (export_test.go): the runtime's drains of this cache
 
 	sp cacheSpill // demotion of idle entries (spill.go)
+
+	dropper dropper // the cache's callback for the runtime, as registered (victims.go)
 }
 
 // cacheEntry is one key's value and charge.
@@ -204,7 +207,8 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	if c.sp, err = newSpill(opts, rt.SpillTarget); err != nil {
 		return nil, err
 	}
-	if c.owner, err = claimOwner(rt, opts.Name, dropper{weak.Make(c)}); err != nil {
+	c.dropper = dropper{weak.Make(c)}
+	if c.owner, err = claimOwner(rt, opts.Name, c.dropper); err != nil {
 		return nil, err
 	}
 	c.budget = &MemoryBudget{rt: rt, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}

@@ -8,3 +8,10 @@ func SetDropHook(c *Cache, f func()) {
 	defer c.mu.Unlock()
 	c.dropHook = f
 }
+
+// Drains returns how many times the runtime drained c's offers.
+func Drains(c *Cache) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.drains
+}

@@ -35,7 +35,7 @@ func (c *Cache) markLocked(e *cacheEntry) {
 	}
 	if !c.notified {
 		c.notified = true
-		c.rt.OffersPending()
+		c.rt.OffersPending(c.dropper)
 	}
 }
 
@@ -115,6 +115,7 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.drains++
 	c.notified = false
 	for i, e := range c.pending {
 		c.pending[i] = nil

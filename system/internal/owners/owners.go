@@ -42,11 +42,12 @@ type Runtime interface {
 	// with o (nil: none) as the callback that drops its offered charges:
 	// false when another owner of this runtime has it.
 	Register(owner string, o ChargeOwner) bool
-	// OffersPending tells the runtime that the owner recorded offers or
-	// withdrawals of its charges (ChargeOwner.DrainOffers hands them
-	// over): the runtime drains them before its next ledger step. It
-	// never blocks and sends nothing.
-	OffersPending()
+	// OffersPending tells the runtime that the owner co (as registered)
+	// recorded offers or withdrawals of its charges (co.DrainOffers hands
+	// them over): the runtime drains them before its next ledger step. It
+	// never blocks and sends nothing. Only the owners that said so are
+	// drained, so an owner says it once per drain, after recording.
+	OffersPending(co ChargeOwner)
 	// Admit asks the controller for room for req (its reservations owned
 	// by an owner) and runs the plan, evicting values and offered charges
 	// as the decision says, in one step of the runtime. It returns the
