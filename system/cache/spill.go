@@ -148,15 +148,19 @@ func (c *Cache) keepCopy(e *cacheEntry, to, demoted string, copied any) error {
 		closeValue(c, e.key, copied)
 		return system.ErrCacheClosed
 	}
+	// An older copy of the key is there when the entry was loaded cold
+	// while its predecessor's Demote ran. It is let go now, unless a load
+	// holds it: that load lets it go when it ends (settleCopy).
 	old := c.sp.copies[e.key]
 	c.sp.copies[e.key] = cp
 	c.byCharge[demoted] = cp
 	c.sp.demotions++
 	cp.wants = true
 	c.markLocked(cp)
+	release := old != nil && !old.taken && old.retiring.CompareAndSwap(false, true)
 	c.mu.Unlock()
-	if old != nil && old.retiring.CompareAndSwap(false, true) {
-		c.releaseCopy(old) // not expected: a load releases the copy it took
+	if release {
+		c.releaseCopy(old)
 	}
 	return nil
 }
@@ -233,14 +237,15 @@ func (c *Cache) takeCopyLocked(key string) *cacheEntry {
 }
 
 // settleCopy ends a load's hold on the copy it took: released once the
-// load succeeded (the loaded entry replaces it), offered again otherwise.
+// load succeeded (the loaded entry replaces it) or a newer copy of the
+// key replaced it meanwhile, offered again otherwise.
 func (c *Cache) settleCopy(cp *cacheEntry, loaded bool) {
 	if cp == nil {
 		return
 	}
 	c.mu.Lock()
 	cp.taken = false
-	if loaded || c.closed {
+	if loaded || c.closed || c.sp.copies[cp.key] != cp {
 		release := cp.retiring.CompareAndSwap(false, true)
 		c.mu.Unlock()
 		if release {

@@ -362,3 +362,80 @@ func TestSpillDropOfTakenCopy(t *testing.T) {
 		require.Zero(t, r.stats(t).Demoted, "round %d", i)
 	}
 }
+
+// TestSpillNewCopyLeavesATakenCopyToItsLoad: a key's entry is demoted
+// while a load of the key holds the key's older copy (possible when the
+// entry was loaded cold while its predecessor's Demote ran). Filing the
+// new copy must not close the one the loader is using; that load lets
+// it go when it ends.
+func TestSpillNewCopyLeavesATakenCopyToItsLoad(t *testing.T) {
+	ctx := context.Background()
+	sys, err := startSoft(t, ctx, system.Options{
+		Locations: []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit(vpinned, 1000), system.Limit(vgpu, 100)},
+		Spill:     map[string]string{vgpu: vpinned},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sys.Close(ctx)) })
+	entered := make(chan struct{}, 2)
+	gate := make(chan struct{})
+	var copies []*hostCopy
+	c, err := cache.New(ctx, sys, cache.Options{Location: vgpu, Name: "m", Spill: &cache.Spill{
+		Demote: func(_ context.Context, _ string, v any) (any, error) {
+			entered <- struct{}{}
+			<-gate
+			h := &hostCopy{from: v.(*blob)}
+			copies = append(copies, h)
+			return h, nil
+		},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close(ctx)) })
+	// demoteWhile demotes the idle entry of "k" through an admission and
+	// runs during while its Demote waits. The admission itself may fail
+	// after the demotion (during reloaded the key's bytes).
+	demoteWhile := func(during func()) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if sc, _, err := sys.Admit(ctx, gpuResv("kv", 85)); err == nil {
+				assert.NoError(t, sc.Exit(ctx))
+			}
+		}()
+		<-entered
+		during()
+		gate <- struct{}{}
+		<-done
+	}
+	idleBlob(t, c, "k", 20)
+	// First demotion: meanwhile "k" loads cold (no copy filed yet).
+	demoteWhile(func() { idleBlob(t, c, "k", 20) })
+	require.Len(t, copies, 1)
+	// Second demotion: meanwhile a load of "k" takes the first copy and
+	// is still using it when the second copy is filed.
+	using, finish := make(chan *hostCopy), make(chan struct{})
+	loaded := make(chan error, 1)
+	load := func() {
+		l, err := cache.Load(ctx, c, "k", 20, blobIdle, func(ctx context.Context) (*blob, int64, error) {
+			h, _ := cache.Demoted[*hostCopy](ctx)
+			using <- h
+			<-finish
+			return &blob{}, 20, nil
+		})
+		if err == nil {
+			err = l.Release()
+		}
+		loaded <- err
+	}
+	var held *hostCopy
+	demoteWhile(func() {
+		go load() // "k" is out of the book: a new load, which takes the first copy
+		held = <-using
+	})
+	require.Same(t, copies[0], held, "the load holds the first copy")
+	require.Len(t, copies, 2)
+	assert.Zero(t, held.closed.Load(), "the copy a loader holds is not closed under it")
+	close(finish)
+	require.NoError(t, <-loaded)
+	assert.Equal(t, int32(1), held.closed.Load(), "its load let it go when it succeeded")
+	assert.Zero(t, copies[1].closed.Load(), "the second copy stays")
+}
