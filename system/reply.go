@@ -106,7 +106,15 @@ type slotPool struct {
 	mu   sync.Mutex
 	free []*replySlot
 	reg  *actor.ProcessRegistryValue
+	// stopped is closed once the actors are stopped (stop): a caller
+	// still waiting then, whose reply can never come, gets ErrClosed.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
+
+// stop releases every caller still waiting for a reply (the actors are
+// stopped: none will come). Idempotent.
+func (p *slotPool) stop() { p.stopOnce.Do(func() { close(p.stopped) }) }
 
 const maxIdleSlots = 1024
 
@@ -167,6 +175,17 @@ func (p *slotPool) await(ctx context.Context, s *replySlot, onLate func(any), ke
 		case <-s.wake:
 		case <-done:
 			return nil, p.giveUp(ctx, s, onLate, slotParked)
+		case <-p.stopped:
+			// The runtime stopped its actors without answering (a Close
+			// whose own wait was cut short): no reply will come.
+			if err := p.abandon(s, onLate, slotParked, ErrClosed); err != nil {
+				return nil, err
+			}
+			m := s.take() // it came after all
+			if !keep {
+				p.put(s)
+			}
+			return m, nil
 		}
 	}
 	m := s.take()
@@ -193,4 +212,17 @@ func (p *slotPool) giveUp(ctx context.Context, s *replySlot, onLate func(any), f
 	}
 	p.put(s)
 	return ctx.Err()
+}
+
+// abandon is giveUp for a caller released by stop: err when s is
+// abandoned; nil when its reply is there after all (the caller takes it).
+func (p *slotPool) abandon(s *replySlot, onLate func(any), from int32, err error) error {
+	s.onLate = onLate
+	if s.state.CompareAndSwap(from, slotAbandoned) {
+		return err
+	}
+	if from == slotParked {
+		<-s.wake
+	}
+	return nil
 }

@@ -324,6 +324,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 		}
 	}
 	s.slots.reg = eng.System.ProcessRegistry
+	s.slots.stopped = make(chan struct{})
 	s.releaseLateFn = s.releaseLate
 	log.Info().Str("manager_id", id).Str("backend", backend.Name()).Bool("simulated", cuda.IsSimulated(backend)).Int("locations", len(opts.Locations)).Msg("residency started")
 	return s, nil
@@ -695,6 +696,7 @@ func (s *System) Close(ctx context.Context) error {
 		// the actors; Engine.Stop frees every buffer still allocated.
 		s.closeErr = fe
 		_ = s.eng.Stop(ctx)
+		s.slots.stop()
 		s.slots.drain()
 		s.log.Error().Err(fe).Msg("residency closed after a fatal stop")
 		return s.closeErr
@@ -702,6 +704,7 @@ func (s *System) Close(ctx context.Context) error {
 	if err != nil {
 		s.closeErr = fmt.Errorf("residency: close: waiting for transfers in flight: %w", err)
 		_ = s.eng.Stop(context.Background())
+		s.slots.stop() // callers still waiting get ErrClosed: no reply will come
 		return s.closeErr
 	}
 	rep := r.(*messages.ShutdownReply)
@@ -709,6 +712,7 @@ func (s *System) Close(ctx context.Context) error {
 	if err := s.eng.Stop(ctx); err != nil {
 		s.closeErr = err
 	}
+	s.slots.stop()
 	s.slots.drain()
 	if rep.Err != nil && s.closeErr == nil {
 		s.closeErr = rep.Err
