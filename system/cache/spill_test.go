@@ -79,6 +79,17 @@ func (r *spillRig) reserved(t *testing.T, loc string) int64 {
 	return rec.ReservedBytes
 }
 
+// demoteA loads "a" (70 bytes), leaves it idle and has it demoted by a
+// 60-byte admission at cuda:0 (whose scope then exits).
+func (r *spillRig) demoteA(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	idleBlob(t, r.c, "a", 70)
+	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
+	require.NoError(t, err)
+	require.NoError(t, sc.Exit(ctx))
+}
+
 func (r *spillRig) stats(t *testing.T) cache.Stats {
 	t.Helper()
 	st, err := r.c.Statistics(context.Background())
@@ -201,10 +212,7 @@ func TestSpillDemoteFailureDropsTheEntry(t *testing.T) {
 func TestSpillCopyIsAVictimAtTheTarget(t *testing.T) {
 	ctx := context.Background()
 	r := startSpill(t, 100)
-	idleBlob(t, r.c, "a", 70)
-	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
-	require.NoError(t, err)
-	require.NoError(t, sc.Exit(ctx))
+	r.demoteA(t)
 	require.Len(t, r.copies, 1)
 	// Room at pinned-host: the idle copy is dropped there (a copy is
 	// never demoted further).
@@ -222,11 +230,8 @@ func TestSpillCopyIsAVictimAtTheTarget(t *testing.T) {
 func TestSpillFailedLoadKeepsTheCopy(t *testing.T) {
 	ctx := context.Background()
 	r := startSpill(t, 1000)
-	idleBlob(t, r.c, "a", 70)
-	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
-	require.NoError(t, err)
-	require.NoError(t, sc.Exit(ctx))
-	_, err = cache.Load(ctx, r.c, "a", 70, blobIdle, func(ctx context.Context) (*blob, int64, error) {
+	r.demoteA(t)
+	_, err := cache.Load(ctx, r.c, "a", 70, blobIdle, func(ctx context.Context) (*blob, int64, error) {
 		_, ok := cache.Demoted[*hostCopy](ctx)
 		require.True(t, ok)
 		return nil, 0, errors.New("disk gone")
@@ -250,10 +255,7 @@ func TestSpillFailedLoadKeepsTheCopy(t *testing.T) {
 func TestSpillCloseReleasesCopies(t *testing.T) {
 	ctx := context.Background()
 	r := startSpill(t, 1000)
-	idleBlob(t, r.c, "a", 70)
-	sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
-	require.NoError(t, err)
-	require.NoError(t, sc.Exit(ctx))
+	r.demoteA(t)
 	require.NoError(t, r.c.Close(ctx))
 	assert.Equal(t, int32(1), r.copies[0].closed.Load())
 	assert.Zero(t, r.reserved(t, vpinned))
@@ -319,10 +321,7 @@ func TestSpillDropOfTakenCopy(t *testing.T) {
 	ctx := context.Background()
 	r := startSpill(t, 100)
 	for i := range 40 {
-		idleBlob(t, r.c, "a", 70)
-		sc, _, err := r.sys.Admit(ctx, gpuResv("kv", 60))
-		require.NoError(t, err)
-		require.NoError(t, sc.Exit(ctx))
+		r.demoteA(t)
 		require.Equal(t, 1, r.stats(t).Demoted, "round %d", i)
 
 		loaded := make(chan error, 1)
@@ -342,7 +341,7 @@ func TestSpillDropOfTakenCopy(t *testing.T) {
 			<-entered // the copy is taken; the load fails now, as the drop goes on
 		})
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		sc, _, err = r.sys.Admit(actx, system.Request{Name: "host", Reservations: []system.ReservationSpec{{Name: "h", Location: vpinned, Bytes: 50}}})
+		sc, _, err := r.sys.Admit(actx, system.Request{Name: "host", Reservations: []system.ReservationSpec{{Name: "h", Location: vpinned, Bytes: 50}}})
 		cancel()
 		var xe *budget.PlanExecutionError
 		if err != nil {
