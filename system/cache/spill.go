@@ -218,9 +218,7 @@ func (c *Cache) releaseCopy(e *cacheEntry) {
 	c.mu.Lock()
 	c.forgetCopyLocked(e)
 	c.mu.Unlock()
-	e.closeBox()
-	c.unreserve(e.charge)
-	e.gone()
+	e.release() // value closed, then its charge released (a copy is never split)
 }
 
 // takeCopyLocked takes key's demoted copy for a load about to start (c.mu
