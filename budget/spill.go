@@ -47,8 +47,6 @@ package budget
 // never demotes such a value, which is never a candidate) does the run
 // fail, with phase reclaim and the copy's failure as the cause.
 
-import "fmt"
-
 // configureSpill resolves the configured spill targets. Errors
 // ([*InvalidInputError], the ledger is not built): a malformed target, a
 // target that is not a configured location, a target equal to its own
@@ -129,95 +127,6 @@ func (l *Ledger) checkDemotionField(a Action, i int) error {
 		return invalidf("reclaim %d (%s): a demotion's to must differ from its location", i, a)
 	}
 	return nil
-}
-
-// ---- the controller ----------------------------------------------------------
-
-// demotions returns, for each victim (in victim order), the location it
-// is demoted to, or -1 when it is dropped; nil when no location has a
-// spill target. chosen is the assignment the victims serve.
-func (d *decider) demotions(chosen []int, victims []victim) []int {
-	l := d.l
-	if !l.hasSpill() || len(victims) == 0 {
-		return nil
-	}
-	// Refresh the per-location additions (d.adds) for this assignment:
-	// the best evaluation is not necessarily the last one evaluated.
-	d.evaluate(chosen)
-	removed := make([]int64, len(l.locs)) // every victim's bytes, by location
-	for _, vc := range victims {
-		removed[vc.loc] += vc.c.bytes
-	}
-	before := make([]int64, len(l.locs)) // victims listed earlier, by location
-	into := make([]int64, len(l.locs))   // earlier demotions, by target
-	out := make([]int, len(victims))
-	for i, vc := range victims {
-		out[i] = -1
-		t := l.locs[vc.loc].spill
-		if isChargeID(vc.c.id) {
-			// An idle cache entry is demoted only when its owner offered it
-			// as demotable (charges_spill.go).
-			if t >= 0 && l.chargeDemotable(l.charges[vc.c.id], t) && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
-				out[i] = t
-				into[t] += vc.c.bytes
-			}
-			before[vc.loc] += vc.c.bytes
-			continue
-		}
-		if v := l.valueByID(vc.c.id); t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
-			out[i] = t
-			into[t] += vc.c.bytes
-		}
-		before[vc.loc] += vc.c.bytes
-	}
-	return out
-}
-
-// spillRoom reports whether b more bytes fit at t in the plan's final
-// state (the rule) and when the demotion lands (see the file comment).
-func (d *decider) spillRoom(t int, b, removed, before, into int64) bool {
-	lc := &d.l.locs[t]
-	if !lc.hasBudget {
-		return true
-	}
-	base := lc.used + lc.reserved + into + b
-	return base-removed+d.adds[t] <= lc.budget && base-before <= lc.budget
-}
-
-// reclaims builds the decision's reclaim list and eviction records from
-// the victims (in victim order) and their demotion targets (nil or -1:
-// dropped).
-func (d *decider) reclaims(victims []victim, targets []int) ([]Action, []Eviction) {
-	l := d.l
-	var actions []Action
-	var evictions []Eviction
-	for i, vc := range victims {
-		name := l.locs[vc.loc].name
-		if isChargeID(vc.c.id) {
-			to := ""
-			if targets != nil && targets[i] >= 0 {
-				to = l.locs[targets[i]].name
-			}
-			a, e := d.chargeReclaim(vc, name, to)
-			actions = append(actions, a)
-			evictions = append(evictions, e)
-			continue
-		}
-		h := l.handle(l.valueByID(vc.c.id))
-		a := Action{Handle: h, Location: name}
-		e := Eviction{Handle: h, Location: name, Bytes: vc.c.bytes, Kind: EvictionLowestPriority}
-		what := "evicted"
-		if targets != nil && targets[i] >= 0 {
-			a.To = l.locs[targets[i]].name
-			e.To, e.Kind = a.To, EvictionDemoted
-			what = "demoted to " + a.To
-		}
-		e.Reason = fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; %s to free %d bytes of the %d-byte shortfall for request %q",
-			vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
-		actions = append(actions, a)
-		evictions = append(evictions, e)
-	}
-	return actions, evictions
 }
 
 // ---- runs --------------------------------------------------------------------
