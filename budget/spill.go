@@ -13,30 +13,46 @@ package budget
 // Decide chooses the assignment and its victims exactly as without spill
 // targets (victims, explored states and tie-breaks do not depend on
 // them). Then, in victim order, a victim whose value has no other
-// resident materialization is demoted to its location's spill target T
-// when T has room in the plan's final state:
+// resident materialization (and none at T) is demoted to its location's
+// spill target T when T has room, both in the plan's final state and
+// when the demotion lands (it lacks short(T) ≤ 0 bytes):
 //
-//	used(T) + reserved(T) − bytes of the victims removed at T
-//	  + the plan's own additions at T (destinations, temporary
-//	    reconstruction charges, reservations)
-//	  + the demotions into T of earlier victims + its bytes ≤ budget(T)
+//	final:   used(T) + reserved(T) − bytes of the victims removed at T
+//	           + the plan's own additions at T (destinations, temporary
+//	             reconstruction charges, reservations)
+//	           + the demotions into T listed earlier + its bytes − budget(T)
+//	landing: used(T) + reserved(T) − bytes of the victims at T listed
+//	           earlier + the demotions into T listed earlier + its bytes
+//	           − budget(T)
+//	short(T) = max(final, landing); 0 when T has no budget
 //
-// (always, when T has no budget). No victim is chosen at T for a
-// demotion. Otherwise the victim is dropped, as without spill. Its
-// eviction record carries To and the kind [EvictionDemoted].
+// The spill cascade: when short(T) > 0, T gives up victims of its own to
+// cover it. They are T's candidates in candidate order (idle, unprotected,
+// not required by the request, never the last copy of a value without a
+// source), less every victim the plan already has and the other copies
+// of values with a victim anywhere in the plan, chosen by the victim rule
+// (the least valuable set for short(T) bytes). If they cannot cover
+// short(T), none is taken and the victim is dropped. Otherwise each of
+// them, in candidate order, is itself demoted along T's spill target by
+// this same rule or dropped, and the victim is demoted. No location gives
+// up victims twice in one chain (the request's victim's location and
+// every target that made room for it), so a cascade ends. Every victim's
+// bytes count as removed at its location from the moment it is chosen.
 //
-// The plan's reclaim list keeps victim order, so a demotion runs after
-// the removals listed before it. Victim order is location order
-// (pageable-host, pinned-host, cuda:0, …): when T comes before the
-// victim's location in that order (cuda:N → pinned-host, pinned-host →
-// pageable-host, cuda:1 → cuda:0), every victim at T has been removed
-// when the demotion lands, and the formula above bounds every charge the
-// plan makes at T. When T comes after it (cuda:0 → cuda:1, say), the
-// victims at T listed later are still there when the demotion lands, so
-// the demotion must also fit then: used(T) + reserved(T) − the victims at
-// T listed before it + the earlier demotions into T + its bytes ≤
-// budget(T). That second condition never binds in the first case; it is
-// what keeps every decision's plan feasible under Explain.
+// The plan's reclaim list keeps the request's victims in victim order
+// (location order: pageable-host, pinned-host, cuda:0, …); the victims
+// T gives up, each preceded by the victims its own demotion needed, come
+// just before the demotion they make room for. Their eviction records
+// say so: RoomFor is the position of that demotion, and the reason ends
+// "at T to make room for the demotion of V from L (reclaim N)". A
+// demoted victim's record carries To and the kind [EvictionDemoted].
+//
+// The landing condition is what keeps a plan feasible under Explain when
+// T comes after the victim's location in location order (cuda:0 →
+// cuda:1): the request's victims at T listed later are still there when
+// the demotion lands. When T comes before it (cuda:N → pinned-host,
+// pinned-host → pageable-host), every request's victim at T is gone
+// by then and the final condition is the one that binds.
 //
 // A demotion whose copy fails leaves the value dropped, exactly as a
 // plain reclaim would have: [Run.FailStep] settles the failed move (the
