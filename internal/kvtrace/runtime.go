@@ -47,8 +47,30 @@ func Run(ctx context.Context, t *Trace, cfg Config) (Counts, error) {
 	if cfg.BlockBytes <= 0 || cfg.GPU <= 0 || (cfg.Spill != "" && cfg.SpillBlocks <= 0) {
 		return Counts{}, errors.New("kvtrace: block bytes, GPU blocks and spill blocks (with a spill tier) must be > 0")
 	}
+	sys, err := start(ctx, cfg)
+	if err != nil {
+		return Counts{}, err
+	}
+	p := newPlayer(sys, cfg, t)
+	c, err := p.play(ctx, t)
+	return c, errors.Join(err, stop(sys))
+}
+
+// stop closes the runtime, then its backend.
+func stop(sys *system.System) error {
+	err := sys.Close(context.Background())
+	return errors.Join(err, sys.Backend().Close())
+}
+
+func newPlayer(sys *system.System, cfg Config, t *Trace) *player {
+	return &player{sys: sys, cfg: cfg, handles: make([]system.Handle, t.Blocks()), where: make([]uint8, t.Blocks())}
+}
+
+// start starts the runtime of a run: pageable-host (the sources), cuda:0
+// and the spill tier, on the soft backend.
+func start(ctx context.Context, cfg Config) (*system.System, error) {
 	if cfg.Spill != "" && cfg.Spill != "pinned-host" && cfg.Spill != SourceLocation {
-		return Counts{}, fmt.Errorf("kvtrace: spill tier %q: want pinned-host or pageable-host", cfg.Spill)
+		return nil, fmt.Errorf("kvtrace: spill tier %q: want pinned-host or pageable-host", cfg.Spill)
 	}
 	locs := []system.LocationConfig{system.NoLimit(SourceLocation), system.Limit(GPULocation, cfg.BlockBytes*int64(cfg.GPU))}
 	opts := system.Options{DisableTrace: true}
@@ -64,19 +86,14 @@ func Run(ctx context.Context, t *Trace, cfg Config) (Counts, error) {
 	opts.Locations = locs
 	b, err := system.SoftBackend(locs, soft.Config{})
 	if err != nil {
-		return Counts{}, err
+		return nil, err
 	}
 	opts.Backend = b
 	sys, err := system.Start(ctx, opts)
 	if err != nil {
-		return Counts{}, err
+		return nil, errors.Join(err, b.Close())
 	}
-	p := &player{sys: sys, cfg: cfg, handles: make([]system.Handle, t.Blocks()), where: make([]uint8, t.Blocks())}
-	c, err := p.play(ctx, t)
-	if cerr := sys.Close(context.WithoutCancel(ctx)); err == nil {
-		err = cerr
-	}
-	return c, err
+	return sys, nil
 }
 
 // Where a block is, as the player tracks it from the decisions.

@@ -123,7 +123,7 @@ func Read(r io.Reader, lim Limits) (*Trace, error) {
 	t := &Trace{}
 	index := map[int64]int32{}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), lim.MaxLineBytes)
+	sc.Buffer(make([]byte, 0, min(64<<10, lim.MaxLineBytes)), lim.MaxLineBytes)
 	n := 0
 	for sc.Scan() {
 		n++
