@@ -10,8 +10,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/residency-go/residency/internal/kvtrace"
@@ -42,8 +45,9 @@ host→device and device→host, then the same for LRU of the GPU's size and
 for an exclusive two-tier LRU of the same total size, and the hit ratio of
 Belady's optimal policy (farthest next use, exact) for the GPU alone and
 for both tiers as one, as the bounds. A request with more blocks than the
-GPU holds is skipped (its blocks count as misses). Progress is drawn on
-standard error when it is a terminal.
+GPU holds is skipped (its blocks count as misses). Capacities run side by
+side, one runtime each, as many at once as there are CPUs. Progress is
+drawn on standard error when it is a terminal.
 
 Flags:
 `
@@ -80,8 +84,18 @@ func kvMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "demo kv: %v\n", err)
 		return 2
 	}
+	if os.Getenv("GOGC") == "" {
+		// Every simulated copy allocates its block: collect less often.
+		debug.SetGCPercent(400)
+	}
+	cfg.Parallel = runtime.GOMAXPROCS(0)
 	bar := newProgress(stderr, len(t.Requests)*len(cfg.GPU), "demo kv")
-	cfg.Progress = func(int, int) { bar.step() }
+	var mu sync.Mutex
+	cfg.Progress = func(int, int) {
+		mu.Lock()
+		bar.step()
+		mu.Unlock()
+	}
 	points, err := kvtrace.Sweep(ctx, t, cfg)
 	bar.finish()
 	if err != nil {
