@@ -87,7 +87,12 @@ func TestKVRefusesBadInput(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
 		require.Contains(t, errOut, c.text, "%v", c.args)
 	}
-	code, _, errOut := runDemo(t, "kv", "--trace", path, "--gpu", "6", "--plot", filepath.Join(t.TempDir(), "no", "such", "dir.svg"))
+	code, out, errOut := runDemo(t, "kv", "--no-such-flag")
+	require.Equal(t, 2, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "flag provided but not defined: -no-such-flag")
+	require.Contains(t, errOut, "usage: demo kv")
+	code, _, errOut = runDemo(t, "kv", "--trace", path, "--gpu", "6", "--plot", filepath.Join(t.TempDir(), "no", "such", "dir.svg"))
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "--plot")
 }
