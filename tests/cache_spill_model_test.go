@@ -538,17 +538,8 @@ func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, befor
 		short := max(base-(removed-roomBytes)+adds, base-(atT-roomBytes))
 		want := e.c == 0 && short <= 0
 		if len(room) > 0 {
-			if e.c != 0 || short <= 0 || roomBytes < short {
-				m.fail("copies %v given up for victim %s (cache %d) that lacked %d bytes at %s: %d bytes", room, e.charge, e.c, short, spPinned, roomBytes)
-			}
-			for _, j := range room {
-				if roomBytes-vs[j].cp.bytes >= short {
-					m.fail("copy %s given up for victim %s is not needed (%d of %d bytes lacking)", vs[j].cp.charge, e.charge, roomBytes, short)
-				}
-				m.checkEviction(evictions, j, vs[j], spPinned, vs[j].cp.bytes, "", i)
-			}
+			m.checkRoom(vs, room, roomBytes, short, evictions, i)
 			want = true
-			m.saw("victim demoted after a cascade")
 		}
 		room, roomBytes = nil, 0
 		to := ""
@@ -590,6 +581,24 @@ func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, befor
 			m.fail("copy %s at %s evicted after the last victim at %s: room for no demotion (evictions %+v)", vs[j].cp.charge, spPinned, spGPU, evictions)
 		}
 	}
+}
+
+// checkRoom checks the copies (positions room in vs, roomBytes in all)
+// that pinned-host gave up for the demotion of victim i, which lacked
+// short bytes there: they cover it, none of them is spare, and each
+// eviction names the demotion.
+func (m *spModel) checkRoom(vs []spVictim, room []int, roomBytes, short int64, evictions []budget.Eviction, i int) {
+	e := vs[i].e
+	if e.c != 0 || short <= 0 || roomBytes < short {
+		m.fail("copies %v given up for victim %s (cache %d) that lacked %d bytes at %s: %d bytes", room, e.charge, e.c, short, spPinned, roomBytes)
+	}
+	for _, j := range room {
+		if roomBytes-vs[j].cp.bytes >= short {
+			m.fail("copy %s given up for victim %s is not needed (%d of %d bytes lacking)", vs[j].cp.charge, e.charge, roomBytes, short)
+		}
+		m.checkEviction(evictions, j, vs[j], spPinned, vs[j].cp.bytes, "", i)
+	}
+	m.saw("victim demoted after a cascade")
 }
 
 func (m *spModel) checkEviction(evictions []budget.Eviction, i int, v spVictim, loc string, bytes int64, to string, roomFor int) {
