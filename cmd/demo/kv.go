@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/residency-go/residency/internal/kvtrace"
 )
@@ -195,11 +195,10 @@ func kvHeader(w io.Writer, path string, t *kvtrace.Trace, cfg kvtrace.SweepConfi
 func kvTable(w io.Writer, path string, t *kvtrace.Trace, cfg kvtrace.SweepConfig, points []kvtrace.Point) {
 	kvHeader(w, path, t, cfg)
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "GPU blocks\tpolicy\tGPU hits\twarm hits\tmisses\tGPU ratio\tGPU+warm\thost→device\tdevice→host\t")
+	rows := [][]string{{"GPU blocks", "policy", "GPU hits", "warm hits", "misses", "GPU ratio", "GPU+warm", "host→device", "device→host"}}
 	row := func(gpu, name string, c kvtrace.Counts) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.3f\t%.3f\t%s\t%s\t\n", gpu, name, c.GPUHits, c.WarmHits, c.Misses,
-			c.GPURatio(), c.TotalRatio(), formatBytes(c.ToDevice*cfg.BlockBytes), formatBytes(c.ToHost*cfg.BlockBytes))
+		rows = append(rows, []string{gpu, name, strconv.FormatInt(c.GPUHits, 10), strconv.FormatInt(c.WarmHits, 10), strconv.FormatInt(c.Misses, 10),
+			fmt.Sprintf("%.3f", c.GPURatio()), fmt.Sprintf("%.3f", c.TotalRatio()), formatBytes(c.ToDevice * cfg.BlockBytes), formatBytes(c.ToHost * cfg.BlockBytes)})
 	}
 	for _, p := range points {
 		total := p.GPUBlocks + p.SpillBlocks
@@ -213,7 +212,7 @@ func kvTable(w io.Writer, path string, t *kvtrace.Trace, cfg kvtrace.SweepConfig
 			row("", fmt.Sprintf("optimal %d", total), *p.OptimalTotal)
 		}
 	}
-	tw.Flush()
+	kvColumns(w, rows)
 	fmt.Fprintln(w)
 	for _, p := range points {
 		if p.Residency.Skipped > 0 {
@@ -224,6 +223,29 @@ func kvTable(w io.Writer, path string, t *kvtrace.Trace, cfg kvtrace.SweepConfig
 			fmt.Fprintf(w, "; GPU+warm %s two-tier LRU (%.3f vs %.3f)", kvCompare(p.Residency.TotalRatio(), p.TwoTierLRU.TotalRatio()), p.Residency.TotalRatio(), p.TwoTierLRU.TotalRatio())
 		}
 		fmt.Fprintf(w, "; %.3f below the optimum of the GPU alone\n", p.OptimalGPU.GPURatio()-p.Residency.GPURatio())
+	}
+}
+
+// kvColumns prints rows as columns two spaces apart: the policy (column
+// 1) aligned left, every other column right.
+func kvColumns(w io.Writer, rows [][]string) {
+	width := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i == 1 {
+				b.WriteString("  " + c + pad)
+			} else {
+				b.WriteString("  " + pad + c)
+			}
+		}
+		fmt.Fprintln(w, b.String())
 	}
 }
 

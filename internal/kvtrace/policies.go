@@ -151,6 +151,20 @@ func (l *lruList) remove(b int32) {
 // use maximizes the hits. Exact: the next uses are computed from the
 // whole trace.
 func Belady(t *Trace, capacity int) Counts {
+	return belady(t, capacity, capacity)
+}
+
+// BeladyTotal is [Belady] for one tier of total blocks that skips, as the
+// two-tier policies do, the requests larger than gpu: the bound of the
+// hits of both tiers of a GPU tier and a spill tier of total blocks in
+// all.
+func BeladyTotal(t *Trace, gpu, total int) Counts {
+	return belady(t, total, min(gpu, total))
+}
+
+// belady is Belady at capacity, skipping the requests larger than fits
+// (≤ capacity).
+func belady(t *Trace, capacity, fits int) Counts {
 	var c Counts
 	next := nextUses(t)
 	h := &useHeap{}
@@ -163,7 +177,7 @@ func Belady(t *Trace, capacity int) Counts {
 	}
 	pos := 0 // index into next: the uses in trace order
 	for _, r := range t.Requests {
-		if len(r.Blocks) > capacity {
+		if len(r.Blocks) > fits {
 			c.skip(len(r.Blocks))
 			pos += len(r.Blocks)
 			continue

@@ -56,6 +56,10 @@ func TestBeladyByHand(t *testing.T) {
 	tr := trace([]int32{0, 1}, []int32{2}, []int32{0}, []int32{1}, []int32{0})
 	require.Equal(t, Counts{Uses: 6, GPUHits: 2, Misses: 4, ToDevice: 4}, Belady(tr, 2))
 	require.Equal(t, int64(1), LRU(tr, 2).GPUHits)
+	// Both tiers as one of 3 blocks, skipping what a GPU of 1 skips (the
+	// first request): [2] [0] [1] [0] misses 2, 0, 1, then hits 0.
+	require.Equal(t, Counts{Uses: 6, GPUHits: 1, Misses: 5, Skipped: 2, ToDevice: 3}, BeladyTotal(tr, 1, 3))
+	require.Equal(t, Belady(tr, 3), BeladyTotal(tr, 3, 3))
 }
 
 // An exclusive two-tier LRU holds exactly the blocks one LRU of both

@@ -20,8 +20,9 @@ type Point struct {
 	LRU        Counts  `json:"lru"`
 	TwoTierLRU *Counts `json:"two_tier_lru,omitempty"`
 	// OptimalGPU: Belady's optimum for GPUBlocks; OptimalTotal for
-	// GPUBlocks + SpillBlocks as one tier (only with a spill tier): the
-	// bounds of the GPU and of the GPU+warm hit ratios.
+	// GPUBlocks + SpillBlocks as one tier, skipping the same requests
+	// (only with a spill tier): the bounds of the GPU and of the GPU+warm
+	// hit ratios.
 	OptimalGPU   Counts  `json:"optimal_gpu"`
 	OptimalTotal *Counts `json:"optimal_total,omitempty"`
 	// Seconds is the wall time of the runtime's run.
@@ -92,7 +93,7 @@ func point(ctx context.Context, t *Trace, cfg SweepConfig, gpu int) (Point, erro
 	if cfg.Spill != "" {
 		two := TwoTierLRU(t, gpu, p.SpillBlocks)
 		p.TwoTierLRU = &two
-		opt := Belady(t, gpu+p.SpillBlocks)
+		opt := BeladyTotal(t, gpu, gpu+p.SpillBlocks)
 		p.OptimalTotal = &opt
 	}
 	return p, nil
