@@ -9,7 +9,7 @@ package budget
 // only materialization (spill.go): victims, explored states and
 // tie-breaks are unchanged; then, in victim order, a demotable charge is
 // demoted to its location's spill target T when T has room in the plan's
-// final state by the same formula (no evictions at T for it); otherwise
+// final state by the same rule (the spill cascade included); otherwise
 // it is dropped as before. The decision's eviction record keeps Kind
 // [EvictionIdleCacheEntry] and gains To; its reclaim action carries To.
 //

@@ -71,6 +71,11 @@ type Eviction struct {
 	// To is the spill target the victim is demoted to ("" when it is
 	// dropped); its reclaim action carries the same To (spill.go).
 	To string
+	// RoomFor is set on a victim chosen at a spill target to make room
+	// for a demotion into it (the spill cascade, spill.go): the position
+	// in Evictions (and in Plan.Reclaim) of that demotion, always after
+	// this victim. It is 0 for the request's own victims.
+	RoomFor int
 	// Owner and Charge name the victim when it is an offered charge (an
 	// idle cache entry, Kind EvictionIdleCacheEntry; Handle is zero).
 	Owner  string
@@ -432,10 +437,10 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	l := d.l
 	victims := slices.Clone(ev.victims)
 	slices.SortStableFunc(victims, func(a, b victim) int { return a.loc - b.loc })
-	targets := d.demotions(chosen, victims)
+	list := d.demotions(chosen, victims)
 	plan := Plan{}
 	var evictions []Eviction
-	plan.Reclaim, evictions = d.reclaims(victims, targets)
+	plan.Reclaim, evictions = d.reclaims(list)
 	if len(d.req.Reservations) > 0 {
 		plan.Reservations = slices.Clone(d.req.Reservations)
 	}
@@ -447,10 +452,11 @@ func (d *decider) build(chosen []int, ev *evaluation) (Decision, string) {
 	// the final simulated state; with one enter per requirement at its
 	// chosen location, a feasible explanation is exactly the assertion.
 	ex, err := decideExplain(l, plan)
-	if (err != nil || !ex.Feasible) && targets != nil {
+	if (err != nil || !ex.Feasible) && (len(list) != len(victims) || hasDemotion(list)) {
 		// Not expected (spill.go keeps demotions within every charge the
-		// plan makes); the victims stay, dropped as without spill.
-		plan.Reclaim, evictions = d.reclaims(victims, nil)
+		// plan makes); the request's victims stay, dropped as without
+		// spill, and no victim is taken at a spill target.
+		plan.Reclaim, evictions = d.reclaims(dropAll(victims))
 		ex, err = decideExplain(l, plan)
 	}
 	if err != nil || !ex.Feasible {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ func TestDecideSpillProperties(t *testing.T) {
 	if testing.Short() {
 		n = 150
 	}
-	var demoted, dropped, decided, chargesDemoted, chargesDropped int
+	var demoted, dropped, decided, chargesDemoted, chargesDropped, made int
 	for seed := range uint64(n) {
 		spill := dtRandomSpill(rand.New(rand.NewPCG(seed, 0x5b111)))
 		plain, hs := dtRandomLedgerWith(t, rand.New(rand.NewPCG(seed, 0xdec1de)), nil)
@@ -47,18 +48,24 @@ func TestDecideSpillProperties(t *testing.T) {
 			continue
 		}
 		decided++
-		tos := dtRefSpill(l.Snapshot(), l.Charge, spill, want)
-		require.Len(t, got.Evictions, len(want.Evictions), "seed %d", seed)
+		wantList := dtRefSpill(l, req, spill, want)
+		require.Len(t, got.Evictions, len(wantList), "seed %d: spill %v, want %v, got %v", seed, spill, wantList, got.Evictions)
 		for i, e := range got.Evictions {
-			w := want.Evictions[i]
-			require.Equal(t, []any{w.Handle, w.Charge, w.Owner, w.Location, w.Bytes}, []any{e.Handle, e.Charge, e.Owner, e.Location, e.Bytes}, "seed %d: victim %d", seed, i)
-			require.Equal(t, tos[i], e.To, "seed %d: spill %v, victim %d (%s%s@%s): demotion target", seed, spill, i, e.Handle.Name, e.Charge, e.Location)
+			w := wantList[i]
+			require.Equal(t, []any{w.Handle.ID, w.Charge, w.Owner, w.Location, w.Bytes, w.To, w.RoomFor}, []any{e.Handle.ID, e.Charge, e.Owner, e.Location, e.Bytes, e.To, e.RoomFor},
+				"seed %d: spill %v, victim %d (%s%s@%s)", seed, spill, i, e.Handle.Name, e.Charge, e.Location)
 			if e.Charge != "" {
 				require.Equal(t, EvictionIdleCacheEntry, e.Kind, "seed %d: a charge victim's kind", seed)
 				require.Equal(t, Action{Location: e.Location, Owner: e.Owner, Charge: e.Charge, To: e.To}, got.Plan.Reclaim[i], "seed %d: reclaim %d", seed, i)
 			} else {
 				require.Equal(t, e.To != "", e.Kind == EvictionDemoted, "seed %d: kind %s with to %q", seed, e.Kind, e.To)
 				require.Equal(t, Action{Handle: e.Handle, Location: e.Location, To: e.To}, got.Plan.Reclaim[i], "seed %d: reclaim %d", seed, i)
+			}
+			if e.RoomFor > 0 {
+				made++
+				d := got.Evictions[e.RoomFor]
+				require.Equal(t, e.Location, d.To, "seed %d: victim %d made room at the target of demotion %d", seed, i, e.RoomFor)
+				require.Contains(t, e.Reason, fmt.Sprintf("to make room for the demotion of %s%s from %s (reclaim %d)", dtChargeWord(d), d.Handle.Name+d.Charge, d.Location, e.RoomFor))
 			}
 			switch {
 			case e.To != "" && e.Charge != "":
@@ -98,7 +105,8 @@ func TestDecideSpillProperties(t *testing.T) {
 			require.Equal(t, []string{e.To}, locs, "seed %d: demoted %s", seed, e.Handle.Name)
 		}
 	}
-	t.Logf("%d seeds: %d decided, %d victims demoted (%d charges), %d victims with a spill target dropped (%d charges)", n, decided, demoted, chargesDemoted, dropped, chargesDropped)
+	t.Logf("%d seeds: %d decided, %d victims demoted (%d charges), %d victims with a spill target dropped (%d charges), %d victims made room at a spill target", n, decided, demoted, chargesDemoted, dropped, chargesDropped, made)
+	require.Greater(t, made, n/60, "the generator no longer makes room at spill targets")
 	require.Greater(t, demoted, n/30, "the generator no longer demotes enough")
 	require.Greater(t, dropped, n/50, "the generator no longer drops victims that have a spill target")
 	require.Greater(t, chargesDemoted, n/60, "the generator no longer demotes enough charges")
@@ -138,9 +146,10 @@ func dtValueRecord(s Snapshot, h Handle) ValueRecord {
 	return ValueRecord{}
 }
 
-// dtRefSpill applies the spill rule of docs/semantics.md to a decision
-// made without spill targets, on the snapshot it was made from, and
-// returns each victim's target ("" when dropped). The plan's own
+// dtRefSpill applies the spill rule of docs/semantics.md (refSpill, the
+// cascade included) to a decision made without spill targets, on the
+// state of l (the same state, with spill targets), and returns the
+// eviction list the decision with spill targets must have. The plan's own
 // additions at a location are recomputed from the plan as place() would
 // charge them: an enter already resident adds nothing, any other adds
 // its bytes, and one with no resident copy to copy or move from (none
@@ -149,13 +158,9 @@ func dtValueRecord(s Snapshot, h Handle) ValueRecord {
 // add theirs.
 //
 // A charge victim is demoted when its owner offered it as demotable and
-// its new charge's name (NAME→T) is not active (charge looks a charge
-// up), with the same room.
-func dtRefSpill(s Snapshot, charge func(string) (ChargeInfo, bool), spill map[string]string, d Decision) []string {
-	loc := map[string]LocationRecord{}
-	for _, r := range s.Locations {
-		loc[r.Location] = r
-	}
+// its new charge's name (NAME→T) is not active, with the same room.
+func dtRefSpill(l *Ledger, req Request, spill map[string]string, d Decision) []Eviction {
+	s := l.Snapshot()
 	resident := func(v ValueRecord, at string) bool {
 		for _, m := range v.Materializations {
 			if m.Location == at && m.State == Resident {
@@ -186,47 +191,56 @@ func dtRefSpill(s Snapshot, charge func(string) (ChargeInfo, bool), spill map[st
 	for _, r := range d.Plan.Reservations {
 		adds[r.Location] += r.Bytes
 	}
-	removed := map[string]int64{}
-	for _, e := range d.Evictions {
-		removed[e.Location] += e.Bytes
+	required := map[uint64]bool{}
+	for _, r := range req.Requirements {
+		required[r.Handle.ID] = true
 	}
-	before, into := map[string]int64{}, map[string]int64{}
-	out := make([]string, len(d.Evictions))
+	rec := func(loc string) LocationRecord { r, _ := s.Location(loc); return r }
+	in := refSpillIn{
+		hasBudget: func(loc string) bool { return rec(loc).HasBudget },
+		budget:    func(loc string) int64 { return rec(loc).BudgetBytes },
+		charged:   func(loc string) int64 { r := rec(loc); return r.UsedBytes + r.ReservedBytes },
+		spill:     func(loc string) string { return spill[loc] },
+		adds:      adds,
+		demotable: func(e Eviction, t string) bool {
+			if e.Charge != "" {
+				info, _ := l.Charge(e.Charge)
+				_, taken := l.Charge(e.Charge + "→" + t)
+				return info.Demotable && !taken
+			}
+			for _, m := range dtValueRecord(s, e.Handle).Materializations {
+				if m.Location == t || (m.Location != e.Location && m.State == Resident) {
+					return false
+				}
+			}
+			return true
+		},
+		cands: func(loc string) []Eviction { return refCandidates(l, loc, required) },
+	}
+	victims := make([]Eviction, len(d.Evictions))
 	for i, e := range d.Evictions {
-		v := dtValueRecord(s, e.Handle)
-		t := spill[e.Location]
-		others, atT := 0, false
-		for _, m := range v.Materializations {
-			if m.Location != e.Location && m.State == Resident {
-				others++
-			}
-			atT = atT || m.Location == t
-		}
-		if e.Charge != "" {
-			info, _ := charge(e.Charge)
-			_, taken := charge(e.Charge + "→" + t)
-			atT = !info.Demotable || taken
-		}
-		if t != "" && others == 0 && !atT {
-			r := loc[t]
-			final := r.UsedBytes + r.ReservedBytes - removed[t] + adds[t] + into[t] + e.Bytes
-			landing := r.UsedBytes + r.ReservedBytes - before[t] + into[t] + e.Bytes
-			if !r.HasBudget || (final <= r.BudgetBytes && landing <= r.BudgetBytes) {
-				out[i] = t
-				into[t] += e.Bytes
-			}
-		}
-		before[e.Location] += e.Bytes
+		victims[i] = Eviction{Handle: e.Handle, Location: e.Location, Bytes: e.Bytes, Owner: e.Owner, Charge: e.Charge}
 	}
-	return out
+	return refSpill(in, victims)
+}
+
+// dtChargeWord is "charge " for a charge's eviction record, "" for a
+// value's.
+func dtChargeWord(e Eviction) string {
+	if e.Charge != "" {
+		return "charge "
+	}
+	return ""
 }
 
 // TestDecideSpillFailedDemotions runs decisions with demotions and fails
 // every demotion's copy: each demoted value ends dropped (no
 // materialization at its location or its target), and each demoted
 // charge too (Run.CompleteDropped: neither it nor its new charge stays),
-// exactly as the same decision without spill would leave them; the
-// requirements are resident and the invariants hold.
+// exactly as the same plan with every demotion written as a drop leaves
+// them on the state without spill targets (the victims a spill target
+// gave up for a demotion are gone either way); the requirements are
+// resident and the invariants hold.
 func TestDecideSpillFailedDemotions(t *testing.T) {
 	runs, chargeRuns := 0, 0
 	for seed := range uint64(300) {
@@ -241,8 +255,11 @@ func TestDecideSpillFailedDemotions(t *testing.T) {
 			continue
 		}
 		runs++
-		d0, err := plain.Decide(req, limit)
-		require.NoError(t, err)
+		d0 := d
+		d0.Plan.Reclaim = slices.Clone(d.Plan.Reclaim)
+		for i := range d0.Plan.Reclaim {
+			d0.Plan.Reclaim[i].To = ""
+		}
 		_, err = dtExecute(plain, d0)
 		require.NoError(t, err)
 		run, err := l.StartRun(d.Plan, RunOptions{CheckVersion: true, ExpectedVersion: d.ExpectedStateVersion})

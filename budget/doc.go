@@ -167,8 +167,10 @@
 // the victims are chosen, build demotes, in victim order, each victim
 // that is its value's only resident copy to its location's spill target
 // when the target has room in the plan's final state (and when the
-// demotion lands); its reclaim action carries To and its eviction
-// [EvictionDemoted]. The rule, and what a failed demotion does, are in
+// demotion lands), or when the target can make that room by giving up
+// victims of its own in its own candidate order (the spill cascade,
+// listed before the demotion, each eviction's RoomFor naming it); its
+// reclaim action carries To and its eviction [EvictionDemoted]. The rule, and what a failed demotion does, are in
 // spill.go. An idle cache entry's charge offered as demotable
 // ([Ledger.OfferDemotableCharge]) is demoted by the same rule, its
 // eviction keeping [EvictionIdleCacheEntry] with To set; its owner makes

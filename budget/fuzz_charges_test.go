@@ -137,8 +137,17 @@ func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string
 	if err != nil {
 		return desc + " → not decided", nil, ""
 	}
-	tos := m.decisionTargets(d)
+	required := map[uint64]bool{}
+	for _, r := range req.Requirements {
+		required[r.Handle.ID] = true
+	}
+	want := m.decisionList(d, func(loc string) []Eviction { return refCandidates(c.L, loc, required) })
+	h.same(fmt.Sprintf("reclaim list of %+v", d.Plan), len(d.Evictions), len(want))
+	tos := make([]string, len(want))
 	for i, e := range d.Evictions {
+		w := want[i]
+		tos[i] = w.To
+		h.same(fmt.Sprintf("victim %d of %+v", i, d.Plan), fmt.Sprint(e.Handle.ID, e.Charge, e.Location, e.Bytes, e.RoomFor), fmt.Sprint(w.Handle.ID, w.Charge, w.Location, w.Bytes, w.RoomFor))
 		if e.Charge != "" {
 			info, ok := c.L.Charge(e.Charge)
 			h.same("charge victim offered", ok && info.State == ChargeOffered && info.Owner == e.Owner, true)
@@ -284,6 +293,14 @@ func fzSpillSeeds() [][]byte {
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 0, 0, c+fzDemoteCharge, 0, 0, 0, 0, 1, 0),
 		with(k0(21), c+fzDemoteCharge, 0, 0, 0, 0, 1, 4, c+fzEvictCharge, 0, 0, 0, 0),
 	)
+	// The spill cascade: pinned-host (budget 13) holds an idle entry k1 of
+	// 6 bytes, so k0's demotion (10) lacks 3 bytes there: k1 makes room
+	// (dropped, or, with pinned-host spilling to pageable-host, demoted
+	// there), then k0 is demoted.
+	out = append(out,
+		with(k0(9), c+fzReserveCharge, 1, 0, 1, 5, c+fzOfferCharge, 1, 1, c+fzDecideRoom, 1, 2, 15, 0),
+		with(k0(209), c+fzReserveCharge, 1, 0, 1, 5, c+fzOfferDemotable, 1, 1, c+fzDecideRoom, 1, 2, 15, 0),
+		with(k0(209), c+fzReserveCharge, 1, 0, 1, 5, c+fzOfferDemotable, 1, 1, c+fzDecideRoom, 1, 2, 15, 4))
 	// cuda:0 (budget 13) spills to cuda:1 (budget 25), which comes after
 	// it: k0 (10 bytes) and k2 (2) at cuda:0 and k1 (16) at cuda:1 are the
 	// victims; after the plan cuda:1 would have room for k0 (16 − 16 + 10

@@ -82,36 +82,37 @@ func (m *refModel) simulateCharge(a Action) bool {
 	return true
 }
 
-// decisionTargets applies the spill rule to a decision's victims (in
-// victim order) on the model's current state: each victim's target, ""
-// when it is dropped. A value is demoted when it has no other resident
-// materialization and none at all at the target; a charge when its
-// owner offered it as demotable and its new charge's name is free. Room
-// at T: used + reserved − every victim at T + the plan's additions at T
-// + earlier demotions into T + its bytes ≤ budget (final state), and
+// decisionList applies the spill rule (refSpill, the cascade included)
+// on the model's current state to the request's own victims of a
+// decision (those with RoomFor 0, in victim order) and returns the
+// reclaim list the decision must have: each victim's To ("" when it is
+// dropped) and, before a demotion that needs room, the victims its target
+// gives up (RoomFor set). A value is demoted when it has no other
+// resident materialization and none at all at the target; a charge when
+// its owner offered it as demotable and its new charge's name is free.
+// Room at T: used + reserved − every victim at T + the plan's additions
+// at T + earlier demotions into T + its bytes ≤ budget (final state), and
 // used + reserved − the victims at T listed before it + earlier
-// demotions into T + its bytes ≤ budget (when it lands).
-func (m *refModel) decisionTargets(d Decision) []string {
-	adds := m.planAdditions(d.Plan)
-	removed := map[string]int64{}
+// demotions into T + its bytes ≤ budget (when it lands). cands reads a
+// location's candidates in candidate order (the model keeps no
+// priorities).
+func (m *refModel) decisionList(d Decision, cands func(loc string) []Eviction) []Eviction {
+	in := refSpillIn{
+		hasBudget: func(loc string) bool { return m.locs[m.locIndex(loc)].hasBudget },
+		budget:    func(loc string) int64 { return m.locs[m.locIndex(loc)].budget },
+		charged:   func(loc string) int64 { return m.used(loc) + m.reserved(loc) },
+		spill:     m.spillOf,
+		adds:      m.planAdditions(d.Plan),
+		demotable: m.victimDemotable,
+		cands:     cands,
+	}
+	var victims []Eviction
 	for _, e := range d.Evictions {
-		removed[e.Location] += e.Bytes
-	}
-	before, into := map[string]int64{}, map[string]int64{}
-	out := make([]string, len(d.Evictions))
-	for i, e := range d.Evictions {
-		t := m.spillOf(e.Location)
-		if t != "" && m.victimDemotable(e, t) {
-			l := m.locs[m.locIndex(t)]
-			now := m.used(t) + m.reserved(t) + into[t] + e.Bytes
-			if !l.hasBudget || (now-removed[t]+adds[t] <= l.budget && now-before[t] <= l.budget) {
-				out[i] = t
-				into[t] += e.Bytes
-			}
+		if e.RoomFor == 0 {
+			victims = append(victims, Eviction{Handle: e.Handle, Location: e.Location, Bytes: e.Bytes, Owner: e.Owner, Charge: e.Charge})
 		}
-		before[e.Location] += e.Bytes
 	}
-	return out
+	return refSpill(in, victims)
 }
 
 func (m *refModel) victimDemotable(e Eviction, t string) bool {

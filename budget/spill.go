@@ -13,30 +13,46 @@ package budget
 // Decide chooses the assignment and its victims exactly as without spill
 // targets (victims, explored states and tie-breaks do not depend on
 // them). Then, in victim order, a victim whose value has no other
-// resident materialization is demoted to its location's spill target T
-// when T has room in the plan's final state:
+// resident materialization (and none at T) is demoted to its location's
+// spill target T when T has room, both in the plan's final state and
+// when the demotion lands (it lacks short(T) ≤ 0 bytes):
 //
-//	used(T) + reserved(T) − bytes of the victims removed at T
-//	  + the plan's own additions at T (destinations, temporary
-//	    reconstruction charges, reservations)
-//	  + the demotions into T of earlier victims + its bytes ≤ budget(T)
+//	final:   used(T) + reserved(T) − bytes of the victims removed at T
+//	           + the plan's own additions at T (destinations, temporary
+//	             reconstruction charges, reservations)
+//	           + the demotions into T listed earlier + its bytes − budget(T)
+//	landing: used(T) + reserved(T) − bytes of the victims at T listed
+//	           earlier + the demotions into T listed earlier + its bytes
+//	           − budget(T)
+//	short(T) = max(final, landing); 0 when T has no budget
 //
-// (always, when T has no budget). No victim is chosen at T for a
-// demotion. Otherwise the victim is dropped, as without spill. Its
-// eviction record carries To and the kind [EvictionDemoted].
+// The spill cascade: when short(T) > 0, T gives up victims of its own to
+// cover it. They are T's candidates in candidate order (idle, unprotected,
+// not required by the request, never the last copy of a value without a
+// source), less every victim the plan already has and the other copies
+// of values with a victim anywhere in the plan, chosen by the victim rule
+// (the least valuable set for short(T) bytes). If they cannot cover
+// short(T), none is taken and the victim is dropped. Otherwise each of
+// them, in candidate order, is itself demoted along T's spill target by
+// this same rule or dropped, and the victim is demoted. No location gives
+// up victims twice in one chain (the request's victim's location and
+// every target that made room for it), so a cascade ends. Every victim's
+// bytes count as removed at its location from the moment it is chosen.
 //
-// The plan's reclaim list keeps victim order, so a demotion runs after
-// the removals listed before it. Victim order is location order
-// (pageable-host, pinned-host, cuda:0, …): when T comes before the
-// victim's location in that order (cuda:N → pinned-host, pinned-host →
-// pageable-host, cuda:1 → cuda:0), every victim at T has been removed
-// when the demotion lands, and the formula above bounds every charge the
-// plan makes at T. When T comes after it (cuda:0 → cuda:1, say), the
-// victims at T listed later are still there when the demotion lands, so
-// the demotion must also fit then: used(T) + reserved(T) − the victims at
-// T listed before it + the earlier demotions into T + its bytes ≤
-// budget(T). That second condition never binds in the first case; it is
-// what keeps every decision's plan feasible under Explain.
+// The plan's reclaim list keeps the request's victims in victim order
+// (location order: pageable-host, pinned-host, cuda:0, …); the victims
+// T gives up, each preceded by the victims its own demotion needed, come
+// just before the demotion they make room for. Their eviction records
+// say so: RoomFor is the position of that demotion, and the reason ends
+// "at T to make room for the demotion of V from L (reclaim N)". A
+// demoted victim's record carries To and the kind [EvictionDemoted].
+//
+// The landing condition is what keeps a plan feasible under Explain when
+// T comes after the victim's location in location order (cuda:0 →
+// cuda:1): the request's victims at T listed later are still there when
+// the demotion lands. When T comes before it (cuda:N → pinned-host,
+// pinned-host → pageable-host), every request's victim at T is gone
+// by then and the final condition is the one that binds.
 //
 // A demotion whose copy fails leaves the value dropped, exactly as a
 // plain reclaim would have: [Run.FailStep] settles the failed move (the
@@ -46,8 +62,6 @@ package budget
 // demotion of the last copy of a value without a source; the controller
 // never demotes such a value, which is never a candidate) does the run
 // fail, with phase reclaim and the copy's failure as the cause.
-
-import "fmt"
 
 // configureSpill resolves the configured spill targets. Errors
 // ([*InvalidInputError], the ledger is not built): a malformed target, a
@@ -129,95 +143,6 @@ func (l *Ledger) checkDemotionField(a Action, i int) error {
 		return invalidf("reclaim %d (%s): a demotion's to must differ from its location", i, a)
 	}
 	return nil
-}
-
-// ---- the controller ----------------------------------------------------------
-
-// demotions returns, for each victim (in victim order), the location it
-// is demoted to, or -1 when it is dropped; nil when no location has a
-// spill target. chosen is the assignment the victims serve.
-func (d *decider) demotions(chosen []int, victims []victim) []int {
-	l := d.l
-	if !l.hasSpill() || len(victims) == 0 {
-		return nil
-	}
-	// Refresh the per-location additions (d.adds) for this assignment:
-	// the best evaluation is not necessarily the last one evaluated.
-	d.evaluate(chosen)
-	removed := make([]int64, len(l.locs)) // every victim's bytes, by location
-	for _, vc := range victims {
-		removed[vc.loc] += vc.c.bytes
-	}
-	before := make([]int64, len(l.locs)) // victims listed earlier, by location
-	into := make([]int64, len(l.locs))   // earlier demotions, by target
-	out := make([]int, len(victims))
-	for i, vc := range victims {
-		out[i] = -1
-		t := l.locs[vc.loc].spill
-		if isChargeID(vc.c.id) {
-			// An idle cache entry is demoted only when its owner offered it
-			// as demotable (charges_spill.go).
-			if t >= 0 && l.chargeDemotable(l.charges[vc.c.id], t) && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
-				out[i] = t
-				into[t] += vc.c.bytes
-			}
-			before[vc.loc] += vc.c.bytes
-			continue
-		}
-		if v := l.valueByID(vc.c.id); t >= 0 && v.residentCount() == 1 && v.mat(t) == nil && d.spillRoom(t, vc.c.bytes, removed[t], before[t], into[t]) {
-			out[i] = t
-			into[t] += vc.c.bytes
-		}
-		before[vc.loc] += vc.c.bytes
-	}
-	return out
-}
-
-// spillRoom reports whether b more bytes fit at t in the plan's final
-// state (the rule) and when the demotion lands (see the file comment).
-func (d *decider) spillRoom(t int, b, removed, before, into int64) bool {
-	lc := &d.l.locs[t]
-	if !lc.hasBudget {
-		return true
-	}
-	base := lc.used + lc.reserved + into + b
-	return base-removed+d.adds[t] <= lc.budget && base-before <= lc.budget
-}
-
-// reclaims builds the decision's reclaim list and eviction records from
-// the victims (in victim order) and their demotion targets (nil or -1:
-// dropped).
-func (d *decider) reclaims(victims []victim, targets []int) ([]Action, []Eviction) {
-	l := d.l
-	var actions []Action
-	var evictions []Eviction
-	for i, vc := range victims {
-		name := l.locs[vc.loc].name
-		if isChargeID(vc.c.id) {
-			to := ""
-			if targets != nil && targets[i] >= 0 {
-				to = l.locs[targets[i]].name
-			}
-			a, e := d.chargeReclaim(vc, name, to)
-			actions = append(actions, a)
-			evictions = append(evictions, e)
-			continue
-		}
-		h := l.handle(l.valueByID(vc.c.id))
-		a := Action{Handle: h, Location: name}
-		e := Eviction{Handle: h, Location: name, Bytes: vc.c.bytes, Kind: EvictionLowestPriority}
-		what := "evicted"
-		if targets != nil && targets[i] >= 0 {
-			a.To = l.locs[targets[i]].name
-			e.To, e.Kind = a.To, EvictionDemoted
-			what = "demoted to " + a.To
-		}
-		e.Reason = fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; %s to free %d bytes of the %d-byte shortfall for request %q",
-			vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
-		actions = append(actions, a)
-		evictions = append(evictions, e)
-	}
-	return actions, evictions
 }
 
 // ---- runs --------------------------------------------------------------------

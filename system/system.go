@@ -207,7 +207,8 @@ type Options struct {
 	// Spill names spill targets, location → target (both configured and
 	// different): when the controller's victim is the only resident copy
 	// of its value, it is demoted to its location's target instead of
-	// dropped, if the target has room (docs/semantics.md, "Spill"). It
+	// dropped, if the target has room or makes it by its own victim
+	// order (docs/semantics.md, "Spill"). It
 	// sets LocationConfig.SpillTo of the locations it names. Default:
 	// none, and every decision is as without spill.
 	Spill map[string]string

@@ -17,7 +17,11 @@ package tests
 //     the victims from what the runtime did (the Demote and Close calls,
 //     in the order the reclaim steps ran, and Decision.Evictions for an
 //     Admit) and checks everything that follows from them: each victim was
-//     idle; victims at pinned-host come first; enough bytes were freed and
+//     idle; the request's own victims at pinned-host come first, and any
+//     other copy evicted there was given up to make room for the demotion
+//     of the next victim at cuda:0 (the spill cascade): those copies cover
+//     what it lacked, none of them spare, and it is demoted (RoomFor in
+//     the decision names it); enough bytes were freed and
 //     nothing was evicted for a request that does not fit; each victim of
 //     the spilling cache is demoted exactly when the spill rule's room
 //     formula (computed here) says so; the eviction's To; the charges at

@@ -481,28 +481,48 @@ func (m *spModel) entryOf(id int64) *spEntry {
 }
 
 // checkVictims checks the victims (in reclaim order) against the spill
-// rule and the decision's evictions, and applies them.
+// rule (its cascade included) and the decision's evictions, and applies
+// them. The request's own victims at pinned-host (copies; only when it
+// needs room there, and then with RoomFor 0 in the decision) come first;
+// any other copy was given up by pinned-host to make room for the
+// demotion of the next victim at cuda:0: those copies must
+// cover what that demotion lacked there, each of them needed (the least
+// valuable set leaves none spare), and the victim is then demoted.
 func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, before, adds int64) {
 	if evictions != nil && len(evictions) != len(vs) {
 		m.fail("the decision lists %d evictions, %d victims were reclaimed", len(evictions), len(vs))
 		evictions = nil
 	}
+	own := func(i int) bool { // the request's own victim at pinned-host
+		if evictions != nil {
+			return evictions[i].RoomFor == 0
+		}
+		return adds > 0
+	}
 	var removed int64 // victims at the target
-	for _, v := range vs {
-		if v.cp != nil {
+	for i, v := range vs {
+		if v.cp != nil && own(i) {
 			removed += v.cp.bytes
 		}
 	}
 	var into, atT int64
 	pastT := false
+	var room []int // copies given up since the last victim at cuda:0
+	var roomBytes int64
 	for i, v := range vs {
 		if v.cp != nil {
-			if pastT {
-				m.fail("victim %s at %s after a victim at %s: not location order", v.cp.charge, spPinned, spGPU)
-			}
 			atT += v.cp.bytes
-			m.saw("victim copy")
-			m.checkEviction(evictions, i, v, spPinned, v.cp.bytes, "")
+			if !own(i) {
+				room, roomBytes = append(room, i), roomBytes+v.cp.bytes
+				removed += v.cp.bytes
+				m.saw("victim copy for a demotion's room")
+			} else {
+				if pastT {
+					m.fail("victim %s at %s after a victim at %s: not location order", v.cp.charge, spPinned, spGPU)
+				}
+				m.saw("victim copy")
+				m.checkEviction(evictions, i, v, spPinned, v.cp.bytes, "", 0)
+			}
 			delete(m.copies, v.cp.key)
 			continue
 		}
@@ -512,15 +532,22 @@ func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, befor
 			m.fail("victim %s was not an offered idle entry (held %d, offered %v)", e.charge, e.held, e.offered)
 		}
 		b := e.v.bytes
-		// The spill rule's room at the target, from the model's figures.
-		base := before + into + b
-		want := e.c == 0 && base-removed+adds <= m.g.pinned && base-atT <= m.g.pinned
+		// The spill rule's room at the target, from the model's figures,
+		// before the copies given up for this victim.
+		base := before + into + b - m.g.pinned
+		short := max(base-(removed-roomBytes)+adds, base-(atT-roomBytes))
+		want := e.c == 0 && short <= 0
+		if len(room) > 0 {
+			m.checkRoom(vs, room, roomBytes, short, evictions, i)
+			want = true
+		}
+		room, roomBytes = nil, 0
 		to := ""
 		if want {
 			to = spPinned
 			into += b
 		}
-		m.checkEviction(evictions, i, v, spGPU, b, to)
+		m.checkEviction(evictions, i, v, spGPU, b, to, 0)
 		if v.demoted != want {
 			m.fail("victim %s (%d bytes, cache %d): demoted %v, the rule says %v (pinned: %d charged, budget %d, %d removed, %d added, %d demoted before)",
 				e.charge, b, e.c, v.demoted, want, before, m.g.pinned, removed, adds, into)
@@ -547,15 +574,40 @@ func (m *spModel) checkVictims(vs []spVictim, evictions []budget.Eviction, befor
 			m.failures++
 		}
 	}
+	// Copies given up last made room for a demotion that did not run (the
+	// run stopped there: evictions lists the victims that ran).
+	for _, j := range room {
+		if evictions == nil || evictions[j].RoomFor < len(evictions) {
+			m.fail("copy %s at %s evicted after the last victim at %s: room for no demotion (evictions %+v)", vs[j].cp.charge, spPinned, spGPU, evictions)
+		}
+	}
 }
 
-func (m *spModel) checkEviction(evictions []budget.Eviction, i int, v spVictim, loc string, bytes int64, to string) {
+// checkRoom checks the copies (positions room in vs, roomBytes in all)
+// that pinned-host gave up for the demotion of victim i, which lacked
+// short bytes there: they cover it, none of them is spare, and each
+// eviction names the demotion.
+func (m *spModel) checkRoom(vs []spVictim, room []int, roomBytes, short int64, evictions []budget.Eviction, i int) {
+	e := vs[i].e
+	if e.c != 0 || short <= 0 || roomBytes < short {
+		m.fail("copies %v given up for victim %s (cache %d) that lacked %d bytes at %s: %d bytes", room, e.charge, e.c, short, spPinned, roomBytes)
+	}
+	for _, j := range room {
+		if roomBytes-vs[j].cp.bytes >= short {
+			m.fail("copy %s given up for victim %s is not needed (%d of %d bytes lacking)", vs[j].cp.charge, e.charge, roomBytes, short)
+		}
+		m.checkEviction(evictions, j, vs[j], spPinned, vs[j].cp.bytes, "", i)
+	}
+	m.saw("victim demoted after a cascade")
+}
+
+func (m *spModel) checkEviction(evictions []budget.Eviction, i int, v spVictim, loc string, bytes int64, to string, roomFor int) {
 	if evictions == nil {
 		return
 	}
 	ev := evictions[i]
-	if ev.Kind != budget.EvictionIdleCacheEntry || ev.Charge != v.charge() || ev.Location != loc || ev.Bytes != bytes || ev.To != to {
-		m.fail("eviction %d: %+v; want charge %s at %s, %d bytes, to %q", i, ev, v.charge(), loc, bytes, to)
+	if ev.Kind != budget.EvictionIdleCacheEntry || ev.Charge != v.charge() || ev.Location != loc || ev.Bytes != bytes || ev.To != to || ev.RoomFor != roomFor {
+		m.fail("eviction %d: %+v; want charge %s at %s, %d bytes, to %q, room for %d", i, ev, v.charge(), loc, bytes, to, roomFor)
 	}
 	if to != "" && !strings.Contains(ev.Reason, "demoted to "+to) {
 		m.fail("eviction %d: reason %q does not say demoted to %s", i, ev.Reason, to)

@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return out.check("demo diagnose", diagnoseMain(ctx, args[1:], stdin, out, stderr), stderr)
 	case "offload":
 		return out.check("demo offload", offloadMain(ctx, args[1:], out, stderr), stderr)
+	case "kv":
+		return out.check("demo kv", kvMain(ctx, args[1:], out, stderr), stderr)
 	case "node":
 		return nodeMain(ctx, args[1:], stdin, stdout, stderr) // its replies report their own write errors
 	case "cluster-demo":
@@ -209,6 +211,12 @@ Usage:
                               offloaded on the soft backend (a simulation);
                               reports offloaded bytes, queue depths, flushes,
                               drops and budget checks
+  demo kv [--trace FILE] [--gpu N,N,...] [--spill LOC] [--spill-size N|Kx] [--json] [--plot F.svg]
+                              play a KV-cache trace (Mooncake JSON lines;
+                              default data/mooncake_synthetic_trace.jsonl)
+                              through the runtime on the soft backend: per GPU
+                              capacity, hits per tier, misses and bytes moved,
+                              beside LRU and Belady's optimum (demo kv --help)
   demo node --name N [--provider etcd|automanaged] [--location cuda:0=8GiB]...
           [--addr HOST:PORT --tls-cert F --tls-key F --tls-ca F]
                               run one cluster node until SIGINT/SIGTERM: JSON
