@@ -70,6 +70,8 @@ type Backend struct {
 	nextID    uint64               // last buffer id handed out
 	real      atomic.Int64         // real bytes the buffers hold (see RealBytes)
 	recycle   recycler             // bytes of dropped buffers, for the next of their size
+	sparseMin int64                // buffers from this size up keep their bytes in a region
+	chunk     int64                // a region's chunk size
 }
 
 type location struct {
@@ -101,6 +103,8 @@ func New(cfg Config) (*Backend, error) {
 		locs:      make(map[string]*location, len(cfg.Locations)),
 		streams:   make(map[*stream]struct{}),
 		live:      make(map[*buffer]struct{}),
+		sparseMin: defaultSparseMin,
+		chunk:     defaultChunk(),
 	}
 	if b.sleep == nil {
 		b.sleep = timerSleep
@@ -318,10 +322,7 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 	if sb.dropped {
 		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
-	if err := sb.materialize(); err != nil {
-		return err
-	}
-	return check.RunLoader(ctx, loader, sb.data, sb.loc, target)
+	return sb.load(ctx, loader, target)
 }
 
 // Read returns a copy of buf's bytes in a new slice (zeros for a buffer
@@ -344,16 +345,18 @@ func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	if sb.gone() {
 		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
-	var out []byte
-	ok := true
-	if sb.data == nil {
-		out, ok = b.makeBytes(sb.size)
-	} else {
-		out, ok = b.cloneBytes(sb.data)
+	if sb.data != nil {
+		out, ok := b.cloneBytes(sb.data)
+		if !ok {
+			return nil, sb.oom()
+		}
+		return out, nil
 	}
+	out, ok := b.makeBytes(sb.size)
 	if !ok {
 		return nil, sb.oom()
 	}
+	sb.read(out, 0, true)
 	return out, nil
 }
 
@@ -378,16 +381,7 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	if sb.gone() {
 		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
 	}
-	if sb.data == nil {
-		d, ok := b.cloneBytes(data)
-		if !ok {
-			return sb.oom()
-		}
-		sb.setData(d)
-		return nil
-	}
-	copy(sb.data, data)
-	return nil
+	return sb.write(data)
 }
 
 // Close refuses new work, cuts short the simulated delays of queued copies,
@@ -479,10 +473,6 @@ func (b *Backend) ReadAt(ctx context.Context, buf cuda.Buffer, off int64, p []by
 	if sb.gone() {
 		return fmt.Errorf("%w: soft backend: read of %d bytes at %d of %s", cuda.ErrFreed, len(p), off, sb)
 	}
-	if sb.data == nil {
-		clear(p)
-		return nil
-	}
-	copy(p, sb.data[off:])
+	sb.read(p, off, false)
 	return nil
 }
