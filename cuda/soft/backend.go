@@ -75,6 +75,7 @@ type Backend struct {
 }
 
 type location struct {
+	name     string
 	capacity int64 // 0 = unlimited
 	used     int64 // guarded by Backend.mu
 }
@@ -110,7 +111,7 @@ func New(cfg Config) (*Backend, error) {
 		b.sleep = timerSleep
 	}
 	for _, name := range cfg.Locations {
-		b.locs[name] = &location{capacity: cfg.Capacity[name]}
+		b.locs[name] = &location{name: name, capacity: cfg.Capacity[name]}
 	}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	return b, nil
@@ -188,7 +189,7 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 	}
 	l.used += bytes
 	b.nextID++
-	buf := &buffer{backend: b, id: b.nextID, loc: loc, size: bytes}
+	buf := &buffer{backend: b, id: b.nextID, at: l, size: bytes}
 	b.live[buf] = struct{}{}
 	return buf, nil
 }
@@ -231,9 +232,9 @@ func (b *Backend) Free(buf cuda.Buffer) error {
 	}
 	if !sb.freed.CompareAndSwap(false, true) {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: soft backend: %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
-	b.locs[sb.loc].used -= sb.size
+	sb.at.used -= sb.size
 	delete(b.live, sb)
 	b.mu.Unlock()
 	sb.drop()
@@ -308,19 +309,19 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 		return err
 	}
 	if sb.freed.Load() {
-		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
 	if err := check.LoadTarget(target); err != nil {
 		return err
 	}
 	if target == "" {
-		target = sb.loc
+		target = sb.at.name
 	}
 
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.dropped {
-		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
 	return sb.load(ctx, loader, target)
 }
@@ -343,7 +344,7 @@ func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	sb.mu.RLock()
 	defer sb.mu.RUnlock()
 	if sb.gone() {
-		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
 	if sb.data != nil {
 		out, ok := b.cloneBytes(sb.data)
@@ -379,7 +380,7 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.gone() {
-		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
 	return sb.write(data)
 }
@@ -415,7 +416,7 @@ func (b *Backend) Close() error {
 	bufs := make([]*buffer, 0, len(b.live))
 	for buf := range b.live {
 		buf.freed.Store(true)
-		b.locs[buf.loc].used -= buf.size
+		buf.at.used -= buf.size
 		bufs = append(bufs, buf)
 	}
 	clear(b.live)

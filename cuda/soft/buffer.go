@@ -20,27 +20,27 @@ import (
 // Backend.mu.
 type buffer struct {
 	backend *Backend
-	id      uint64 // unique per backend, > 0
-	loc     string
+	id      uint64    // unique per backend, > 0
+	at      *location // where it was allocated
 	size    int64
-	freed   atomic.Bool  // set once, by Free or Backend.Close
 	mu      sync.RWMutex // guards data, sparse and dropped
 	data    []byte       // a small buffer's bytes, len size; nil: all zero
 	sparse  *region      // a large buffer's bytes; nil: all zero
+	freed   atomic.Bool  // set once, by Free or Backend.Close
 	dropped bool         // the buffer was freed and its bytes released
 }
 
 var _ cuda.Buffer = (*buffer)(nil)
 
 // Location returns the location the buffer was allocated at.
-func (b *buffer) Location() string { return b.loc }
+func (b *buffer) Location() string { return b.at.name }
 
 // Size returns the buffer's length in bytes.
 func (b *buffer) Size() int64 { return b.size }
 
 // String describes the buffer for logs, e.g. "soft buffer #3 (4096 B at cuda:0)".
 func (b *buffer) String() string {
-	return fmt.Sprintf("soft buffer #%d (%d B at %s)", b.id, b.size, b.loc)
+	return fmt.Sprintf("soft buffer #%d (%d B at %s)", b.id, b.size, b.at.name)
 }
 
 // drop releases the bytes of a freed buffer, waiting for any copy, Read,
@@ -87,7 +87,7 @@ func (b *buffer) materialize() error {
 // oom is the error of bytes the Go runtime would not make.
 func (b *buffer) oom() error {
 	return fmt.Errorf("soft backend: the %d real bytes of %s: %w", b.size, b,
-		&cuda.OutOfMemoryError{Location: b.loc, Requested: b.size})
+		&cuda.OutOfMemoryError{Location: b.at.name, Requested: b.size})
 }
 
 // read copies the len(p) bytes from off into p (zeros where nothing was
@@ -139,7 +139,7 @@ func (b *buffer) load(ctx context.Context, loader cuda.Loader, target string) er
 	if err := b.materialize(); err != nil {
 		return err
 	}
-	err := check.RunLoader(ctx, loader, b.data, b.loc, target)
+	err := check.RunLoader(ctx, loader, b.data, b.at.name, target)
 	if fresh && allZero(b.data) {
 		b.setData(nil)
 	}
@@ -156,7 +156,7 @@ func copyBuffer(dst, src *buffer) error {
 	for _, b := range [...]*buffer{src, dst} {
 		if b.gone() {
 			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s was freed before the copy ran",
-				cuda.ErrFreed, src.loc, dst.loc, b)
+				cuda.ErrFreed, src.at.name, dst.at.name, b)
 		}
 	}
 	switch {

@@ -138,7 +138,7 @@ func (b *buffer) loadRegion(ctx context.Context, loader cuda.Loader, target stri
 		return err
 	}
 	r := b.sparse
-	err := check.RunLoader(ctx, loader, r.mem, b.loc, target)
+	err := check.RunLoader(ctx, loader, r.mem, b.at.name, target)
 	touchedChunks(r.mem, b.backend.chunk, r.isDirty, func(i int) {
 		lo, hi := b.span(i)
 		if allZero(r.mem[lo:hi]) {
