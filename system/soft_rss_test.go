@@ -58,12 +58,7 @@ type readmeFigures struct {
 // process and parses its figures.
 func runREADMEChild(t testing.TB, n int64) readmeFigures {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run", "^TestREADMEExampleRSSChild$", "-test.count", "1", "-test.v")
-	cmd.Env = append(os.Environ(), readmeChildEnv+"="+strconv.FormatInt(n, 10))
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "child: %s", out)
+	out := runChild(t, "^TestREADMEExampleRSSChild$", readmeChildEnv+"="+strconv.FormatInt(n, 10))
 	var f readmeFigures
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	found := false
@@ -113,19 +108,34 @@ func TestREADMEExampleRSSChild(t *testing.T) {
 	t2 := time.Now()
 	require.NotEmpty(t, d.Plan.Enter, "the value was placed")
 	require.NoError(t, scope.Exit(ctx))
-	hwm, err := peakRSS()
+	hwm, err := procStatus("VmHWM")
 	require.NoError(t, err)
 	fmt.Printf("FIGURES hwm=%d register_ns=%d admit_ns=%d\n", hwm, t1.Sub(t0).Nanoseconds(), t2.Sub(t1).Nanoseconds())
 }
 
-// peakRSS returns the process's peak resident set size (VmHWM).
-func peakRSS() (int64, error) {
+// runChild runs this test binary again in a child process, running only
+// the tests that match run, with env added to its environment, and
+// returns its output.
+func runChild(t testing.TB, run, env string) []byte {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run", run, "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child: %s", out)
+	return out
+}
+
+// procStatus returns a memory figure of /proc/self/status in bytes:
+// "VmHWM" (the peak resident set) or "VmRSS" (the resident set now).
+func procStatus(field string) (int64, error) {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			var kb int64
 			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
 				return 0, err
@@ -133,5 +143,5 @@ func peakRSS() (int64, error) {
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }

@@ -15,14 +15,24 @@ import (
 // has whole, partial and last pieces to get right.
 const sparseSize = 5<<16 + 777
 
-// sparseData returns sparseSize bytes that are zero except for a few runs:
+// sparseRuns returns the non-zero runs of sparseData(seed) by offset:
 // inside the second 64 KiB piece, across the edge of the fourth and fifth,
 // and the last byte.
+func sparseRuns(seed uint64) map[int][]byte {
+	return map[int][]byte{
+		1<<16 + 100:    pattern(seed, 3000),
+		4<<16 - 500:    pattern(seed+1, 1000),
+		sparseSize - 1: {byte(seed) | 1},
+	}
+}
+
+// sparseData returns sparseSize bytes that are zero except for the runs
+// of sparseRuns(seed).
 func sparseData(seed uint64) []byte {
 	d := make([]byte, sparseSize)
-	copy(d[1<<16+100:], pattern(seed, 3000))
-	copy(d[4<<16-500:], pattern(seed+1, 1000))
-	d[sparseSize-1] = byte(seed) | 1
+	for off, run := range sparseRuns(seed) {
+		copy(d[off:], run)
+	}
 	return d
 }
 
@@ -68,10 +78,8 @@ func sparseLoads(t *testing.T, b cuda.Backend, loc string) {
 	want := sparseData(42)
 	require.NoError(t, b.Load(bg, buf, "", func(_ context.Context, dst []byte) error {
 		require.True(t, bytes.Equal(dst, make([]byte, sparseSize)), "a new buffer is not all zeros for its loader")
-		for k, c := range want {
-			if c != 0 {
-				dst[k] = c
-			}
+		for off, run := range sparseRuns(42) {
+			copy(dst[off:], run)
 		}
 		return nil
 	}))

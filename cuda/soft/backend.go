@@ -157,8 +157,8 @@ func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 
 // Allocate returns a zeroed buffer of bytes bytes at loc, simulated with
 // ordinary Go memory whatever the location kind. It charges the capacity
-// of loc but makes no real memory: the buffer's bytes are made on its
-// first write (see the package doc).
+// of loc but makes no real memory: the buffer's bytes are made as they are
+// written (see the package doc).
 //
 // Checks run in this order, and the first failure is returned with nothing
 // charged or allocated: backend closed (cuda.ErrClosed), ctx done,
@@ -195,8 +195,9 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 }
 
 // RealBytes returns the real memory the backend's buffers hold now: the
-// total size of the live buffers that were written (see the package doc).
-// It is at most the total MemInfo.UsedBytes of its locations.
+// total size of the live buffers under 32 MiB that hold a non-zero byte,
+// and of the chunks of larger ones that do (see the package doc). It is
+// at most the total MemInfo.UsedBytes of its locations.
 func (b *Backend) RealBytes() int64 { return b.real.Load() }
 
 // makeBytes returns n zero bytes (recycled ones, zeroed, or
@@ -291,9 +292,12 @@ func (b *Backend) forget(s *stream) {
 // (empty target = dst.Location()). target need not be configured on this
 // backend: it only names the location the value is loaded for.
 //
-// A loader error is returned wrapped (errors.Is and errors.As see it); a
-// loader panic is recovered and returned as *cuda.LoaderPanicError. After a
-// loader failure the bytes of dst are whatever the loader left there.
+// The loader gets dst's bytes in one piece, zeros where nothing was
+// written; afterwards what it left zero holds no memory (see the package
+// doc). A loader error is returned wrapped (errors.Is and errors.As see
+// it); a loader panic is recovered and returned as *cuda.LoaderPanicError.
+// After a loader failure the bytes of dst are whatever the loader left
+// there.
 func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, loader cuda.Loader) error {
 	if b.closed.Load() {
 		return cuda.ErrClosed

@@ -39,6 +39,9 @@ func dropPages(p []byte) bool {
 	return len(p) == 0 || syscall.Madvise(p, syscall.MADV_DONTNEED) == nil
 }
 
+// pagemapPath is where the kernel tells a process about its pages.
+var pagemapPath = "/proc/self/pagemap"
+
 // Bits of a /proc/self/pagemap entry.
 const (
 	pagePresent = 1 << 63
@@ -53,7 +56,7 @@ const (
 // Where pagemap cannot be read, every chunk not skipped is visited.
 func touchedChunks(mem []byte, chunk int64, skip func(i int) bool, visit func(i int)) {
 	nchunks := int((int64(len(mem)) + chunk - 1) / chunk)
-	f, err := os.Open("/proc/self/pagemap")
+	f, err := os.Open(pagemapPath)
 	if err != nil {
 		visitAll(nchunks, skip, visit)
 		return
@@ -62,7 +65,7 @@ func touchedChunks(mem []byte, chunk int64, skip func(i int) bool, visit func(i 
 	page := int64(os.Getpagesize())
 	pagesPerChunk := chunk / page
 	base := int64(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))) / page
-	entries := make([]byte, 8*min(pagesPerChunk*64, 1<<16)) // whole chunks at a time
+	entries := make([]byte, 8*pagesPerChunk*max(1, 8192/pagesPerChunk)) // whole chunks at a time
 	for i := 0; i < nchunks; {
 		if skip(i) {
 			i++
