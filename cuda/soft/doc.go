@@ -71,6 +71,10 @@
 // as any allocation would: for simulations larger than the machine,
 // configure capacities, or never write the bytes.
 //
+// A loader that keeps its dst after it returns, which the cuda.Loader
+// contract forbids, may crash the process when it next touches it: the
+// mapping may have been given back.
+//
 // The race detector does not watch the memory of a mapping: races on the
 // bytes of buffers from 32 MiB up are not reported (those on their
 // bookkeeping are).
