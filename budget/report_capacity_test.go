@@ -8,9 +8,9 @@ import (
 
 // TestReportHoldsNoSpareCapacity: a report's transitions are made in one
 // slice of exactly their number. A report lives as long as whoever keeps
-// it (an entered scope keeps its entry's), and at 128 bytes a transition,
-// growing the slice by appending left up to half of it unused: three
-// transitions held the room of four.
+// it (an entered scope keeps its entry's), and at 128 bytes a transition
+// a slice grown by appending would keep up to half of it unused (three
+// transitions in the room of four).
 func TestReportHoldsNoSpareCapacity(t *testing.T) {
 	c := newChecked(t, stdConfig())
 	w := c.reg("w", 10, Replicable, "cuda:0")
