@@ -135,8 +135,13 @@ type recorder struct {
 }
 
 // transitions renders the transitions recorded so far, in commit order,
-// into a fresh slice; nil when there are none.
-func (r *recorder) transitions() []Transition { return renderEntries(nil, r.entries) }
+// into a fresh slice of exactly their number; nil when there are none.
+func (r *recorder) transitions() []Transition {
+	if len(r.entries) == 0 {
+		return nil
+	}
+	return renderEntries(make([]Transition, 0, len(r.entries)), r.entries)
+}
 
 // recordInto runs f with rec collecting every transition f commits, and
 // makes the previous recorder active again when f returns. Recordings

@@ -1,6 +1,7 @@
 package system
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -55,7 +56,7 @@ func TestSoftMemoryFollowsAdmission(t *testing.T) {
 	assert.Less(t, n, uint64(slack), "an admitted registration with no data allocated %d bytes", n)
 	assert.Zero(t, be.RealBytes())
 
-	small, err := s.Register(ctx, Value{Name: "w", Bytes: 4096, At: "cuda:0", Data: make([]byte, 4096)})
+	small, err := s.Register(ctx, Value{Name: "w", Bytes: 4096, At: "cuda:0", Data: bytes.Repeat([]byte{1}, 4096)})
 	require.NoError(t, err)
 	assert.Equal(t, int64(4096), be.RealBytes(), "written bytes are real")
 	require.NoError(t, s.Discard(ctx, small))

@@ -22,7 +22,8 @@
 // decorator of package cuda/faulty over the backend (alloc, copy,
 // reconstruct; each consumed once and reported once, in stream order with
 // the backend's own failures), loaders (errors wrapped, panics recovered),
-// ranged reads (cuda.ReadAt: bounds, errors), stream and backend
+// ranged reads (cuda.ReadAt: bounds, errors), buffers that are mostly
+// zeros (written, copied, loaded in part, zeroed), stream and backend
 // Close, and concurrent use under the race detector. It never relies on
 // timing: it waits on events, and checks only orderings that must hold
 // whatever the speed of the device. Every subtest ends with a goroutine
@@ -84,6 +85,7 @@ func Run(t *testing.T, newBackend Factory, locations ...string) {
 		{"ReconstructFault", s.reconstructFault},
 		{"Load", s.load},
 		{"RangeRead", s.rangeRead},
+		{"SparseContents", s.sparseContents},
 		{"StreamClose", s.streamClose},
 		{"BackendClose", s.backendClose},
 		{"ConcurrentUse", s.concurrent},

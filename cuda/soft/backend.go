@@ -70,9 +70,12 @@ type Backend struct {
 	nextID    uint64               // last buffer id handed out
 	real      atomic.Int64         // real bytes the buffers hold (see RealBytes)
 	recycle   recycler             // bytes of dropped buffers, for the next of their size
+	sparseMin int64                // buffers from this size up keep their bytes in a region
+	chunk     int64                // a region's chunk size
 }
 
 type location struct {
+	name     string
 	capacity int64 // 0 = unlimited
 	used     int64 // guarded by Backend.mu
 }
@@ -101,12 +104,14 @@ func New(cfg Config) (*Backend, error) {
 		locs:      make(map[string]*location, len(cfg.Locations)),
 		streams:   make(map[*stream]struct{}),
 		live:      make(map[*buffer]struct{}),
+		sparseMin: defaultSparseMin,
+		chunk:     defaultChunk(),
 	}
 	if b.sleep == nil {
 		b.sleep = timerSleep
 	}
 	for _, name := range cfg.Locations {
-		b.locs[name] = &location{capacity: cfg.Capacity[name]}
+		b.locs[name] = &location{name: name, capacity: cfg.Capacity[name]}
 	}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	return b, nil
@@ -152,8 +157,8 @@ func (b *Backend) own(buf cuda.Buffer, what string) (*buffer, error) {
 
 // Allocate returns a zeroed buffer of bytes bytes at loc, simulated with
 // ordinary Go memory whatever the location kind. It charges the capacity
-// of loc but makes no real memory: the buffer's bytes are made on its
-// first write (see the package doc).
+// of loc but makes no real memory: the buffer's bytes are made as they are
+// written (see the package doc).
 //
 // Checks run in this order, and the first failure is returned with nothing
 // charged or allocated: backend closed (cuda.ErrClosed), ctx done,
@@ -184,14 +189,15 @@ func (b *Backend) Allocate(ctx context.Context, loc string, bytes int64) (cuda.B
 	}
 	l.used += bytes
 	b.nextID++
-	buf := &buffer{backend: b, id: b.nextID, loc: loc, size: bytes}
+	buf := &buffer{backend: b, id: b.nextID, at: l, size: bytes}
 	b.live[buf] = struct{}{}
 	return buf, nil
 }
 
 // RealBytes returns the real memory the backend's buffers hold now: the
-// total size of the live buffers that were written (see the package doc).
-// It is at most the total MemInfo.UsedBytes of its locations.
+// total size of the live buffers under 32 MiB that hold a non-zero byte,
+// and of the chunks of larger ones that do (see the package doc). It is
+// at most the total MemInfo.UsedBytes of its locations.
 func (b *Backend) RealBytes() int64 { return b.real.Load() }
 
 // makeBytes returns n zero bytes (recycled ones, zeroed, or
@@ -227,9 +233,9 @@ func (b *Backend) Free(buf cuda.Buffer) error {
 	}
 	if !sb.freed.CompareAndSwap(false, true) {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: soft backend: %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
-	b.locs[sb.loc].used -= sb.size
+	sb.at.used -= sb.size
 	delete(b.live, sb)
 	b.mu.Unlock()
 	sb.drop()
@@ -286,9 +292,12 @@ func (b *Backend) forget(s *stream) {
 // (empty target = dst.Location()). target need not be configured on this
 // backend: it only names the location the value is loaded for.
 //
-// A loader error is returned wrapped (errors.Is and errors.As see it); a
-// loader panic is recovered and returned as *cuda.LoaderPanicError. After a
-// loader failure the bytes of dst are whatever the loader left there.
+// The loader gets dst's bytes in one piece, zeros where nothing was
+// written; afterwards what it left zero holds no memory (see the package
+// doc). A loader error is returned wrapped (errors.Is and errors.As see
+// it); a loader panic is recovered and returned as *cuda.LoaderPanicError.
+// After a loader failure the bytes of dst are whatever the loader left
+// there.
 func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, loader cuda.Loader) error {
 	if b.closed.Load() {
 		return cuda.ErrClosed
@@ -304,24 +313,21 @@ func (b *Backend) Load(ctx context.Context, dst cuda.Buffer, target string, load
 		return err
 	}
 	if sb.freed.Load() {
-		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
 	if err := check.LoadTarget(target); err != nil {
 		return err
 	}
 	if target == "" {
-		target = sb.loc
+		target = sb.at.name
 	}
 
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.dropped {
-		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: load into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
-	if err := sb.materialize(); err != nil {
-		return err
-	}
-	return check.RunLoader(ctx, loader, sb.data, sb.loc, target)
+	return sb.load(ctx, loader, target)
 }
 
 // Read returns a copy of buf's bytes in a new slice (zeros for a buffer
@@ -342,18 +348,20 @@ func (b *Backend) Read(ctx context.Context, buf cuda.Buffer) ([]byte, error) {
 	sb.mu.RLock()
 	defer sb.mu.RUnlock()
 	if sb.gone() {
-		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return nil, fmt.Errorf("%w: soft backend: read of %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
-	var out []byte
-	ok := true
-	if sb.data == nil {
-		out, ok = b.makeBytes(sb.size)
-	} else {
-		out, ok = b.cloneBytes(sb.data)
+	if sb.data != nil {
+		out, ok := b.cloneBytes(sb.data)
+		if !ok {
+			return nil, sb.oom()
+		}
+		return out, nil
 	}
+	out, ok := b.makeBytes(sb.size)
 	if !ok {
 		return nil, sb.oom()
 	}
+	sb.read(out, 0, true)
 	return out, nil
 }
 
@@ -376,18 +384,9 @@ func (b *Backend) Write(ctx context.Context, buf cuda.Buffer, data []byte) error
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.gone() {
-		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.loc)
+		return fmt.Errorf("%w: soft backend: write into %d-byte buffer at %s", cuda.ErrFreed, sb.size, sb.at.name)
 	}
-	if sb.data == nil {
-		d, ok := b.cloneBytes(data)
-		if !ok {
-			return sb.oom()
-		}
-		sb.setData(d)
-		return nil
-	}
-	copy(sb.data, data)
-	return nil
+	return sb.write(data)
 }
 
 // Close refuses new work, cuts short the simulated delays of queued copies,
@@ -421,7 +420,7 @@ func (b *Backend) Close() error {
 	bufs := make([]*buffer, 0, len(b.live))
 	for buf := range b.live {
 		buf.freed.Store(true)
-		b.locs[buf.loc].used -= buf.size
+		buf.at.used -= buf.size
 		bufs = append(bufs, buf)
 	}
 	clear(b.live)
@@ -479,10 +478,6 @@ func (b *Backend) ReadAt(ctx context.Context, buf cuda.Buffer, off int64, p []by
 	if sb.gone() {
 		return fmt.Errorf("%w: soft backend: read of %d bytes at %d of %s", cuda.ErrFreed, len(p), off, sb)
 	}
-	if sb.data == nil {
-		clear(p)
-		return nil
-	}
-	copy(p, sb.data[off:])
+	sb.read(p, off, false)
 	return nil
 }

@@ -1,6 +1,7 @@
 package soft_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/residency-go/residency/cuda"
@@ -13,6 +14,18 @@ import (
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T, capacity map[string]int64) cuda.Backend {
 		b, err := soft.New(soft.Config{Locations: allLocations, Capacity: capacity})
+		require.NoError(t, err)
+		return b
+	}, allLocations...)
+}
+
+// The suite again on a backend whose every buffer keeps its bytes in
+// chunks of one OS page (by default only buffers from 32 MiB up do, in
+// chunks of 64 KiB), so that every check runs on chunked buffers too.
+func TestConformanceChunked(t *testing.T) {
+	page := int64(os.Getpagesize())
+	conformance.Run(t, func(t *testing.T, capacity map[string]int64) cuda.Backend {
+		b, err := soft.NewSparse(soft.Config{Locations: allLocations, Capacity: capacity}, 1, page)
 		require.NoError(t, err)
 		return b
 	}, allLocations...)

@@ -17,34 +17,67 @@
 // # Real memory: what Allocate promises
 //
 // Allocate charges the location's capacity and makes no real memory. A
-// buffer's bytes are made on its first write, in one piece of its size:
-// Write (which copies the caller's bytes into new memory), Load (zeroed,
-// then the loader writes), or a stream copy from a buffer that holds
-// bytes. A buffer never written reads as zeros and holds no memory, and so
-// does a copy of one (a copy of zeros into a written buffer releases its
-// bytes). Free and Close release them at once: their buffer no longer
-// holds them. (Freed bytes of a size from 64 KiB up may be handed to the
-// next buffer of exactly that size instead of being made anew; what is not
-// reused goes back to the Go runtime within two garbage collections, as
-// dropped memory does.) So:
+// buffer's bytes are made as they are written, so a simulated 80 GiB GPU
+// costs only the bytes written to it:
+//
+//   - a buffer under 32 MiB is one piece of memory of its size, made on its
+//     first write of a non-zero byte: by Write (which copies the caller's
+//     bytes into new memory), by a stream copy from a buffer that holds
+//     bytes, or by Load (made zeroed for the loader, and given back after
+//     it if the loader left it all zero);
+//   - a buffer from 32 MiB up keeps its bytes in chunks of 64 KiB (or the
+//     OS page size, if larger), and holds only the chunks that hold a
+//     non-zero byte. A stream copy copies only those chunks and makes the
+//     others zero at its destination; Read and ReadAt copy only those; a
+//     Write makes only the chunks of its data that are not all zero. A
+//     loader is handed the whole buffer in one piece, as it must be: on
+//     Linux a private anonymous mapping with no swap reserved, whose pages
+//     the kernel backs only when they are written, and after the loader
+//     returns the backend finds the chunks it wrote (asking
+//     /proc/self/pagemap which pages were touched, then looking for a
+//     non-zero byte in those) and gives the rest back. A loader that
+//     writes nothing leaves the buffer holding nothing. (Elsewhere, and
+//     where the kernel refuses such a mapping, the piece is Go memory,
+//     which the loader's buffer then costs in full while it runs; what it
+//     left zero is given back as on Linux.)
+//
+// Zeros are never held: writing or copying zeros over bytes gives back
+// what they replace, and a buffer never written reads as zeros. Free and
+// Close release a buffer's bytes at once. (Freed bytes of a buffer from
+// 64 KiB to 32 MiB may be handed to the next buffer of exactly that size
+// instead of being made anew; what is not reused goes back to the Go
+// runtime within two garbage collections, as dropped memory does.) So:
 //
 //   - an allocation that is refused (closed, bad input, an injected fault,
 //     capacity) makes nothing, and nor does one that is granted and never
 //     written: registering 64 GiB at a location allocates no memory until
 //     something writes those bytes;
-//   - the real memory of a backend is at most the total size of its live
-//     written buffers, reported by [Backend.RealBytes], itself at most the
+//   - the real memory of a backend is at most the total size of what was
+//     written into its live buffers (whole small buffers, 64 KiB chunks
+//     of large ones), reported by [Backend.RealBytes], itself at most the
 //     MemInfo.UsedBytes of its locations and so at most their capacities;
-//   - Read returns a new slice of the buffer's size (zeros for a buffer
-//     never written): the caller's memory, which the backend does not
-//     keep; ReadAt copies a range into the caller's slice and makes no
-//     real bytes for a buffer never written.
+//   - Read returns a new slice of the buffer's size (zeros where nothing
+//     was written): the caller's memory, which the backend does not keep;
+//     ReadAt copies a range into the caller's slice and makes no real
+//     bytes for what was never written.
+//
+// Each buffer also costs a record of about a hundred bytes of Go memory
+// while it is allocated, whatever its size.
 //
 // A size the Go runtime refuses to make (beyond its largest slice) fails
 // the write with *cuda.OutOfMemoryError; a size it accepts but the machine
-// cannot back ends the process (Go's "out of memory"), as any allocation
-// in Go would: for simulations larger than the machine, configure
-// capacities, or never write the bytes.
+// cannot back ends the process (Go's "out of memory", or the kernel's
+// out-of-memory killer for a mapping written beyond the machine's memory),
+// as any allocation would: for simulations larger than the machine,
+// configure capacities, or never write the bytes.
+//
+// A loader that keeps its dst after it returns, which the cuda.Loader
+// contract forbids, may crash the process when it next touches it: the
+// mapping may have been given back.
+//
+// The race detector does not watch the memory of a mapping: races on the
+// bytes of buffers from 32 MiB up are not reported (those on their
+// bookkeeping are).
 //
 // Each stream has one goroutine that runs its work in FIFO order. An event
 // completes when the goroutine reaches it, that is, after the bytes of

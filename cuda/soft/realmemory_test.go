@@ -30,9 +30,11 @@ func allocatedBy(f func()) uint64 {
 // buffer is written (it used to make the whole size at once); a write
 // makes exactly the buffer's size once; a copy of a buffer never written
 // makes nothing; Free releases the bytes. RealBytes follows every step.
+// The buffers are small ones (one Go slice each, under the size from which
+// bytes are kept in chunks): TestRegionMemory checks the large ones.
 func TestRealMemoryPromise(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	const big = 64 << 20
+	const big = 16 << 20
 	const slack = 4 << 20 // the process's other allocations meanwhile
 	b := newBackend(t, soft.Config{Capacity: map[string]int64{"cuda:0": big}})
 	defer mustClose(t, b)

@@ -100,7 +100,7 @@ func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
 	}
 	for _, b := range [...]*buffer{sr, d} {
 		if b.freed.Load() {
-			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s", cuda.ErrFreed, sr.loc, d.loc, b)
+			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s", cuda.ErrFreed, sr.at.name, d.at.name, b)
 		}
 	}
 	return s.enqueue(op{kind: opCopy, dst: d, src: sr})
