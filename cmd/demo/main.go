@@ -9,13 +9,15 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// The first Ctrl-C cancels ctx and the command stops on its own,
-		// promptly; from then on a second one kills it outright.
+		// The first Ctrl-C (or SIGTERM) cancels ctx and the command stops
+		// on its own, promptly; from then on a second one kills it
+		// outright.
 		<-ctx.Done()
 		stop()
 	}()
@@ -25,7 +27,7 @@ func main() {
 }
 
 // run is the whole command; it returns the exit status (130 when ctx
-// ended: Ctrl-C). Every command but replay (which reports its own) writes
+// ended: Ctrl-C or SIGTERM). Every command but replay (which reports its own) writes
 // standard output through an outputWriter: output that could not be
 // written (a full disk) is exit status 1 with a message, never a silent 0.
 // (A pipe closed by its reader ends the process with SIGPIPE, as usual.)
@@ -38,8 +40,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "replay":
 		if helpAsked(args[1:]) {
-			replayMain(ctx, []string{"-h"}, stdin, stdout, stdout) // prints the usage
-			return 0
+			replayMain(ctx, []string{"-h"}, stdin, out, out) // prints the usage
+			return out.check("demo replay", 0, stderr)
 		}
 		return replayMain(ctx, args[1:], stdin, stdout, stderr)
 	case "serve":
@@ -204,7 +206,8 @@ Usage:
                               status 0, or 1 when an expectation failed)
   demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]
                               replay a real LLM serving trace (default
-                              data/AzureLLMInferenceTrace_conv.csv) through the
+                              data/AzureLLMInferenceTrace_conv.csv, built in;
+                              progress on standard error) through the
                               write pipeline: each request's KV blocks are
                               offloaded on the soft backend (a simulation);
                               reports offloaded bytes, queue depths, flushes,

@@ -10,10 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -120,8 +118,9 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprint(fs.Output(), nodeUsage)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
+	help := &outputWriter{w: stdout} // the usage after --help; the replies report their own write errors
+	if code, ok := parseFlags(fs, args, help, stderr); !ok {
+		return help.check("demo node", code, stderr)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo node: unexpected argument %q\n", fs.Arg(0))
@@ -159,8 +158,6 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "demo node: %v\n", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// The runtime's logger: the node's own lines carry "node" already.
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Logger()
 	if c.provider == "automanaged" && !isLoopbackHost(c.autoAddr) {

@@ -12,9 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,14 +83,8 @@ func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fs.Usage()
 		return 2
 	}
-	// SIGTERM stops serve as Ctrl-C does (main handles SIGINT); a second
-	// one kills it.
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	// ctx ends at Ctrl-C or SIGTERM (main handles both); a second one
+	// kills the process.
 	return serve(ctx, o, stdin, stdout, stderr)
 }
 
