@@ -28,14 +28,18 @@ func FuzzDurationFields(f *testing.F) {
 		if len(num) > 64 || strings.ContainsAny(num, "\"\\{}[],:\n\r") {
 			return
 		}
-		n, p := jsonline.ParseInt(num)
+		v, err := jsonline.Parse([]byte(`{"d_ms":` + num + `}`))
+		if err != nil {
+			return // not JSON at all
+		}
+		if x, _ := v.Get("d_ms"); x.Kind != jsonline.Number {
+			return // a string, an array: "want an integer", not a duration
+		}
+		x, _ := v.Get("d_ms")
+		n, p := jsonline.ParseInt(x.Text)
 		inRange := p == jsonline.NumberOK && n >= 0 && n <= jsonline.MaxMillis
 
 		// The helper itself.
-		v, err := jsonline.Parse([]byte(`{"d_ms":` + num + `}`))
-		if err != nil {
-			return // not a JSON number at all
-		}
 		fl := &jsonline.Fields{Obj: &v}
 		d := fl.OptMillis("d_ms", "none")
 		if inRange != (fl.Err == nil) {
