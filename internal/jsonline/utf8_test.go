@@ -30,13 +30,13 @@ func TestStringsMustBeUTF8(t *testing.T) {
 		assert.Contains(t, err.Error(), c.want, "%q", c.line)
 	}
 	for line, want := range map[string]string{
-		`{"n":"é"}`:               "é",
-		`{"n":"\u00e9"}`:          "é",
-		`{"n":"\ud83d\ude00"}`:    "😀",
-		`{"n":"\\ud800"}`:         `\ud800`,
-		`{"n":"\ufffd"}`:          "\ufffd",
+		`{"n":"é"}`:                "é",
+		`{"n":"\u00e9"}`:           "é",
+		`{"n":"\ud83d\ude00"}`:     "😀",
+		`{"n":"\\ud800"}`:          `\ud800`,
+		`{"n":"\ufffd"}`:           "\ufffd",
 		"{\"n\":\"\xef\xbf\xbd\"}": "\ufffd",
-		`{"n":"tab\t"}`:           "tab\t",
+		`{"n":"tab\t"}`:            "tab\t",
 	} {
 		v, err := Parse([]byte(line))
 		require.NoError(t, err, "%q", line)
