@@ -85,6 +85,27 @@ func (l *locationFlags) Set(s string) error {
 	return nil
 }
 
+// ofNode refuses a location qualified with a node other than name, and
+// one given twice once its qualifier is dropped (cuda:0 and cuda:0@name).
+func (l locationFlags) ofNode(name string) error {
+	seen := map[string]bool{}
+	for _, c := range l {
+		n, err := budget.ParseLocation(c.Name)
+		if err != nil {
+			return err
+		}
+		if n.Node != "" && n.Node != name {
+			return fmt.Errorf("%s is memory of node %q, not of this node (%q): a node configures only its own locations", c.Name, n.Node, name)
+		}
+		local := n.Local().String()
+		if seen[local] {
+			return fmt.Errorf("%s is given twice (as %s and as %s@%s)", local, local, local, name)
+		}
+		seen[local] = true
+	}
+	return nil
+}
+
 const nodeUsage = `usage: demo node --name NAME [--provider etcd|automanaged] [flags]
 
 Runs one residency node as a member of a cluster until SIGINT or SIGTERM
@@ -133,6 +154,10 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if len(c.locations) == 0 {
 		c.locations = locationFlags{system.Limit("pageable-host", 4<<30), system.Limit("cuda:0", 8<<30)}
+	}
+	if err := c.locations.ofNode(c.name); err != nil {
+		fmt.Fprintf(stderr, "demo node: --location: %v\n", err)
+		return 2
 	}
 	for _, d := range []struct {
 		flag string

@@ -27,6 +27,8 @@ func TestNodeBadFlagsExit2(t *testing.T) {
 		{[]string{"--location", "cuda:0=1GiB", "--location", "cuda:0=2GiB"}, "location cuda:0 is given twice"},
 		{[]string{"--location", "cuda:x=1GiB"}, `malformed location "cuda:x"`},
 		{[]string{"--location", "gpu=1GiB"}, `malformed location "gpu"`},
+		{[]string{"--location", "cuda:0@other=1GiB"}, `--location: cuda:0@other is memory of node "other", not of this node ("n")`},
+		{[]string{"--location", "cuda:0=1GiB", "--location", "cuda:0@n=1GiB"}, "--location: cuda:0 is given twice (as cuda:0 and as cuda:0@n)"},
 		{[]string{"--request-timeout", "-1s"}, "--request-timeout -1s: want a duration > 0"},
 		{[]string{"--request-timeout", "0s"}, "--request-timeout 0s: want a duration > 0"},
 		{[]string{"--refresh", "-1s"}, "--refresh -1s: want a duration > 0"},
