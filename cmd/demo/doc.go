@@ -265,7 +265,7 @@
 //	   that is not start, a bad start, a line over 1 MiB. The whole
 //	   script is checked before anything runs, and the message names the
 //	   line.
-//	130  interrupted (Ctrl-C): the replay stops at once, runs nothing more
+//	130  interrupted (Ctrl-C or SIGTERM): the replay stops at once, runs nothing more
 //	   and says on standard error how many ops finished (also while the
 //	   script is read, or FILE is a FIFO no writer opened yet).
 //

@@ -227,9 +227,9 @@ Usage:
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an
 expectation failed, 2 when the script is malformed (the message names the
-line), 130 when interrupted (Ctrl-C). The script format is described in
-docs/replay.md and "go doc ./cmd/demo"; cmd/demo/testdata/capacity-whatif.jsonl
-is a sample to adapt. On a terminal, a long replay or diagnose shows a
+line), 130 when interrupted (Ctrl-C or SIGTERM, alike for every command).
+The script format is described in docs/replay.md and "go doc ./cmd/demo";
+cmd/demo/testdata/capacity-whatif.jsonl is a sample to adapt. On a terminal, a long replay or diagnose shows a
 progress bar on standard error (never with --json). A bad flag is exit
 status 2 for every command; output that cannot be written (a full disk)
 is exit status 1 with a message, never a silent 0.
