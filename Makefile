@@ -79,7 +79,8 @@ FUZZ_TARGETS := \
 	internal/offload:FuzzOffloadTrace \
 	system/replay:FuzzStagingScript \
 	system/diagnose:FuzzEvidence \
-	internal/kvtrace:FuzzReadTrace
+	internal/kvtrace:FuzzReadTrace \
+	internal/nodeproc:FuzzDurationFields
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

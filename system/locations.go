@@ -29,6 +29,18 @@ func refuseNodeQualified(locs []LocationConfig) error {
 	return nil
 }
 
+// malformedLocation returns the error of the first malformed name in locs
+// (an [*InvalidInputError] naming it), or nil when every name is
+// well-formed.
+func malformedLocation(locs []LocationConfig) error {
+	for _, l := range locs {
+		if _, err := budget.ParseLocation(l.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // withSpill returns locs with the spill targets of spill (location →
 // target) set on the locations it names; locs itself is not changed.
 // A location of spill that locs does not configure is invalid input (so

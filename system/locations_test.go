@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/cuda/soft"
 )
 
 // A single-node runtime refuses a node-qualified location at Start (it
@@ -30,4 +32,23 @@ func TestStartRefusesNodeQualifiedLocation(t *testing.T) {
 	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)}})
 	require.NoError(t, err)
 	require.NoError(t, s.Close(ctx))
+}
+
+// SoftBackend names a malformed location instead of dropping it (alone it
+// used to be "no locations configured"; beside a good name it vanished).
+func TestSoftBackendNamesAMalformedLocation(t *testing.T) {
+	for _, locs := range [][]LocationConfig{
+		{Limit("cuda:x", 1<<30)},
+		{NoLimit("pageable-host"), Limit("cuda:x", 1<<30)},
+	} {
+		b, err := SoftBackend(locs, soft.Config{})
+		require.Nil(t, b)
+		var inv *InvalidInputError
+		require.ErrorAs(t, err, &inv)
+		require.Contains(t, err.Error(), `malformed location "cuda:x"`)
+		require.NotContains(t, err.Error(), "no locations configured")
+	}
+	b, err := SoftBackend(nil, soft.Config{})
+	require.Nil(t, b)
+	require.ErrorContains(t, err, "no locations configured")
 }

@@ -341,11 +341,15 @@ func (s *System) ManagerID() string { return s.managerID }
 // say so in what the program prints, and close it after [System.Close].
 //
 // cfg gives the simulated capacities, bandwidth and delay (see
-// soft.Config); its Locations are set to the distinct well-formed names
-// of locs, each without its node (a node's runtime knows its own
-// locations by their local names). Errors are soft.New's, such as a
+// soft.Config); its Locations are set to the distinct names of locs,
+// each without its node (a node's runtime knows its own locations by
+// their local names). Errors: a malformed name in locs
+// ([*InvalidInputError] naming it); soft.New's, such as no locations or a
 // capacity for a location not in locs.
 func SoftBackend(locs []LocationConfig, cfg soft.Config) (*soft.Backend, error) {
+	if err := malformedLocation(locs); err != nil {
+		return nil, err
+	}
 	cfg.Locations = budget.LocalNames(locs)
 	return soft.New(cfg)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/internal/nodeproc"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // clusterDemoOptions configures `demo cluster-demo`.
@@ -365,7 +366,10 @@ func (c *clusterRun) askDirectory(string) int {
 }
 
 // showSummaries prints node-c's view of the gossiped summaries, once it
-// has all three and node-b's shows the copy.
+// has all three and they show the copies of node-a and node-b (each node
+// publishes its summary on its own schedule: node-a's may still be the
+// one from before it loaded the value when node-b's already shows the
+// copy).
 func (c *clusterRun) showSummaries(string) int {
 	var lines []string
 	for {
@@ -373,17 +377,8 @@ func (c *clusterRun) showSummaries(string) int {
 		if err != nil {
 			return c.fail("node-c reading the summaries", err)
 		}
-		lines = lines[:0]
-		usedB := false
-		for _, s := range r.Summaries {
-			for _, l := range s.Locations {
-				if strings.HasPrefix(l.Location, "cuda:0@") {
-					lines = append(lines, fmt.Sprintf("   %-7s cuda:0  %5.1f MiB used of %.0f MiB", s.Node, float64(l.UsedBytes)/(1<<20), float64(l.BudgetBytes)/(1<<20)))
-					usedB = usedB || (s.Node == "node-b" && l.UsedBytes >= demoBytes)
-				}
-			}
-		}
-		if len(r.Summaries) == 3 && usedB {
+		var settled bool
+		if lines, settled = summaryLines(r.Summaries, "node-a", "node-b"); settled {
 			break
 		}
 		if err := demoSleep(c.ctx, 100*time.Millisecond); err != nil {
@@ -392,6 +387,26 @@ func (c *clusterRun) showSummaries(string) int {
 	}
 	c.say("What each node holds, from the compact summaries the nodes gossip (node-c's view):\n%s", strings.Join(lines, "\n"))
 	return 0
+}
+
+// summaryLines renders the cuda:0 line of each summary of sums; settled
+// reports whether all three nodes' summaries are there and every node of
+// holders shows the demo value's bytes used at its cuda:0.
+func summaryLines(sums []cluster.NodeSummary, holders ...string) (lines []string, settled bool) {
+	shown := map[string]bool{}
+	for _, s := range sums {
+		for _, l := range s.Locations {
+			if strings.HasPrefix(l.Location, "cuda:0@") {
+				lines = append(lines, fmt.Sprintf("   %-7s cuda:0  %5.1f MiB used of %.0f MiB", s.Node, float64(l.UsedBytes)/(1<<20), float64(l.BudgetBytes)/(1<<20)))
+				shown[s.Node] = l.UsedBytes >= demoBytes
+			}
+		}
+	}
+	settled = len(sums) == 3
+	for _, h := range holders {
+		settled = settled && shown[h]
+	}
+	return lines, settled
 }
 
 // crashAndRecover kills node-a, shows the survivors drop it, a copy from

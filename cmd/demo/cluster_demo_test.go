@@ -12,9 +12,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/internal/nodeproc"
+	"github.com/residency-go/residency/system/cluster"
 )
 
 // buildDemo builds this command without the race detector (the nodes run
@@ -107,6 +109,13 @@ func TestClusterDemo(t *testing.T) {
 			} {
 				require.Contains(t, step7, want)
 			}
+			// The summaries step shows both copies (it must not print a
+			// summary published before the value was loaded).
+			i6 := strings.Index(s, "\n6. ")
+			require.True(t, i6 >= 0 && i7 > i6, s)
+			for _, node := range []string{"node-a", "node-b"} {
+				require.Contains(t, s[i6:i7], "   "+node+"  cuda:0   16.0 MiB used of 64 MiB")
+			}
 			require.Equal(t, 2, strings.Count(s, "— identical"), s)
 			require.Contains(t, s, "refused after")
 			require.Contains(t, s, "UnavailableError")
@@ -135,4 +144,25 @@ func TestClusterDemoInterrupted(t *testing.T) {
 	require.Equal(t, exitInterrupted, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out.String(), "Interrupted: stopping the nodes")
 	requireGone(t, pids, dir)
+}
+
+// TestSummaryLinesWaitForEveryHolder: the summaries step waits until
+// node-c's view shows the copy of every node that holds the value; it
+// used to wait for node-b's alone, and printed node-a's stale summary
+// ("0.0 MiB used" for a node holding 16 MiB) when node-a had not
+// published since it loaded the value.
+func TestSummaryLinesWaitForEveryHolder(t *testing.T) {
+	sum := func(node string, used int64) cluster.NodeSummary {
+		return cluster.NodeSummary{Node: node, Locations: []cluster.LocationSummary{
+			{Location: "pageable-host@" + node, BudgetBytes: 256 << 20},
+			{Location: "cuda:0@" + node, UsedBytes: used, BudgetBytes: 64 << 20}}}
+	}
+	lines, settled := summaryLines([]cluster.NodeSummary{sum("node-a", 0), sum("node-b", demoBytes), sum("node-c", 0)}, "node-a", "node-b")
+	assert.False(t, settled, "node-a's summary is stale")
+	assert.Equal(t, "   node-a  cuda:0    0.0 MiB used of 64 MiB", lines[0])
+	_, settled = summaryLines([]cluster.NodeSummary{sum("node-a", demoBytes), sum("node-b", demoBytes)}, "node-a", "node-b")
+	assert.False(t, settled, "node-c's summary is missing")
+	lines, settled = summaryLines([]cluster.NodeSummary{sum("node-a", demoBytes), sum("node-b", demoBytes), sum("node-c", 0)}, "node-a", "node-b")
+	assert.True(t, settled)
+	assert.Equal(t, []string{"   node-a  cuda:0   16.0 MiB used of 64 MiB", "   node-b  cuda:0   16.0 MiB used of 64 MiB", "   node-c  cuda:0    0.0 MiB used of 64 MiB"}, lines)
 }

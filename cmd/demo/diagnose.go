@@ -241,9 +241,11 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 		return 2
 	}
 	var lines [][]byte
+	var paths []string // the file of each line
 	add := func(op string, ok bool, key string, v json.RawMessage) {
 		b, _ := replay.Marshal(replay.Object{{Key: "line", Value: len(lines) + 1}, {Key: "op", Value: op}, {Key: "ok", Value: ok}, {Key: key, Value: v}})
 		lines = append(lines, b)
+		paths = append(paths, map[string]string{"decision": f.decision, "explanation": f.explanation, "error": f.err, "snapshot": f.snapshot, "trace": f.trace}[key])
 	}
 	if f.decision != "" {
 		v, _, err := readEvidence(f.decision, "decision", "expected_state_version")
@@ -278,7 +280,13 @@ func diagnoseEvidenceFiles(f evidenceFiles, asJSON bool, stdout, stderr io.Write
 		add("trace", true, "trace", t)
 	}
 	ev, err := diagnose.DecodeEvidence(bytes.NewReader(bytes.Join(lines, []byte("\n"))), failedLine)
-	if err != nil {
+	var lineErr *diagnose.LineError
+	switch {
+	case errors.As(err, &lineErr) && lineErr.Line >= 1 && lineErr.Line <= len(paths):
+		return fail(paths[lineErr.Line-1], lineErr.Err) // the file that line came from
+	case errors.Is(err, diagnose.ErrNoSnapshot):
+		return fail(f.snapshot, errors.New("a snapshot without locations"))
+	case err != nil:
 		return fail(f.err, err)
 	}
 	return printDiagnosis(diagnose.DiagnoseEvidence(ev), nil, opName, asJSON, stdout, stderr)

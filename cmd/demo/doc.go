@@ -40,7 +40,8 @@
 // demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N]
 // [--json] replays an LLM serving trace (TIMESTAMP, ContextTokens,
 // GeneratedTokens per request; default data/AzureLLMInferenceTrace_conv.csv,
-// CC BY 4.0, see data/README.md) through a staging pipeline on the soft
+// CC BY 4.0, see data/README.md, built into the command so that it runs
+// from any directory) through a staging pipeline on the soft
 // backend (a simulation, and the output says so). Each request's KV bytes,
 // (ContextTokens + GeneratedTokens) × N (64 by default, standing for 512 KiB
 // per token of a 7B fp16 model; budgets scaled alike), are saved in blocks
@@ -53,7 +54,11 @@
 // may hold (the clone budget) is refused and counted, as a server would,
 // not started. The trace is read one line at a time: a line longer than
 // 4 KiB, a token count beyond 2^31−1, --speed that is not a finite number
-// > 0 and --limit < 0 are refused. Exit status 1 for a violation or a
+// > 0 and --limit < 0 are refused, and so is a replay that would span more
+// than 366 days of trace time (a wrong timestamp) or make the run wait more
+// than 24 hours (raise --speed or lower --limit). While it waits for the
+// trace's arrivals it prints its progress on standard error, every 5 s.
+// Exit status 1 for a violation or a
 // failed task, 2 for bad flags or an unreadable trace. docs/staging.md has
 // more.
 //
@@ -260,7 +265,7 @@
 //	   that is not start, a bad start, a line over 1 MiB. The whole
 //	   script is checked before anything runs, and the message names the
 //	   line.
-//	130  interrupted (Ctrl-C): the replay stops at once, runs nothing more
+//	130  interrupted (Ctrl-C or SIGTERM): the replay stops at once, runs nothing more
 //	   and says on standard error how many ops finished (also while the
 //	   script is read, or FILE is a FIFO no writer opened yet).
 //

@@ -39,6 +39,14 @@ func TestOutputThatCannotBeWritten(t *testing.T) {
 		{"diagnose", script},
 		{"diagnose", "--json", script},
 		{"offload", "--help"},
+		{"replay", "--help"},
+		{"replay", "-h", "x.jsonl"},
+		{"node", "--help"},
+		{"node", "-help"},
+		{"serve", "--help"},
+		{"diagnose", "--help"},
+		{"cluster-demo", "--help"},
+		{"scenario", "--help"},
 	} {
 		var errb bytes.Buffer
 		code := run(context.Background(), args, strings.NewReader(""), fullWriter{}, &errb)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/residency-go/residency/data"
 	"github.com/residency-go/residency/internal/kvtrace"
 )
 
@@ -29,7 +31,7 @@ import (
 // size), and Belady's optimum as the bound. This file holds the flags
 // and the printing.
 
-const defaultKVTrace = "data/mooncake_synthetic_trace.jsonl"
+const defaultKVTrace = data.MooncakeSyntheticTraceName + " (built in)"
 
 const kvUsage = `usage: demo kv [--trace FILE] [--block-size SIZE] [--gpu N,N,...] [--spill LOC|none]
                [--spill-size N|Kx] [--limit N] [--json] [--plot FILE.svg]
@@ -164,13 +166,21 @@ func kvConfig(blockSize, gpu, spill, spillSize string, limit int) (kvtrace.Sweep
 }
 
 // kvRead reads the trace file (at most limit requests; 0: all).
+// The default names the trace built into the binary (package data), so
+// the command runs from any directory.
 func kvRead(path string, limit int) (*kvtrace.Trace, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	var r io.Reader
+	if path == defaultKVTrace {
+		r = bytes.NewReader(data.MooncakeSyntheticTrace)
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
 	}
-	defer f.Close()
-	t, err := kvtrace.Read(f, kvtrace.Limits{MaxRequests: limit})
+	t, err := kvtrace.Read(r, kvtrace.Limits{MaxRequests: limit})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", escapeText(path), err)
 	}

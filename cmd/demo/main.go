@@ -9,13 +9,15 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// The first Ctrl-C cancels ctx and the command stops on its own,
-		// promptly; from then on a second one kills it outright.
+		// The first Ctrl-C (or SIGTERM) cancels ctx and the command stops
+		// on its own, promptly; from then on a second one kills it
+		// outright.
 		<-ctx.Done()
 		stop()
 	}()
@@ -25,7 +27,7 @@ func main() {
 }
 
 // run is the whole command; it returns the exit status (130 when ctx
-// ended: Ctrl-C). Every command but replay (which reports its own) writes
+// ended: Ctrl-C or SIGTERM). Every command but replay (which reports its own) writes
 // standard output through an outputWriter: output that could not be
 // written (a full disk) is exit status 1 with a message, never a silent 0.
 // (A pipe closed by its reader ends the process with SIGPIPE, as usual.)
@@ -38,8 +40,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "replay":
 		if helpAsked(args[1:]) {
-			replayMain(ctx, []string{"-h"}, stdin, stdout, stdout) // prints the usage
-			return 0
+			replayMain(ctx, []string{"-h"}, stdin, out, out) // prints the usage
+			return out.check("demo replay", 0, stderr)
 		}
 		return replayMain(ctx, args[1:], stdin, stdout, stderr)
 	case "serve":
@@ -206,14 +208,15 @@ Usage:
                               status 0, or 1 when an expectation failed)
   demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]
                               replay a real LLM serving trace (default
-                              data/AzureLLMInferenceTrace_conv.csv) through the
+                              data/AzureLLMInferenceTrace_conv.csv, built in;
+                              progress on standard error) through the
                               write pipeline: each request's KV blocks are
                               offloaded on the soft backend (a simulation);
                               reports offloaded bytes, queue depths, flushes,
                               drops and budget checks
   demo kv [--trace FILE] [--gpu N,N,...] [--spill LOC] [--spill-size N|Kx] [--json] [--plot F.svg]
                               play a KV-cache trace (Mooncake JSON lines;
-                              default data/mooncake_synthetic_trace.jsonl)
+                              default: the built-in mooncake_synthetic_trace)
                               through the runtime on the soft backend: per GPU
                               capacity, hits per tier, misses and bytes moved,
                               beside LRU and Belady's optimum (demo kv --help)
@@ -232,9 +235,9 @@ Usage:
 
 Exit status of replay: 0 when every op ran and every "expect" held, 1 when an
 expectation failed, 2 when the script is malformed (the message names the
-line), 130 when interrupted (Ctrl-C). The script format is described in
-docs/replay.md and "go doc ./cmd/demo"; cmd/demo/testdata/capacity-whatif.jsonl
-is a sample to adapt. On a terminal, a long replay or diagnose shows a
+line), 130 when interrupted (Ctrl-C or SIGTERM, alike for every command).
+The script format is described in docs/replay.md and "go doc ./cmd/demo";
+cmd/demo/testdata/capacity-whatif.jsonl is a sample to adapt. On a terminal, a long replay or diagnose shows a
 progress bar on standard error (never with --json). A bad flag is exit
 status 2 for every command; output that cannot be written (a full disk)
 is exit status 1 with a message, never a silent 0.

@@ -10,13 +10,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
@@ -51,10 +51,24 @@ func (l *locationFlags) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Set adds one location: a well-formed name (pageable-host, pinned-host,
+// cuda:N) not given before, and a budget > 0 or "unlimited".
 func (l *locationFlags) Set(s string) error {
 	name, size, ok := strings.Cut(s, "=")
 	if !ok || name == "" {
 		return fmt.Errorf("want NAME=SIZE (cuda:0=8GiB) or NAME=unlimited, got %q", s)
+	}
+	if _, err := budget.ParseLocation(name); err != nil {
+		var inv *budget.InvalidInputError
+		if errors.As(err, &inv) {
+			return errors.New(inv.Message)
+		}
+		return err
+	}
+	for _, c := range *l {
+		if c.Name == name {
+			return fmt.Errorf("location %s is given twice", name)
+		}
 	}
 	if size == "unlimited" {
 		*l = append(*l, system.NoLimit(name))
@@ -64,7 +78,31 @@ func (l *locationFlags) Set(s string) error {
 	if err != nil {
 		return err
 	}
+	if n <= 0 {
+		return fmt.Errorf("budget %q of %s: want a size > 0 (or unlimited)", size, name)
+	}
 	*l = append(*l, system.Limit(name, n))
+	return nil
+}
+
+// ofNode refuses a location qualified with a node other than name, and
+// one given twice once its qualifier is dropped (cuda:0 and cuda:0@name).
+func (l locationFlags) ofNode(name string) error {
+	seen := map[string]bool{}
+	for _, c := range l {
+		n, err := budget.ParseLocation(c.Name)
+		if err != nil {
+			return err
+		}
+		if n.Node != "" && n.Node != name {
+			return fmt.Errorf("%s is memory of node %q, not of this node (%q): a node configures only its own locations", c.Name, n.Node, name)
+		}
+		local := n.Local().String()
+		if seen[local] {
+			return fmt.Errorf("%s is given twice (as %s and as %s@%s)", local, local, local, name)
+		}
+		seen[local] = true
+	}
 	return nil
 }
 
@@ -101,8 +139,9 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprint(fs.Output(), nodeUsage)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
+	help := &outputWriter{w: stdout} // the usage after --help; the replies report their own write errors
+	if code, ok := parseFlags(fs, args, help, stderr); !ok {
+		return help.check("demo node", code, stderr)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo node: unexpected argument %q\n", fs.Arg(0))
@@ -115,6 +154,20 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if len(c.locations) == 0 {
 		c.locations = locationFlags{system.Limit("pageable-host", 4<<30), system.Limit("cuda:0", 8<<30)}
+	}
+	if err := c.locations.ofNode(c.name); err != nil {
+		fmt.Fprintf(stderr, "demo node: --location: %v\n", err)
+		return 2
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"etcd-dial-timeout", c.etcdDialTimeout}, {"automanaged-refresh", c.autoRefresh},
+		{"request-timeout", c.requestTimeout}, {"refresh", c.refresh}} {
+		if d.v <= 0 {
+			fmt.Fprintf(stderr, "demo node: --%s %v: want a duration > 0\n", d.flag, d.v)
+			return 2
+		}
 	}
 	level, err := zerolog.ParseLevel(c.logLevel)
 	if err != nil {
@@ -130,8 +183,6 @@ func nodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "demo node: %v\n", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// The runtime's logger: the node's own lines carry "node" already.
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Logger()
 	if c.provider == "automanaged" && !isLoopbackHost(c.autoAddr) {
@@ -156,19 +207,48 @@ func nodeTLS(c nodeConfig) (*tls.Config, error) {
 	default:
 		return nil, errors.New("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
 	}
-	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %v", c.tlsCert, c.tlsKey, err)
+	var pems [3][]byte
+	for i, f := range []struct{ flag, path string }{{"tls-cert", c.tlsCert}, {"tls-key", c.tlsKey}, {"tls-ca", c.tlsCA}} {
+		b, err := readPEMFile(f.path)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: %v", f.flag, escapeText(f.path), err)
+		}
+		pems[i] = b
 	}
-	pem, err := os.ReadFile(c.tlsCA)
+	cert, err := tls.X509KeyPair(pems[0], pems[1])
 	if err != nil {
-		return nil, fmt.Errorf("--tls-ca: %v", err)
+		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %v", escapeText(c.tlsCert), escapeText(c.tlsKey), err)
 	}
+	pem := pems[2]
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", c.tlsCA)
+		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", escapeText(c.tlsCA))
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// maxPEMBytes bounds each of --tls-cert, --tls-key and --tls-ca: a chain
+// of certificates or a key is a few KiB, a bundle of every public
+// authority about 200 KiB.
+const maxPEMBytes = 1 << 20
+
+// readPEMFile reads the file at path, at most maxPEMBytes (more is an
+// error saying so: /dev/zero or a wrong file is refused, not read
+// without end).
+func readPEMFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPEMBytes {
+		return nil, fmt.Errorf("larger than %d bytes (1 MiB), the most a PEM file of certificates or a key may hold here", maxPEMBytes)
+	}
+	return b, nil
 }
 
 // checkNodeAddr refuses an --addr the node must not listen on: a wildcard
@@ -177,9 +257,12 @@ func nodeTLS(c nodeConfig) (*tls.Config, error) {
 // needs TLS (the transport between members is otherwise plaintext and
 // unauthenticated).
 func checkNodeAddr(addr string, withTLS bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: want host:port (%v)", addr, err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || port != strconv.FormatUint(p, 10) {
+		return fmt.Errorf("--addr %q: the port must be a number 0 to 65535 (0: any free port)", addr)
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		return fmt.Errorf("--addr %q: the node advertises the address it listens on, and a wildcard is no address another member can reach: give an address of this machine (127.0.0.1, or with TLS its LAN address)", addr)

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 
+	"github.com/residency-go/residency/data"
 	"github.com/residency-go/residency/internal/offload"
 	"github.com/residency-go/residency/staging"
+	"github.com/residency-go/residency/system"
 )
 
 // demo offload: a KV-cache offload driven by a real LLM serving trace
@@ -22,20 +26,22 @@ import (
 // offloaded, the copy queue's depth over time, budget flushes, drops by
 // reason, and the runtime's budgets checked on every sample.
 
-const defaultTrace = "data/AzureLLMInferenceTrace_conv.csv"
+// defaultTrace names the trace built into the command (package data),
+// which runs when --trace is not given, from any working directory.
+const defaultTrace = data.AzureConvTraceName + " (built in)"
 
 func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("offload", flag.ContinueOnError)
 	var cfg offload.Config
 	var limit int
 	var asJSON bool
-	fs.StringVar(&cfg.Trace, "trace", defaultTrace, "the trace: a CSV of TIMESTAMP, ContextTokens, GeneratedTokens")
+	fs.StringVar(&cfg.Trace, "trace", "", "the trace: a CSV `file` of TIMESTAMP, ContextTokens, GeneratedTokens (default: "+defaultTrace+")")
 	fs.Int64Var(&cfg.BytesPerToken, "bytes-per-token", 64, "KV bytes per token here (each stands for 512 KiB of a 7B fp16 model)")
-	fs.Float64Var(&cfg.Speed, "speed", 600, "time compression: trace seconds per second of the run (finite, > 0)")
+	fs.Float64Var(&cfg.Speed, "speed", 600, "time compression: trace seconds per second of the run (finite, > 0; the run may wait at most 24 h)")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (0: all)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: demo offload [--trace FILE] [--bytes-per-token N] [--speed X] [--limit N] [--json]\n\nProgress goes to standard error while the trace is replayed. Flags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
@@ -57,23 +63,23 @@ func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "demo offload: --limit %d: want a number of requests ≥ 0 (0: all)\n", limit)
 		return 2
 	}
-	f, err := os.Open(cfg.Trace)
+	rows, err := readOffloadTrace(&cfg, limit)
 	if err != nil {
-		fmt.Fprintf(stderr, "demo offload: %v\n", err)
+		fmt.Fprintf(stderr, "demo offload: %s\n", escapeText(err.Error()))
 		return 2
 	}
-	rows, err := offload.ReadTrace(f, limit)
-	f.Close()
-	if err != nil {
-		fmt.Fprintf(stderr, "demo offload: %s: %v\n", cfg.Trace, err)
-		return 2
-	}
+	cfg.Progress = stderr
 	rep, err := offload.Run(ctx, cfg, rows)
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "demo offload: interrupted")
-			return exitInterrupted
-		}
+	var inv *system.InvalidInputError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "demo offload: interrupted")
+		return exitInterrupted
+	case errors.As(err, &inv):
+		fmt.Fprintf(stderr, "demo %s (%s)\n", escapeText(inv.Message), escapeText(cfg.Trace))
+		return 2
+	default:
 		fmt.Fprintf(stderr, "demo offload: %v\n", err)
 		return 1
 	}
@@ -87,6 +93,29 @@ func offloadMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	return 0
+}
+
+// readOffloadTrace reads the first limit rows (0: all) of cfg.Trace, or
+// of the built-in trace when it is "" (cfg.Trace then names it). Its
+// errors name the file.
+func readOffloadTrace(cfg *offload.Config, limit int) ([]offload.Row, error) {
+	var r io.Reader
+	if cfg.Trace == "" {
+		cfg.Trace = defaultTrace
+		r = bytes.NewReader(data.AzureConvTrace)
+	} else {
+		f, err := os.Open(cfg.Trace)
+		if err != nil {
+			return nil, err // a *PathError: it names the file
+		}
+		defer f.Close()
+		r = f
+	}
+	rows, err := offload.ReadTrace(r, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Trace, err)
+	}
+	return rows, nil
 }
 
 func printOffload(w io.Writer, r *offload.Report) {

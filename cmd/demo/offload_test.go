@@ -93,3 +93,39 @@ func TestOffloadArgs(t *testing.T) {
 		assert.NotEmpty(t, errb.String(), "%v", args)
 	}
 }
+
+// TestOffloadFromAnyDirectory: without --trace, demo offload replays the
+// trace built into the command, from any working directory (it used to
+// open data/… relative to the working directory, so it ran only from the
+// repository's root).
+func TestOffloadFromAnyDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"offload", "--limit", "30", "--speed", "5000", "--json"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	var rep offload.Report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Equal(t, "data/AzureLLMInferenceTrace_conv.csv (built in)", rep.Trace)
+	assert.Equal(t, 30, rep.Requests)
+	assert.Contains(t, errb.String(), "offload: replaying 30 requests:", "progress on standard error")
+}
+
+// TestOffloadRefusesAReplayOfYears: a trace with a timestamp in year 9999,
+// or a speed of 1e-300, is refused at once with exit status 2 and a
+// message (it used to wait for years, printing nothing).
+func TestOffloadRefusesAReplayOfYears(t *testing.T) {
+	far := writeFile(t, t.TempDir(), "far.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.00,30,2\n9999-12-31 23:59:59.00,30,2\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trace", far}, "more than the 366 days a trace may span: check its timestamps (" + far + ")"},
+		{[]string{"--speed", "1e-300", "--limit", "3"}, "at speed 1e-300 the run would wait"},
+		{[]string{"--speed", "0.01"}, "more than the 24 h a run may wait"},
+	} {
+		code, out, errs := runDemo(t, append([]string{"offload"}, c.args...)...)
+		assert.Equal(t, 2, code, "%v: %s", c.args, errs)
+		assert.Empty(t, out)
+		assert.Contains(t, errs, c.want, "%v", c.args)
+	}
+}

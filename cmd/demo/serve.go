@@ -12,9 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,14 +83,8 @@ func serveMain(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fs.Usage()
 		return 2
 	}
-	// SIGTERM stops serve as Ctrl-C does (main handles SIGINT); a second
-	// one kills it.
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	// ctx ends at Ctrl-C or SIGTERM (main handles both); a second one
+	// kills the process.
 	return serve(ctx, o, stdin, stdout, stderr)
 }
 
@@ -101,7 +93,8 @@ type server struct {
 	sys     *system.System
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	name    string // the script's name
+	view    http.Handler // the live view of package system/liveview
+	name    string       // the script's name
 
 	mu        sync.Mutex // guards the runner and everything below
 	run       *replay.Runner
@@ -212,8 +205,15 @@ func prepareServe(ctx context.Context, o serveOptions, stdin io.Reader, stderr i
 		return nil, nil, nil, 2
 	}
 	sys := run.System()
-	s := &server{sys: sys, reg: prometheus.NewRegistry(), metrics: metrics.NewMetrics(sys), name: name,
-		run: run, total: info.Ops, done: 1}
+	s := &server{sys: sys, reg: prometheus.NewRegistry(), name: name, run: run, total: info.Ops, done: 1}
+	if s.metrics, err = metrics.NewMetrics(sys); err == nil {
+		s.view, err = liveview.Handler(sys, liveview.WithJSON(s.snapshotJSON, s.traceJSON))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "demo serve: %v\n", err)
+		_ = run.Close(ctx)
+		return nil, nil, nil, 1
+	}
 	s.reg.MustRegister(s.metrics)
 	started = true
 	return s, sr, src, 0
@@ -358,7 +358,7 @@ func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	page, _ := fs.Sub(webFiles, "web")
 	mux.Handle("GET /{$}", http.FileServerFS(page))
-	mux.Handle("/", liveview.Handler(s.sys, liveview.WithJSON(s.snapshotJSON, s.traceJSON)))
+	mux.Handle("/", s.view)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /activity", s.activity)
 	mux.HandleFunc("GET /healthz", s.healthz)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Fields reads typed Fields of one JSON object and keeps the first error.
@@ -114,6 +115,28 @@ func (f *Fields) OptInt(key string) *int64 {
 		return nil
 	}
 	return &n
+}
+
+// MaxMillis bounds every duration field in milliseconds of a script or a
+// node command (the fields whose names end in _ms): one day. It keeps
+// every such duration far inside the range of a time.Duration.
+const MaxMillis = 24 * 60 * 60 * 1000
+
+// OptMillis reads an optional duration in whole milliseconds, 0 to
+// MaxMillis (nil when absent); zero says what 0 means ("no wait"). A
+// value that is not an integer, is negative or is above MaxMillis fails,
+// naming the field and the range: it is never wrapped or clamped.
+func (f *Fields) OptMillis(key, zero string) *time.Duration {
+	n := f.OptInt(key)
+	if n == nil {
+		return nil
+	}
+	if *n < 0 || *n > MaxMillis {
+		f.Fail(fmt.Errorf("field %q: %d is outside 0 (%s) to %d (one day), in milliseconds", f.Path+key, *n, zero, MaxMillis))
+		return nil
+	}
+	d := time.Duration(*n) * time.Millisecond
+	return &d
 }
 
 // ByteValue decodes an integer or a byte string such as "40GiB".

@@ -344,11 +344,17 @@ func (p *jparser) str() (string, error) {
 		case c == '"':
 			raw := p.data[start+1 : p.pos]
 			p.pos++
-			if simple || utf8.Valid(raw) && !hasByte(raw, '\\') {
+			if simple {
 				return string(raw), nil
 			}
-			// Escapes (and invalid UTF-8, which becomes U+FFFD) are
-			// decoded by encoding/json.
+			if err := checkText(raw, start+2); err != nil {
+				return "", err
+			}
+			if !hasByte(raw, '\\') {
+				return string(raw), nil
+			}
+			// Escapes are decoded by encoding/json (the string is valid
+			// UTF-8 and has no lone surrogate: nothing becomes U+FFFD).
 			var s string
 			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
 				return "", &SyntaxError{col: start + 1, msg: "bad string: " + strings.TrimPrefix(err.Error(), "json: ")}
@@ -367,6 +373,64 @@ func (p *jparser) str() (string, error) {
 		}
 	}
 	return "", &SyntaxError{col: start + 1, msg: "unterminated string (no closing '\"' on this line)"}
+}
+
+// checkText refuses what encoding/json would silently turn into U+FFFD,
+// so that a string is exactly what its line said and two different
+// strings never read as one: a byte that is not valid UTF-8, and an
+// escaped UTF-16 surrogate (\ud800 to \udfff) that is not part of a
+// pair. raw is a string's body; col is the column of its first byte.
+func checkText(raw []byte, col int) error {
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
+			hi, ok := hex4(raw[i+2:])
+			if !ok || hi < 0xd800 || hi > 0xdfff {
+				i += 2
+				continue
+			}
+			if hi <= 0xdbff && i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo, ok := hex4(raw[i+8:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+					i += 12
+					continue
+				}
+			}
+			return &SyntaxError{col: col + i, msg: fmt.Sprintf("bad string: %s is half of a UTF-16 surrogate pair, which stands for no character", raw[i:i+6])}
+		case c == '\\':
+			i += 2
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return &SyntaxError{col: col + i, msg: fmt.Sprintf("bad string: byte 0x%02x is not valid UTF-8 (the input must be UTF-8: a name is kept exactly as written, never replaced)", c)}
+			}
+			i += n
+		}
+	}
+	return nil
+}
+
+// hex4 decodes the 4 hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func hasByte(b []byte, c byte) bool {

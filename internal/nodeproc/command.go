@@ -26,8 +26,9 @@ const (
 	// allocates at most about 256 bytes per byte of it (a long array of
 	// numbers is the worst case), so at most 16 MiB for the longest.
 	maxCommandLine = 64 << 10
-	// maxCommandTimeoutMS bounds timeout_ms (one day).
-	maxCommandTimeoutMS = 24 * 60 * 60 * 1000
+	// maxCommandTimeoutMS bounds timeout_ms (one day, as every
+	// millisecond field).
+	maxCommandTimeoutMS = jsonline.MaxMillis
 	// maxUnbudgetedPattern bounds the bytes of a value registered at (or
 	// loaded through) a location without a budget: the node makes them
 	// in its own memory, and nothing else would bound them.
@@ -156,11 +157,8 @@ func commandHead(f *jsonline.Fields) (Command, error) {
 // commandFields reads the fields of cmd's op (their presence checked
 // already) into cmd; a bad one is left in f.Err.
 func commandFields(f *jsonline.Fields, cmd *Command) {
-	if t := f.OptInt("timeout_ms"); t != nil {
-		if *t < 0 || *t > maxCommandTimeoutMS {
-			f.Fail(fmt.Errorf("field \"timeout_ms\": %d is outside 0 (the default, 30 s) to %d (one day)", *t, maxCommandTimeoutMS))
-		}
-		cmd.TimeoutMS = *t
+	if t := f.OptMillis("timeout_ms", "the default, 30 s"); t != nil {
+		cmd.TimeoutMS = t.Milliseconds()
 	}
 	str := func(key string) string {
 		s, _ := f.OptStr(key)

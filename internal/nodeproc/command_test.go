@@ -63,6 +63,10 @@ func TestParseCommand(t *testing.T) {
 		{`[1,2]`, 0, "?", `not a JSON object`},
 		{`{"id":16,"op":"members"} {"id":17}`, 0, "?", `after the end of the JSON value`},
 		{strings.Repeat("[", 100), 0, "?", `nested more than`},
+		// Invalid UTF-8 is refused (it used to become U+FFFD: "a\xff" and
+		// "a\xfe" were one name).
+		{"{\"id\":18,\"op\":\"register\",\"name\":\"a\xff\",\"bytes\":5,\"at\":\"cuda:0\"}", 18, "register", "byte 0xff is not valid UTF-8"},
+		{`{"id":19,"op":"inspect","name":"\ud800"}`, 19, "inspect", `\ud800 is half of a UTF-16 surrogate pair`},
 	}
 	for _, c := range bad {
 		_, err := parseCommand([]byte(c.line))

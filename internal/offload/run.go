@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 	"time"
@@ -42,8 +43,13 @@ type Config struct {
 	// bytes of a 7B fp16 model, and the budgets are scaled alike.
 	BytesPerToken int64
 	// Speed is the time compression: trace seconds per second of the run
-	// (finite, > 0).
+	// (finite, > 0). The run may wait at most MaxWait for the trace.
 	Speed float64
+	// Progress, when not nil, receives a line when the run starts (how
+	// much trace time it replays, and about how long that takes) and one
+	// every ProgressEvery while it runs (default 5 s).
+	Progress      io.Writer
+	ProgressEvery time.Duration
 }
 
 // check refuses a config out of range, or no rows.
@@ -56,7 +62,7 @@ func (cfg Config) check(rows []Row) error {
 	case len(rows) == 0:
 		return &system.InvalidInputError{Message: "offload: no requests to run"}
 	}
-	return nil
+	return cfg.checkSpan(rows)
 }
 
 // runner is one run of the offload demo: the runtime and pipeline it
@@ -84,8 +90,10 @@ type runner struct {
 // [ReadTrace] returns them) through a staging pipeline on the soft
 // backend and returns the report. A request with more KV than one
 // request may hold is refused, as a server would, and counted. A config
-// out of range, or no rows, is an *system.InvalidInputError (nothing
-// runs); the run stops with ctx's error when ctx ends.
+// out of range, no rows, or rows whose replay spans more than
+// MaxTraceSpan of trace time or MaxWait of waiting at cfg.Speed is an
+// *system.InvalidInputError (nothing runs); the run stops with ctx's
+// error when ctx ends.
 func Run(ctx context.Context, cfg Config, rows []Row) (*Report, error) {
 	if err := cfg.check(rows); err != nil {
 		return nil, err
@@ -101,6 +109,8 @@ func Run(ctx context.Context, cfg Config, rows []Row) (*Report, error) {
 	cpu0, cpuKnown := processCPU()
 	o.start = time.Now()
 	stopSampler := o.startSampler()
+	prog := o.startProgress(len(rows), cfg.spanSeconds(rows))
+	defer prog.end()
 	var tokens, kvBytes int64
 	nextSlot := 0
 	for i, r := range rows {
@@ -108,13 +118,15 @@ func Run(ctx context.Context, cfg Config, rows []Row) (*Report, error) {
 		if !o.sleepUntil(arrive) {
 			break
 		}
+		prog.arrived.Add(1)
 		ctxBlocks := int((r.Context + BlockTokens - 1) / BlockTokens)
-		allBlocks := int((r.Context + r.Gen + BlockTokens - 1) / BlockTokens)
-		if kv := int64(allBlocks) * o.rowBytes; kv > o.rep.MaxRequestBytes {
+		blocks, ok := admitted(r, o.rowBytes, o.rep.MaxRequestBytes)
+		allBlocks := int(blocks)
+		if !ok {
 			// More KV than the GPU can hold for one request: a server
 			// refuses it. Nothing of it is allocated.
 			o.rep.RequestsRefused++
-			o.rep.RefusedBytes += kv
+			o.rep.RefusedBytes += blocks * o.rowBytes
 			continue
 		}
 		slot0 := nextSlot
@@ -130,6 +142,7 @@ func Run(ctx context.Context, cfg Config, rows []Row) (*Report, error) {
 		liveAtLast += n
 	}
 	o.wg.Wait()
+	prog.end()
 	stopSampler()
 	if err := o.p.Close(context.WithoutCancel(ctx)); err != nil && o.firstErr == nil {
 		o.firstErr = err
@@ -163,7 +176,7 @@ func Run(ctx context.Context, cfg Config, rows []Row) (*Report, error) {
 // memory, a 128 GiB CPU block pool.
 func start(ctx context.Context, cfg Config) (*runner, error) {
 	scale := int64(RealBytesPerToken) / cfg.BytesPerToken
-	rowBytes := BlockTokens * cfg.BytesPerToken
+	rowBytes, maxRequestBytes := cfg.limits()
 	gib := func(n int64) int64 { return n << 30 / scale }
 	poolSlots := int(gib(128) / rowBytes)
 	locs := []system.LocationConfig{
@@ -196,7 +209,7 @@ func start(ctx context.Context, cfg Config) (*runner, error) {
 		Simulation: "soft backend: cuda:0 and pinned-host are simulated in Go memory (real bytes, goroutine streams); no GPU is used and the times say nothing about real hardware",
 		Trace:      cfg.Trace, Speed: cfg.Speed,
 		BytesPerToken: cfg.BytesPerToken, StandsForPerTok: RealBytesPerToken, Scale: scale,
-		CloneBudgetBytes: gib(16), MaxRequestBytes: gib(16), MaxQueue: map[string]int{},
+		CloneBudgetBytes: gib(16), MaxRequestBytes: maxRequestBytes, MaxQueue: map[string]int{},
 	}
 	return o, nil
 }

@@ -31,8 +31,9 @@ import (
 // (detailNames), its script names becoming the evidence's Names. A plan execution
 // error's cause carries its type and message; its fields are read back
 // from the message. Errors: malformed JSON or a value of the wrong kind
-// (the message names the output line and the field, in JSON's words), a
-// line longer than 256 MiB, no such failed result, no snapshot after it.
+// (a [*LineError]: the message names the output line and the field, in
+// JSON's words), a line longer than 256 MiB (a [*LineError] too), no such
+// failed result, no snapshot after it ([ErrNoSnapshot]).
 func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxEvidenceLine)
@@ -51,7 +52,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 		}
 		var res replayResult
 		if err := json.Unmarshal(b, &res); err != nil {
-			return Evidence{}, fmt.Errorf("replay output line %d: %w", n, jsonerr.Words(err))
+			return Evidence{}, &LineError{Line: n, Err: jsonerr.Words(err)}
 		}
 		if failed == nil {
 			switch {
@@ -93,7 +94,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Evidence{}, fmt.Errorf("replay output line %d is longer than %d MiB, the most one line may hold", n+1, maxEvidenceLine>>20)
+			return Evidence{}, &LineError{Line: n + 1, Err: fmt.Errorf("longer than %d MiB, the most one line may hold", maxEvidenceLine>>20)}
 		}
 		return Evidence{}, err
 	}
@@ -107,10 +108,28 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 		ev.Names = names.names
 	}
 	if ev.Snapshot.Locations == nil {
-		return ev, fmt.Errorf("replay output has no snapshot after line %d: add a snapshot op (and a trace op) right after it", failed.Line)
+		return ev, fmt.Errorf("%w after line %d: add a snapshot op (and a trace op) right after it", ErrNoSnapshot, failed.Line)
 	}
 	return ev, nil
 }
+
+// LineError is DecodeEvidence's error for a line of replay output it
+// cannot read: Line is its number (1-based), Err what is wrong with it (in
+// JSON's words, naming the field). A caller that assembled the output
+// from several files tells by Line which file is at fault.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("replay output line %d: %v", e.Line, e.Err) }
+
+// Unwrap returns Err.
+func (e *LineError) Unwrap() error { return e.Err }
+
+// ErrNoSnapshot is DecodeEvidence's error when no snapshot follows the
+// failed result (or the snapshot after it has no locations).
+var ErrNoSnapshot = errors.New("replay output has no snapshot")
 
 // maxEvidenceLine bounds one line of replay output that DecodeEvidence
 // reads.

@@ -3,7 +3,9 @@
 // profiles and variables: the application mounts [Handler] on its own
 // mux, under a prefix of its choosing,
 //
-//	mux.Handle("/debug/residency/", http.StripPrefix("/debug/residency", liveview.Handler(sys)))
+//	view, err := liveview.Handler(sys) // an error only for a nil sys
+//	if err != nil { ... }
+//	mux.Handle("/debug/residency/", http.StripPrefix("/debug/residency", view))
 //
 // and the view is at /debug/residency/. The paths below are relative to
 // that prefix.

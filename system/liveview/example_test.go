@@ -38,7 +38,11 @@ func ExampleHandler() {
 	_ = sys.Place(ctx, h, "cuda:0")
 
 	mux := http.NewServeMux()
-	mux.Handle("/debug/residency/", http.StripPrefix("/debug/residency", liveview.Handler(sys)))
+	view, err := liveview.Handler(sys)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux.Handle("/debug/residency/", http.StripPrefix("/debug/residency", view))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -112,7 +116,11 @@ func ExampleWithCache() {
 	}
 	defer lease.Release()
 
-	srv := httptest.NewServer(liveview.Handler(sys, liveview.WithCache(models)))
+	view, err := liveview.Handler(sys, liveview.WithCache(models))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(view)
 	defer srv.Close()
 	var out struct {
 		Caches []struct {
@@ -153,7 +161,11 @@ func ExampleWithPipeline() {
 		log.Fatal(err)
 	}
 
-	srv := httptest.NewServer(liveview.Handler(sys, liveview.WithPipeline(p)))
+	view, err := liveview.Handler(sys, liveview.WithPipeline(p))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(view)
 	defer srv.Close()
 	var out struct {
 		Pipelines []struct {
@@ -199,7 +211,11 @@ func ExampleWithEvidence() {
 		}
 		return *last, true
 	}
-	srv := httptest.NewServer(liveview.Handler(sys, liveview.WithEvidence(lastFailure)))
+	view, err := liveview.Handler(sys, liveview.WithEvidence(lastFailure))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(view)
 	defer srv.Close()
 
 	var d *struct {
@@ -212,7 +228,7 @@ func ExampleWithEvidence() {
 	getJSON(srv.URL+"/diagnose", &d)
 	fmt.Println("before any failure:", d == nil)
 
-	_, err := sys.Register(ctx, system.Value{Name: "too-big", Bytes: 128 << 10, At: "cuda:0"})
+	_, err = sys.Register(ctx, system.Value{Name: "too-big", Bytes: 128 << 10, At: "cuda:0"})
 	if err != nil {
 		ev, cerr := diagnose.Capture(ctx, sys, err, diagnose.Operation{Kind: "register", Handle: system.Handle{Name: "too-big"}, Location: "cuda:0"})
 		if cerr != nil {
@@ -254,7 +270,11 @@ func ExampleHandler_waiters() {
 		runtime.Gosched()
 	}
 
-	srv := httptest.NewServer(liveview.Handler(sys))
+	view, err := liveview.Handler(sys)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(view)
 	defer srv.Close()
 	var out struct {
 		Waiters []struct {

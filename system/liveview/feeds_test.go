@@ -192,9 +192,9 @@ func TestDiagnoseFeed(t *testing.T) {
 	f := newFixture(t)
 	none := &kept{}
 	mux := http.NewServeMux()
-	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(f.sys, liveview.WithEvidence(f.evidence.last))))
-	mux.Handle("/none/", http.StripPrefix("/none", liveview.Handler(f.sys, liveview.WithEvidence(none.last), liveview.WithEvidence(nil))))
-	mux.Handle("/bare/", http.StripPrefix("/bare", liveview.Handler(f.sys)))
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, handler(t, f.sys, liveview.WithEvidence(f.evidence.last))))
+	mux.Handle("/none/", http.StripPrefix("/none", handler(t, f.sys, liveview.WithEvidence(none.last), liveview.WithEvidence(nil))))
+	mux.Handle("/bare/", http.StripPrefix("/bare", handler(t, f.sys)))
 	srv := newServer(t, mux)
 
 	d := diagnose.DiagnoseEvidence(f.failure)

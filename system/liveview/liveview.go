@@ -98,13 +98,16 @@ func WithJSON(snapshot func(system.Snapshot) *replay.Snapshot, trace func([]syst
 // Handler returns the live view of sys (see the package documentation for
 // what each path serves). Mount it under a prefix with http.StripPrefix;
 // it holds nothing but sys and its options, and costs nothing between
-// requests.
-func Handler(sys *system.System, opts ...Option) http.Handler {
+// requests. Errors: a nil sys ([*system.InvalidInputError]).
+func Handler(sys *system.System, opts ...Option) (http.Handler, error) {
+	if sys == nil {
+		return nil, &system.InvalidInputError{Message: "liveview: the runtime is nil"}
+	}
 	c := config{snapshot: replay.SnapshotOf, trace: replay.TransitionsOf}
 	for _, o := range opts {
 		o(&c)
 	}
-	return &handler{sys: sys, cfg: c}
+	return &handler{sys: sys, cfg: c}, nil
 }
 
 type handler struct {

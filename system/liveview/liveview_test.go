@@ -21,12 +21,20 @@ import (
 
 const prefix = "/debug/residency"
 
+// handler is handler(t, sys, opts...), which must succeed.
+func handler(t *testing.T, sys *system.System, opts ...liveview.Option) http.Handler {
+	t.Helper()
+	h, err := liveview.Handler(sys, opts...)
+	require.NoError(t, err)
+	return h
+}
+
 // mount serves the live view of sys (with opts) under prefix on an
 // httptest server, beside an application route of its own.
 func mount(t *testing.T, sys *system.System, opts ...liveview.Option) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(sys, opts...)))
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, handler(t, sys, opts...)))
 	mux.HandleFunc("/app", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "app") })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -228,8 +236,8 @@ func TestCaches(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(ctx) })
 	mux := http.NewServeMux()
-	mux.Handle(prefix+"/", http.StripPrefix(prefix, liveview.Handler(sys, liveview.WithCache(c, c))))
-	mux.Handle("/bare/", http.StripPrefix("/bare", liveview.Handler(sys)))
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, handler(t, sys, liveview.WithCache(c, c))))
+	mux.Handle("/bare/", http.StripPrefix("/bare", handler(t, sys)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -250,4 +258,14 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// TestHandlerRefusesNil: a nil runtime is refused at construction (an
+// InvalidInputError), not by a panic at the first request.
+func TestHandlerRefusesNil(t *testing.T) {
+	h, err := liveview.Handler(nil)
+	var inv *system.InvalidInputError
+	require.ErrorAs(t, err, &inv)
+	assert.Contains(t, err.Error(), "runtime is nil")
+	assert.Nil(t, h)
 }

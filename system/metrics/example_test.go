@@ -23,12 +23,16 @@ func ExampleNewMetrics() {
 	defer closeExample(sys)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewMetrics(sys))
+	m, err := metrics.NewMetrics(sys)
+	if err != nil {
+		log.Fatal(err)
+	}
+	reg.MustRegister(m)
 	handler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
 	h, _ := sys.Register(ctx, system.Value{Name: "weights", Bytes: 48 << 10, At: "pinned-host"})
 	_ = sys.Place(ctx, h, "cuda:0")
-	_, err := sys.Register(ctx, system.Value{Name: "too-big", Bytes: 80 << 10, At: "cuda:1"})
+	_, err = sys.Register(ctx, system.Value{Name: "too-big", Bytes: 80 << 10, At: "cuda:1"})
 	fmt.Println(err != nil)
 
 	rec := httptest.NewRecorder()

@@ -16,7 +16,8 @@ import (
 // registry the host application serves.
 //
 //	reg := prometheus.NewRegistry()
-//	m := system.NewMetrics(sys)
+//	m, err := metrics.NewMetrics(sys)
+//	if err != nil { ... }
 //	reg.MustRegister(m)
 //	m.WatchCache(cache) // optional: a loader cache's statistics
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -62,7 +63,11 @@ type Metrics struct {
 // NewMetrics returns the metrics collector of sys. Every counter counts
 // from Start, whenever the collector is created (the facade's counters
 // are kept by the runtime; transitions by kind are the ledger's).
-func NewMetrics(sys *system.System) *Metrics {
+// Errors: a nil sys ([*system.InvalidInputError]).
+func NewMetrics(sys *system.System) (*Metrics, error) {
+	if sys == nil {
+		return nil, &system.InvalidInputError{Message: "metrics: the runtime is nil"}
+	}
 	m := &Metrics{sys: sys, byKind: map[string]uint64{}, removals: map[string]uint64{}}
 	for _, k := range transitionKinds {
 		m.byKind[k] = 0
@@ -70,7 +75,7 @@ func NewMetrics(sys *system.System) *Metrics {
 	for _, r := range system.RemovalKinds() {
 		m.removals[r.String()] = 0
 	}
-	return m
+	return m, nil
 }
 
 // WatchCache adds c's statistics to the metrics (labels cache, the cache's

@@ -100,7 +100,8 @@ func TestMetricsAfterScenario(t *testing.T) {
 			_ = sys.Close(ctx)
 		}
 	}()
-	m := metrics.NewMetrics(sys)
+	m, err := metrics.NewMetrics(sys)
+	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(m))
 
@@ -323,7 +324,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewMetrics(sys))
+	reg.MustRegister(newMetrics(t, sys))
 
 	for i := range 5 {
 		require.NoError(t, sys.Reserve(ctx, "cuda:0", "r"+string(rune('a'+i)), 1))
@@ -346,7 +347,7 @@ func TestMetricsTraceOverrun(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, off.Close(ctx)) }()
 	reg2 := prometheus.NewRegistry()
-	reg2.MustRegister(metrics.NewMetrics(off))
+	reg2.MustRegister(newMetrics(t, off))
 	require.NoError(t, off.Reserve(ctx, "cuda:0", "x", 1))
 	require.NoError(t, off.Unreserve(ctx, "x"))
 	got, _ = scrape(t, reg2)
@@ -363,10 +364,28 @@ func TestMetricsLintClean(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(metrics.NewMetrics(sys)))
+	require.NoError(t, reg.Register(newMetrics(t, sys)))
 	fams, err := reg.Gather()
 	require.NoError(t, err)
 	problems, err := promlint.NewWithMetricFamilies(fams).Lint()
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// newMetrics is metrics.NewMetrics(sys), which must succeed.
+func newMetrics(t *testing.T, sys *system.System) *metrics.Metrics {
+	t.Helper()
+	m, err := metrics.NewMetrics(sys)
+	require.NoError(t, err)
+	return m
+}
+
+// TestNewMetricsRefusesNil: a nil runtime is refused at construction
+// (an InvalidInputError), not at the first scrape.
+func TestNewMetricsRefusesNil(t *testing.T) {
+	m, err := metrics.NewMetrics(nil)
+	var inv *system.InvalidInputError
+	require.ErrorAs(t, err, &inv)
+	assert.Contains(t, err.Error(), "runtime is nil")
+	assert.Nil(t, m)
 }

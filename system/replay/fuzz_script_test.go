@@ -161,7 +161,7 @@ func fuzzRunnable(ops []Op) bool {
 		}
 		if s := o.staging; s != nil {
 			pool := int64(len(s.keys)) * max(s.poolSlots, 0)
-			if s.slots > 16 || s.slotBytes > fuzzRunBytes || s.bytes > fuzzRunBytes || s.claimTimeoutMS > 100 ||
+			if s.slots > 16 || s.slotBytes > fuzzRunBytes || s.bytes > fuzzRunBytes || s.claimTimeout > 100*time.Millisecond ||
 				pool > 1024 || pool*max(s.rowBytes, 0) > fuzzRunBytes || s.rowBytes > fuzzRunBytes {
 				return false
 			}

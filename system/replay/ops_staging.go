@@ -2,6 +2,8 @@ package replay
 
 import (
 	"fmt"
+	"time"
+
 	"github.com/residency-go/residency/internal/jsonline"
 )
 
@@ -40,7 +42,7 @@ type stagingSpec struct {
 	name, device, pipeline, step, task, req, mode, until, key, freeze, event string
 	slots, poolSlots, writeN, slot                                           int64
 	slotBytes, rowBytes, cloneBudget, bytes                                  int64
-	claimTimeoutMS                                                           int64
+	claimTimeout                                                             time.Duration
 	fill                                                                     int64
 	keys, tasks                                                              []string
 	rows                                                                     []rowSpec
@@ -57,8 +59,8 @@ func parseStagingStart(o *Op, f *jsonline.Fields) {
 	o.staging = s
 	s.name, s.device = f.Str("name"), f.Str("device")
 	s.slots, s.slotBytes = f.Int("slots"), f.Bytes("slot_bytes")
-	if v := f.OptInt("claim_timeout_ms"); v != nil {
-		s.claimTimeoutMS = *v
+	if v := f.OptMillis("claim_timeout_ms", "no wait"); v != nil {
+		s.claimTimeout = *v
 	}
 	s.keys = f.Strings("keys")
 	s.poolSlots, s.rowBytes = f.Int("pool_slots"), f.Bytes("row_bytes")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/internal/jsonline"
@@ -89,7 +88,7 @@ func execStagingStart(r *Runner, ctx context.Context, ss *stagingState, o Op, re
 		failedFrom: map[staging.TaskID]staging.TaskState{}, started: map[staging.TaskID]bool{}}
 	cfg := staging.Config{
 		Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
-		ClaimTimeout: time.Duration(s.claimTimeoutMS) * time.Millisecond,
+		ClaimTimeout: s.claimTimeout,
 		Keys:         s.keys, PoolSlots: int(s.poolSlots), RowBytes: s.rowBytes,
 		CloneBudgetBytes: s.cloneBudget, Eager: s.eager,
 		OnCommit: func(id staging.TaskID, err error) {
@@ -148,7 +147,7 @@ func execStage(r *Runner, ctx context.Context, ss *stagingState, o Op, res *Resu
 		step, err = rp.p.Stage(ctx, dev, ev.cuda())
 		return err
 	}, func(st staging.Stats) string {
-		if st.WaitingStages == 0 || s.claimTimeoutMS > 0 {
+		if st.WaitingStages == 0 || s.claimTimeout > 0 {
 			return "" // a positive claim timeout ends the wait
 		}
 		return fmt.Sprintf("staging step %q would wait forever: the free slots' buffers have another size and their last copies wait for freeze event %q (complete it with freeze)", s.step, ss.blockingEvent(rp))
