@@ -80,19 +80,19 @@ type Engine struct {
 	newLoaders   *registry[uint64, cuda.Loader]
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
-	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
-	owners       chargeOwners   // owners of offered charges (charges.go)
-	watchers     goCount    // event watchers and charge drops (their goroutines)
-	ops          opTracker  // operations running user or backend code (shutdown.go)
-	valueRunner  *workerPool // the value actors' dispatcher (workers.go)
-	locRunner    *workerPool // the location actors' dispatcher
-	ctx          context.Context    // the engine's life: ends at Stop
+	demoters     demotionRoutes  // copiers of demotions, by route (demote.go)
+	owners       chargeOwners    // owners of offered charges (charges.go)
+	watchers     goCount         // event watchers and charge drops (their goroutines)
+	ops          opTracker       // operations running user or backend code (shutdown.go)
+	valueRunner  *workerPool     // the value actors' dispatcher (workers.go)
+	locRunner    *workerPool     // the location actors' dispatcher
+	ctx          context.Context // the engine's life: ends at Stop
 	cancel       context.CancelFunc
 	// opsCtx is the context of every load, copy, initialization,
 	// demotion copy and allocation: canceled when a shutdown begins.
 	opsCtx    context.Context
 	cancelOps context.CancelFunc
-	stopOnce     sync.Once
+	stopOnce  sync.Once
 }
 
 // Start creates the ledger and spawns the supervisor and one actor per
