@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -79,6 +80,7 @@ type opTracker struct {
 	seq       uint64
 	ops       map[uint64]*trackedOp
 	abandoned bool
+	flag      atomic.Bool // abandoned, read without mu
 	// onIdle runs once, when the tracker is abandoned and its last
 	// operation has ended (or at once if none runs).
 	onIdle func()
@@ -124,8 +126,12 @@ func (t *opTracker) end(id uint64) (keys []messages.BufferKey, idle func()) {
 func (t *opTracker) abandon() {
 	t.mu.Lock()
 	t.abandoned = true
+	t.flag.Store(true)
 	t.mu.Unlock()
 }
+
+// isAbandoned says whether ForceShutdown abandoned what was running.
+func (t *opTracker) isAbandoned() bool { return t.flag.Load() }
 
 // holds says whether key is quarantined: the tracker is abandoned and a
 // running operation holds it.

@@ -45,6 +45,9 @@ func (a *valueActor) Receive(ctx actor.Context) {
 	op := a.eng.ops.begin(RunningOp{Kind: transferKind(m.Effect.Kind, demotion), Value: m.Effect.Handle.Name, Location: m.Effect.Location}, true, transferKeys(m)...)
 	defer a.eng.endOp(op)
 	err := a.transfer(ctx, m, demotion)
+	if a.eng.ops.isAbandoned() {
+		return // failed already by ForceShutdown; endOp frees its buffers
+	}
 	ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
 }
 
@@ -78,6 +81,9 @@ func transferKeys(m *messages.DoTransfer) []messages.BufferKey {
 }
 
 func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
+	if a.eng.ops.isAbandoned() {
+		return ErrAbandoned // the location actors are stopping
+	}
 	pid := a.eng.locations[key.Location]
 	if a.reply == nil {
 		a.reply = newAnswerBox(ctx)
@@ -132,6 +138,9 @@ func (b *answerBox) SendSystemMessage(*actor.PID, any) {}
 func (b *answerBox) Stop(*actor.PID)                   {}
 
 func (a *valueActor) free(ctx actor.Context, key messages.BufferKey) {
+	if a.eng.ops.isAbandoned() {
+		return // endOp frees the operation's buffers itself
+	}
 	ctx.Send(a.eng.locations[key.Location], &messages.Free{Key: key})
 }
 
