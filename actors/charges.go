@@ -118,7 +118,10 @@ func (s *supervisor) dropCharge(id budget.AdmissionID, e budget.Effect) {
 		answer := func(refusal, dropped error) {
 			once.Do(func() {
 				// After the runtime stopped (a drop abandoned at close)
-				// nothing is left to settle: the wait ends at once.
+				// nothing is left to settle.
+				if eng.ctx.Err() != nil {
+					return
+				}
 				f := actor.NewFuture(eng.System, eng.allocTimeout+30*time.Second)
 				eng.root.Send(to, &messages.ChargeDropped{Admission: id, Err: refusal, Dropped: dropped, ReplyTo: f.PID()})
 				_ = eng.awaitFuture(eng.ctx, f)

@@ -183,3 +183,67 @@ func TestCloseClosesRegisteredComponentsFirst(t *testing.T) {
 	<-be.closed
 	_ = sys.OnClose("late", func(context.Context) error { t.Error("registered after Close"); return nil })
 }
+
+// spillRigForClose: a cache at cuda:0 with spill whose idle entry "a"
+// (600 KiB of cuda:0's 1 MiB) an admission of 600 KiB demotes through
+// demote.
+func spillRigForClose(t *testing.T, demote func(context.Context, string, any) (any, error)) (*system.System, *liveBackend, *cache.Cache) {
+	t.Helper()
+	sys, be := startOwning(t)
+	c, err := cache.New(context.Background(), sys, cache.Options{Location: "cuda:0", Name: "models", Spill: &cache.Spill{Demote: demote}})
+	require.NoError(t, err)
+	l, err := cache.Load(context.Background(), c, "a", 600<<10, nil, func(context.Context) (int, int64, error) { return 1, 600 << 10, nil })
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	return sys, be, c
+}
+
+func admitKV(sys *system.System) error {
+	sc, _, err := sys.Admit(context.Background(), system.Request{Name: "kv", Reservations: []system.ReservationSpec{{Name: "kv", Location: "cuda:0", Bytes: 600 << 10}}})
+	if err == nil {
+		err = sc.Exit(context.Background())
+	}
+	return err
+}
+
+// A cache's Spill.Demote that ignores its context and blocks does not
+// hang Close: the cache's close and the demotion are named, nothing stays
+// charged.
+func TestCloseHonoursItsDeadlineWithADemoteThatBlocks(t *testing.T) {
+	started, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(unblock) })
+	sys, be, _ := spillRigForClose(t, func(context.Context, string, any) (any, error) {
+		close(started)
+		<-unblock
+		return 2, nil
+	})
+	admitted := make(chan error, 1)
+	go func() { admitted <- admitKV(sys) }()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := closeWithin(t, sys, ctx)
+	as[*system.CloseError](t, err, "the cache's close waited for its Demote until the deadline")
+	sr := as[*system.StillRunningError](t, err, "the demotion is still running")
+	require.Len(t, sr.Running, 1, "%v", err)
+	assert.Equal(t, "demote cache entry", sr.Running[0].Kind)
+	assert.Empty(t, sr.HeldBytes, "a cache entry's demotion holds no buffer of the runtime")
+	assert.Empty(t, finalCharges(t, sys))
+	require.Error(t, <-admitted, "the admission waiting for the demotion is answered")
+	once.Do(func() { close(unblock) })
+	<-be.closed // the demotion returned: the owned backend closes
+}
+
+// A Spill.Demote that calls runtime.Goexit drops the entry, as an error
+// would: the admission that demoted it goes through.
+func TestCacheDemoteGoexitDropsTheEntry(t *testing.T) {
+	sys, be, _ := spillRigForClose(t, func(context.Context, string, any) (any, error) {
+		runtime.Goexit()
+		return nil, nil
+	})
+	require.NoError(t, admitKV(sys))
+	require.NoError(t, closeWithin(t, sys, context.Background()))
+	<-be.closed
+	assert.Empty(t, be.liveAtClose)
+}
