@@ -81,6 +81,7 @@ type opTracker struct {
 	ops       map[uint64]*trackedOp
 	abandoned bool
 	flag      atomic.Bool // abandoned, read without mu
+	freeing   int         // ended operations still freeing their buffers
 	// onIdle runs once, when the tracker is abandoned and its last
 	// operation has ended (or at once if none runs).
 	onIdle func()
@@ -105,20 +106,29 @@ func (t *opTracker) begin(op RunningOp, pooled bool, keys ...messages.BufferKey)
 }
 
 // end removes operation id. When the tracker was abandoned meanwhile it
-// returns the keys of the buffers the operation held (the caller frees
-// them) and the onIdle callback to run if it was the last one.
-func (t *opTracker) end(id uint64) (keys []messages.BufferKey, idle func()) {
+// returns the keys of the buffers the operation held and true: the caller
+// frees them, then calls freed.
+func (t *opTracker) end(id uint64) (keys []messages.BufferKey, abandoned bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	op := t.ops[id]
 	delete(t.ops, id)
 	if !t.abandoned || op == nil {
-		return nil, nil
+		return nil, false
 	}
-	if len(t.ops) == 0 {
+	t.freeing++
+	return op.keys, true
+}
+
+// freed counts the buffers of an ended operation freed, and returns the
+// idle callback when it was the last operation.
+func (t *opTracker) freed() (idle func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.freeing--; len(t.ops) == 0 && t.freeing == 0 {
 		idle, t.onIdle = t.onIdle, nil
 	}
-	return op.keys, idle
+	return idle
 }
 
 // abandon marks the tracker abandoned: buffers held by running operations
@@ -173,7 +183,7 @@ func (t *opTracker) stuck(pooled bool) int {
 func (t *opTracker) whenIdle(fn func()) (idleNow bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.ops) == 0 {
+	if len(t.ops) == 0 && t.freeing == 0 {
 		return true
 	}
 	t.onIdle = fn
@@ -184,7 +194,10 @@ func (t *opTracker) whenIdle(fn func()) (idleNow bool) {
 // buffers the operation held (nothing else frees them) and runs the
 // tracker's idle callback if it was the last.
 func (e *Engine) endOp(id uint64) {
-	keys, idle := e.ops.end(id)
+	keys, abandoned := e.ops.end(id)
+	if !abandoned {
+		return
+	}
 	for _, k := range keys {
 		if buf, ok := e.Buffers.take(k); ok {
 			if err := e.backend.Free(buf); err != nil {
@@ -192,7 +205,7 @@ func (e *Engine) endOp(id uint64) {
 			}
 		}
 	}
-	if idle != nil {
+	if idle := e.ops.freed(); idle != nil {
 		idle()
 	}
 }

@@ -276,13 +276,22 @@ func (s *System) shutdown(ctx context.Context) (any, graceCtx, error) {
 	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
 	r, err := s.await(ctx, sl, nil, false)
 	if err == nil || ctx.Err() == nil {
-		return r, graceCtx{ctx, func() {}}, err
+		return r, graceAfter(ctx), err
 	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 	sl = s.slots.get()
 	s.root.Send(s.sup, &actors.ForceShutdown{ReplyTo: sl.pid})
 	r, err = s.await(gctx, sl, nil, false)
 	return r, graceCtx{gctx, cancel}, err
+}
+
+// graceAfter returns a context that ends closeGrace after ctx does: the
+// runtime's own actors stopping (they run no user code) are waited for a
+// little past Close's deadline.
+func graceAfter(ctx context.Context) graceCtx {
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })
+	return graceCtx{gctx, func() { stop(); cancel() }}
 }
 
 // stillRunning reports what Close left running, nil when nothing is.

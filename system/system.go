@@ -345,7 +345,8 @@ func (s *System) ManagerID() string { return s.managerID }
 // location simulated in ordinary Go memory, with real bytes, goroutine
 // streams and real events; no GPU or driver is touched. It is how a
 // program asks for simulated devices by name: pass it as Options.Backend,
-// say so in what the program prints, and close it after [System.Close].
+// say so in what the program prints, and close it after [System.Close]
+// (or set [Options].CloseBackend).
 //
 // cfg gives the simulated capacities, bandwidth and delay (see
 // soft.Config); its Locations are set to the distinct well-formed names
