@@ -194,7 +194,9 @@ func (s *System) closeComponents(ctx context.Context) error {
 //     still write into them) but reported in a [*StillRunningError] and
 //     freed when the operation returns. Close then returns within about
 //     a second of ctx's end (closeGrace: the runtime's own actors
-//     stopping).
+//     stopping), with that error, or, when everything it abandoned has
+//     returned meanwhile, an error matching both ctx.Err() and
+//     [ErrAbandoned].
 //  5. Outstanding leases, holds and pending events are reported (an
 //     [*OutstandingError]) and released; every materialization is freed,
 //     so every location is back to zero bytes charged; actors and streams
@@ -226,7 +228,7 @@ func (s *System) Close(ctx context.Context) error {
 		}
 		runtimeGosched()
 	}
-	r, stopCtx, err := s.shutdown(ctx)
+	r, stopCtx, forced, err := s.shutdown(ctx)
 	defer stopCtx.cancel()
 	var fe *FatalError
 	if errors.As(err, &fe) {
@@ -250,6 +252,8 @@ func (s *System) Close(ctx context.Context) error {
 	var running error
 	if r := s.stillRunning(ctx); r != nil {
 		running, stopErr = r, nil // stopErr's cause, reported by r
+	} else if forced {
+		running = fmt.Errorf("residency: close stopped waiting at its deadline (%w); what was in flight failed (%w) and has returned since", ctx.Err(), ErrAbandoned)
 	}
 	s.finishClose()
 	var outErr error
@@ -268,21 +272,22 @@ type graceCtx struct {
 }
 
 // shutdown asks the supervisor to shut down and waits for its reply
-// until ctx ends; then it forces the shutdown (actors.ForceShutdown) and
-// waits for that reply for closeGrace. It returns the reply and the
-// context for stopping the engine: ctx, or the grace after it ended.
-func (s *System) shutdown(ctx context.Context) (any, graceCtx, error) {
+// until ctx ends; then it forces the shutdown (actors.ForceShutdown,
+// forced true) and waits for that reply for closeGrace. It returns the
+// reply and the context for stopping the engine: closeGrace past ctx's
+// end.
+func (s *System) shutdown(ctx context.Context) (_ any, _ graceCtx, forced bool, _ error) {
 	sl := s.slots.get()
 	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
 	r, err := s.await(ctx, sl, nil, false)
 	if err == nil || ctx.Err() == nil {
-		return r, graceAfter(ctx), err
+		return r, graceAfter(ctx), false, err
 	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 	sl = s.slots.get()
 	s.root.Send(s.sup, &actors.ForceShutdown{ReplyTo: sl.pid})
 	r, err = s.await(gctx, sl, nil, false)
-	return r, graceCtx{gctx, cancel}, err
+	return r, graceCtx{gctx, cancel}, true, err
 }
 
 // graceAfter returns a context that ends closeGrace after ctx does: the
