@@ -103,7 +103,8 @@ SOAK_TESTS := \
 	tests:TestCacheSpillChecker \
 	system/replay:TestNamesChecker \
 	system:TestWaitingAdmissionChecker \
-	tests:TestSyscheck
+	tests:TestSyscheck \
+	tests:TestCloseChecker
 
 soak:
 	@mkdir -p $(SOAK_DIR); pids=""; \

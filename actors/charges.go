@@ -105,15 +105,26 @@ func (s *supervisor) dropCharge(id budget.AdmissionID, e budget.Effect) {
 	eng := s.eng
 	o := eng.chargeOwner(e.Owner)
 	to := eng.Supervisor
-	eng.watchers.Add(1)
+	kind := "drop cache entry"
+	if e.To != "" {
+		kind = "demote cache entry"
+	}
+	op := eng.ops.begin(RunningOp{Kind: kind, Value: e.Charge, Location: e.Location}, false)
+	eng.watchers.add()
 	go func() {
-		defer eng.watchers.Done()
+		defer eng.watchers.done()
+		defer eng.endOp(op)
 		var once sync.Once
 		answer := func(refusal, dropped error) {
 			once.Do(func() {
+				// After the runtime stopped (a drop abandoned at close)
+				// nothing is left to settle.
+				if eng.ctx.Err() != nil {
+					return
+				}
 				f := actor.NewFuture(eng.System, eng.allocTimeout+30*time.Second)
 				eng.root.Send(to, &messages.ChargeDropped{Admission: id, Err: refusal, Dropped: dropped, ReplyTo: f.PID()})
-				_, _ = f.Result()
+				_ = eng.awaitFuture(eng.ctx, f)
 			})
 		}
 		settle := func(refusal error) { answer(refusal, nil) }

@@ -80,14 +80,19 @@ type Engine struct {
 	newLoaders   *registry[uint64, cuda.Loader]
 	loaders      *registry[uint64, cuda.Loader]
 	events       *registry[uint64, cuda.Event]
-	demoters     demotionRoutes // copiers of demotions, by route (demote.go)
-	owners       chargeOwners   // owners of offered charges (charges.go)
-	watchers     sync.WaitGroup
-	valueRunner  *workerPool // the value actors' dispatcher (workers.go)
-	locRunner    *workerPool // the location actors' dispatcher
-	ctx          context.Context
+	demoters     demotionRoutes  // copiers of demotions, by route (demote.go)
+	owners       chargeOwners    // owners of offered charges (charges.go)
+	watchers     goCount         // event watchers and charge drops (their goroutines)
+	ops          opTracker       // operations running user or backend code (shutdown.go)
+	valueRunner  *workerPool     // the value actors' dispatcher (workers.go)
+	locRunner    *workerPool     // the location actors' dispatcher
+	ctx          context.Context // the engine's life: ends at Stop
 	cancel       context.CancelFunc
-	stopOnce     sync.Once
+	// opsCtx is the context of every load, copy, initialization,
+	// demotion copy and allocation: canceled when a shutdown begins.
+	opsCtx    context.Context
+	cancelOps context.CancelFunc
+	stopOnce  sync.Once
 }
 
 // Start creates the ledger and spawns the supervisor and one actor per
@@ -128,6 +133,7 @@ func Start(cfg Config) (*Engine, error) {
 		eng.allocTimeout = 30 * time.Second
 	}
 	eng.ctx, eng.cancel = context.WithCancel(context.Background())
+	eng.opsCtx, eng.cancelOps = context.WithCancel(eng.ctx)
 	locRoot := actor.NewRootContext(sys, nil).WithGuardian(&locationStrategy{eng: eng})
 	eng.locRunner = newWorkerPool(len(led.Locations()))
 	for _, loc := range led.Locations() {
@@ -179,8 +185,8 @@ func (e *Engine) abort() {
 		_ = st.Close()
 	}
 	e.System.Shutdown()
-	e.locRunner.close()
-	e.valueRunner.close()
+	e.locRunner.close(context.Background(), nil)
+	e.valueRunner.close(context.Background(), nil)
 }
 
 // Root returns the root context for sending to the supervisor.
@@ -222,47 +228,63 @@ func (e *Engine) Bound() int { return e.loaders.len() }
 
 // Stop drains the location actors (so every free sent before has been
 // carried out), stops event watchers, the actors and the streams. Call it
-// after the supervisor answered Shutdown. Idempotent.
+// after the supervisor answered Shutdown (or ForceShutdown). Every wait
+// ends when ctx does (its error is returned); what was abandoned is then
+// still running (see StillRunning), and the buffers that abandoned
+// operations hold are freed when they return. Idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	var err error
-	e.stopOnce.Do(func() {
-		for loc, pid := range e.locations {
-			// A location actor may be inside an allocation of up to the
-			// allocation timeout (longer if the backend ignores it).
-			if _, derr := e.root.RequestFuture(pid, &messages.Drain{}, e.allocTimeout+30*time.Second).Result(); derr != nil && err == nil {
-				err = fmt.Errorf("draining %s: %w", loc, derr)
-			}
+	e.stopOnce.Do(func() { err = e.stop(ctx) })
+	return err
+}
+
+func (e *Engine) stop(ctx context.Context) error {
+	var err error
+	note := func(what string, werr error) {
+		if werr != nil && err == nil {
+			err = fmt.Errorf("%s: %w", what, werr)
 		}
-		e.cancel()
-		// Value actors stopped lazily may still be terminating; wait for
-		// them so that stopping the supervisor does not send them a second
-		// Stop (a dead letter).
-		_, _ = e.root.RequestFuture(e.Supervisor, &awaitQuiet{}, e.allocTimeout+30*time.Second).Result()
-		// Stop the supervisor and its children (the value actors) before
-		// waiting for the event watchers: the supervisor starts a watcher
-		// (watchers.Add) when it records an event, which must not run
-		// concurrently with watchers.Wait.
-		_ = e.root.StopFuture(e.Supervisor).Wait()
-		e.valueRunner.close()
-		e.watchers.Wait()
-		for _, pid := range e.locations {
-			_ = e.root.StopFuture(pid).Wait()
+	}
+	for loc, pid := range e.locations {
+		// A location actor may be inside an allocation of up to the
+		// allocation timeout (longer if the backend ignores it).
+		note("draining "+loc, e.awaitFuture(ctx, e.root.RequestFuture(pid, &messages.Drain{}, e.allocTimeout+30*time.Second)))
+	}
+	e.cancel()
+	// Value actors stopped lazily may still be terminating; wait for them
+	// so that stopping the supervisor does not send them a second Stop (a
+	// dead letter).
+	note("stopping value actors", e.awaitFuture(ctx, e.root.RequestFuture(e.Supervisor, &awaitQuiet{}, e.allocTimeout+30*time.Second)))
+	// Stop the supervisor and its children (the value actors) before
+	// waiting for the event watchers: the supervisor starts a watcher
+	// (watchers.add) when it records an event, which must not run
+	// concurrently with the wait. A value actor of an abandoned operation
+	// ends only when the operation returns; so does the supervisor then.
+	stopSup := e.root.StopFuture(e.Supervisor)
+	if e.ops.stuck(true) == 0 {
+		note("stopping the supervisor", e.awaitFuture(ctx, stopSup))
+	}
+	note("stopping value actors", e.valueRunner.close(ctx, func() int { return e.ops.stuck(true) }))
+	note("waiting for watchers", e.watchers.wait(ctx, func() int { return e.ops.stuck(false) }))
+	for _, pid := range e.locations {
+		note("stopping location actors", e.awaitFuture(ctx, e.root.StopFuture(pid)))
+	}
+	note("stopping location actors", e.locRunner.close(ctx, nil))
+	// Nothing allocates any more. After an orderly shutdown the ledger
+	// has freed everything and the table is empty; after a fatal stop
+	// (the ledger can no longer be trusted) whatever is left is freed
+	// here, so no device memory outlives the runtime. Buffers that
+	// abandoned operations hold stay: each is freed when its operation
+	// returns.
+	if n := e.Buffers.freeAll(e.backend, e.ops.holds); n > 0 {
+		e.log.Warn().Int("buffers", n).Msg("freed buffers the ledger did not free (fatal or abandoned stop)")
+	}
+	for _, st := range e.streams {
+		if cerr := st.Close(); cerr != nil && err == nil {
+			err = cerr
 		}
-		e.locRunner.close()
-		// Nothing allocates any more. After an orderly shutdown the ledger
-		// has freed everything and the table is empty; after a fatal stop
-		// (the ledger can no longer be trusted) whatever is left is freed
-		// here, so no device memory outlives the runtime.
-		if n := e.Buffers.freeAll(e.backend); n > 0 {
-			e.log.Warn().Int("buffers", n).Msg("freed buffers the ledger did not free (fatal stop)")
-		}
-		for _, st := range e.streams {
-			if cerr := st.Close(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}
-		e.System.Shutdown()
-	})
+	}
+	e.System.Shutdown()
 	return err
 }
 

@@ -113,6 +113,8 @@ func TestShutdownReportsOutstandingThenStopFreesEverything(t *testing.T) {
 	h.stop() // returns although the event never completes
 }
 
+// A shutdown cancels the context of the loader in flight and waits for
+// the transfer to settle before it answers.
 func TestShutdownWaitsForTheTransferInFlight(t *testing.T) {
 	h := startEngine(t)
 	started, release := make(chan struct{}, 1), make(chan struct{})
@@ -125,12 +127,12 @@ func TestShutdownWaitsForTheTransferInFlight(t *testing.T) {
 	h.send(&messages.Transition{Kind: messages.Place, Handle: rep.Handle, To: locGPU0, ReplyTo: b.pid})
 	<-started
 	h.send(&messages.Shutdown{ReplyTo: b.pid})
-	close(release)
+	defer close(release)
 
 	first := b.next(t)
 	pr, ok := first.(*messages.RunReply)
 	require.True(t, ok, "the transfer settles before the shutdown answers, got %T", first)
-	require.NoError(t, pr.Err)
+	require.ErrorIs(t, pr.Err, context.Canceled, "the shutdown canceled the loader's context")
 	sr, ok := b.next(t).(*messages.ShutdownReply)
 	require.True(t, ok)
 	require.NoError(t, sr.Err)

@@ -46,7 +46,7 @@ func (a *locationActor) allocate(m *messages.Allocate) error {
 	// still allocated would let the ledger release a charge for bytes the
 	// device then holds (physical above admitted). An allocation that
 	// returns after its deadline is freed before this actor answers.
-	ctx, cancel := context.WithTimeout(a.eng.ctx, a.eng.allocTimeout)
+	ctx, cancel := context.WithTimeout(a.eng.opsCtx, a.eng.allocTimeout)
 	defer cancel()
 	buf, err := a.eng.backend.Allocate(ctx, a.loc, m.Bytes)
 	if err != nil {
@@ -107,6 +107,9 @@ func (e *AllocTimeoutError) Error() string {
 func (e *AllocTimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
 
 func (a *locationActor) free(key messages.BufferKey) {
+	if a.eng.ops.holds(key) {
+		return // quarantined: the operation abandoned at close frees it when it returns
+	}
 	buf, ok := a.eng.Buffers.take(key)
 	if !ok {
 		return // never allocated (a failed transfer) or already freed

@@ -83,6 +83,9 @@ type supervisor struct {
 	// shutting (Shutdown received) or stopped (the actor is stopping or
 	// stopped): direct calls (AcquireDirect) no longer run.
 	shutting, stopped bool
+	// abandoning: ForceShutdown failed what was in flight; value actors
+	// are no longer taken back (one may be stuck in its operation).
+	abandoning bool
 	// roomSeen is the ledger's RoomReleases when Config.OnRoom was last
 	// called (see noteRoom).
 	roomSeen uint64
@@ -214,9 +217,9 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 	case messages.CacheRequest:
 		s.cacheRequest(m)
 	case *messages.Shutdown:
-		s.shutting = true
-		s.closing = m.ReplyTo
-		s.maybeFinishShutdown()
+		s.beginShutdown(m)
+	case *ForceShutdown:
+		s.forceShutdown(m)
 	}
 }
 
@@ -407,6 +410,9 @@ func (s *supervisor) transferSettled(id uint64) {
 		return
 	}
 	delete(s.workers, id)
+	if s.abandoning {
+		return // stopped with the supervisor (a stuck one when it returns)
+	}
 	if len(s.idle) < idleActors && !w.pid.Equal(s.crashed) {
 		s.idle = append(s.idle, w.pid)
 		return
@@ -664,9 +670,9 @@ func (s *supervisor) watch(id budget.EventID, key uint64) {
 		return
 	}
 	eng := s.eng
-	eng.watchers.Add(1)
+	eng.watchers.add()
 	go func() {
-		defer eng.watchers.Done()
+		defer eng.watchers.done()
 		select {
 		case <-ev.Done():
 			eng.root.Send(eng.Supervisor, &messages.EventDone{Event: id})

@@ -125,22 +125,30 @@ func (t *BufferTable) Len() int {
 	return n
 }
 
-// freeAll frees every buffer still in the table through backend and
-// returns how many there were.
-func (t *BufferTable) freeAll(backend cuda.Backend) int {
+// freeAll frees every buffer still in the table through backend, but
+// those keep says to keep, and returns how many it freed.
+func (t *BufferTable) freeAll(backend cuda.Backend, keep func(messages.BufferKey) bool) int {
 	n := 0
-	for _, sh := range *t.shards.Load() {
+	for loc, sh := range *t.shards.Load() {
+		var free []cuda.Buffer
 		sh.mu.Lock()
-		bufs, temps := sh.bufs, sh.temps
-		sh.bufs, sh.temps = map[uint64]cuda.Buffer{}, map[tempKey]cuda.Buffer{}
+		for id, b := range sh.bufs {
+			if !keep(messages.BufferKey{Value: id, Location: loc}) {
+				free = append(free, b)
+				delete(sh.bufs, id)
+			}
+		}
+		for k, b := range sh.temps {
+			if !keep(messages.BufferKey{Value: k.value, Location: loc, Temporary: k.admission}) {
+				free = append(free, b)
+				delete(sh.temps, k)
+			}
+		}
 		sh.mu.Unlock()
-		for _, b := range bufs {
+		for _, b := range free {
 			_ = backend.Free(b)
 		}
-		for _, b := range temps {
-			_ = backend.Free(b)
-		}
-		n += len(bufs) + len(temps)
+		n += len(free)
 	}
 	return n
 }

@@ -42,11 +42,48 @@ func (a *valueActor) Receive(ctx actor.Context) {
 	if a.eng.hooks.PanicOnTransfer != nil && a.eng.hooks.PanicOnTransfer(m.Effect) {
 		panic(fmt.Sprintf("injected value actor panic during %s (test hook)", m.Effect))
 	}
+	op := a.eng.ops.begin(RunningOp{Kind: transferKind(m.Effect.Kind, demotion), Value: m.Effect.Handle.Name, Location: m.Effect.Location}, true, transferKeys(m)...)
+	defer a.eng.endOp(op)
 	err := a.transfer(ctx, m, demotion)
+	if a.eng.ops.isAbandoned() {
+		return // failed already by ForceShutdown; endOp frees its buffers
+	}
 	ctx.Send(a.eng.Supervisor, &messages.TransferDone{Admission: m.Admission, Err: err})
 }
 
+// transferKind names a transfer for [RunningOp].
+func transferKind(k budget.EffectKind, demotion bool) string {
+	switch {
+	case demotion:
+		return "demotion copy"
+	case k == budget.EffectReconstruct:
+		return "load"
+	case k == budget.EffectCopy:
+		return "copy"
+	case k == budget.EffectInitialize:
+		return "initialize"
+	}
+	return k.String()
+}
+
+// transferKeys are the buffers a transfer writes or reads: its
+// destination, its source (a copy) and its temporary (a load elsewhere).
+func transferKeys(m *messages.DoTransfer) []messages.BufferKey {
+	e := m.Effect
+	keys := []messages.BufferKey{{Value: e.Handle.ID, Location: e.Location}}
+	if e.Kind == budget.EffectCopy {
+		keys = append(keys, messages.BufferKey{Value: e.Handle.ID, Location: e.From})
+	}
+	if e.Kind == budget.EffectReconstruct && e.TempAt != "" {
+		keys = append(keys, messages.BufferKey{Value: e.Handle.ID, Location: e.TempAt, Temporary: m.Admission})
+	}
+	return keys
+}
+
 func (a *valueActor) allocate(ctx actor.Context, key messages.BufferKey, bytes int64) error {
+	if a.eng.ops.isAbandoned() {
+		return ErrAbandoned // the location actors are stopping
+	}
 	pid := a.eng.locations[key.Location]
 	if a.reply == nil {
 		a.reply = newAnswerBox(ctx)
@@ -101,6 +138,9 @@ func (b *answerBox) SendSystemMessage(*actor.PID, any) {}
 func (b *answerBox) Stop(*actor.PID)                   {}
 
 func (a *valueActor) free(ctx actor.Context, key messages.BufferKey) {
+	if a.eng.ops.isAbandoned() {
+		return // endOp frees the operation's buffers itself
+	}
 	ctx.Send(a.eng.locations[key.Location], &messages.Free{Key: key})
 }
 
@@ -120,7 +160,7 @@ func (a *valueActor) transfer(ctx actor.Context, m *messages.DoTransfer, demotio
 		}
 	}()
 	dbuf, _ := a.eng.Buffers.Get(dst)
-	opctx, cancel := context.WithCancel(a.eng.ctx)
+	opctx, cancel := context.WithCancel(a.eng.opsCtx)
 	defer cancel()
 	switch e.Kind {
 	case budget.EffectInitialize:

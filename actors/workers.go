@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -20,7 +21,7 @@ type workerPool struct {
 	mu      sync.Mutex
 	idle    []chan func() // waiting goroutines, each on its own channel
 	closed  bool
-	running sync.WaitGroup
+	running goCount
 }
 
 func newWorkerPool(maxIdle int) *workerPool { return &workerPool{maxIdle: maxIdle} }
@@ -40,7 +41,7 @@ func (p *workerPool) Schedule(fn func()) {
 		ch <- fn // buffered: never blocks
 		return
 	}
-	p.running.Add(1)
+	p.running.add()
 	p.mu.Unlock()
 	go p.work(fn)
 }
@@ -50,7 +51,7 @@ func (p *workerPool) Schedule(fn func()) {
 func (p *workerPool) Throughput() int { return 300 }
 
 func (p *workerPool) work(fn func()) {
-	defer p.running.Done()
+	defer p.running.done()
 	ch := make(chan func(), 1)
 	for fn != nil {
 		fn()
@@ -66,11 +67,16 @@ func (p *workerPool) work(fn func()) {
 }
 
 // close ends the waiting goroutines and waits for every goroutine of the
-// pool to return. The mailboxes must be done (their actors stopped or
-// idle). A nil pool has nothing to close.
-func (p *workerPool) close() {
+// pool to return but the stuck() ones (nil: none), or until ctx ends (its
+// error). The mailboxes must be done (their actors stopped or idle), or
+// stuck in an operation abandoned at close. A nil pool has nothing to
+// close.
+func (p *workerPool) close(ctx context.Context, stuck func() int) error {
 	if p == nil {
-		return
+		return nil
+	}
+	if stuck == nil {
+		stuck = func() int { return 0 }
 	}
 	p.mu.Lock()
 	p.closed = true
@@ -79,7 +85,7 @@ func (p *workerPool) close() {
 	}
 	p.idle = nil
 	p.mu.Unlock()
-	p.running.Wait()
+	return p.running.wait(ctx, stuck)
 }
 
 // idleActors is the most value actors kept idle for the next value with a

@@ -39,8 +39,10 @@ type Backend interface {
 	// value for the location target. target may differ from dst.Location()
 	// when dst is a temporary buffer; an empty target means dst.Location().
 	//
-	// A loader error is returned wrapped (errors.Is finds it); a loader panic is recovered and
-	// returned as a [*LoaderPanicError]. After any loader failure the
+	// A loader error is returned wrapped (errors.Is finds it); a loader
+	// panic, or a loader calling runtime.Goexit, is recovered and
+	// returned as a [*LoaderPanicError] (the loader runs on a goroutine of
+	// its own, which Load waits for). After any loader failure the
 	// contents of dst are unspecified.
 	Load(ctx context.Context, dst Buffer, target string, loader Loader) error
 

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -147,14 +148,32 @@ func (c Checker) RunLoader(ctx context.Context, loader Loader, dst []byte, loc, 
 	return nil
 }
 
+// runLoader runs loader on a goroutine of its own and waits for it, so
+// that a loader calling runtime.Goexit (t.FailNow in a test's loader)
+// ends only that goroutine: it is reported as a [*LoaderPanicError] with
+// Goexit set, like a panic.
 func runLoader(ctx context.Context, loader Loader, dst []byte) (panicked *LoaderPanicError, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			panicked = &LoaderPanicError{Value: v, Stack: debug.Stack()}
-		}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		returned := false
+		defer func() {
+			if v := recover(); v != nil {
+				panicked = &LoaderPanicError{Value: v, Stack: debug.Stack()}
+			} else if !returned {
+				panicked = &LoaderPanicError{Value: errGoexit, Stack: debug.Stack(), Goexit: true}
+			}
+		}()
+		err = loader(ctx, dst)
+		returned = true
 	}()
-	return nil, loader(ctx, dst)
+	<-done
+	return panicked, err
 }
+
+// errGoexit is the Value of a [*LoaderPanicError] for a loader that
+// called runtime.Goexit.
+var errGoexit = errors.New("the loader called runtime.Goexit (t.FailNow or t.SkipNow in a test's loader?)")
 
 // FreeBytes is MemInfo.FreeBytes of a location with capacity bytes (0:
 // unlimited) of which used are in use.

@@ -65,14 +65,20 @@ func (e *InjectedFaultError) Error() string {
 // Is reports whether target is ErrInjectedFault.
 func (e *InjectedFaultError) Is(target error) bool { return target == ErrInjectedFault }
 
-// LoaderPanicError is returned by Load when the loader panicked. Value is
-// the value passed to panic, Stack the panicking goroutine's stack.
+// LoaderPanicError is returned by Load when the loader panicked or called
+// runtime.Goexit. Value is the value passed to panic (for a Goexit, an
+// error saying so), Stack the loader goroutine's stack; Goexit is true
+// when the loader called runtime.Goexit instead of returning.
 type LoaderPanicError struct {
-	Value any
-	Stack []byte
+	Value  any
+	Stack  []byte
+	Goexit bool
 }
 
 func (e *LoaderPanicError) Error() string {
+	if e.Goexit {
+		return fmt.Sprintf("cuda: loader did not return: %v", e.Value)
+	}
 	return fmt.Sprintf("cuda: loader panicked: %v", e.Value)
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,8 +179,15 @@ type Options struct {
 	// Locations (a cluster node's without their node qualification):
 	// cu.New (package cuda/cu, build tag cuda) for real GPUs, or
 	// [SoftBackend] to simulate every location in Go memory. The System
-	// uses it and never closes it: close it after [System.Close].
+	// uses it and closes it only with CloseBackend: otherwise close it
+	// after [System.Close].
 	Backend cuda.Backend
+	// CloseBackend makes the System own Backend: [System.Close] closes
+	// it last, once every buffer is freed, so that an application closes
+	// one thing. When Close leaves a loader running (a
+	// [*StillRunningError]), the backend is closed once that loader
+	// returns (its buffer freed first) instead.
+	CloseBackend bool
 	// Logger receives structured logs (the runtime's and protoactor's).
 	// Default: none.
 	Logger *zerolog.Logger
@@ -253,8 +259,10 @@ type System struct {
 	stats callStats // every call's outcome, for Metrics
 	room  *waitRoom // callers waiting for room (wait.go)
 
-	owners ownerNames        // owners of charges: the loader caches (owners.go)
-	spill  map[string]string // spill targets, location → target (fixed)
+	owners     ownerNames        // owners of charges: the loader caches (owners.go)
+	closers    closerList        // what Close closes first (close.go)
+	ownBackend bool              // Options.CloseBackend
+	spill      map[string]string // spill targets, location → target (fixed)
 }
 
 // Start starts a runtime on opts.Backend. Errors: invalid options
@@ -315,7 +323,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room, ownBackend: opts.CloseBackend}
 	for _, lc := range locs {
 		if lc.SpillTo != "" {
 			if s.spill == nil {
@@ -338,7 +346,8 @@ func (s *System) ManagerID() string { return s.managerID }
 // location simulated in ordinary Go memory, with real bytes, goroutine
 // streams and real events; no GPU or driver is touched. It is how a
 // program asks for simulated devices by name: pass it as Options.Backend,
-// say so in what the program prints, and close it after [System.Close].
+// say so in what the program prints, and close it after [System.Close]
+// (or set [Options].CloseBackend).
 //
 // cfg gives the simulated capacities, bandwidth and delay (see
 // soft.Config); its Locations are set to the distinct names of locs,
@@ -646,85 +655,4 @@ func (s *System) Trace(ctx context.Context) ([]Transition, error) {
 		return nil, err
 	}
 	return r.(*messages.TraceReply).Trace, nil
-}
-
-// OutstandingError is returned by Close when leases, holds or pending
-// consumer events were still outstanding. Close released them anyway; the
-// error says what the application forgot.
-type OutstandingError struct {
-	Outstanding Outstanding
-}
-
-func (e *OutstandingError) Error() string {
-	o := e.Outstanding
-	list := func(eps []Endpoint) string {
-		out := make([]string, len(eps))
-		for i, x := range eps {
-			out[i] = fmt.Sprintf("%s@%s", x.Handle, x.Location)
-		}
-		sort.Strings(out)
-		return fmt.Sprint(out)
-	}
-	return fmt.Sprintf("residency: closed with %d leases %s, %d holds %s and %d pending events %s still outstanding (released at close)",
-		len(o.Leases), list(o.Leases), len(o.Holds), list(o.Holds), len(o.Events), list(o.Events))
-}
-
-// Close shuts the runtime down: new calls get ErrClosed at once; transfers
-// in flight settle; callers waiting for room return ErrClosed; outstanding leases, holds and pending events are
-// reported (an [*OutstandingError]) and released; every materialization is
-// freed, so every location is back to zero bytes; actors and streams stop.
-// The backend stays open (close it after Close). Idempotent: later calls return the first result.
-// After a fatal stop Close frees every device buffer and returns the
-// [*FatalError].
-func (s *System) Close(ctx context.Context) error {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed.Load() {
-		return s.closeErr
-	}
-	s.closed.Store(true)
-	s.room.close() // every caller waiting for room returns ErrClosed
-	for s.inflight.Load() > 0 {
-		// A caller is between its closed check and its send: a few
-		// instructions. Yield until it has sent.
-		if err := ctx.Err(); err != nil {
-			break
-		}
-		runtimeGosched()
-	}
-	sl := s.slots.get()
-	s.root.Send(s.sup, &messages.Shutdown{ReplyTo: sl.pid})
-	r, err := s.await(ctx, sl, nil, false)
-	var fe *FatalError
-	if errors.As(err, &fe) {
-		// The ledger cannot be trusted: nothing to report from it. Stop
-		// the actors; Engine.Stop frees every buffer still allocated.
-		s.closeErr = fe
-		_ = s.eng.Stop(ctx)
-		s.slots.stop()
-		s.slots.drain()
-		s.log.Error().Err(fe).Msg("residency closed after a fatal stop")
-		return s.closeErr
-	}
-	if err != nil {
-		s.closeErr = fmt.Errorf("residency: close: waiting for transfers in flight: %w", err)
-		_ = s.eng.Stop(context.Background())
-		s.slots.stop() // callers still waiting get ErrClosed: no reply will come
-		return s.closeErr
-	}
-	rep := r.(*messages.ShutdownReply)
-	s.final, s.closedOK = rep.Final, true
-	if err := s.eng.Stop(ctx); err != nil {
-		s.closeErr = err
-	}
-	s.slots.stop()
-	s.slots.drain()
-	if rep.Err != nil && s.closeErr == nil {
-		s.closeErr = rep.Err
-	}
-	if !rep.Outstanding.Empty() && s.closeErr == nil {
-		s.closeErr = &OutstandingError{Outstanding: rep.Outstanding}
-	}
-	s.log.Info().Uint64("state_version", rep.Final.StateVersion).Bool("outstanding", !rep.Outstanding.Empty()).Msg("residency closed")
-	return s.closeErr
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -213,6 +212,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	}
 	c.budget = &MemoryBudget{rt: rt, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
 	c.hasBudget, c.budgetBytes = ch.HasBudget, ch.BudgetBytes
+	closeOnRuntimeClose(sys, c)
 	return c, nil
 }
 
@@ -663,15 +663,13 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 // interface): nothing to close.
 func isZero[T any](v T) bool { return reflect.ValueOf(&v).Elem().IsZero() }
 
-// callLoader runs the loader, turning an error or a panic into a
-// *system.CacheLoadError.
+// callLoader runs the loader, turning an error, a panic or a
+// runtime.Goexit (see guarded) into a *system.CacheLoadError.
 func callLoader[T any](ctx context.Context, key string, loader func(context.Context) (T, int64, error)) (v T, n int64, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &system.CacheLoadError{Key: key, Panic: r, Stack: string(debug.Stack())}
-		}
-	}()
-	v, n, err = loader(ctx)
+	if panicked, r, stack := guarded(func() { v, n, err = loader(ctx) }); panicked {
+		var zero T
+		return zero, 0, &system.CacheLoadError{Key: key, Panic: r, Stack: stack}
+	}
 	if err != nil {
 		err = &system.CacheLoadError{Key: key, Cause: err}
 	}

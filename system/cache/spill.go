@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime/debug"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
@@ -165,14 +164,12 @@ func (c *Cache) keepCopy(e *cacheEntry, to, demoted string, copied any) error {
 	return nil
 }
 
-// callDemote runs Demote, turning a panic into an error.
+// callDemote runs Demote, turning a panic or a runtime.Goexit (see
+// guarded) into an error.
 func (c *Cache) callDemote(key string, v any) (copied any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("cache key %q: Spill.Demote panicked: %v\n%s", key, r, debug.Stack())
-		}
-	}()
-	copied, err = c.sp.demote(c.sp.ctx, key, v)
+	if panicked, r, stack := guarded(func() { copied, err = c.sp.demote(c.sp.ctx, key, v) }); panicked {
+		return nil, fmt.Errorf("cache key %q: Spill.Demote panicked: %v\n%s", key, r, stack)
+	}
 	if err != nil {
 		if copied != nil {
 			closeValue(c, key, copied)
