@@ -72,3 +72,16 @@ func withSpill(locs []LocationConfig, spill map[string]string) ([]LocationConfig
 	}
 	return out, nil
 }
+
+// SplitLocation checks a location name — `pageable-host`, `pinned-host`
+// or `cuda:N`, each optionally qualified with `@node` — and returns it
+// without its qualifier (local) and the node ("" when unqualified). A
+// malformed name is an [*InvalidInputError] naming it. The name need not
+// be configured anywhere: only its form is checked.
+func SplitLocation(name string) (local, node string, err error) {
+	n, err := budget.ParseLocation(name)
+	if err != nil {
+		return "", "", err
+	}
+	return n.Local().String(), n.Node, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/cuda/soft"
@@ -51,4 +52,19 @@ func TestSoftBackendNamesAMalformedLocation(t *testing.T) {
 	b, err := SoftBackend(nil, soft.Config{})
 	require.Nil(t, b)
 	require.ErrorContains(t, err, "no locations configured")
+}
+
+func TestSplitLocation(t *testing.T) {
+	local, node, err := SplitLocation("cuda:1@node-b")
+	require.NoError(t, err)
+	assert.Equal(t, "cuda:1", local)
+	assert.Equal(t, "node-b", node)
+	local, node, err = SplitLocation("pinned-host")
+	require.NoError(t, err)
+	assert.Equal(t, "pinned-host", local)
+	assert.Empty(t, node)
+	_, _, err = SplitLocation("cuda:x")
+	var inv *InvalidInputError
+	require.ErrorAs(t, err, &inv)
+	assert.Contains(t, inv.Message, `"cuda:x"`)
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/nodeproc"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cluster"
@@ -58,8 +57,8 @@ func (l *locationFlags) Set(s string) error {
 	if !ok || name == "" {
 		return fmt.Errorf("want NAME=SIZE (cuda:0=8GiB) or NAME=unlimited, got %q", s)
 	}
-	if _, err := budget.ParseLocation(name); err != nil {
-		var inv *budget.InvalidInputError
+	if _, _, err := system.SplitLocation(name); err != nil {
+		var inv *system.InvalidInputError
 		if errors.As(err, &inv) {
 			return errors.New(inv.Message)
 		}
@@ -90,14 +89,13 @@ func (l *locationFlags) Set(s string) error {
 func (l locationFlags) ofNode(name string) error {
 	seen := map[string]bool{}
 	for _, c := range l {
-		n, err := budget.ParseLocation(c.Name)
+		local, node, err := system.SplitLocation(c.Name)
 		if err != nil {
 			return err
 		}
-		if n.Node != "" && n.Node != name {
-			return fmt.Errorf("%s is memory of node %q, not of this node (%q): a node configures only its own locations", c.Name, n.Node, name)
+		if node != "" && node != name {
+			return fmt.Errorf("%s is memory of node %q, not of this node (%q): a node configures only its own locations", c.Name, node, name)
 		}
-		local := n.Local().String()
 		if seen[local] {
 			return fmt.Errorf("%s is given twice (as %s and as %s@%s)", local, local, local, name)
 		}
