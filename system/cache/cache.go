@@ -62,6 +62,15 @@ type Options struct {
 	// its key gets the copy ([Demoted]). Set without a spill target for
 	// Location, or without Demote: [*system.InvalidInputError].
 	Spill *Spill
+
+	// Frequency ranks the cache's idle entries as victims by use count
+	// first: an entry's offer to the controller carries how many leases
+	// were taken on it (priority H = L + uses, as a value's), so an entry
+	// hit often outlives a more recent one. false (the default): every
+	// entry carries the same frequency and the least recently taken idle
+	// entry goes first (the last lease taken — a load or a hit — counts,
+	// not the order of releases). See docs/cache.md, "Eviction".
+	Frequency bool
 }
 
 // Cache is a loader cache bound to the budget of one location: values the
@@ -119,6 +128,8 @@ type Cache struct {
 	sp cacheSpill // demotion of idle entries (spill.go)
 
 	dropper dropper // the cache's callback for the runtime, as registered (victims.go)
+
+	frequency bool // Options.Frequency: offers carry use counts
 }
 
 // cacheEntry is one key's value and charge.
@@ -150,6 +161,8 @@ type cacheEntry struct {
 	offered bool   // the ledger has its charge offered (as of the last drain)
 	pending bool   // in Cache.pending
 	seq     uint64 // order of its last change of offer (offerSeq)
+	takeSeq uint64 // order of its last take (offerSeq)
+	touched bool   // taken since the runtime's last drain
 	taken   bool   // a demoted copy held by a load of its key (spill.go)
 }
 
@@ -194,6 +207,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		reserving: map[string]chan struct{}{},
 		byCharge:  map[string]*cacheEntry{},
 		closeTurn: make(chan struct{}, 1),
+		frequency: opts.Frequency,
 	}
 	// The location is checked before the name is taken: a cache refused
 	// for its location leaves its name free.
@@ -440,6 +454,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			e.refs.Add(1)
 			e.uses++
 			c.withdrawLocked(e) // recorded; drained before the next ledger step
+			c.touchLocked(e)
 			c.usedLocked(e, o)  // keep-alive hook
 			c.mu.Unlock()
 			return newLease(e, p), nil

@@ -35,6 +35,7 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 			c.byCharge[e.charge] = e
 			c.indexPartsLocked(e, true)
 		}
+		c.touchLocked(e) // taken by its callers
 		c.settledLocked(e)
 	}
 	c.mu.Unlock()

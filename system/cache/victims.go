@@ -29,6 +29,22 @@ var offerSeq atomic.Uint64
 // per drain.
 func (c *Cache) markLocked(e *cacheEntry) {
 	e.seq = offerSeq.Add(1)
+	c.pendLocked(e)
+}
+
+// touchLocked records that a lease was taken on e (a load settled, a
+// hit; c.mu held): the runtime ranks its next offer as of this take
+// (budget.Ledger.TouchCharge), so the cache's idle entries are victims
+// least recently taken first, whatever the order of their releases.
+func (c *Cache) touchLocked(e *cacheEntry) {
+	e.takeSeq = offerSeq.Add(1) // after a withdrawal marked by the same take
+	e.touched = true
+	c.pendLocked(e)
+}
+
+// pendLocked puts e among the pending entries once and tells the
+// runtime once per drain (c.mu held).
+func (c *Cache) pendLocked(e *cacheEntry) {
 	if !e.pending {
 		e.pending = true
 		c.pending = append(c.pending, e)
@@ -120,17 +136,26 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 	for i, e := range c.pending {
 		c.pending[i] = nil
 		e.pending = false
+		leaving := c.closed || e.retiring.Load() || e.detached.Load()
+		if e.touched {
+			e.touched = false
+			for _, ch := range e.charges() {
+				if ch != "" && !leaving {
+					sink.Touch(e.takeSeq, c.owner, ch)
+				}
+			}
+		}
 		switch {
-		case c.closed || e.retiring.Load() || e.detached.Load():
+		case leaving:
 			// Leaving: its release settles the charge.
 		case e.wants:
 			e.offered = true
 			if c.demotable(e) {
-				sink.OfferDemotable(e.seq, c.owner, e.charge, e.uses)
+				sink.OfferDemotable(e.seq, c.owner, e.charge, c.freq(e))
 				continue
 			}
 			for _, ch := range e.charges() {
-				sink.Offer(e.seq, c.owner, ch, e.uses)
+				sink.Offer(e.seq, c.owner, ch, c.freq(e))
 			}
 		case e.offered:
 			e.offered = false
@@ -140,6 +165,17 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 		}
 	}
 	c.pending = c.pending[:0]
+}
+
+// freq is the frequency an offer of e carries: its use count when the
+// cache ranks by frequency ([Options].Frequency), 1 otherwise (every
+// entry was taken at least once), so that the cache's entries rank
+// among themselves by their last take alone (c.mu held).
+func (c *Cache) freq(e *cacheEntry) int64 {
+	if c.frequency {
+		return e.uses
+	}
+	return 1
 }
 
 // DropCharge drops the entry whose charge a plan evicts: an idle entry

@@ -127,6 +127,10 @@ type OfferSink interface {
 	// location's spill target (ChargeDemoter).
 	OfferDemotable(seq uint64, owner, charge string, freq int64)
 	Withdraw(seq uint64, owner, charge string)
+	// Touch records that a lease was taken on the charge's entry (a load
+	// settled, a hit): its next offer ranks it as of the touch, after
+	// every charge touched before it.
+	Touch(seq uint64, owner, charge string)
 }
 
 // WaitConfig is what a system.WaitOption sets: whether to wait for room,
