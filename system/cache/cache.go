@@ -455,7 +455,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			e.uses++
 			c.withdrawLocked(e) // recorded; drained before the next ledger step
 			c.touchLocked(e)
-			c.usedLocked(e, o)  // keep-alive hook
+			c.usedLocked(e, o) // keep-alive hook
 			c.mu.Unlock()
 			return newLease(e, p), nil
 		case budget.CacheLoading:
