@@ -6,7 +6,9 @@ package tests
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +91,66 @@ func TestCacheSeedVictimLeastRecentlyTaken(t *testing.T) {
 		assert.Equal(t, []string{"a", "c"}, cacheKeys(c), "with Frequency the entry hit five times stays")
 	})
 	_ = ctx
+}
+
+// slowClose is a value whose Close signals that it started and then
+// waits for the test to let it finish (the seed's Retiring, lines
+// 602–612: a destructor that blocks).
+type slowClose struct {
+	started chan struct{}
+	finish  chan struct{}
+}
+
+func (s *slowClose) Close() error {
+	close(s.started)
+	<-s.finish
+	return nil
+}
+
+// A caller whose peak fits is never held up by another caller's
+// eviction: while A waits for the Close of the victim it evicted, B
+// loads the same key (seed lines 350–383: the victim is dropped outside
+// the lock and the loop looks again; 172–175: native destruction may
+// block "without ... blocking unrelated lookups"), and A then takes a
+// lease on B's load.
+func TestCacheSeedEvictionDoesNotHoldUpAFittingCaller(t *testing.T) {
+	ctx := context.Background()
+	_, c := seedCacheWith(t, 100, cache.Options{Name: "seed"})
+	old := &slowClose{started: make(chan struct{}), finish: make(chan struct{})}
+	l, err := cache.Load(ctx, c, "old", 60, always[*slowClose], value(old, 60))
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+
+	var loads atomic.Int32
+	loader := func(context.Context) (int, int64, error) { loads.Add(1); return 7, 40, nil }
+	type result struct {
+		l   cache.Lease[int]
+		err error
+	}
+	a := make(chan result, 1)
+	go func() { // A: 60 + 50 > 100, so it evicts old and waits for its Close
+		l, err := cache.Load(ctx, c, "new", 50, always[int], loader)
+		a <- result{l, err}
+	}()
+	<-old.started
+	// B: 60 (old, still charged while it closes) + 40 fits.
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lb, err := cache.Load(bctx, c, "new", 40, always[int], loader)
+	if err != nil { // held up: let A finish before failing
+		close(old.finish)
+		if ra := <-a; ra.err == nil {
+			require.NoError(t, ra.l.Release())
+		}
+		require.NoError(t, err, "B's peak fits: it loads while A's victim closes")
+	}
+	assert.Equal(t, 7, lb.Value())
+	close(old.finish)
+	ra := <-a
+	require.NoError(t, ra.err)
+	assert.Equal(t, 7, ra.l.Value())
+	assert.Equal(t, int32(1), loads.Load(), "A took a lease on B's load")
+	require.NoError(t, ra.l.Release())
+	require.NoError(t, lb.Release())
+	assert.Equal(t, int64(40), stats(t, c).ReservedBytes, "A gave its reservation back")
 }

@@ -99,6 +99,7 @@ type Cache struct {
 	book      *budget.CacheBook[*cacheEntry]
 	flights   map[*cacheFlight]struct{} // loads in flight
 	reserving map[string]chan struct{}  // keys whose peak a caller is reserving; closed on its answer
+	admitting map[string]int            // keys whose load asks the controller for room, and how many callers
 	closed    bool
 	busy      int             // reservations of loads, load and release goroutines running
 	quiet     []chan struct{} // closed when busy drops to 0
@@ -205,6 +206,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
 		reserving: map[string]chan struct{}{},
+		admitting: map[string]int{},
 		byCharge:  map[string]*cacheEntry{},
 		closeTurn: make(chan struct{}, 1),
 		frequency: opts.Frequency,
@@ -270,11 +272,15 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // once and every caller gets the same value or the same error.
 //
 // A load reserves peak bytes at the cache's location before the loader
-// runs — evicting idle entries, least recently used first, when the
-// budget is short — and then shrinks the reservation to the resident bytes
-// the loader reports, which must be > 0 and ≤ peak. The loader's context
-// is the load's own: it is not canceled when one caller gives up, only
-// when every caller waiting for the load has (or the cache closes).
+// runs and then shrinks the reservation to the resident bytes the loader
+// reports, which must be > 0 and ≤ peak. When the budget is short it asks
+// the runtime's controller for room: the plan may evict idle entries
+// (this cache's and other caches', least recently taken first unless
+// [Options].Frequency) and unprotected values at the location, in one
+// order, all or nothing — a refused load evicts nothing. The loader's
+// context is the load's own: it is not canceled when one caller gives
+// up, only when every caller waiting for the load has (or the cache
+// closes).
 //
 // idle (nil: always idle) tells whether the value may be evicted once no
 // lease, pin or keep-alive holds it; return false while device work that
@@ -302,14 +308,11 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // [system.ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
 // the other callers).
 //
-// A refusal can come after evictions: making room evicts idle entries one
-// at a time, least recently used first, retrying the reservation after
-// each, so a [*system.CacheBusyError] may follow evictions that did happen (they
-// are in the trace and in the statistics). A refusal is always the
-// caller's own: a load can be joined only once its peak is reserved, and
-// while a caller waits for the release of the entry it evicted, the key
-// is not loading — another caller whose peak fits loads it, and the first
-// joins that load when it looks again.
+// A refusal is always the caller's own: a load can be joined only once
+// its peak is reserved. While a caller waits for the Close of the entries
+// its plan evicts, the key is not loading: another caller whose peak fits
+// loads it meanwhile, and the first, once admitted, gives its reservation
+// back and takes a lease on that load.
 //
 // Options: [WithKeepAlive] extends the entry's keep-alive. With
 // [Options].MaxEntries set, a load of a new key at the cap first
@@ -490,6 +493,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 		}
 		if specs != nil {
+			// Still absent when it returns: no other caller loaded the
+			// key meanwhile.
 			if again, err := c.reserveLoad(ctx, key, specs); again || err != nil {
 				if err != nil {
 					return Lease[T]{}, err
@@ -497,7 +502,6 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				continue
 			}
 		}
-		// Still absent: the mark kept every other caller of the key out.
 		e = &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
 		if idle != nil {
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
@@ -545,23 +549,47 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 	return l, false, err
 }
 
-// reserveLoad reserves a load's peak (a split load's parts: one request)
-// for key while the key is marked as being reserved (c.mu held on entry;
-// on return held if neither again nor err, released otherwise). The
-// controller makes room as it decides (admitCharges): evicting unprotected values and offered idle entries,
-// this cache's and other caches', in one order. A refusal is a
-// *system.CacheBusyError, or another error; again is false (the
-// evictions, if any, happened within the one request).
+// reserveLoad reserves a load's peak (a split load's parts: all or none)
+// for key (c.mu held on entry; on return held if neither again nor err,
+// released otherwise). First it reserves without evicting anything,
+// while the key is marked as being reserved (one round trip: later
+// callers of the key wait for its answer, then look again). If that is
+// refused it asks the controller for room (admitCharges: evicting
+// unprotected values and offered idle entries, this cache's and other
+// caches', in one order) with the key unmarked, so that while this
+// caller waits for its victims' Close another caller of the key whose
+// peak fits loads it. Admitted, it finds the key still absent (nil, c.mu
+// held) or loaded meanwhile: it gives its reservation back and looks
+// again (again). A refusal is a *system.CacheBusyError, or another error.
 func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
-	err = admitCharges(ctx, c, c.rt, key, specs)
+	err = c.reserveNow(ctx, specs)
 	c.mu.Lock()
 	delete(c.reserving, key)
 	close(w)
+	var be *system.BudgetError
+	if errors.As(err, &be) && !c.closed {
+		c.admitting[key]++ // counted against the entry cap meanwhile
+		c.mu.Unlock()
+		err = admitCharges(ctx, c, c.rt, key, specs)
+		c.mu.Lock()
+		if c.admitting[key]--; c.admitting[key] == 0 {
+			delete(c.admitting, key)
+		}
+	}
 	if err == nil && !c.closed {
-		return false, nil
+		if _, st := c.book.Peek(key); st == budget.CacheAbsent {
+			return false, nil
+		}
+		// Another caller loaded the key while this one made room.
+		c.mu.Unlock()
+		for _, s := range specs {
+			c.unreserve(s.Name)
+		}
+		c.workDone()
+		return true, nil
 	}
 	closed := c.closed
 	c.mu.Unlock()
@@ -575,6 +603,20 @@ func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.Rese
 		return false, c.closedErr()
 	}
 	return false, err
+}
+
+// reserveNow reserves specs as they are, evicting nothing: all of them,
+// or none (a refusal is the ledger's *system.BudgetError).
+func (c *Cache) reserveNow(ctx context.Context, specs []budget.ReservationSpec) error {
+	for i, s := range specs {
+		if err := c.rt.Reserve(ctx, s.Location, s.Owner, s.Name, s.Bytes); err != nil {
+			for _, r := range specs[:i] {
+				c.unreserve(r.Name)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // loading marks a loader's context: the key it loads, and the loads

@@ -147,6 +147,18 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 	}
 }
 
+// pendingKeysLocked counts the keys whose load is reserving its peak or
+// asking the controller for room (c.mu held): each may become an entry.
+func (c *Cache) pendingKeysLocked() int {
+	n := len(c.reserving)
+	for k := range c.admitting {
+		if _, ok := c.reserving[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 // capRoomLocked makes room under the cache's entry cap for a load of key
 // (absent and not being reserved). Returns as reserveLoad: c.mu held if
 // neither again nor err, released otherwise. At the cap it evicts the
@@ -154,7 +166,7 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 // look again); with nothing evictable it answers a [*system.CacheBusyError]
 // whose MaxEntries is the cap.
 func (c *Cache) capRoomLocked(ctx context.Context, key string) (again bool, err error) {
-	_, e, out := c.book.MakeCapRoom(c.ka.maxEntries, len(c.reserving), (*cacheEntry).evictable)
+	_, e, out := c.book.MakeCapRoom(c.ka.maxEntries, c.pendingKeysLocked(), (*cacheEntry).evictable)
 	switch out {
 	case budget.CapFits:
 		return false, nil
