@@ -1776,6 +1776,10 @@ func (w *ckWorker) growModel() {
 			w.cc.ck.fail("%s: %v", what, err)
 		}
 	case "busy":
+		var busy *system.CacheBusyError
+		if errors.As(err, &busy) && busy.Refusal == nil && busy.Key == "" {
+			break // a plan is evicting the value this allocation is of
+		}
 		w.checkBusy(what, err, "", -1)
 	case "invalid":
 		// Released by its value's Close meanwhile (the value was evicted,

@@ -154,3 +154,46 @@ func TestCacheSeedEvictionDoesNotHoldUpAFittingCaller(t *testing.T) {
 	require.NoError(t, lb.Release())
 	assert.Equal(t, int64(40), stats(t, c).ReservedBytes, "A gave its reservation back")
 }
+
+// An idle LoadBudgeted entry is a victim like any other (seed lines
+// 304–320: load_budgeted goes through load_inner, so its entry is Ready
+// like a declared one and evict_idle weighs it by the same `used`): here
+// the budgeted model, taken before the plain entry, goes first; and a
+// value's admission can make room from it.
+func TestCacheSeedBudgetedEntryIsAVictim(t *testing.T) {
+	ctx := context.Background()
+	loadModel := func(t *testing.T, c *cache.Cache, closed *atomic.Bool) {
+		t.Helper()
+		m, err := cache.LoadBudgeted(ctx, c, "model", always[*budgetedModel], func(ctx context.Context, b *cache.MemoryBudget) (*budgetedModel, error) {
+			r, err := b.Reserve(ctx, 40)
+			if err != nil {
+				return nil, err
+			}
+			return &budgetedModel{res: []*cache.MemoryReservation{r}, closed: closed}, nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, m.Release())
+	}
+	t.Run("least recently taken first", func(t *testing.T) {
+		_, c := seedCacheWith(t, 100, cache.Options{Name: "seed"})
+		var closed atomic.Bool
+		loadModel(t, c, &closed)
+		require.NoError(t, loadInt(t, c, "a", 40).Release())
+		require.NoError(t, loadInt(t, c, "b", 50).Release())
+		assert.Equal(t, []string{"a", "b"}, cacheKeys(c), "the budgeted model, taken first, is the victim")
+		assert.True(t, closed.Load(), "its value was closed")
+		assert.Equal(t, int64(90), stats(t, c).ReservedBytes, "its allocation was released")
+	})
+	t.Run("a value's admission evicts it", func(t *testing.T) {
+		sys, c := seedCacheWith(t, 100, cache.Options{Name: "seed"})
+		var closed atomic.Bool
+		loadModel(t, c, &closed)
+		h, err := sys.Register(ctx, system.Value{Name: "v", Bytes: 80, At: "pageable-host"})
+		require.NoError(t, err)
+		sc, _, err := sys.Admit(ctx, system.Request{Name: "v", Requirements: []system.Requirement{{Handle: h, Tiers: [][]string{{"cuda:0"}}}}})
+		require.NoError(t, err, "the idle budgeted entry makes room for the value")
+		require.NoError(t, sc.Exit(ctx))
+		assert.Empty(t, cacheKeys(c))
+		assert.True(t, closed.Load())
+	})
+}

@@ -141,9 +141,10 @@ type cacheEntry struct {
 	bytes  int64 // declared resident bytes (0: budgeted)
 	charge string
 	idle   func(any) bool
-	flight *cacheFlight // set while loading
-	split  *splitLoad   // a split entry's parts and charges (charge is the first); nil otherwise
-	copyAt string       // a demoted copy's location (spill.go); "" for an entry of the book
+	flight *cacheFlight        // set while loading
+	split  *splitLoad          // a split entry's parts and charges (charge is the first); nil otherwise
+	copyAt string              // a demoted copy's location (spill.go); "" for an entry of the book
+	allocs map[string]struct{} // a budgeted entry's allocations, its charges (budgeted.go; guarded by Cache.mu)
 
 	refs     atomic.Int64 // leases, pins and keep-alives
 	pins     atomic.Int64 // of refs, the pins (for Entries)
@@ -345,9 +346,12 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 }
 
 // LoadBudgeted is [Load] for a value whose storage is charged allocation by
-// allocation: the loader receives the cache's [MemoryBudget] and reserves
-// every allocation it owns through it (and keeps doing so when the value
-// grows later, also while leased). The entry itself declares 0 bytes
+// allocation: the loader receives a [MemoryBudget] of the cache bound to
+// the entry and reserves every allocation it owns through it (and keeps
+// doing so when the value grows later, also while leased). Those
+// reservations are the entry's charges: once it is idle they are offered
+// to the controller together, and an eviction of any of them drops the
+// entry (its value's Close releases them). The entry itself declares 0 bytes
 // ([Lease.Bytes]); do not declare the same bytes again through Load.
 // The value's Close must release its reservations.
 //
@@ -361,8 +365,11 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 	if loader == nil {
 		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
-	b := c.budget
 	return loadWaiting(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
+		b := c.budget
+		if l := loadingOf(ctx); l != nil && l.c == c && l.entry != nil {
+			b = c.entryBudget(l.entry) // its reservations are the entry's charges
+		}
 		v, err := loader(ctx, b)
 		return v, 0, err
 	}, newLoadOptions(opts))
@@ -507,7 +514,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			e.idle = func(box any) bool { return idle(*box.(*T)) }
 		}
 		warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
-		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm}))
+		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm, entry: e}))
 		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
 		e.flight = f
 		var err error
@@ -628,6 +635,7 @@ type loading struct {
 	key   string
 	outer *loading
 	warm  *cacheEntry // the key's demoted copy, taken for this load (spill.go)
+	entry *cacheEntry // the entry being loaded
 }
 
 type loadingKey struct{}

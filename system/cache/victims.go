@@ -58,10 +58,10 @@ func (c *Cache) pendLocked(e *cacheEntry) {
 // offerLocked records the offer of e's charge when e is idle: ready and
 // in the book, no lease, pin or keep-alive, not leaving, not meant to be
 // offered yet, and its idle predicate true now (c.mu held; the predicate
-// runs here, never on the runtime's goroutine). Budgeted entries (no
-// charge of their own) are never offered.
+// runs here, never on the runtime's goroutine). A budgeted entry offers
+// its allocations (budgeted.go).
 func (c *Cache) offerLocked(e *cacheEntry) bool {
-	if c.closed || e.charge == "" || e.wants || e.retiring.Load() || e.detached.Load() {
+	if c.closed || !e.chargedLocked() || e.wants || e.retiring.Load() || e.detached.Load() {
 		return false
 	}
 	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
@@ -73,7 +73,7 @@ func (c *Cache) offerLocked(e *cacheEntry) bool {
 // offerReadyLocked is offerLocked for an entry known to be ready in the
 // book and not leaving (c.mu held since that was checked).
 func (c *Cache) offerReadyLocked(e *cacheEntry) bool {
-	if c.closed || e.charge == "" || e.wants {
+	if c.closed || !e.chargedLocked() || e.wants {
 		return false
 	}
 	if !e.evictable() {
@@ -256,7 +256,7 @@ func (c *Cache) leaveBookLocked(e *cacheEntry, settle func(error)) bool {
 		// the next drain withdraws them (withdrawing a charge again
 		// changes nothing).
 		e.wants = false
-		if e.split != nil && e.offered {
+		if len(e.charges()) > 1 && e.offered {
 			c.markLocked(e)
 		} else {
 			e.offered = false
