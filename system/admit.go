@@ -38,7 +38,7 @@ import (
 // on a refusal waiting cannot change (also a [*PlanError] for a request
 // that can never fit: see budget.CannotFit), when ctx ends (ctx.Err(); nothing
 // is left behind) or when the runtime closes ([ErrClosed]). A full queue
-// refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy];
+// refuses at once with a [*QueueFullError] (errors.Is [ErrBusy];
 // Options.MaxWaiters). A waiter holds nothing while it waits: each try is
 // one Admit, admitted whole or not at all.
 func (s *System) Admit(ctx context.Context, req Request, opts ...WaitOption) (*Scope, Decision, error) {

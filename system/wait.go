@@ -176,7 +176,7 @@ func (r *waitRoom) changedLocked() {
 // wait queues the caller described by spec and calls try on each of its
 // turns until try reports done (admitted, or refused for a reason that
 // waiting cannot change), ctx ends or the room closes. A full queue
-// refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy]).
+// refuses at once with a [*QueueFullError] (errors.Is [ErrBusy]).
 // Whatever happens, the caller leaves the queue before wait returns.
 func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (done bool, err error)) error {
 	r.mu.Lock()

@@ -6,6 +6,7 @@ package tests
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,4 +197,28 @@ func TestCacheSeedBudgetedEntryIsAVictim(t *testing.T) {
 		assert.Empty(t, cacheKeys(c))
 		assert.True(t, closed.Load())
 	})
+}
+
+// A cache at a location without a budget takes a peak of 2^63−1 bytes;
+// the next load there, or a memory reservation, is refused as the ledger
+// refuses a registration: its byte accounting would overflow (invalid
+// input), never a busy budget of 0 B.
+func TestCacheUnbudgetedLocationOverflowIsInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	sys := start(t, system.Options{Locations: []system.LocationConfig{system.NoLimit("pageable-host")}})
+	c, err := cache.New(ctx, sys, cache.Options{Location: "pageable-host", Name: "host"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close(ctx)) })
+	require.NoError(t, loadInt(t, c, "a", math.MaxInt64).Release())
+
+	_, regErr := sys.Register(ctx, system.Value{Name: "v", Bytes: 1, At: "pageable-host"})
+	require.ErrorIs(t, regErr, system.ErrInvalidInput)
+	_, err = cache.Load(ctx, c, "b", 1, always[int], value(2, 1))
+	require.ErrorIs(t, err, system.ErrInvalidInput, "%v", err)
+	assert.Contains(t, err.Error(), "would overflow its byte accounting")
+	assert.NotErrorIs(t, err, system.ErrBusy)
+	_, err = c.Budget().Reserve(ctx, 1)
+	require.ErrorIs(t, err, system.ErrInvalidInput, "%v", err)
+	assert.Contains(t, err.Error(), "would overflow its byte accounting")
+	assert.Equal(t, []string{"a"}, cacheKeys(c), "nothing was evicted for it")
 }

@@ -298,7 +298,8 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // be seen).
 //
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
-// value of another type ([*system.InvalidInputError]); a peak larger than the
+// value of another type, or a peak that would overflow the byte accounting
+// of a location without a budget ([*system.InvalidInputError]); a peak larger than the
 // whole budget ([*system.BudgetError], nothing evicted; checked before the
 // lookup, so also for a resident key); a budget short with
 // nothing idle to evict ([*system.CacheBusyError], errors.Is [system.ErrBusy]); a loader
@@ -329,7 +330,7 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // exit, release, eviction, discard or unreserve in the runtime. It
 // returns a lease, another error, ctx.Err() (leaving nothing behind),
 // or [system.ErrClosed] when the runtime closes; a full queue refuses at once
-// with a [*budget.QueueFullError] (errors.Is [system.ErrBusy]). A hit, or a key
+// with a [*system.QueueFullError] (errors.Is [system.ErrBusy]). A hit, or a key
 // already loading, never queues. An entry whose idle function turns true on its own (device work
 // finished) wakes no waiter until the next such event.
 //

@@ -363,6 +363,11 @@ func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string,
 	if err != nil {
 		return false, err
 	}
+	if !ch.HasBudget {
+		if err := budget.AccountingOverflow(ch.Location, ch.UsedBytes, ch.ReservedBytes, bytes); err != nil {
+			return false, err // no budget to be short of: one rule with the ledger's
+		}
+	}
 	be := &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
 	if ch.HasBudget && bytes > ch.BudgetBytes {
 		return false, be
