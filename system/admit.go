@@ -57,7 +57,7 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	}
 	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
-	rerr = s.room.wait(ctx, spec, func() (bool, error) {
+	rerr = s.room.wait(ctx, spec, wc.Notify, func() (bool, error) {
 		sc, dec, rerr = s.admitOnce(ctx, req, limit)
 		if !roomWaitable(rerr) {
 			return true, rerr

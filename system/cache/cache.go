@@ -377,14 +377,22 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 }
 
 // loadWaiting is load, waiting for room in the runtime's wait queue when
-// opts ask for it and the load is refused as busy.
+// opts ask for it and the load is refused as busy. A call that waits is
+// tried first and queued only after a refusal (or at once when earlier
+// waiters at its locations hold it up); a call that does not wait and
+// needs room is refused while such waiters are queued (load).
 func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (Lease[T], error) {
 	wc := lo.wait
-	if !wc.Wait || c.present(key) {
+	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
+	if !wc.Wait {
+		lo.heldBy = &spec
+		return load(ctx, c, key, peak, idle, loader, lo)
+	}
+	if c.present(key) {
 		// A hit or a load in flight needs no room: it never queues. (A
 		// key that left meanwhile is refused as busy and queues below.)
 		l, err := load(ctx, c, key, peak, idle, loader, lo)
-		if !wc.Wait || !cacheWaitable(err) {
+		if !cacheWaitable(err) {
 			return l, err
 		}
 	}
@@ -393,8 +401,7 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 	}
 	var l Lease[T]
 	var err error
-	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
-	err = c.rt.Wait(ctx, spec, func() (bool, error) {
+	err = c.rt.Wait(ctx, spec, wc.Notify, func() (bool, error) {
 		l, err = load(ctx, c, key, peak, idle, loader, lo)
 		return !cacheWaitable(err), err
 	})
@@ -449,6 +456,10 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 			return Lease[T]{}, c.tooLarge(ctx, peak)
 		}
+		ahead := 0 // waiters a call that needs room must not pass
+		if o.heldBy != nil {
+			ahead = c.rt.WaitersAhead(*o.heldBy)
+		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -487,6 +498,10 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			case <-ctx.Done():
 				return Lease[T]{}, ctx.Err()
 			}
+		}
+		if ahead > 0 {
+			c.mu.Unlock()
+			return Lease[T]{}, &system.CacheBusyError{Key: key, Location: c.loc, Waiters: ahead}
 		}
 		if again, err := c.capRoomLocked(ctx, key); again || err != nil { // entry cap hook
 			if err != nil {

@@ -57,6 +57,9 @@ type loadOptions struct {
 	hasKeepAlive bool
 	wait         owners.WaitConfig // waiting for room (Wait)
 	split        *splitLoad        // LoadSplit's parts (split.go); nil otherwise
+	// heldBy: a call that does not wait, as a waiter would be; one that
+	// needs room is refused while waiters ahead of it are queued.
+	heldBy *budget.WaitSpec
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
