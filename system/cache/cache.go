@@ -44,8 +44,8 @@ type Options struct {
 	// from the release of its last lease, pin or keep-alive and reset by
 	// every use: 0 unloads it as soon as it is idle, a negative duration
 	// keeps it until it is evicted for room or on request. nil (the
-	// default) is [KeepForever]: entries stay until evicted. A [Load] can
-	// extend an entry's keep-alive ([WithKeepAlive]).
+	// default) is [KeepForever]: entries stay until evicted. A [Load]'s
+	// [WithKeepAlive] replaces it for its entry.
 	KeepAlive *time.Duration
 	// Clock is the time source of keep-alive (nil: [RealClock]).
 	Clock Clock
@@ -316,7 +316,7 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // loads it meanwhile, and the first, once admitted, gives its reservation
 // back and takes a lease on that load.
 //
-// Options: [WithKeepAlive] extends the entry's keep-alive. With
+// Options: [WithKeepAlive] sets the entry's keep-alive (replacing its own). With
 // [Options].MaxEntries set, a load of a new key at the cap first
 // evicts the least recently used idle entry (waiting for its release);
 // with none idle it is a [*system.CacheBusyError] whose MaxEntries is the cap.

@@ -72,11 +72,14 @@ func newLoadOptions(opts []LoadOption) loadOptions {
 	return o
 }
 
-// WithKeepAlive extends the entry's keep-alive to d if that is longer
-// than its own (negative: keep forever, the longest; 0: unload when idle,
-// the shortest): a request can make a value stay longer, never shorter
-// (use [Cache.EvictWhenIdle] for that). It applies whether the load hits,
-// joins a load in flight or loads.
+// WithKeepAlive sets the entry's keep-alive to d, replacing its own,
+// longer or shorter (negative: [KeepForever]; 0: unload as soon as
+// nothing holds it), as a server adopts each request's keep-alive. It
+// applies whether the load hits, joins a load in flight or loads; of
+// several requests the last to take the entry sets it. It works whatever
+// the cache's own keep-alive ([Options].KeepAlive, whose default nil is
+// KeepForever): that is only the keep-alive of an entry whose load had no
+// WithKeepAlive.
 func WithKeepAlive(d time.Duration) LoadOption { return keepAliveOption(d) }
 
 // keepAliveOption is [WithKeepAlive]'s option.
@@ -113,18 +116,18 @@ func (w waitOption) applyLoad(o loadOptions) loadOptions {
 func (c *Cache) usedLocked(e *cacheEntry, o loadOptions) {
 	now := c.ka.clock.Now()
 	if o.hasKeepAlive {
-		_ = c.book.ExtendKeepAlive(e.key, o.keepAlive)
+		_ = c.book.SetKeepAlive(e.key, o.keepAlive) // the request's replaces the entry's
 	}
 	_ = c.book.UseSlot(e.slot, now)
 	c.sweepLocked(now)
 }
 
 // startedLocked: a load of key started; the entry's keep-alive is the
-// cache's, extended by the load's option.
+// load's option, or the cache's.
 func (c *Cache) startedLocked(key string, o loadOptions) {
 	d := c.ka.keepAlive
 	if o.hasKeepAlive {
-		d = budget.LongerKeepAlive(d, o.keepAlive)
+		d = o.keepAlive
 	}
 	_ = c.book.SetKeepAlive(key, d)
 	c.sweepLocked(c.ka.clock.Now())
@@ -133,7 +136,7 @@ func (c *Cache) startedLocked(key string, o loadOptions) {
 // joinedLocked: a caller joins the load of key in flight.
 func (c *Cache) joinedLocked(key string, o loadOptions) {
 	if o.hasKeepAlive {
-		_ = c.book.ExtendKeepAlive(key, o.keepAlive)
+		_ = c.book.SetKeepAlive(key, o.keepAlive)
 	}
 }
 
