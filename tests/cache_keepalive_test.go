@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/testclock"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
@@ -286,7 +285,7 @@ func TestCacheKeepAliveZeroUnloadsALoadNobodyWaitsFor(t *testing.T) {
 	}()
 	<-started
 	e, _ := entry(t, c, "a")
-	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheLoading, KeepAlive: 0}, e)
+	assert.Equal(t, cache.Entry{Key: "a", State: cache.EntryLoading, KeepAlive: 0}, e)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	close(gate) // the loader ignores its context and finishes
@@ -435,9 +434,9 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 
 	got := c.Entries()
 	require.Len(t, got, 2)
-	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
+	assert.Equal(t, cache.Entry{Key: "a", State: cache.EntryReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
 		KeepAlive: time.Minute, Expiry: ckT0.Add(time.Second + time.Minute)}, got[0])
-	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
+	assert.Equal(t, cache.Entry{Key: "b", State: cache.EntryReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
 		LastUse: ckT0, KeepAlive: time.Minute}, got[1])
 	assert.True(t, sort.SliceIsSorted(got, func(i, j int) bool { return got[i].Key < got[j].Key }))
 
@@ -445,7 +444,7 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 		require.NoError(t, r())
 	}
 	e, _ := entry(t, c, "b")
-	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
+	assert.Equal(t, cache.Entry{Key: "b", State: cache.EntryReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
 	require.NoError(t, ka.Release())
 	_ = ctx
 }

@@ -335,11 +335,40 @@ func (c *Cache) EvictIdle(ctx context.Context) (int, error) {
 	return len(out), nil
 }
 
+// EntryState is the state of a cache entry ([Entry].State).
+type EntryState int
+
+const (
+	// EntryLoading: its load is in flight.
+	EntryLoading EntryState = iota + 1
+	// EntryReady: it is resident.
+	EntryReady
+)
+
+// String is "loading" or "ready".
+func (s EntryState) String() string {
+	switch s {
+	case EntryLoading:
+		return "loading"
+	case EntryReady:
+		return "ready"
+	}
+	return "absent"
+}
+
+// entryState is the book's state as an entry's.
+func entryState(s budget.CacheState) EntryState {
+	if s == budget.CacheReady {
+		return EntryReady
+	}
+	return EntryLoading
+}
+
 // Entry describes one entry of a cache ([Cache.Entries]).
 type Entry struct {
 	Key string
-	// State is [budget.CacheLoading] or [budget.CacheReady].
-	State budget.CacheState
+	// State is [EntryLoading] or [EntryReady].
+	State EntryState
 	// Bytes are the declared resident bytes (0 while loading, and for a
 	// [LoadBudgeted] value).
 	Bytes int64
@@ -373,7 +402,7 @@ func (c *Cache) Entries() []Entry {
 	out := make([]Entry, 0, len(book))
 	for _, b := range book {
 		e := b.Item
-		x := Entry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle, Parts: e.partsOf()}
+		x := Entry{Key: b.Key, State: entryState(b.State), LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle, Parts: e.partsOf()}
 		if b.State == budget.CacheReady {
 			// Written before the entry became ready, under this lock.
 			x.Bytes = e.bytes
