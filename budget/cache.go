@@ -64,6 +64,15 @@ func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 	return nil
 }
 
+// FreeBytes returns the location's bytes neither used nor reserved
+// (math.MaxInt64 less the charges for a location without a budget).
+func (c OwnerCharges) FreeBytes() int64 {
+	if !c.HasBudget {
+		return math.MaxInt64 - c.UsedBytes - c.ReservedBytes
+	}
+	return c.BudgetBytes - c.UsedBytes - c.ReservedBytes
+}
+
 // AccountingOverflow is the refusal of requested more bytes at the
 // location loc, which has no budget, when its used and reserved bytes are
 // those: invalid input when the sum would overflow the location's byte

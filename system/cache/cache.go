@@ -518,7 +518,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		if specs != nil {
 			// Still absent when it returns: no other caller loaded the
 			// key meanwhile.
-			if again, err := c.reserveLoad(ctx, key, specs); again || err != nil {
+			if again, err := c.reserveLoad(ctx, key, specs, o.noEvict); again || err != nil {
 				if err != nil {
 					return Lease[T]{}, err
 				}
@@ -584,7 +584,8 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 // peak fits loads it. Admitted, it finds the key still absent (nil, c.mu
 // held) or loaded meanwhile: it gives its reservation back and looks
 // again (again). A refusal is a *system.CacheBusyError, or another error.
-func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec) (again bool, err error) {
+// noEvict: no request for room, the refusal to reserve is the answer.
+func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec, noEvict bool) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
@@ -593,7 +594,9 @@ func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.Rese
 	delete(c.reserving, key)
 	close(w)
 	var be *system.BudgetError
-	if errors.As(err, &be) && !c.closed {
+	if errors.As(err, &be) && noEvict {
+		err = &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be} // asked not to evict
+	} else if errors.As(err, &be) && !c.closed {
 		c.admitting[key]++ // counted against the entry cap meanwhile
 		c.mu.Unlock()
 		err = admitCharges(ctx, c, c.rt, key, specs)

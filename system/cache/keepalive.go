@@ -60,6 +60,10 @@ type loadOptions struct {
 	// heldBy: a call that does not wait, as a waiter would be; one that
 	// needs room is refused while waiters ahead of it are queued.
 	heldBy *budget.WaitSpec
+	// LoadOn (anywhere.go): noEvict reserves only what fits as it is;
+	// tie orders the locations of a tier.
+	noEvict bool
+	tie     Tie
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
