@@ -525,26 +525,32 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				continue
 			}
 		}
-		e = &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
-		if idle != nil {
-			e.idle = func(box any) bool { return idle(*box.(*T)) }
-		}
-		warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
-		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm, entry: e}))
-		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
-		e.flight = f
-		var err error
-		if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
-			c.mu.Unlock()
-			cancel()
-			panic(err) // the key was absent a moment ago, under the same lock
-		}
-		c.flights[f] = struct{}{}
-		c.startedLocked(key, o) // keep-alive hook
-		c.mu.Unlock()
-		go runLoad(lctx, c, e, f, peak, loader)
-		return await[T](ctx, c, e, f)
+		return startLoad(ctx, c, key, charge, peak, idle, loader, o)
 	}
+}
+
+// startLoad starts the load of key, absent, whose charge is reserved
+// (c.mu held; released on return), and waits for it as its first caller.
+func startLoad[T any](ctx context.Context, c *Cache, key, charge string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (Lease[T], error) {
+	e := &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
+	if idle != nil {
+		e.idle = func(box any) bool { return idle(*box.(*T)) }
+	}
+	warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
+	lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm, entry: e}))
+	f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
+	e.flight = f
+	var err error
+	if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
+		c.mu.Unlock()
+		cancel()
+		panic(err) // the key was absent a moment ago, under the same lock
+	}
+	c.flights[f] = struct{}{}
+	c.startedLocked(key, o) // keep-alive hook
+	c.mu.Unlock()
+	go runLoad(lctx, c, e, f, peak, loader)
+	return await[T](ctx, c, e, f)
 }
 
 // joinLoad joins the load in flight of key (c.mu held; released on
