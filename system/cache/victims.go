@@ -117,13 +117,14 @@ type dropper struct{ c weak.Pointer[Cache] }
 
 var _ owners.ChargeOwner = dropper{}
 
-// DrainOffers hands the offers and withdrawals recorded since the last
-// drain to sink (on the runtime's goroutine; no user code runs): an entry
-// meant to be offered is offered, with its use count and a new stamp (it
-// was used since its last offer, or never offered); one not meant to be
-// offered whose charge the ledger has offered is withdrawn; an entry
-// leaving the cache, or whose offer came back to where the ledger has it,
-// sends nothing.
+// DrainOffers hands the takes, offers and withdrawals recorded since the
+// last drain to sink (on the runtime's goroutine; no user code runs): an
+// entry taken since is touched (its charges rank as of now, in take
+// order); an entry meant to be offered is offered, with its frequency
+// (freq) (it was used since its last offer, or never offered); one not
+// meant to be offered whose charge the ledger has offered is withdrawn;
+// an entry leaving the cache, or whose offer came back to where the
+// ledger has it, sends nothing.
 func (d dropper) DrainOffers(sink owners.OfferSink) {
 	c := d.c.Value()
 	if c == nil {
