@@ -113,10 +113,7 @@ func loadOnce[T any](ctx context.Context, c *Cache, key string, tiers [][]string
 				o := lo
 				o.split = &splitLoad{parts: []Part{{Location: loc, Bytes: bytes}}, total: bytes}
 				o.noEvict = noEvict
-				o.heldBy = nil
-				if class >= 0 {
-					o.heldBy = &budget.WaitSpec{Name: key, Class: class, Locations: []string{loc}}
-				}
+				o.held, o.heldClass = class >= 0, class
 				l, err := load(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
 					v, err := loader(ctx, loc)
 					return v, bytes, err

@@ -383,11 +383,11 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 // needs room is refused while such waiters are queued (load).
 func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (Lease[T], error) {
 	wc := lo.wait
-	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
 	if !wc.Wait {
-		lo.heldBy = &spec
+		lo.held = true // class 0
 		return load(ctx, c, key, peak, idle, loader, lo)
 	}
+	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
 	if c.present(key) {
 		// A hit or a load in flight needs no room: it never queues. (A
 		// key that left meanwhile is refused as busy and queues below.)
@@ -456,10 +456,6 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 			return Lease[T]{}, c.tooLarge(ctx, peak)
 		}
-		ahead := 0 // waiters a call that needs room must not pass
-		if o.heldBy != nil {
-			ahead = c.rt.WaitersAhead(*o.heldBy)
-		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -499,9 +495,14 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				return Lease[T]{}, ctx.Err()
 			}
 		}
-		if ahead > 0 {
-			c.mu.Unlock()
-			return Lease[T]{}, &system.CacheBusyError{Key: key, Location: c.loc, Waiters: ahead}
+		if o.held {
+			// A call that needs room does not pass the waiters it would
+			// queue behind (a miss: its spec costs nothing on a hit).
+			spec := budget.WaitSpec{Name: key, Class: o.heldClass, Locations: o.split.waitLocations(c.loc)}
+			if n := c.rt.WaitersAhead(spec); n > 0 {
+				c.mu.Unlock()
+				return Lease[T]{}, &system.CacheBusyError{Key: key, Location: spec.Locations[0], Waiters: n}
+			}
 		}
 		if again, err := c.capRoomLocked(ctx, key); again || err != nil { // entry cap hook
 			if err != nil {

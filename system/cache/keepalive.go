@@ -57,9 +57,11 @@ type loadOptions struct {
 	hasKeepAlive bool
 	wait         owners.WaitConfig // waiting for room (Wait)
 	split        *splitLoad        // LoadSplit's parts (split.go); nil otherwise
-	// heldBy: a call that does not wait, as a waiter would be; one that
-	// needs room is refused while waiters ahead of it are queued.
-	heldBy *budget.WaitSpec
+	// held: a call that does not wait, held up as a waiter of heldClass
+	// at its locations would be: one that needs room is refused while
+	// waiters ahead of it are queued.
+	held      bool
+	heldClass int
 	// LoadOn (anywhere.go): noEvict reserves only what fits as it is;
 	// tie orders the locations of a tier.
 	noEvict bool
