@@ -167,3 +167,29 @@ func TestCacheWaitNoStarvation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, strings.Count(r.log.String(), `"wait_started"`), "big and the waiting small")
 }
+
+// Admit with a wait option tries first too: with the queue full (one
+// cache load waiting at cuda:0), an Admit that fits at once at cuda:1
+// succeeds and never logs wait_started; one at cuda:0 of the waiter's
+// class would queue behind it, and the full queue refuses it.
+func TestAdmitWaitTriesFirst(t *testing.T) {
+	ctx := context.Background()
+	r := newWaitRig(t, 1)
+	holder, err := cache.Load(ctx, r.c0, "holder", 60, always[int], value(1, 60))
+	require.NoError(t, err)
+	_, out := loadQueued(t, r.c0, "big", 80)
+	req := func(name, loc string) system.Request {
+		return system.Request{Name: name, Reservations: []system.ReservationSpec{{Name: name, Location: loc, Bytes: 30}}}
+	}
+	sc, _, err := r.sys.Admit(ctx, req("elsewhere", "cuda:1"), system.WaitForRoom())
+	require.NoError(t, err, "fits at once at cuda:1, though the queue is full")
+	require.NoError(t, sc.Exit(ctx))
+	assert.Equal(t, 1, strings.Count(r.log.String(), `"wait_started"`), "only big waited")
+	_, _, err = r.sys.Admit(ctx, req("behind", "cuda:0"), system.WaitForRoom())
+	var qf *system.QueueFullError
+	require.ErrorAs(t, err, &qf)
+	require.NoError(t, holder.Release())
+	big := <-out
+	require.NoError(t, big.err)
+	require.NoError(t, big.l.Release())
+}
