@@ -591,19 +591,27 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 // peak fits loads it. Admitted, it finds the key still absent (nil, c.mu
 // held) or loaded meanwhile: it gives its reservation back and looks
 // again (again). A refusal is a *system.CacheBusyError, or another error.
-// noEvict: no request for room, the refusal to reserve is the answer.
+// noEvict: no request for room, the refusal to reserve is the answer. A
+// split load of several parts asks the controller at once, all parts in
+// one request, with the key marked throughout.
 func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec, noEvict bool) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
-	err = c.reserveNow(ctx, specs)
+	if len(specs) > 1 {
+		// A split load's parts are one request, so that no part is
+		// ever reserved while another cannot be: marked throughout.
+		err = admitCharges(ctx, c, c.rt, key, specs)
+	} else {
+		err = c.reserveNow(ctx, specs)
+	}
 	c.mu.Lock()
 	delete(c.reserving, key)
 	close(w)
 	var be *system.BudgetError
 	if errors.As(err, &be) && noEvict {
 		err = &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be} // asked not to evict
-	} else if errors.As(err, &be) && !c.closed {
+	} else if errors.As(err, &be) && len(specs) == 1 && !c.closed {
 		c.admitting[key]++ // counted against the entry cap meanwhile
 		c.mu.Unlock()
 		err = admitCharges(ctx, c, c.rt, key, specs)
@@ -638,18 +646,11 @@ func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.Rese
 	return false, err
 }
 
-// reserveNow reserves specs as they are, evicting nothing: all of them,
-// or none (a refusal is the ledger's *system.BudgetError).
+// reserveNow reserves a load's one charge as the budget is, evicting
+// nothing (a refusal is the ledger's *system.BudgetError).
 func (c *Cache) reserveNow(ctx context.Context, specs []budget.ReservationSpec) error {
-	for i, s := range specs {
-		if err := c.rt.Reserve(ctx, s.Location, s.Owner, s.Name, s.Bytes); err != nil {
-			for _, r := range specs[:i] {
-				c.unreserve(r.Name)
-			}
-			return err
-		}
-	}
-	return nil
+	s := specs[0]
+	return c.rt.Reserve(ctx, s.Location, s.Owner, s.Name, s.Bytes)
 }
 
 // loading marks a loader's context: the key it loads, and the loads
