@@ -1,8 +1,8 @@
 package tests
 
-// Seed 001's rules that wave 3 changed when cache entries joined the
-// values' victim order; each test names the seed lines it follows
-// (../ is the seed's residency.rs, read as the spec of the loader cache).
+// Rules of seed 001 (the byte-budgeted loader cache these tests twin, as
+// in cache_seed_test.go) that concern the victim order and eviction:
+// each test names the lines of the seed's residency.rs it follows.
 
 import (
 	"context"
