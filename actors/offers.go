@@ -28,6 +28,9 @@ type OfferSink interface {
 	// location's spill target ([ChargeDemoter]).
 	OfferDemotable(seq uint64, owner, charge string, freq int64)
 	Withdraw(seq uint64, owner, charge string)
+	// Touch records that a lease was taken on the charge's entry: its
+	// next offer ranks it as of the touch (budget.Ledger.TouchCharge).
+	Touch(seq uint64, owner, charge string)
 }
 
 // OfferSource is an owner of charges that records its offers and
@@ -60,6 +63,7 @@ type chargeOp struct {
 	freq          int64
 	withdraw      bool
 	demote        bool
+	touch         bool
 }
 
 // offerBuffer collects a drain's operations (the supervisor's only; its
@@ -76,6 +80,10 @@ func (b *offerBuffer) OfferDemotable(seq uint64, owner, charge string, freq int6
 
 func (b *offerBuffer) Withdraw(seq uint64, owner, charge string) {
 	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, withdraw: true})
+}
+
+func (b *offerBuffer) Touch(seq uint64, owner, charge string) {
+	b.ops = append(b.ops, chargeOp{seq: seq, owner: owner, charge: charge, touch: true})
 }
 
 // drainOffers commits the pending offers and withdrawals of every source
@@ -98,9 +106,11 @@ func (s *supervisor) drainOffers() {
 		srcs[i] = nil // keep no source alive
 	}
 	o.draining = srcs
-	slices.SortFunc(b.ops, func(x, y chargeOp) int { return cmp.Compare(x.seq, y.seq) })
+	slices.SortStableFunc(b.ops, func(x, y chargeOp) int { return cmp.Compare(x.seq, y.seq) })
 	for i, op := range b.ops {
 		switch {
+		case op.touch:
+			_ = s.ledger.TouchCharge(op.charge, op.owner)
 		case op.withdraw:
 			_ = s.ledger.WithdrawCharge(op.charge, op.owner)
 		case op.demote:

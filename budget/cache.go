@@ -1,6 +1,9 @@
 package budget
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // ---- owned reservations: the ledger side of a loader cache ------------------
 
@@ -58,6 +61,28 @@ func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 		lc.peak = c
 	}
 	l.commit("resize", nil, r.loc, bytes, fmt.Sprintf("%s: %d → %d", name, old, bytes))
+	return nil
+}
+
+// FreeBytes returns the location's bytes neither used nor reserved
+// (math.MaxInt64 less the charges for a location without a budget).
+func (c OwnerCharges) FreeBytes() int64 {
+	if !c.HasBudget {
+		return math.MaxInt64 - c.UsedBytes - c.ReservedBytes
+	}
+	return c.BudgetBytes - c.UsedBytes - c.ReservedBytes
+}
+
+// AccountingOverflow is the refusal of requested more bytes at the
+// location loc, which has no budget, when its used and reserved bytes are
+// those: invalid input when the sum would overflow the location's byte
+// accounting (int64), nil otherwise. The ledger refuses every charge at
+// such a location by this rule; an owner whose request the controller
+// refused reports the same (not a busy budget: there is none).
+func AccountingOverflow(loc string, used, reserved, requested int64) error {
+	if requested > math.MaxInt64-used-reserved {
+		return invalidf("%d more bytes at %s would overflow its byte accounting (used %d + reserved %d)", requested, loc, used, reserved)
+	}
 	return nil
 }
 

@@ -125,7 +125,9 @@ func (l *Ledger) ownedCharge(name, owner string) (*reservation, error) {
 // entry, as a value's completed placements and leases), then last use
 // (this offer's version), then a stable id (values before charges, then
 // charges in admission order). An offered charge is offered again with
-// a new stamp. 1 version.
+// a new stamp. A charge touched ([Ledger.TouchCharge]) ranks by its last
+// touch instead: H = L as of the touch + freq, last use the touch's
+// version, then touch order. 1 version.
 //
 // Errors (nothing changed): invalid input (an owner that is not a cache's,
 // a charge not active or of another owner, freq < 0),
@@ -151,7 +153,11 @@ func (l *Ledger) offerCharge(name, owner string, freq int64, demote bool) error 
 	l.unofferIndex(r)
 	r.state, r.demote = ChargeOffered, demote
 	v := l.commitDetail("offer_charge", nil, r.loc, r.bytes, traceDetail{kind: detailReservation, text: name})
-	r.key = candidate{prio: l.locs[r.loc].inflation + freq, lastUse: v, id: chargeIDBit | r.seq, bytes: r.bytes}
+	prio := l.locs[r.loc].inflation + freq
+	if r.taken.set { // ranked by the last take (cache_charges.go)
+		prio, v = r.taken.prio+freq, r.taken.version
+	}
+	r.key = candidate{prio: prio, lastUse: v, id: chargeIDBit | r.seq, bytes: r.bytes}
 	l.offerIndex(r)
 	return nil
 }

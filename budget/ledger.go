@@ -2,7 +2,6 @@ package budget
 
 import (
 	"fmt"
-	"math"
 	"sort"
 )
 
@@ -312,10 +311,7 @@ func (l *Ledger) uncharge(loc int, bytes int64) {
 func (l *Ledger) admits(loc int, requested int64) error {
 	lc := &l.locs[loc]
 	if !lc.hasBudget {
-		if requested > math.MaxInt64-lc.used-lc.reserved {
-			return invalidf("%d more bytes at %s would overflow its byte accounting (used %d + reserved %d)", requested, lc.name, lc.used, lc.reserved)
-		}
-		return nil
+		return AccountingOverflow(lc.name, lc.used, lc.reserved, requested)
 	}
 	if requested <= lc.budget-lc.used-lc.reserved {
 		return nil

@@ -20,6 +20,9 @@ type reservation struct {
 	// demote: offered as demotable (OfferDemotableCharge): the controller
 	// may demote it to its location's spill target (charges_spill.go).
 	demote bool
+	// taken: where its entry was last taken (TouchCharge); an offer ranks
+	// it from there.
+	taken takeStamp
 }
 
 // Reserve admits a named reservation of bytes at loc (1 version). Errors

@@ -138,6 +138,54 @@ func (q *WaitQueue) Eligible(dst []WaitID) []WaitID {
 	return dst
 }
 
+// Ahead returns how many waiters hold up a new caller described by spec:
+// those of its class or higher at one of its locations that do not allow
+// bypass. A new caller held up by none may be tried at once, before it
+// is queued; one held up by any joins the queue behind them without
+// taking room they wait for (so a waiter is never starved by later
+// arrivals of its class or lower that would each fit).
+func (q *WaitQueue) Ahead(spec WaitSpec) int {
+	n := 0
+	for _, it := range q.items {
+		if it.spec.Class >= spec.Class && !it.spec.AllowBypass && overlaps(it.spec.Locations, spec.Locations) {
+			n++
+		}
+	}
+	return n
+}
+
+// Holding returns how many waiters ahead of the waiter id hold it up
+// (not allowing bypass, at one of its locations): 0 when it is eligible
+// or not in the queue.
+func (q *WaitQueue) Holding(id WaitID) int {
+	n := 0
+	for _, it := range q.items {
+		if it.id == id {
+			return n
+		}
+		if !it.spec.AllowBypass && overlaps(it.spec.Locations, q.specOf(id).Locations) {
+			n++
+		}
+	}
+	return 0
+}
+
+func (q *WaitQueue) specOf(id WaitID) WaitSpec {
+	s, _ := q.Spec(id)
+	return s
+}
+
+// Position returns a waiter's place in queue order (0: the head); false
+// if it is not in the queue.
+func (q *WaitQueue) Position(id WaitID) (int, bool) {
+	for i, it := range q.items {
+		if it.id == id {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 // Waiting returns the waiters in queue order.
 func (q *WaitQueue) Waiting() []WaitSpec {
 	out := make([]WaitSpec, len(q.items))
@@ -222,4 +270,40 @@ func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64,
 		}
 	}
 	return nil
+}
+
+// WaitState tells a waiting caller that it is queued and why (the
+// runtime's wait option WaitNotify).
+type WaitState struct {
+	// Name, Class and Locations are the waiter's (its WaitSpec).
+	Name      string
+	Class     int
+	Locations []string
+	// Position is its place in queue order (0: the head); Ahead counts
+	// the waiters ahead of it that hold it up (of its class or higher, at
+	// one of its locations, not allowing bypass).
+	Position int
+	Ahead    int
+	// Location and Shortfall: where its last try was short of room and by
+	// how many bytes, by that refusal's figures (requested − free); ""
+	// and 0 when not known — it was queued behind waiters without a try,
+	// or refused for want of a victim rather than of bytes.
+	Location  string
+	Shortfall int64
+	// Refusal is the refusal of its last try (nil: queued behind waiters
+	// ahead of it without a try).
+	Refusal error
+}
+
+// Short returns the location and the bytes a *BudgetError's figures are
+// short of (requested − free at the refusal); "" and 0 for nil or a
+// request that fit.
+func (e *BudgetError) Short() (string, int64) {
+	if e == nil {
+		return "", 0
+	}
+	if n := e.RequestedBytes - (e.BudgetBytes - e.UsedBytes - e.ReservedBytes); n > 0 {
+		return e.Location, n
+	}
+	return "", 0
 }

@@ -38,7 +38,7 @@ import (
 // on a refusal waiting cannot change (also a [*PlanError] for a request
 // that can never fit: see budget.CannotFit), when ctx ends (ctx.Err(); nothing
 // is left behind) or when the runtime closes ([ErrClosed]). A full queue
-// refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy];
+// refuses at once with a [*QueueFullError] (errors.Is [ErrBusy];
 // Options.MaxWaiters). A waiter holds nothing while it waits: each try is
 // one Admit, admitted whole or not at all.
 func (s *System) Admit(ctx context.Context, req Request, opts ...WaitOption) (*Scope, Decision, error) {
@@ -57,7 +57,7 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	}
 	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
-	rerr = s.room.wait(ctx, spec, func() (bool, error) {
+	rerr = s.room.wait(ctx, spec, wc.Notify, func() (bool, error) {
 		sc, dec, rerr = s.admitOnce(ctx, req, limit)
 		if !roomWaitable(rerr) {
 			return true, rerr

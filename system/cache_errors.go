@@ -39,6 +39,11 @@ type CacheBusyError struct {
 	// (cache.Options.MaxEntries): every entry is held, not idle or
 	// loading, and a new key would exceed it.
 	MaxEntries int
+	// Waiters is set when a load that needs room and does not wait is
+	// refused because that many callers already wait for room at
+	// Location ahead of it (of its class or higher): it does not take
+	// room they wait for. Wait ([WaitForRoom]) to queue behind them.
+	Waiters int
 }
 
 func (e *CacheBusyError) Error() string {
@@ -48,6 +53,9 @@ func (e *CacheBusyError) Error() string {
 	}
 	if e.MaxEntries > 0 {
 		return fmt.Sprintf("residency cache busy: %s at %s: the cache holds its cap of %d entries and none is idle to evict", what, e.Location, e.MaxEntries)
+	}
+	if e.Waiters > 0 {
+		return fmt.Sprintf("residency cache busy: %s needs room at %s, where %d callers already wait for room ahead of it", what, e.Location, e.Waiters)
 	}
 	if e.Refusal == nil {
 		return fmt.Sprintf("residency cache busy: %s at %s is leased, pinned, kept alive, not idle or loading", what, e.Location)

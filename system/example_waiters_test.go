@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"runtime"
 
 	"github.com/residency-go/residency/system"
 )
@@ -27,10 +26,13 @@ func ExampleSystem_Waiters() {
 		}
 		done <- err
 	}()
-	for len(sys.Waiters()) == 0 { // wait until batch-2 is queued
-		runtime.Gosched()
+	// Wait until batch-2 is queued: AwaitWaiters wakes at each change of
+	// the queue, no polling.
+	ws, err := sys.AwaitWaiters(ctx, func(ws []system.WaiterInfo) bool { return len(ws) > 0 })
+	if err != nil {
+		log.Fatal(err)
 	}
-	for _, w := range sys.Waiters() {
+	for _, w := range ws {
 		fmt.Printf("%s waits in class %d for room at %v\n", w.Name, w.Class, w.Locations)
 	}
 	if err := holder.Exit(ctx); err != nil {

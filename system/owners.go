@@ -148,9 +148,11 @@ func (o ownerSeam) Unreserve(owner, name string) error {
 
 func (o ownerSeam) Refusal(ctx context.Context) error { return o.s.refusal(ctx) }
 
-func (o ownerSeam) Wait(ctx context.Context, spec budget.WaitSpec, try func() (bool, error)) error {
-	return o.s.room.wait(ctx, spec, try)
+func (o ownerSeam) Wait(ctx context.Context, spec budget.WaitSpec, notify func(budget.WaitState), try func() (bool, error)) error {
+	return o.s.room.wait(ctx, spec, notify, try)
 }
+
+func (o ownerSeam) WaitersAhead(spec budget.WaitSpec) int { return o.s.room.ahead(spec) }
 
 func (o ownerSeam) RoomMade() { o.s.room.signal() }
 

@@ -49,6 +49,22 @@ func WaitAllowBypass() WaitOption {
 	return func(c *waitConfig) { c.Wait, c.Bypass = true, true }
 }
 
+// WaitState tells a waiting caller that it is queued and why: its
+// place, the waiters holding it up, and the location and bytes its last
+// try was short of ([WaitNotify]).
+type WaitState = budget.WaitState
+
+// WaitNotify makes the call wait, as [WaitForRoom], and calls notify on
+// the caller's goroutine each time it is queued — after a refused first
+// try, or at once when earlier waiters hold it up — and after each try
+// that is refused while it waits, with its position, the waiters ahead
+// of it, where it is short and by how much, and its class. Keep notify
+// quick; it must not wait for the call itself. Options combine: with
+// [WaitClass] it waits in that class.
+func WaitNotify(notify func(WaitState)) WaitOption {
+	return func(c *waitConfig) { c.Wait, c.Notify = true, notify }
+}
+
 func waitConfigOf(opts []WaitOption) waitConfig {
 	var c waitConfig
 	for _, o := range opts {
@@ -85,6 +101,9 @@ type waitRoom struct {
 	// clock of a waiter's Since and waited time.
 	events *eventLog
 	now    func() time.Time
+	// changed is closed at the next change of the queue (AwaitWaiters);
+	// nil until someone waits for one.
+	changed chan struct{}
 }
 
 // waiter is one waiting caller.
@@ -171,14 +190,51 @@ func (r *waitRoom) changedLocked() {
 	if r.onChange != nil {
 		r.onChange()
 	}
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 }
 
-// wait queues the caller described by spec and calls try on each of its
-// turns until try reports done (admitted, or refused for a reason that
-// waiting cannot change), ctx ends or the room closes. A full queue
-// refuses at once with a [*budget.QueueFullError] (errors.Is [ErrBusy]).
-// Whatever happens, the caller leaves the queue before wait returns.
-func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (done bool, err error)) error {
+// ahead is budget.WaitQueue.Ahead under the room's lock: how many
+// waiters hold up a new call described by spec.
+func (r *waitRoom) ahead(spec budget.WaitSpec) int {
+	if r.queued.Load() == 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.q.Ahead(spec)
+}
+
+// wait tries the caller described by spec at once — unless waiters
+// ahead of it (its class or higher, at one of its locations, not
+// allowing bypass) hold it up: it never takes room they wait for — and
+// queues it only after that try is refused, or when it was held up. It
+// then calls try on each of its turns until try reports done (admitted,
+// or refused for a reason that waiting cannot change), ctx ends or the
+// room closes. A full queue refuses at once with a [*QueueFullError]
+// (errors.Is [ErrBusy]): a call that fits at once never gets it.
+// notify (nil: none) is told when the caller is queued and after each
+// refused turn. Whatever happens, the caller leaves the queue before
+// wait returns.
+func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(WaitState), try func() (done bool, err error)) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	held := r.q.Ahead(spec) > 0
+	r.mu.Unlock()
+	ep := r.epoch.Load() // room made after this gives a queued caller a turn
+	var refusal error
+	if !held {
+		done, err := try()
+		if done {
+			return err
+		}
+		refusal = err
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -191,7 +247,10 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (d
 		r.events.waitEnded(spec, err, 0, 0, n)
 		return err
 	}
-	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now()}
+	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now(), tried: !held, epoch: ep}
+	if !held {
+		w.tries = 1 // its try before it was queued
+	}
 	r.ws[id] = w
 	r.queued.Add(1)
 	n := r.q.Len()
@@ -202,6 +261,7 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (d
 	r.dispatchLocked()
 	r.mu.Unlock()
 	r.events.waitStarted(spec, n)
+	r.notify(notify, id, spec, refusal)
 	for {
 		select {
 		case <-w.turn:
@@ -218,7 +278,36 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, try func() (d
 		w.trying = false
 		r.dispatchLocked() // a signal during the try gives it another turn
 		r.mu.Unlock()
+		r.notify(notify, id, spec, err)
 	}
+}
+
+// notify tells a queued caller where it stands (nil notify: nothing).
+func (r *waitRoom) notify(notify func(WaitState), id budget.WaitID, spec budget.WaitSpec, refusal error) {
+	if notify == nil {
+		return
+	}
+	r.mu.Lock()
+	pos, _ := r.q.Position(id)
+	ahead := r.q.Holding(id)
+	r.mu.Unlock()
+	st := WaitState{Name: spec.Name, Class: spec.Class, Locations: slices.Clone(spec.Locations), Position: pos, Ahead: ahead, Refusal: refusal}
+	st.Location, st.Shortfall = shortOf(refusal)
+	notify(st)
+}
+
+// shortOf is where a refusal was short of room and by how many bytes,
+// by its figures ("" and 0: none known).
+func shortOf(err error) (string, int64) {
+	var be *BudgetError
+	var cb *CacheBusyError
+	switch {
+	case errors.As(err, &cb):
+		return cb.Refusal.Short()
+	case errors.As(err, &be):
+		return be.Short()
+	}
+	return "", 0
 }
 
 // leave removes a waiter, gives turns to those it held up, writes its
@@ -266,9 +355,45 @@ type WaiterInfo struct {
 // waiter. Empty when nobody waits, and after Close.
 func (s *System) Waiters() []WaiterInfo { return s.room.waiters() }
 
+// AwaitWaiters waits until cond holds over the callers waiting for room
+// ([System.Waiters]) and returns that list: cond is called with the list
+// now and again after each change of the queue (a caller queued, tried
+// or gone), never in a loop of its own. It returns ctx.Err() if ctx ends
+// first, and the list with [ErrClosed] if the runtime closes first (the
+// queue is then empty for good). cond runs on the caller's goroutine,
+// outside every lock.
+func (s *System) AwaitWaiters(ctx context.Context, cond func([]WaiterInfo) bool) ([]WaiterInfo, error) {
+	r := s.room
+	for {
+		r.mu.Lock()
+		ws := r.waitersLocked()
+		closed := r.closed
+		if r.changed == nil && !closed {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if cond(ws) {
+			return ws, nil
+		}
+		if closed {
+			return ws, ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 func (r *waitRoom) waiters() []WaiterInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.waitersLocked()
+}
+
+func (r *waitRoom) waitersLocked() []WaiterInfo {
 	ids := make([]budget.WaitID, 0, len(r.ws))
 	for id := range r.ws {
 		ids = append(ids, id)

@@ -352,6 +352,10 @@ type ckExt struct {
 }
 
 type modelChecker struct {
+	// late: idle entries whose predicate turned true after their last
+	// release; the cache offers them only when a request finds the
+	// budget short, so a decision before that does not see them.
+	late map[*ckValue]bool
 	ck   *ckRecorder
 	r    *rand.Rand
 	ctx  context.Context
@@ -470,10 +474,11 @@ func (m *modelChecker) makeRoom(need int64, stop func() bool) (fits, stopped boo
 // runtime's controller (a load's peak, a memory budget reservation)
 // expects: it fits if evicting every evictable entry would make room —
 // those with a charge of their own are offered to the controller, which
-// chooses among them (one order with values, by priority and recency);
-// budgeted entries have none and are never offered, so when the
-// controller refuses, the cache evicts its idle budgeted entries itself,
-// least recently used first, and asks again. settle, called after the
+// chooses among them least recently taken first (a load or a hit; one
+// order with values); budgeted entries whose allocations were not made
+// through their loader's budget have none, so when the controller
+// refuses, the cache evicts its idle budgeted entries itself, least
+// recently used first, and asks again. settle, called after the
 // request, takes the entries whose value was closed out of the model and
 // checks that they were evictable and, when the request fits, freed
 // enough. A request that does not fit evicts no offered entry, except
@@ -497,8 +502,8 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 		case v.bytes > 0 && evictable(v):
 			avail += v.bytes
 			offered[v] = true
-		case v.bytes > 0 && v.holders.Load() == 0:
-			stale = true // idle but its predicate says busy: maybe still offered
+		case v.holders.Load() == 0 && !evictable(v):
+			stale = true // idle but its predicate says busy: maybe still offered (a budgeted entry's allocations too)
 		case v.bytes == 0 && evictable(v):
 			avail += m.budgetedBytes(v)
 			budgeted[v] = true
@@ -508,6 +513,27 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 	return fits, func() {
 		var kept []*ckValue
 		var freed, freedOffered int64
+		// Least recently taken first (seed 001 lines 116–132): the
+		// controller evicts an offered entry taken after one it keeps only
+		// when the one it keeps is smaller (it could not make the same
+		// room in its place).
+		var kept0 []*ckValue
+		for _, v := range m.order {
+			if !offered[v] {
+				continue
+			}
+			if v.closed.Load() == 0 {
+				if !m.late[v] {
+					kept0 = append(kept0, v)
+				}
+				continue
+			}
+			for _, k := range kept0 {
+				if fits && k.bytes >= v.bytes {
+					m.fail("the controller evicted %v (%d bytes), taken after %v (%d bytes), which it kept", v, v.bytes, k, k.bytes)
+				}
+			}
+		}
 		for _, v := range m.order {
 			if v.closed.Load() == 0 {
 				kept = append(kept, v)
@@ -594,7 +620,7 @@ func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "model"})
 	require.NoError(t, err)
-	m := &modelChecker{ck: ck, r: rand.New(rand.NewPCG(seed, 0xcac4e)), ctx: ctx, sys: sys, c: c,
+	m := &modelChecker{late: map[*ckValue]bool{}, ck: ck, r: rand.New(rand.NewPCG(seed, 0xcac4e)), ctx: ctx, sys: sys, c: c,
 		res: map[*cache.MemoryReservation]int64{}, owner: map[*cache.MemoryReservation]*ckValue{}}
 	closeAt := steps * (70 + m.r.IntN(25)) / 100
 	for m.step = 0; m.step < steps; m.step++ {
@@ -776,6 +802,7 @@ func (m *modelChecker) load() {
 }
 
 func (m *modelChecker) hold(l cache.Lease[*ckValue], keep bool) {
+	delete(m.late, l.Value()) // taken: offered again at its release
 	if keep {
 		l.Value().holders.Add(1)
 		m.leases = append(m.leases, l)
@@ -986,6 +1013,9 @@ func (m *modelChecker) setIdle() {
 		}
 	}
 	m.op = fmt.Sprintf("set idle of %v to %d", v, s)
+	if s == 0 && v.idle.Load() != 0 && v.holders.Load() == 0 {
+		m.late[v] = true
+	}
 	v.idle.Store(s)
 }
 
@@ -1776,6 +1806,10 @@ func (w *ckWorker) growModel() {
 			w.cc.ck.fail("%s: %v", what, err)
 		}
 	case "busy":
+		var busy *system.CacheBusyError
+		if errors.As(err, &busy) && busy.Refusal == nil && busy.Key == "" {
+			break // a plan is evicting the value this allocation is of
+		}
 		w.checkBusy(what, err, "", -1)
 	case "invalid":
 		// Released by its value's Close meanwhile (the value was evicted,

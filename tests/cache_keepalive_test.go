@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/internal/testclock"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
@@ -128,20 +127,21 @@ func TestCacheKeepAliveExpiresAnIdleEntryOnTheClock(t *testing.T) {
 	require.NoError(t, l2.Release())
 }
 
-// Every use resets the keep-alive; WithKeepAlive extends it, never shortens.
+// Every use resets the keep-alive; a request's WithKeepAlive replaces the
+// entry's, shorter or longer.
 func TestCacheKeepAliveResetsOnUseAndALoadExtendsIt(t *testing.T) {
 	_, c, clk := keepCache(t, 100, cache.Options{KeepAlive: new(10 * time.Second)})
 	l, g := loadGone(t, c, "a", 30)
 	require.NoError(t, l.Release())
 	clk.Advance(8 * time.Second)
-	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Second))
+	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(5*time.Second))
 	require.NoError(t, err)
 	e, _ := entry(t, c, "a")
-	assert.Equal(t, 10*time.Second, e.KeepAlive, "not shortened")
+	assert.Equal(t, 5*time.Second, e.KeepAlive, "the request's, though shorter")
 	assert.True(t, e.Expiry.IsZero(), "held: no expiry")
 	assert.Equal(t, ckT0.Add(8*time.Second), e.LastUse)
 	require.NoError(t, hit.Release())
-	clk.Advance(9 * time.Second)
+	clk.Advance(4 * time.Second)
 	assert.False(t, g.isClosed(), "the use at 8 s reset it")
 
 	hit, err = cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Minute))
@@ -168,11 +168,12 @@ func TestCacheKeepAliveDefaultKeepsEntriesForever(t *testing.T) {
 	assert.Equal(t, cache.KeepForever, e.KeepAlive)
 	assert.True(t, e.Expiry.IsZero())
 	assert.Equal(t, 0, clk.Pending())
-	// A load can make it expire? No: forever is the longest keep-alive.
+	// A request's keep-alive replaces the default: 0 unloads it once idle.
 	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(0))
 	require.NoError(t, err)
+	assert.False(t, g.isClosed(), "held: it stays")
 	require.NoError(t, hit.Release())
-	assert.False(t, g.isClosed())
+	g.waitClosed(t)
 }
 
 // Keep-alive 0 unloads an entry at the release of its last holder, whichever
@@ -284,7 +285,7 @@ func TestCacheKeepAliveZeroUnloadsALoadNobodyWaitsFor(t *testing.T) {
 	}()
 	<-started
 	e, _ := entry(t, c, "a")
-	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheLoading, KeepAlive: 0}, e)
+	assert.Equal(t, cache.Entry{Key: "a", State: cache.EntryLoading, KeepAlive: 0}, e)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	close(gate) // the loader ignores its context and finishes
@@ -433,9 +434,9 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 
 	got := c.Entries()
 	require.Len(t, got, 2)
-	assert.Equal(t, cache.Entry{Key: "a", State: budget.CacheReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
+	assert.Equal(t, cache.Entry{Key: "a", State: cache.EntryReady, Bytes: 15, LastUse: ckT0.Add(time.Second),
 		KeepAlive: time.Minute, Expiry: ckT0.Add(time.Second + time.Minute)}, got[0])
-	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
+	assert.Equal(t, cache.Entry{Key: "b", State: cache.EntryReady, Bytes: 20, Leases: 2, Pins: 1, KeepAlives: 1,
 		LastUse: ckT0, KeepAlive: time.Minute}, got[1])
 	assert.True(t, sort.SliceIsSorted(got, func(i, j int) bool { return got[i].Key < got[j].Key }))
 
@@ -443,7 +444,7 @@ func TestCacheEntriesDescribeEachEntry(t *testing.T) {
 		require.NoError(t, r())
 	}
 	e, _ := entry(t, c, "b")
-	assert.Equal(t, cache.Entry{Key: "b", State: budget.CacheReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
+	assert.Equal(t, cache.Entry{Key: "b", State: cache.EntryReady, Bytes: 20, KeepAlives: 1, LastUse: ckT0, KeepAlive: time.Minute}, e)
 	require.NoError(t, ka.Release())
 	_ = ctx
 }
@@ -532,4 +533,25 @@ func TestCacheCloseStopsTheKeepAliveTimer(t *testing.T) {
 	e, _ := entry(t, rc, "a")
 	assert.False(t, e.Expiry.IsZero())
 	require.NoError(t, rc.Close(ctx))
+}
+
+// A request's keep-alive works on a cache created without one (whose
+// default keeps entries forever), and the last request to take the entry
+// sets it, longer or shorter.
+func TestCacheKeepAliveOfARequestReplacesTheEntrys(t *testing.T) {
+	_, c, clk := keepCache(t, 100, cache.Options{})
+	l, g := loadGone(t, c, "a", 30, cache.WithKeepAlive(time.Minute))
+	require.NoError(t, l.Release())
+	e, _ := entry(t, c, "a")
+	assert.Equal(t, time.Minute, e.KeepAlive)
+	hit, err := cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, hit.Release())
+	clk.Advance(time.Hour - time.Nanosecond)
+	assert.False(t, g.isClosed(), "the longer one replaced a minute")
+	hit, err = cache.Load(context.Background(), c, "a", 30, nil, unreachable[*goneValue](t), cache.WithKeepAlive(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, hit.Release())
+	clk.Advance(time.Second)
+	g.waitClosed(t)
 }

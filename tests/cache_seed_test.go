@@ -65,8 +65,9 @@ func value[T any](v T, bytes int64) func(context.Context) (T, int64, error) {
 // budgetedModel owns its allocations' reservations; closing it releases
 // them (the seed's Mutex<Vec<MemoryReservation>> dropped).
 type budgetedModel struct {
-	mu  sync.Mutex
-	res []*cache.MemoryReservation
+	mu     sync.Mutex
+	res    []*cache.MemoryReservation
+	closed *atomic.Bool // set by Close (nil: not watched)
 }
 
 func (m *budgetedModel) add(r *cache.MemoryReservation) {
@@ -85,6 +86,9 @@ func (m *budgetedModel) Close() error {
 		}
 	}
 	m.res = nil
+	if m.closed != nil {
+		m.closed.Store(true)
+	}
 	return first
 }
 

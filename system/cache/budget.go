@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ type MemoryBudget struct {
 	owner string
 	seq   *atomic.Uint64
 	cache weak.Pointer[Cache]
+	entry weak.Pointer[cacheEntry] // the budgeted entry whose loader got it (budgeted.go); zero: none
 }
 
 // Cache returns the live cache of this budget, or nil once it is closed
@@ -80,6 +82,10 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 		return nil, err
 	}
 	r.name, r.bytes = name, bytes
+	if e := b.entry.Value(); e != nil {
+		r.entry = b.entry
+		e.allocAdded(name)
+	}
 	return r, nil
 }
 
@@ -109,6 +115,7 @@ type MemoryReservation struct {
 	name     string     // "" for a zero-byte reservation
 	bytes    int64
 	released bool
+	entry    weak.Pointer[cacheEntry] // the budgeted entry it is a charge of (zero: none)
 }
 
 // Bytes returns the reserved bytes (0 once released).
@@ -137,7 +144,10 @@ func (r *MemoryReservation) Name() string {
 // entry's release, so that release may itself release this reservation
 // (a budgeted value evicted, with its allocations, to make room for its
 // own growth): Resize then fails with an [*system.InvalidInputError] saying the
-// reservation was released meanwhile, and never waits on itself.
+// reservation was released meanwhile, and never waits on itself. An
+// allocation of a [LoadBudgeted] value that a plan is evicting (nothing
+// held the value) is a [*system.CacheBusyError] without Refusal until the
+// value is leaving, then that InvalidInputError.
 func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 	r.mu.Lock()
 	switch {
@@ -155,6 +165,32 @@ func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 		return nil
 	}
 	r.mu.Unlock()
+	b := r.b
+	for {
+		err := r.resizeOnce(ctx, bytes)
+		var cb *budget.ChargeBusyError
+		e := r.entry.Value()
+		if e == nil || !errors.As(err, &cb) || cb.Charge != r.name {
+			return err
+		}
+		// A plan is evicting the budgeted entry this is an allocation
+		// of. Once the entry is leaving, its value's Close releases this
+		// reservation: wait for that, then answer as for a reservation
+		// released meanwhile. Before, the eviction may still be refused
+		// (the entry taken again): busy, try again.
+		if !e.retiring.Load() {
+			return &system.CacheBusyError{Location: b.loc}
+		}
+		select {
+		case <-e.released:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// resizeOnce is one admission of Resize.
+func (r *MemoryReservation) resizeOnce(ctx context.Context, bytes int64) error {
 	b := r.b
 	// Each attempt is one ledger call under the reservation's lock (its
 	// outcome must be known to keep Bytes right, so it is not abandoned
@@ -189,7 +225,11 @@ func (r *MemoryReservation) Release() error {
 	}
 	r.released = true
 	if r.name != "" {
-		if err := r.b.rt.Unreserve(r.b.owner, r.name); err != nil {
+		err := r.b.rt.Unreserve(r.b.owner, r.name)
+		if e := r.entry.Value(); e != nil {
+			e.allocReleased(r.name)
+		}
+		if err != nil {
 			return err
 		}
 	}

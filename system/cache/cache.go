@@ -43,8 +43,8 @@ type Options struct {
 	// from the release of its last lease, pin or keep-alive and reset by
 	// every use: 0 unloads it as soon as it is idle, a negative duration
 	// keeps it until it is evicted for room or on request. nil (the
-	// default) is [KeepForever]: entries stay until evicted. A [Load] can
-	// extend an entry's keep-alive ([WithKeepAlive]).
+	// default) is [KeepForever]: entries stay until evicted. A [Load]'s
+	// [WithKeepAlive] replaces it for its entry.
 	KeepAlive *time.Duration
 	// Clock is the time source of keep-alive (nil: [RealClock]).
 	Clock Clock
@@ -61,6 +61,15 @@ type Options struct {
 	// its key gets the copy ([Demoted]). Set without a spill target for
 	// Location, or without Demote: [*system.InvalidInputError].
 	Spill *Spill
+
+	// Frequency ranks the cache's idle entries as victims by use count
+	// first: an entry's offer to the controller carries how many leases
+	// were taken on it (priority H = L + uses, as a value's), so an entry
+	// hit often outlives a more recent one. false (the default): every
+	// entry carries the same frequency and the least recently taken idle
+	// entry goes first (the last lease taken — a load or a hit — counts,
+	// not the order of releases). See docs/cache.md, "Eviction".
+	Frequency bool
 }
 
 // Cache is a loader cache bound to the budget of one location: values the
@@ -89,6 +98,7 @@ type Cache struct {
 	book      *budget.CacheBook[*cacheEntry]
 	flights   map[*cacheFlight]struct{} // loads in flight
 	reserving map[string]chan struct{}  // keys whose peak a caller is reserving; closed on its answer
+	admitting map[string]int            // keys whose load asks the controller for room, and how many callers
 	closed    bool
 	busy      int             // reservations of loads, load and release goroutines running
 	quiet     []chan struct{} // closed when busy drops to 0
@@ -118,6 +128,8 @@ type Cache struct {
 	sp cacheSpill // demotion of idle entries (spill.go)
 
 	dropper dropper // the cache's callback for the runtime, as registered (victims.go)
+
+	frequency bool // Options.Frequency: offers carry use counts
 }
 
 // cacheEntry is one key's value and charge.
@@ -128,9 +140,10 @@ type cacheEntry struct {
 	bytes  int64 // declared resident bytes (0: budgeted)
 	charge string
 	idle   func(any) bool
-	flight *cacheFlight // set while loading
-	split  *splitLoad   // a split entry's parts and charges (charge is the first); nil otherwise
-	copyAt string       // a demoted copy's location (spill.go); "" for an entry of the book
+	flight *cacheFlight        // set while loading
+	split  *splitLoad          // a split entry's parts and charges (charge is the first); nil otherwise
+	copyAt string              // a demoted copy's location (spill.go); "" for an entry of the book
+	allocs map[string]struct{} // a budgeted entry's allocations, its charges (budgeted.go; guarded by Cache.mu)
 
 	refs     atomic.Int64 // leases, pins and keep-alives
 	pins     atomic.Int64 // of refs, the pins (for Entries)
@@ -149,6 +162,8 @@ type cacheEntry struct {
 	offered bool   // the ledger has its charge offered (as of the last drain)
 	pending bool   // in Cache.pending
 	seq     uint64 // order of its last change of offer (offerSeq)
+	takeSeq uint64 // order of its last take (offerSeq)
+	touched bool   // taken since the runtime's last drain
 	taken   bool   // a demoted copy held by a load of its key (spill.go)
 }
 
@@ -191,8 +206,10 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		book:      budget.NewCacheBook[*cacheEntry](),
 		flights:   map[*cacheFlight]struct{}{},
 		reserving: map[string]chan struct{}{},
+		admitting: map[string]int{},
 		byCharge:  map[string]*cacheEntry{},
 		closeTurn: make(chan struct{}, 1),
+		frequency: opts.Frequency,
 	}
 	// The location is checked before the name is taken: a cache refused
 	// for its location leaves its name free.
@@ -256,11 +273,15 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // once and every caller gets the same value or the same error.
 //
 // A load reserves peak bytes at the cache's location before the loader
-// runs — evicting idle entries, least recently used first, when the
-// budget is short — and then shrinks the reservation to the resident bytes
-// the loader reports, which must be > 0 and ≤ peak. The loader's context
-// is the load's own: it is not canceled when one caller gives up, only
-// when every caller waiting for the load has (or the cache closes).
+// runs and then shrinks the reservation to the resident bytes the loader
+// reports, which must be > 0 and ≤ peak. When the budget is short it asks
+// the runtime's controller for room: the plan may evict idle entries
+// (this cache's and other caches', least recently taken first unless
+// [Options].Frequency) and unprotected values at the location, in one
+// order, all or nothing — a refused load evicts nothing. The loader's
+// context is the load's own: it is not canceled when one caller gives
+// up, only when every caller waiting for the load has (or the cache
+// closes).
 //
 // idle (nil: always idle) tells whether the value may be evicted once no
 // lease, pin or keep-alive holds it; return false while device work that
@@ -277,7 +298,8 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // be seen).
 //
 // Errors: peak ≤ 0, an empty key, a nil loader, or a key resident with a
-// value of another type ([*system.InvalidInputError]); a peak larger than the
+// value of another type, or a peak that would overflow the byte accounting
+// of a location without a budget ([*system.InvalidInputError]); a peak larger than the
 // whole budget ([*system.BudgetError], nothing evicted; checked before the
 // lookup, so also for a resident key); a budget short with
 // nothing idle to evict ([*system.CacheBusyError], errors.Is [system.ErrBusy]); a loader
@@ -288,16 +310,13 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // [system.ErrClosed] (the runtime is closed); ctx.Err() (the load carries on for
 // the other callers).
 //
-// A refusal can come after evictions: making room evicts idle entries one
-// at a time, least recently used first, retrying the reservation after
-// each, so a [*system.CacheBusyError] may follow evictions that did happen (they
-// are in the trace and in the statistics). A refusal is always the
-// caller's own: a load can be joined only once its peak is reserved, and
-// while a caller waits for the release of the entry it evicted, the key
-// is not loading — another caller whose peak fits loads it, and the first
-// joins that load when it looks again.
+// A refusal is always the caller's own: a load can be joined only once
+// its peak is reserved. While a caller waits for the Close of the entries
+// its plan evicts, the key is not loading: another caller whose peak fits
+// loads it meanwhile, and the first, once admitted, gives its reservation
+// back and takes a lease on that load.
 //
-// Options: [WithKeepAlive] extends the entry's keep-alive. With
+// Options: [WithKeepAlive] sets the entry's keep-alive (replacing its own). With
 // [Options].MaxEntries set, a load of a new key at the cap first
 // evicts the least recently used idle entry (waiting for its release);
 // with none idle it is a [*system.CacheBusyError] whose MaxEntries is the cap.
@@ -311,7 +330,7 @@ func (c *Cache) Budget() *MemoryBudget { return c.budget }
 // exit, release, eviction, discard or unreserve in the runtime. It
 // returns a lease, another error, ctx.Err() (leaving nothing behind),
 // or [system.ErrClosed] when the runtime closes; a full queue refuses at once
-// with a [*budget.QueueFullError] (errors.Is [system.ErrBusy]). A hit, or a key
+// with a [*system.QueueFullError] (errors.Is [system.ErrBusy]). A hit, or a key
 // already loading, never queues. An entry whose idle function turns true on its own (device work
 // finished) wakes no waiter until the next such event.
 //
@@ -328,9 +347,12 @@ func Load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 }
 
 // LoadBudgeted is [Load] for a value whose storage is charged allocation by
-// allocation: the loader receives the cache's [MemoryBudget] and reserves
-// every allocation it owns through it (and keeps doing so when the value
-// grows later, also while leased). The entry itself declares 0 bytes
+// allocation: the loader receives a [MemoryBudget] of the cache bound to
+// the entry and reserves every allocation it owns through it (and keeps
+// doing so when the value grows later, also while leased). Those
+// reservations are the entry's charges: once it is idle they are offered
+// to the controller together, and an eviction of any of them drops the
+// entry (its value's Close releases them). The entry itself declares 0 bytes
 // ([Lease.Bytes]); do not declare the same bytes again through Load.
 // The value's Close must release its reservations.
 //
@@ -344,22 +366,33 @@ func LoadBudgeted[T any](ctx context.Context, c *Cache, key string, idle func(T)
 	if loader == nil {
 		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: loader is nil", key)}
 	}
-	b := c.budget
 	return loadWaiting(ctx, c, key, 0, idle, func(ctx context.Context) (T, int64, error) {
+		b := c.budget
+		if l := loadingOf(ctx); l != nil && l.c == c && l.entry != nil {
+			b = c.entryBudget(l.entry) // its reservations are the entry's charges
+		}
 		v, err := loader(ctx, b)
 		return v, 0, err
 	}, newLoadOptions(opts))
 }
 
 // loadWaiting is load, waiting for room in the runtime's wait queue when
-// opts ask for it and the load is refused as busy.
+// opts ask for it and the load is refused as busy. A call that waits is
+// tried first and queued only after a refusal (or at once when earlier
+// waiters at its locations hold it up); a call that does not wait and
+// needs room is refused while such waiters are queued (load).
 func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), lo loadOptions) (Lease[T], error) {
 	wc := lo.wait
-	if !wc.Wait || c.present(key) {
+	if !wc.Wait {
+		lo.held = true // class 0
+		return load(ctx, c, key, peak, idle, loader, lo)
+	}
+	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
+	if c.present(key) {
 		// A hit or a load in flight needs no room: it never queues. (A
 		// key that left meanwhile is refused as busy and queues below.)
 		l, err := load(ctx, c, key, peak, idle, loader, lo)
-		if !wc.Wait || !cacheWaitable(err) {
+		if !cacheWaitable(err) {
 			return l, err
 		}
 	}
@@ -368,8 +401,7 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 	}
 	var l Lease[T]
 	var err error
-	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: lo.split.waitLocations(c.loc), AllowBypass: wc.Bypass}
-	err = c.rt.Wait(ctx, spec, func() (bool, error) {
+	err = c.rt.Wait(ctx, spec, wc.Notify, func() (bool, error) {
 		l, err = load(ctx, c, key, peak, idle, loader, lo)
 		return !cacheWaitable(err), err
 	})
@@ -440,7 +472,8 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			e.refs.Add(1)
 			e.uses++
 			c.withdrawLocked(e) // recorded; drained before the next ledger step
-			c.usedLocked(e, o)  // keep-alive hook
+			c.touchLocked(e)
+			c.usedLocked(e, o) // keep-alive hook
 			c.mu.Unlock()
 			return newLease(e, p), nil
 		case budget.CacheLoading:
@@ -462,6 +495,15 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 				return Lease[T]{}, ctx.Err()
 			}
 		}
+		if o.held {
+			// A call that needs room does not pass the waiters it would
+			// queue behind (a miss: its spec costs nothing on a hit).
+			spec := budget.WaitSpec{Name: key, Class: o.heldClass, Locations: o.split.waitLocations(c.loc)}
+			if n := c.rt.WaitersAhead(spec); n > 0 {
+				c.mu.Unlock()
+				return Lease[T]{}, &system.CacheBusyError{Key: key, Location: spec.Locations[0], Waiters: n}
+			}
+		}
 		if again, err := c.capRoomLocked(ctx, key); again || err != nil { // entry cap hook
 			if err != nil {
 				return Lease[T]{}, err
@@ -475,34 +517,41 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			}
 		}
 		if specs != nil {
-			if again, err := c.reserveLoad(ctx, key, specs); again || err != nil {
+			// Still absent when it returns: no other caller loaded the
+			// key meanwhile.
+			if again, err := c.reserveLoad(ctx, key, specs, o.noEvict); again || err != nil {
 				if err != nil {
 					return Lease[T]{}, err
 				}
 				continue
 			}
 		}
-		// Still absent: the mark kept every other caller of the key out.
-		e = &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
-		if idle != nil {
-			e.idle = func(box any) bool { return idle(*box.(*T)) }
-		}
-		warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
-		lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm}))
-		f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
-		e.flight = f
-		var err error
-		if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
-			c.mu.Unlock()
-			cancel()
-			panic(err) // the key was absent a moment ago, under the same lock
-		}
-		c.flights[f] = struct{}{}
-		c.startedLocked(key, o) // keep-alive hook
-		c.mu.Unlock()
-		go runLoad(lctx, c, e, f, peak, loader)
-		return await[T](ctx, c, e, f)
+		return startLoad(ctx, c, key, charge, peak, idle, loader, o)
 	}
+}
+
+// startLoad starts the load of key, absent, whose charge is reserved
+// (c.mu held; released on return), and waits for it as its first caller.
+func startLoad[T any](ctx context.Context, c *Cache, key, charge string, peak int64, idle func(T) bool, loader func(context.Context) (T, int64, error), o loadOptions) (Lease[T], error) {
+	e := &cacheEntry{c: c, key: key, charge: charge, split: o.split, released: make(chan struct{})}
+	if idle != nil {
+		e.idle = func(box any) bool { return idle(*box.(*T)) }
+	}
+	warm := c.takeCopyLocked(key) // a demoted copy for the loader (spill.go)
+	lctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), loadingKey{}, &loading{c: c, key: key, outer: loadingOf(ctx), warm: warm, entry: e}))
+	f := &cacheFlight{done: make(chan struct{}), cancel: cancel, waiters: 1}
+	e.flight = f
+	var err error
+	if e.slot, err = c.book.StartLoadSlot(key, e); err != nil {
+		c.mu.Unlock()
+		cancel()
+		panic(err) // the key was absent a moment ago, under the same lock
+	}
+	c.flights[f] = struct{}{}
+	c.startedLocked(key, o) // keep-alive hook
+	c.mu.Unlock()
+	go runLoad(lctx, c, e, f, peak, loader)
+	return await[T](ctx, c, e, f)
 }
 
 // joinLoad joins the load in flight of key (c.mu held; released on
@@ -530,23 +579,58 @@ func joinLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, key string) (
 	return l, false, err
 }
 
-// reserveLoad reserves a load's peak (a split load's parts: one request)
-// for key while the key is marked as being reserved (c.mu held on entry;
-// on return held if neither again nor err, released otherwise). The
-// controller makes room as it decides (admitCharges): evicting unprotected values and offered idle entries,
-// this cache's and other caches', in one order. A refusal is a
-// *system.CacheBusyError, or another error; again is false (the
-// evictions, if any, happened within the one request).
-func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec) (again bool, err error) {
+// reserveLoad reserves a load's peak (a split load's parts: all or none)
+// for key (c.mu held on entry; on return held if neither again nor err,
+// released otherwise). First it reserves without evicting anything,
+// while the key is marked as being reserved (one round trip: later
+// callers of the key wait for its answer, then look again). If that is
+// refused it asks the controller for room (admitCharges: evicting
+// unprotected values and offered idle entries, this cache's and other
+// caches', in one order) with the key unmarked, so that while this
+// caller waits for its victims' Close another caller of the key whose
+// peak fits loads it. Admitted, it finds the key still absent (nil, c.mu
+// held) or loaded meanwhile: it gives its reservation back and looks
+// again (again). A refusal is a *system.CacheBusyError, or another error.
+// noEvict: no request for room, the refusal to reserve is the answer. A
+// split load of several parts asks the controller at once, all parts in
+// one request, with the key marked throughout.
+func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.ReservationSpec, noEvict bool) (again bool, err error) {
 	w := make(chan struct{})
 	c.reserving[key] = w
 	c.mu.Unlock()
-	err = admitCharges(ctx, c, c.rt, key, specs)
+	if len(specs) > 1 {
+		// A split load's parts are one request, so that no part is
+		// ever reserved while another cannot be: marked throughout.
+		err = admitCharges(ctx, c, c.rt, key, specs)
+	} else {
+		err = c.reserveNow(ctx, specs)
+	}
 	c.mu.Lock()
 	delete(c.reserving, key)
 	close(w)
+	var be *system.BudgetError
+	if errors.As(err, &be) && noEvict {
+		err = &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be} // asked not to evict
+	} else if errors.As(err, &be) && len(specs) == 1 && !c.closed {
+		c.admitting[key]++ // counted against the entry cap meanwhile
+		c.mu.Unlock()
+		err = admitCharges(ctx, c, c.rt, key, specs)
+		c.mu.Lock()
+		if c.admitting[key]--; c.admitting[key] == 0 {
+			delete(c.admitting, key)
+		}
+	}
 	if err == nil && !c.closed {
-		return false, nil
+		if _, st := c.book.Peek(key); st == budget.CacheAbsent {
+			return false, nil
+		}
+		// Another caller loaded the key while this one made room.
+		c.mu.Unlock()
+		for _, s := range specs {
+			c.unreserve(s.Name)
+		}
+		c.workDone()
+		return true, nil
 	}
 	closed := c.closed
 	c.mu.Unlock()
@@ -562,6 +646,13 @@ func (c *Cache) reserveLoad(ctx context.Context, key string, specs []budget.Rese
 	return false, err
 }
 
+// reserveNow reserves a load's one charge as the budget is, evicting
+// nothing (a refusal is the ledger's *system.BudgetError).
+func (c *Cache) reserveNow(ctx context.Context, specs []budget.ReservationSpec) error {
+	s := specs[0]
+	return c.rt.Reserve(ctx, s.Location, s.Owner, s.Name, s.Bytes)
+}
+
 // loading marks a loader's context: the key it loads, and the loads
 // whose loaders started it (a loader that loads another key), so that a
 // call that would wait for one of them — its own load — is refused
@@ -571,6 +662,7 @@ type loading struct {
 	key   string
 	outer *loading
 	warm  *cacheEntry // the key's demoted copy, taken for this load (spill.go)
+	entry *cacheEntry // the entry being loaded
 }
 
 type loadingKey struct{}

@@ -23,7 +23,9 @@
 // [MemoryBudget] and may grow while leased.
 // [LoadSplit] loads one value whose bytes lie over several locations (a
 // model split over two GPUs; [Options].Locations): its parts are reserved
-// all or nothing, and the entry leaves as one.
+// all or nothing, and the entry leaves as one. [LoadOn] loads a value
+// onto whichever of several locations has room (tiers, as Admit takes),
+// the cache picking the location.
 //
 // Eviction: a cache's idle entries and the runtime's values at a
 // location share one victim order. An idle entry is offered to the
@@ -32,9 +34,11 @@
 // evict unprotected values and idle entries of any cache there, by one
 // priority rule (docs/semantics.md, "Cache entries and values share one
 // victim order"); each such eviction is in the decision's evidence.
-// Entries of [LoadBudgeted] are never offered: their cache evicts them
-// itself, least recently used first, when the controller refused a load
-// or reservation of that cache.
+// Among a cache's idle entries the least recently taken (loaded or hit)
+// goes first, whatever its use count and whatever order the leases were
+// released in ([Options].Frequency opts into use counts). A refused load
+// evicts nothing. Entries of [LoadBudgeted] are offered with the
+// allocations their loader's budget made.
 //
 // An entry is evicted only when no [Lease], [*Pin] or
 // [*KeepAlive] holds it and its idle predicate says so (return false
@@ -48,7 +52,8 @@
 //
 // Waiting: with [Wait] and the runtime's wait options a load that finds
 // the budget short waits in the runtime's queue, shared with
-// [system.System.Admit], instead of answering busy.
+// [system.System.Admit], instead of answering busy; it is tried first,
+// and it never takes room an earlier waiter of its class waits for.
 //
 // Keep-alive ([Options].KeepAlive, [WithKeepAlive]; time from
 // [Options].Clock) unloads an entry once it has been idle that long

@@ -35,6 +35,8 @@ func (c *Cache) settle(e *cacheEntry, f *cacheFlight, err error) {
 			c.byCharge[e.charge] = e
 			c.indexPartsLocked(e, true)
 		}
+		c.indexAllocsLocked(e, true)
+		c.touchLocked(e) // taken by its callers
 		c.settledLocked(e)
 	}
 	c.mu.Unlock()
@@ -125,14 +127,13 @@ func (e *cacheEntry) closeBox() {
 // cache, or by the runtime when the controller dropped it).
 func (e *cacheEntry) gone() {
 	c := e.c
-	if e.charge != "" {
-		c.mu.Lock()
-		if c.byCharge[e.charge] == e {
-			delete(c.byCharge, e.charge)
-		}
-		c.indexPartsLocked(e, false)
-		c.mu.Unlock()
+	c.mu.Lock()
+	if e.charge != "" && c.byCharge[e.charge] == e {
+		delete(c.byCharge, e.charge)
 	}
+	c.indexPartsLocked(e, false)
+	c.indexAllocsLocked(e, false)
+	c.mu.Unlock()
 	if e.detached.Load() {
 		c.detachedLive.Add(-1)
 	}

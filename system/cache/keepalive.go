@@ -57,6 +57,15 @@ type loadOptions struct {
 	hasKeepAlive bool
 	wait         owners.WaitConfig // waiting for room (Wait)
 	split        *splitLoad        // LoadSplit's parts (split.go); nil otherwise
+	// held: a call that does not wait, held up as a waiter of heldClass
+	// at its locations would be: one that needs room is refused while
+	// waiters ahead of it are queued.
+	held      bool
+	heldClass int
+	// LoadOn (anywhere.go): noEvict reserves only what fits as it is;
+	// tie orders the locations of a tier.
+	noEvict bool
+	tie     Tie
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -69,11 +78,14 @@ func newLoadOptions(opts []LoadOption) loadOptions {
 	return o
 }
 
-// WithKeepAlive extends the entry's keep-alive to d if that is longer
-// than its own (negative: keep forever, the longest; 0: unload when idle,
-// the shortest): a request can make a value stay longer, never shorter
-// (use [Cache.EvictWhenIdle] for that). It applies whether the load hits,
-// joins a load in flight or loads.
+// WithKeepAlive sets the entry's keep-alive to d, replacing its own,
+// longer or shorter (negative: [KeepForever]; 0: unload as soon as
+// nothing holds it), as a server adopts each request's keep-alive. It
+// applies whether the load hits, joins a load in flight or loads; of
+// several requests the last to take the entry sets it. It works whatever
+// the cache's own keep-alive ([Options].KeepAlive, whose default nil is
+// KeepForever): that is only the keep-alive of an entry whose load had no
+// WithKeepAlive.
 func WithKeepAlive(d time.Duration) LoadOption { return keepAliveOption(d) }
 
 // keepAliveOption is [WithKeepAlive]'s option.
@@ -110,18 +122,18 @@ func (w waitOption) applyLoad(o loadOptions) loadOptions {
 func (c *Cache) usedLocked(e *cacheEntry, o loadOptions) {
 	now := c.ka.clock.Now()
 	if o.hasKeepAlive {
-		_ = c.book.ExtendKeepAlive(e.key, o.keepAlive)
+		_ = c.book.SetKeepAlive(e.key, o.keepAlive) // the request's replaces the entry's
 	}
 	_ = c.book.UseSlot(e.slot, now)
 	c.sweepLocked(now)
 }
 
 // startedLocked: a load of key started; the entry's keep-alive is the
-// cache's, extended by the load's option.
+// load's option, or the cache's.
 func (c *Cache) startedLocked(key string, o loadOptions) {
 	d := c.ka.keepAlive
 	if o.hasKeepAlive {
-		d = budget.LongerKeepAlive(d, o.keepAlive)
+		d = o.keepAlive
 	}
 	_ = c.book.SetKeepAlive(key, d)
 	c.sweepLocked(c.ka.clock.Now())
@@ -130,7 +142,7 @@ func (c *Cache) startedLocked(key string, o loadOptions) {
 // joinedLocked: a caller joins the load of key in flight.
 func (c *Cache) joinedLocked(key string, o loadOptions) {
 	if o.hasKeepAlive {
-		_ = c.book.ExtendKeepAlive(key, o.keepAlive)
+		_ = c.book.SetKeepAlive(key, o.keepAlive)
 	}
 }
 
@@ -147,6 +159,18 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 	}
 }
 
+// pendingKeysLocked counts the keys whose load is reserving its peak or
+// asking the controller for room (c.mu held): each may become an entry.
+func (c *Cache) pendingKeysLocked() int {
+	n := len(c.reserving)
+	for k := range c.admitting {
+		if _, ok := c.reserving[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 // capRoomLocked makes room under the cache's entry cap for a load of key
 // (absent and not being reserved). Returns as reserveLoad: c.mu held if
 // neither again nor err, released otherwise. At the cap it evicts the
@@ -154,7 +178,7 @@ func (c *Cache) settledLocked(e *cacheEntry) {
 // look again); with nothing evictable it answers a [*system.CacheBusyError]
 // whose MaxEntries is the cap.
 func (c *Cache) capRoomLocked(ctx context.Context, key string) (again bool, err error) {
-	_, e, out := c.book.MakeCapRoom(c.ka.maxEntries, len(c.reserving), (*cacheEntry).evictable)
+	_, e, out := c.book.MakeCapRoom(c.ka.maxEntries, c.pendingKeysLocked(), (*cacheEntry).evictable)
 	switch out {
 	case budget.CapFits:
 		return false, nil
@@ -317,11 +341,40 @@ func (c *Cache) EvictIdle(ctx context.Context) (int, error) {
 	return len(out), nil
 }
 
+// EntryState is the state of a cache entry ([Entry].State).
+type EntryState int
+
+const (
+	// EntryLoading: its load is in flight.
+	EntryLoading EntryState = iota + 1
+	// EntryReady: it is resident.
+	EntryReady
+)
+
+// String is "loading" or "ready".
+func (s EntryState) String() string {
+	switch s {
+	case EntryLoading:
+		return "loading"
+	case EntryReady:
+		return "ready"
+	}
+	return "absent"
+}
+
+// entryState is the book's state as an entry's.
+func entryState(s budget.CacheState) EntryState {
+	if s == budget.CacheReady {
+		return EntryReady
+	}
+	return EntryLoading
+}
+
 // Entry describes one entry of a cache ([Cache.Entries]).
 type Entry struct {
 	Key string
-	// State is [budget.CacheLoading] or [budget.CacheReady].
-	State budget.CacheState
+	// State is [EntryLoading] or [EntryReady].
+	State EntryState
 	// Bytes are the declared resident bytes (0 while loading, and for a
 	// [LoadBudgeted] value).
 	Bytes int64
@@ -355,7 +408,7 @@ func (c *Cache) Entries() []Entry {
 	out := make([]Entry, 0, len(book))
 	for _, b := range book {
 		e := b.Item
-		x := Entry{Key: b.Key, State: b.State, LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle, Parts: e.partsOf()}
+		x := Entry{Key: b.Key, State: entryState(b.State), LastUse: b.LastUse, KeepAlive: b.KeepAlive, Expiry: b.Expiry, EvictWhenIdle: b.EvictWhenIdle, Parts: e.partsOf()}
 		if b.State == budget.CacheReady {
 			// Written before the entry became ready, under this lock.
 			x.Bytes = e.bytes

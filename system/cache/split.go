@@ -208,8 +208,11 @@ func (sl *splitLoad) waitLocations(loc string) []string {
 // ---- the hooks of a split entry's life -------------------------------------------
 
 // charges returns e's charges: its own, then a split entry's other
-// parts'.
+// parts'; a budgeted entry's allocations (c.mu held).
 func (e *cacheEntry) charges() []string {
+	if e.charge == "" && e.split == nil {
+		return e.allocNames() // a budgeted entry's allocations (budgeted.go)
+	}
 	if e.split == nil {
 		return []string{e.charge}
 	}

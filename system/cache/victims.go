@@ -29,6 +29,22 @@ var offerSeq atomic.Uint64
 // per drain.
 func (c *Cache) markLocked(e *cacheEntry) {
 	e.seq = offerSeq.Add(1)
+	c.pendLocked(e)
+}
+
+// touchLocked records that a lease was taken on e (a load settled, a
+// hit; c.mu held): the runtime ranks its next offer as of this take
+// (budget.Ledger.TouchCharge), so the cache's idle entries are victims
+// least recently taken first, whatever the order of their releases.
+func (c *Cache) touchLocked(e *cacheEntry) {
+	e.takeSeq = offerSeq.Add(1) // after a withdrawal marked by the same take
+	e.touched = true
+	c.pendLocked(e)
+}
+
+// pendLocked puts e among the pending entries once and tells the
+// runtime once per drain (c.mu held).
+func (c *Cache) pendLocked(e *cacheEntry) {
 	if !e.pending {
 		e.pending = true
 		c.pending = append(c.pending, e)
@@ -42,10 +58,10 @@ func (c *Cache) markLocked(e *cacheEntry) {
 // offerLocked records the offer of e's charge when e is idle: ready and
 // in the book, no lease, pin or keep-alive, not leaving, not meant to be
 // offered yet, and its idle predicate true now (c.mu held; the predicate
-// runs here, never on the runtime's goroutine). Budgeted entries (no
-// charge of their own) are never offered.
+// runs here, never on the runtime's goroutine). A budgeted entry offers
+// its allocations (budgeted.go).
 func (c *Cache) offerLocked(e *cacheEntry) bool {
-	if c.closed || e.charge == "" || e.wants || e.retiring.Load() || e.detached.Load() {
+	if c.closed || !e.chargedLocked() || e.wants || e.retiring.Load() || e.detached.Load() {
 		return false
 	}
 	if it, st := c.book.Peek(e.key); st != budget.CacheReady || it != e {
@@ -57,7 +73,7 @@ func (c *Cache) offerLocked(e *cacheEntry) bool {
 // offerReadyLocked is offerLocked for an entry known to be ready in the
 // book and not leaving (c.mu held since that was checked).
 func (c *Cache) offerReadyLocked(e *cacheEntry) bool {
-	if c.closed || e.charge == "" || e.wants {
+	if c.closed || !e.chargedLocked() || e.wants {
 		return false
 	}
 	if !e.evictable() {
@@ -101,13 +117,14 @@ type dropper struct{ c weak.Pointer[Cache] }
 
 var _ owners.ChargeOwner = dropper{}
 
-// DrainOffers hands the offers and withdrawals recorded since the last
-// drain to sink (on the runtime's goroutine; no user code runs): an entry
-// meant to be offered is offered, with its use count and a new stamp (it
-// was used since its last offer, or never offered); one not meant to be
-// offered whose charge the ledger has offered is withdrawn; an entry
-// leaving the cache, or whose offer came back to where the ledger has it,
-// sends nothing.
+// DrainOffers hands the takes, offers and withdrawals recorded since the
+// last drain to sink (on the runtime's goroutine; no user code runs): an
+// entry taken since is touched (its charges rank as of now, in take
+// order); an entry meant to be offered is offered, with its frequency
+// (freq) (it was used since its last offer, or never offered); one not
+// meant to be offered whose charge the ledger has offered is withdrawn;
+// an entry leaving the cache, or whose offer came back to where the
+// ledger has it, sends nothing.
 func (d dropper) DrainOffers(sink owners.OfferSink) {
 	c := d.c.Value()
 	if c == nil {
@@ -120,17 +137,26 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 	for i, e := range c.pending {
 		c.pending[i] = nil
 		e.pending = false
+		leaving := c.closed || e.retiring.Load() || e.detached.Load()
+		if e.touched {
+			e.touched = false
+			for _, ch := range e.charges() {
+				if ch != "" && !leaving {
+					sink.Touch(e.takeSeq, c.owner, ch)
+				}
+			}
+		}
 		switch {
-		case c.closed || e.retiring.Load() || e.detached.Load():
+		case leaving:
 			// Leaving: its release settles the charge.
 		case e.wants:
 			e.offered = true
 			if c.demotable(e) {
-				sink.OfferDemotable(e.seq, c.owner, e.charge, e.uses)
+				sink.OfferDemotable(e.seq, c.owner, e.charge, c.freq(e))
 				continue
 			}
 			for _, ch := range e.charges() {
-				sink.Offer(e.seq, c.owner, ch, e.uses)
+				sink.Offer(e.seq, c.owner, ch, c.freq(e))
 			}
 		case e.offered:
 			e.offered = false
@@ -140,6 +166,17 @@ func (d dropper) DrainOffers(sink owners.OfferSink) {
 		}
 	}
 	c.pending = c.pending[:0]
+}
+
+// freq is the frequency an offer of e carries: its use count when the
+// cache ranks by frequency ([Options].Frequency), 1 otherwise (every
+// entry was taken at least once), so that the cache's entries rank
+// among themselves by their last take alone (c.mu held).
+func (c *Cache) freq(e *cacheEntry) int64 {
+	if c.frequency {
+		return e.uses
+	}
+	return 1
 }
 
 // DropCharge drops the entry whose charge a plan evicts: an idle entry
@@ -220,7 +257,7 @@ func (c *Cache) leaveBookLocked(e *cacheEntry, settle func(error)) bool {
 		// the next drain withdraws them (withdrawing a charge again
 		// changes nothing).
 		e.wants = false
-		if e.split != nil && e.offered {
+		if len(e.charges()) > 1 && e.offered {
 			c.markLocked(e)
 		} else {
 			e.offered = false
@@ -326,6 +363,11 @@ func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string,
 	ch, err := rt.Charges(ctx, loc, owner)
 	if err != nil {
 		return false, err
+	}
+	if !ch.HasBudget {
+		if err := budget.AccountingOverflow(ch.Location, ch.UsedBytes, ch.ReservedBytes, bytes); err != nil {
+			return false, err // no budget to be short of: one rule with the ledger's
+		}
 	}
 	be := &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
 	if ch.HasBudget && bytes > ch.BudgetBytes {

@@ -402,7 +402,7 @@ func TestLoadedModelList(t *testing.T) {
 	es := c.Entries()
 	require.Len(t, es, 2)
 	assert.Equal(t, "a", es[0].Key)
-	assert.Equal(t, budget.CacheReady, es[0].State)
+	assert.Equal(t, cache.EntryReady, es[0].State)
 	assert.EqualValues(t, 20, es[0].Bytes)
 	assert.Zero(t, es[0].Leases)
 	assert.Equal(t, clk.Now().Add(keep), es[0].Expiry)

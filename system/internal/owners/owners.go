@@ -78,11 +78,19 @@ type Runtime interface {
 	// Refusal is the runtime's refusal of any call now (fatal, closed),
 	// or ctx.Err(); nil when a call may go ahead.
 	Refusal(ctx context.Context) error
-	// Wait queues the caller described by spec in the runtime's wait
-	// queue and calls try on each of its turns until try reports done,
-	// ctx ends (ctx.Err()) or the runtime closes (ErrClosed). A full
-	// queue refuses at once (*budget.QueueFullError).
-	Wait(ctx context.Context, spec budget.WaitSpec, try func() (done bool, err error)) error
+	// Wait calls try at once, unless waiters ahead of spec hold it up
+	// (budget.WaitQueue.Ahead); if that try is refused (not done), or
+	// was not made, it queues the caller described by spec in the
+	// runtime's wait queue and calls try on each of its turns until try
+	// reports done, ctx ends (ctx.Err()) or the runtime closes
+	// (ErrClosed). A full queue refuses at once (*budget.QueueFullError).
+	// notify (nil: none) is told when it is queued and after each
+	// refused turn.
+	Wait(ctx context.Context, spec budget.WaitSpec, notify func(budget.WaitState), try func() (done bool, err error)) error
+	// WaitersAhead returns how many callers waiting for room hold up a
+	// new call described by spec (budget.WaitQueue.Ahead): a call that
+	// needs room does not take it ahead of them.
+	WaitersAhead(spec budget.WaitSpec) int
 	// RoomMade tells the wait queue that room may have been made outside
 	// the ledger (an owner's idle state became evictable). Never blocks.
 	RoomMade()
@@ -127,6 +135,10 @@ type OfferSink interface {
 	// location's spill target (ChargeDemoter).
 	OfferDemotable(seq uint64, owner, charge string, freq int64)
 	Withdraw(seq uint64, owner, charge string)
+	// Touch records that a lease was taken on the charge's entry (a load
+	// settled, a hit): its next offer ranks it as of the touch, after
+	// every charge touched before it.
+	Touch(seq uint64, owner, charge string)
 }
 
 // WaitConfig is what a system.WaitOption sets: whether to wait for room,
@@ -137,6 +149,9 @@ type WaitConfig struct {
 	Wait   bool
 	Class  int
 	Bypass bool
+	// Notify (nil: none) is told each time the caller is queued or a try
+	// of it is refused while it waits.
+	Notify func(budget.WaitState)
 }
 
 var of func(sys any) Runtime
