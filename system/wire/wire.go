@@ -146,10 +146,10 @@ func Text(p *string) string {
 	return *p
 }
 
-// locationLess orders location names as snapshots do: pageable-host,
+// LocationLess orders location names as snapshots do: pageable-host,
 // pinned-host, cuda:0, cuda:1, … (numeric), node-qualified names after
 // unqualified ones, by node. Malformed names sort last, by string.
-func locationLess(a, b string) bool {
+func LocationLess(a, b string) bool {
 	la, ea := cuda.ParseLocationName(a)
 	lb, eb := cuda.ParseLocationName(b)
 	switch {
@@ -173,5 +173,5 @@ func locationLess(a, b string) bool {
 // SortLocations sorts location names in the order of a snapshot's
 // locations: pageable-host, pinned-host, cuda:0, cuda:1, … (numeric).
 func SortLocations(names []string) {
-	sort.Slice(names, func(i, j int) bool { return locationLess(names[i], names[j]) })
+	sort.Slice(names, func(i, j int) bool { return LocationLess(names[i], names[j]) })
 }
