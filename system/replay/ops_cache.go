@@ -441,4 +441,4 @@ func parseCacheRelease(o *Op, f *jsonline.Fields) {
 }
 
 // CacheStatsOf is st in the JSON form of a cache_stats op's statistics.
-func CacheStatsOf(st cache.Stats) *CacheStats { return wire.CacheStatsOf(st) }
+func CacheStatsOf(st cache.Stats) *wire.CacheStats { return wire.CacheStatsOf(st) }

@@ -18,20 +18,20 @@ import (
 // version after it, then at most one payload (or the error). Field order
 // is the order of the JSON contract.
 type Result struct {
-	Line         int           `json:"line"`
-	Op           string        `json:"op"`
-	OK           bool          `json:"ok"`
-	StateVersion uint64        `json:"state_version"`
-	Error        *Error        `json:"error,omitempty"`
-	Explanation  *Explanation  `json:"explanation,omitempty"`
-	Report       *Report       `json:"report,omitempty"`
-	Decision     *Decision     `json:"decision,omitempty"`
-	Snapshot     *Snapshot     `json:"snapshot,omitempty"`
-	Trace        *[]Transition `json:"trace,omitempty"`
-	Load         *Load         `json:"load,omitempty"`
-	Evicted      *bool         `json:"evicted,omitempty"`
-	Stats        *CacheStats   `json:"stats,omitempty"`
-	Staging      *Staging      `json:"staging,omitempty"`
+	Line         int              `json:"line"`
+	Op           string           `json:"op"`
+	OK           bool             `json:"ok"`
+	StateVersion uint64           `json:"state_version"`
+	Error        *Error           `json:"error,omitempty"`
+	Explanation  *Explanation     `json:"explanation,omitempty"`
+	Report       *wire.Report     `json:"report,omitempty"`
+	Decision     *Decision        `json:"decision,omitempty"`
+	Snapshot     *Snapshot        `json:"snapshot,omitempty"`
+	Trace        *[]Transition    `json:"trace,omitempty"`
+	Load         *Load            `json:"load,omitempty"`
+	Evicted      *bool            `json:"evicted,omitempty"`
+	Stats        *wire.CacheStats `json:"stats,omitempty"`
+	Staging      *Staging         `json:"staging,omitempty"`
 	// TaskTransitions: the write pipeline's task moves during a staging
 	// op (staging_ops.go), shown whatever the op's outcome.
 	TaskTransitions []TaskTransition `json:"task_transitions,omitempty"`
@@ -71,23 +71,13 @@ type (
 // Marshal is [wire.Marshal]: json.Marshal without HTML escaping.
 func Marshal(v any) ([]byte, error) { return wire.Marshal(v) }
 
-// The JSON shapes of the replay output's records, declared once in
-// package wire.
+// The replay output's records, by their names in package wire.
 type (
-	Action                  = wire.Action
-	Reservation             = wire.Reservation
-	Plan                    = wire.Plan
-	Explanation             = wire.Explanation
-	Transition              = wire.Transition
-	Report                  = wire.Report
-	Eviction                = wire.Eviction
-	Decision                = wire.Decision
-	SnapshotReservation     = wire.SnapshotReservation
-	SnapshotLocation        = wire.SnapshotLocation
-	SnapshotMaterialization = wire.SnapshotMaterialization
-	SnapshotValue           = wire.SnapshotValue
-	Snapshot                = wire.Snapshot
-	CacheStats              = wire.CacheStats
+	Action      = wire.Action
+	Explanation = wire.Explanation
+	Transition  = wire.Transition
+	Decision    = wire.Decision
+	Snapshot    = wire.Snapshot
 )
 
 var nullable = wire.Nullable
@@ -96,10 +86,10 @@ var nullable = wire.Nullable
 func ActionOf(a system.Action) Action { return wire.ActionOf(a) }
 
 // PlanOf is p in the JSON form of a decision's plan.
-func PlanOf(p system.Plan) Plan { return wire.PlanOf(p) }
+func PlanOf(p system.Plan) wire.Plan { return wire.PlanOf(p) }
 
 // ReservationOf is r in the JSON form of a plan's reservation.
-func ReservationOf(r system.ReservationSpec) Reservation { return wire.ReservationOf(r) }
+func ReservationOf(r system.ReservationSpec) wire.Reservation { return wire.ReservationOf(r) }
 
 func (r *Runner) detail(t system.Transition) string {
 	if r == nil {
@@ -114,8 +104,8 @@ func (r *Runner) Transitions(ts []system.Transition) []Transition {
 	return wire.TransitionsOf(ts, r.detail)
 }
 
-func (r *Runner) toReport(rep system.Report) *Report {
-	return &Report{Transitions: r.Transitions(rep.Transitions)}
+func (r *Runner) toReport(rep system.Report) *wire.Report {
+	return &wire.Report{Transitions: r.Transitions(rep.Transitions)}
 }
 
 func (r *Runner) toDecision(d system.Decision) *Decision { return wire.DecisionOf(d) }

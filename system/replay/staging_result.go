@@ -17,10 +17,10 @@ type TaskTransition struct {
 
 // Staging is the payload of a staging op's result.
 type Staging struct {
-	Step  *StagedStep   `json:"step,omitempty"`
-	Row   *Row          `json:"row,omitempty"`
-	State *string       `json:"state,omitempty"`
-	Stats *StagingStats `json:"stats,omitempty"`
+	Step  *StagedStep        `json:"step,omitempty"`
+	Row   *Row               `json:"row,omitempty"`
+	State *string            `json:"state,omitempty"`
+	Stats *wire.StagingStats `json:"stats,omitempty"`
 }
 
 type StagedStep struct {
@@ -38,11 +38,8 @@ type Row struct {
 	Value *int   `json:"value"`
 }
 
-// StagingStats is the write pipeline's statistics ([wire.StagingStats]).
-type StagingStats = wire.StagingStats
-
-func (r *Runner) toStagingStats(st staging.Stats) *StagingStats {
-	out := &StagingStats{
+func (r *Runner) toStagingStats(st staging.Stats) *wire.StagingStats {
+	out := &wire.StagingStats{
 		Slots: st.Slots, FreeSlots: st.FreeSlots, SlotHolders: st.SlotHolders, SlotClaims: st.SlotClaims, SlotWaits: st.SlotWaits,
 		CloneBytes: st.CloneBytes, CloneBudgetBytes: st.CloneBudgetBytes, PeakCloneBytes: st.PeakCloneBytes,
 		Flushes: st.Flushes,
