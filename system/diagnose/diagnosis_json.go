@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/residency-go/residency/internal/planjson"
-	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/wire"
 )
 
 // The JSON form of a diagnosis ([Diagnosis.MarshalJSON]; `demo diagnose
@@ -92,27 +91,27 @@ type figureJSON struct {
 }
 
 type endpointJSON struct {
-	Value            string                    `json:"value"`
-	Location         *string                   `json:"location"`
-	Live             bool                      `json:"live"`
-	Gone             *string                   `json:"gone"`
-	Bytes            int64                     `json:"bytes"`
-	ReplicaMode      *string                   `json:"replica_mode"` // null when not live
-	Recoverable      bool                      `json:"recoverable"`
-	HasSource        bool                      `json:"has_source"`
-	SourceLocation   *string                   `json:"source_location"`
-	Materializations []snapMaterializationJSON `json:"materializations"`
-	AtLocation       *snapMaterializationJSON  `json:"at_location"`
+	Value            string                         `json:"value"`
+	Location         *string                        `json:"location"`
+	Live             bool                           `json:"live"`
+	Gone             *string                        `json:"gone"`
+	Bytes            int64                          `json:"bytes"`
+	ReplicaMode      *string                        `json:"replica_mode"` // null when not live
+	Recoverable      bool                           `json:"recoverable"`
+	HasSource        bool                           `json:"has_source"`
+	SourceLocation   *string                        `json:"source_location"`
+	Materializations []wire.SnapshotMaterialization `json:"materializations"`
+	AtLocation       *wire.SnapshotMaterialization  `json:"at_location"`
 }
 
 type locationNowJSON struct {
-	Location       string                `json:"location"`
-	BudgetBytes    *int64                `json:"budget_bytes"`
-	UsedBytes      int64                 `json:"used_bytes"`
-	TemporaryBytes int64                 `json:"temporary_bytes"`
-	ReservedBytes  int64                 `json:"reserved_bytes"`
-	PeakBytes      int64                 `json:"peak_bytes"`
-	Reservations   []snapReservationJSON `json:"reservations"`
+	Location       string                     `json:"location"`
+	BudgetBytes    *int64                     `json:"budget_bytes"`
+	UsedBytes      int64                      `json:"used_bytes"`
+	TemporaryBytes int64                      `json:"temporary_bytes"`
+	ReservedBytes  int64                      `json:"reserved_bytes"`
+	PeakBytes      int64                      `json:"peak_bytes"`
+	Reservations   []wire.SnapshotReservation `json:"reservations"`
 }
 
 type budgetJSON struct {
@@ -137,16 +136,16 @@ type lifetimeJSON struct {
 }
 
 type protectionJSON struct {
-	Value             string                   `json:"value"`
-	Location          string                   `json:"location"`
-	UseCount          int                      `json:"use_count"`
-	HoldCount         int                      `json:"hold_count"`
-	PendingEventCount int                      `json:"pending_event_count"`
-	Leases            []lifetimeJSON           `json:"leases"`
-	Holds             []lifetimeJSON           `json:"holds"`
-	Events            []lifetimeJSON           `json:"events"`
-	Complete          bool                     `json:"complete"`
-	Now               *snapMaterializationJSON `json:"now"`
+	Value             string                        `json:"value"`
+	Location          string                        `json:"location"`
+	UseCount          int                           `json:"use_count"`
+	HoldCount         int                           `json:"hold_count"`
+	PendingEventCount int                           `json:"pending_event_count"`
+	Leases            []lifetimeJSON                `json:"leases"`
+	Holds             []lifetimeJSON                `json:"holds"`
+	Events            []lifetimeJSON                `json:"events"`
+	Complete          bool                          `json:"complete"`
+	Now               *wire.SnapshotMaterialization `json:"now"`
 }
 
 type locationBytesJSON struct {
@@ -161,32 +160,32 @@ type searchJSON struct {
 	Exhaustive           bool                `json:"exhaustive"`
 	ExpectedStateVersion uint64              `json:"expected_state_version"`
 	Detail               *string             `json:"detail"`
-	Evictions            []evictionJSON      `json:"evictions"`
-	Plan                 *planjson.Plan      `json:"plan"`
+	Evictions            []wire.Eviction     `json:"evictions"`
+	Plan                 *wire.Plan          `json:"plan"`
 	Feasible             bool                `json:"feasible"`
 	Reason               *string             `json:"reason"`
 	PredictedPeaks       []locationBytesJSON `json:"predicted_peaks"`
 }
 
 type staleJSON struct {
-	ExpectedVersion uint64           `json:"expected_version"`
-	ActualVersion   uint64           `json:"actual_version"`
-	Intervening     []transitionJSON `json:"intervening"`
-	Covered         bool             `json:"covered"`
-	Missing         uint64           `json:"missing"`
+	ExpectedVersion uint64            `json:"expected_version"`
+	ActualVersion   uint64            `json:"actual_version"`
+	Intervening     []wire.Transition `json:"intervening"`
+	Covered         bool              `json:"covered"`
+	Missing         uint64            `json:"missing"`
 }
 
 type executionJSON struct {
-	Phase                  string                `json:"phase"`
-	FailedAction           *planjson.Action      `json:"failed_action"`
-	FailedActionIndex      *int                  `json:"failed_action_index"`
-	FailedReservation      *planjson.Reservation `json:"failed_reservation"`
-	FailedReservationIndex *int                  `json:"failed_reservation_index"`
-	Committed              []transitionJSON      `json:"committed"`
-	Kept                   []string              `json:"kept"`
-	Cleaned                []string              `json:"cleaned"`
-	FailedStep             []string              `json:"failed_step"`
-	Cause                  *diagnosisJSON        `json:"cause"`
+	Phase                  string            `json:"phase"`
+	FailedAction           *wire.Action      `json:"failed_action"`
+	FailedActionIndex      *int              `json:"failed_action_index"`
+	FailedReservation      *wire.Reservation `json:"failed_reservation"`
+	FailedReservationIndex *int              `json:"failed_reservation_index"`
+	Committed              []wire.Transition `json:"committed"`
+	Kept                   []string          `json:"kept"`
+	Cleaned                []string          `json:"cleaned"`
+	FailedStep             []string          `json:"failed_step"`
+	Cause                  *diagnosisJSON    `json:"cause"`
 }
 
 func strs(ss []string) []string {
@@ -194,11 +193,6 @@ func strs(ss []string) []string {
 		return []string{}
 	}
 	return ss
-}
-
-func toMaterializationJSON(m system.MaterializationRecord) snapMaterializationJSON {
-	return snapMaterializationJSON{Location: m.Location, State: m.State.String(), ChargedBytes: m.ChargedBytes,
-		UseCount: m.UseCount, HoldCount: m.HoldCount, PendingEventCount: m.PendingEventCount}
 }
 
 func toLifetimesJSON(ls []Lifetime) []lifetimeJSON {
@@ -239,15 +233,15 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 	for _, e := range d.Endpoints {
 		ej := endpointJSON{Value: e.Value, Location: nullable(e.Location), Live: e.Live, Gone: nullable(e.Gone), Bytes: e.Bytes,
 			Recoverable: e.Recoverable, HasSource: e.HasSource, SourceLocation: nullable(e.SourceLocation),
-			Materializations: make([]snapMaterializationJSON, 0, len(e.Materializations))}
+			Materializations: make([]wire.SnapshotMaterialization, 0, len(e.Materializations))}
 		if e.Live {
 			ej.ReplicaMode = nullable(e.ReplicaMode.String())
 		}
 		for _, m := range e.Materializations {
-			ej.Materializations = append(ej.Materializations, toMaterializationJSON(m))
+			ej.Materializations = append(ej.Materializations, wire.MaterializationOf(m))
 		}
 		if e.AtLocation != nil {
-			m := toMaterializationJSON(*e.AtLocation)
+			m := wire.MaterializationOf(*e.AtLocation)
 			ej.AtLocation = &m
 		}
 		out.Endpoints = append(out.Endpoints, ej)
@@ -263,18 +257,18 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 	}
 	if s := d.Stale; s != nil {
 		out.Stale = &staleJSON{ExpectedVersion: s.ExpectedVersion, ActualVersion: s.ActualVersion,
-			Intervening: toTransitions(s.Intervening), Covered: s.Covered, Missing: s.Missing}
+			Intervening: wire.TransitionsOf(s.Intervening, nil), Covered: s.Covered, Missing: s.Missing}
 	}
 	if e := d.Execution; e != nil {
-		ej := &executionJSON{Phase: e.Phase, Committed: toTransitions(e.Committed),
+		ej := &executionJSON{Phase: e.Phase, Committed: wire.TransitionsOf(e.Committed, nil),
 			Kept: strs(e.Kept), Cleaned: strs(e.Cleaned), FailedStep: strs(e.FailedStep)}
 		if e.FailedAction != nil {
-			a := planjson.ActionOf(*e.FailedAction)
+			a := wire.ActionOf(*e.FailedAction)
 			i := e.FailedActionIndex
 			ej.FailedAction, ej.FailedActionIndex = &a, &i
 		}
 		if e.FailedReservation != nil {
-			r := planjson.ReservationOf(*e.FailedReservation)
+			r := wire.ReservationOf(*e.FailedReservation)
 			i := e.FailedReservationIndex
 			ej.FailedReservation, ej.FailedReservationIndex = &r, &i
 		}
@@ -293,13 +287,13 @@ func toBudgetJSON(b *BudgetArithmetic) *budgetJSON {
 		Charge: string(b.Charge), ChargeReason: b.ChargeReason}
 	if l := b.Now; l != nil {
 		n := &locationNowJSON{Location: l.Location, UsedBytes: l.UsedBytes, TemporaryBytes: l.TemporaryBytes,
-			ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]snapReservationJSON, 0, len(l.Reservations))}
+			ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes, Reservations: make([]wire.SnapshotReservation, 0, len(l.Reservations))}
 		if l.HasBudget {
 			v := l.BudgetBytes
 			n.BudgetBytes = &v
 		}
 		for _, r := range l.Reservations {
-			n.Reservations = append(n.Reservations, snapReservationJSON{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
+			n.Reservations = append(n.Reservations, wire.SnapshotReservation{Name: r.Name, Bytes: r.Bytes, Owner: nullable(r.Owner)})
 		}
 		bj.Now = n
 	}
@@ -311,7 +305,7 @@ func toProtectionJSON(p *ProtectionOwners) *protectionJSON {
 		PendingEventCount: p.PendingEventCount, Leases: toLifetimesJSON(p.Leases), Holds: toLifetimesJSON(p.Holds),
 		Events: toLifetimesJSON(p.Events), Complete: p.Complete}
 	if p.Now != nil {
-		m := toMaterializationJSON(*p.Now)
+		m := wire.MaterializationOf(*p.Now)
 		pj.Now = &m
 	}
 	return pj
@@ -319,17 +313,17 @@ func toProtectionJSON(p *ProtectionOwners) *protectionJSON {
 
 func toSearchJSON(s *SearchEvidence) *searchJSON {
 	sj := &searchJSON{RequestName: nullable(s.RequestName), ExploredStates: s.ExploredStates, Exhaustive: s.Exhaustive,
-		ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]evictionJSON, 0, len(s.Evictions)),
+		ExpectedStateVersion: s.ExpectedStateVersion, Detail: nullable(s.Detail), Evictions: make([]wire.Eviction, 0, len(s.Evictions)),
 		Feasible: s.Feasible, Reason: nullable(s.Reason), PredictedPeaks: make([]locationBytesJSON, 0, len(s.PredictedPeaks))}
 	if s.StateLimit != 0 {
 		l := s.StateLimit
 		sj.StateLimit = &l
 	}
 	for _, e := range s.Evictions {
-		sj.Evictions = append(sj.Evictions, evictionJSON{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
+		sj.Evictions = append(sj.Evictions, wire.Eviction{Handle: e.Handle.Name, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
 	}
 	if s.Plan != nil {
-		p := planjson.PlanOf(*s.Plan)
+		p := wire.PlanOf(*s.Plan)
 		sj.Plan = &p
 	}
 	for _, p := range s.PredictedPeaks {

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/residency-go/residency/internal/planjson"
-	"github.com/residency-go/residency/system"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/residency-go/residency/internal/jsonerr"
+	"github.com/residency-go/residency/system"
+	"github.com/residency-go/residency/system/wire"
 )
 
 // DecodeEvidence reads the JSON-lines output of the replay CLI
@@ -63,13 +63,13 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 				ev.Op = Operation{Kind: res.Op}
 				if lastDecide != nil && lastDecide.Decision != nil {
 					if _, stale := ev.Err.(*system.StaleStateError); stale || res.Op == "enter" {
-						d := lastDecide.Decision.decision()
+						d := lastDecide.Decision.System()
 						ev.Decision = &d
 					}
 				}
 				if lastExplain != nil && lastExplain.Explanation != nil {
 					if _, plan := ev.Err.(*system.PlanError); plan {
-						x := lastExplain.Explanation.explanation()
+						x := lastExplain.Explanation.System()
 						ev.Explanation = &x
 					}
 				}
@@ -83,7 +83,7 @@ func DecodeEvidence(r io.Reader, line int) (Evidence, error) {
 			continue
 		}
 		if res.Snapshot != nil && ev.Snapshot.ManagerID == "" && ev.Snapshot.Locations == nil {
-			ev.Snapshot = res.Snapshot.snapshot()
+			ev.Snapshot = res.Snapshot.System()
 		}
 		if res.Trace != nil && ev.Trace == nil {
 			ev.Trace = names.transitions(*res.Trace)
@@ -141,34 +141,14 @@ type replayResult struct {
 	OK           bool                      `json:"ok"`
 	StateVersion uint64                    `json:"state_version"`
 	Error        *replayErrorJSON          `json:"error"`
-	Explanation  *explanationJSON          `json:"explanation"`
-	Decision     *decisionJSON             `json:"decision"`
-	Snapshot     *snapshotJSON             `json:"snapshot"`
+	Explanation  *wire.Explanation         `json:"explanation"`
+	Decision     *wire.Decision            `json:"decision"`
+	Snapshot     *wire.Snapshot            `json:"snapshot"`
 	Trace        *[]evidenceTransitionJSON `json:"trace"`
 }
 
-// The shapes of the replay output's objects (docs/replay.md), read from
-// evidence and written in a diagnosis's JSON form (a plan's: package
-// planjson, shared with the replay).
-
-type transitionJSON struct {
-	Version  uint64  `json:"version"`
-	Kind     string  `json:"kind"`
-	Handle   *string `json:"handle"`
-	Location *string `json:"location"`
-	Bytes    int64   `json:"bytes"`
-	Detail   string  `json:"detail"`
-}
-
-// toTransitions writes ts as they are (names and details untouched).
-func toTransitions(ts []system.Transition) []transitionJSON {
-	out := make([]transitionJSON, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, transitionJSON{Version: t.Version, Kind: t.Kind, Handle: nullable(t.Handle),
-			Location: nullable(t.Location), Bytes: t.Bytes, Detail: t.Detail})
-	}
-	return out
-}
+// The replay output's records are read in their shapes of package wire,
+// which the replay writes them in.
 
 // evidenceTransitionJSON is a transition as evidence may carry it: the
 // replay output's transition, and optionally the fields a Transition has
@@ -176,7 +156,7 @@ func toTransitions(ts []system.Transition) []transitionJSON {
 // script writes none of them (its details are the script's words); a
 // trace saved from the API does (`demo diagnose --trace`).
 type evidenceTransitionJSON struct {
-	transitionJSON
+	wire.Transition
 	ID      *uint64 `json:"id,omitempty"`
 	Lease   *uint64 `json:"lease,omitempty"`
 	Name    *string `json:"name,omitempty"`
@@ -193,7 +173,7 @@ func (t evidenceTransitionJSON) structured() bool {
 func (n *detailNames) transitions(ts []evidenceTransitionJSON) []system.Transition {
 	var out []system.Transition
 	for _, t := range ts {
-		x := system.Transition{Version: t.Version, Kind: t.Kind, Handle: str(t.Handle), Location: str(t.Location), Bytes: t.Bytes, Detail: t.Detail}
+		x := t.Transition.System()
 		if t.structured() {
 			x.ID, x.Lease, x.Name = deref(t.ID), deref(t.Lease), str(t.Name)
 			if t.Failure != nil {
@@ -279,140 +259,34 @@ func (n *detailNames) fill(t *system.Transition) {
 	}
 }
 
-type explanationJSON struct {
-	Feasible           bool             `json:"feasible"`
-	Reason             *string          `json:"reason"`
-	PredictedPeakBytes map[string]int64 `json:"predicted_peak_bytes"`
-}
-
-func (e explanationJSON) explanation() system.Explanation {
-	return system.Explanation{Feasible: e.Feasible, Reason: str(e.Reason), PredictedPeakBytes: e.PredictedPeakBytes}
-}
-
-type evictionJSON struct {
-	Handle   string `json:"handle"`
-	Location string `json:"location"`
-	Bytes    int64  `json:"bytes"`
-	Reason   string `json:"reason"`
-}
-
-type decisionJSON struct {
-	ExpectedStateVersion uint64          `json:"expected_state_version"`
-	ExploredStates       int             `json:"explored_states"`
-	Evictions            []evictionJSON  `json:"evictions"`
-	Plan                 planjson.Plan   `json:"plan"`
-	Explanation          explanationJSON `json:"explanation"`
-	Exhaustive           bool            `json:"exhaustive"`
-}
-
-func (d decisionJSON) decision() system.Decision {
-	out := system.Decision{ExpectedStateVersion: d.ExpectedStateVersion, ExploredStates: d.ExploredStates,
-		Plan: d.Plan.System(), Explanation: d.Explanation.explanation(), Exhaustive: d.Exhaustive}
-	for _, e := range d.Evictions {
-		out.Evictions = append(out.Evictions, system.Eviction{Handle: system.Handle{Name: e.Handle}, Location: e.Location, Bytes: e.Bytes, Reason: e.Reason})
-	}
-	return out
-}
-
-type snapshotJSON struct {
-	StateVersion uint64 `json:"state_version"`
-	ManagerID    string `json:"manager_id"`
-	Locations    []struct {
-		Location      string                `json:"location"`
-		BudgetBytes   *int64                `json:"budget_bytes"`
-		UsedBytes     int64                 `json:"used_bytes"`
-		ReservedBytes int64                 `json:"reserved_bytes"`
-		PeakBytes     int64                 `json:"peak_bytes"`
-		Reservations  []snapReservationJSON `json:"reservations"`
-	} `json:"locations"`
-	Values []struct {
-		Handle           string                    `json:"handle"`
-		Bytes            int64                     `json:"bytes"`
-		ReplicaMode      string                    `json:"replica_mode"`
-		HasSource        bool                      `json:"has_source"`
-		SourceLocation   *string                   `json:"source_location"`
-		Recoverable      bool                      `json:"recoverable"`
-		Materializations []snapMaterializationJSON `json:"materializations"`
-	} `json:"values"`
-}
-
-type snapReservationJSON struct {
-	Name  string  `json:"name"`
-	Bytes int64   `json:"bytes"`
-	Owner *string `json:"owner,omitempty"` // a scope or a cache
-}
-
-type snapMaterializationJSON struct {
-	Location          string `json:"location"`
-	State             string `json:"state"`
-	ChargedBytes      int64  `json:"charged_bytes"`
-	UseCount          int    `json:"use_count"`
-	HoldCount         int    `json:"hold_count"`
-	PendingEventCount int    `json:"pending_event_count"`
-}
-
-func (s snapshotJSON) snapshot() system.Snapshot {
-	out := system.Snapshot{StateVersion: s.StateVersion, ManagerID: s.ManagerID, Locations: []system.LocationRecord{}}
-	for _, l := range s.Locations {
-		r := system.LocationRecord{Location: l.Location, UsedBytes: l.UsedBytes, ReservedBytes: l.ReservedBytes, PeakBytes: l.PeakBytes}
-		if l.BudgetBytes != nil {
-			r.HasBudget, r.BudgetBytes = true, *l.BudgetBytes
-		}
-		for _, x := range l.Reservations {
-			r.Reservations = append(r.Reservations, system.ReservationRecord{Name: x.Name, Bytes: x.Bytes, Owner: str(x.Owner)})
-		}
-		out.Locations = append(out.Locations, r)
-	}
-	for _, v := range s.Values {
-		r := system.ValueRecord{Handle: system.Handle{Manager: s.ManagerID, Name: v.Handle}, Bytes: v.Bytes, HasSource: v.HasSource,
-			SourceLocation: str(v.SourceLocation), Recoverable: v.Recoverable}
-		if v.ReplicaMode == "replicable" {
-			r.ReplicaMode = system.Replicable
-		}
-		for _, m := range v.Materializations {
-			st := system.Resident
-			switch m.State {
-			case "entering":
-				st = system.Entering
-			case "leaving":
-				st = system.Leaving
-			}
-			r.Materializations = append(r.Materializations, system.MaterializationRecord{Location: m.Location, State: st, ChargedBytes: m.ChargedBytes,
-				UseCount: m.UseCount, HoldCount: m.HoldCount, PendingEventCount: m.PendingEventCount})
-		}
-		out.Values = append(out.Values, r)
-	}
-	return out
-}
-
 // replayErrorJSON is the replay output's error object: type, message and
 // the type's own fields. A plan execution error's cause is an error object
 // of the same form; evidence written before causes carried their fields
 // has the cause's type and message only.
 type replayErrorJSON struct {
-	Type                   string                `json:"type"`
-	Message                string                `json:"message"`
-	Location               *string               `json:"location"`
-	BudgetBytes            int64                 `json:"budget_bytes"`
-	UsedBytes              int64                 `json:"used_bytes"`
-	ReservedBytes          int64                 `json:"reserved_bytes"`
-	RequestedBytes         int64                 `json:"requested_bytes"`
-	Reason                 *string               `json:"reason"`
-	RequestName            *string               `json:"request_name"`
-	StateLimit             int                   `json:"state_limit"`
-	ExploredStates         int                   `json:"explored_states"`
-	Detail                 *string               `json:"detail"`
-	ExpectedVersion        *uint64               `json:"expected_version"`
-	ActualVersion          uint64                `json:"actual_version"`
-	Handle                 *string               `json:"handle"`
-	UseCount               int                   `json:"use_count"`
-	HoldCount              int                   `json:"hold_count"`
-	PendingEventCount      int                   `json:"pending_event_count"`
-	Phase                  *string               `json:"phase"`
-	FailedAction           *planjson.Action      `json:"failed_action"`
-	FailedActionIndex      *int                  `json:"failed_action_index"`
-	FailedReservation      *planjson.Reservation `json:"failed_reservation"`
-	FailedReservationIndex *int                  `json:"failed_reservation_index"`
+	Type                   string            `json:"type"`
+	Message                string            `json:"message"`
+	Location               *string           `json:"location"`
+	BudgetBytes            int64             `json:"budget_bytes"`
+	UsedBytes              int64             `json:"used_bytes"`
+	ReservedBytes          int64             `json:"reserved_bytes"`
+	RequestedBytes         int64             `json:"requested_bytes"`
+	Reason                 *string           `json:"reason"`
+	RequestName            *string           `json:"request_name"`
+	StateLimit             int               `json:"state_limit"`
+	ExploredStates         int               `json:"explored_states"`
+	Detail                 *string           `json:"detail"`
+	ExpectedVersion        *uint64           `json:"expected_version"`
+	ActualVersion          uint64            `json:"actual_version"`
+	Handle                 *string           `json:"handle"`
+	UseCount               int               `json:"use_count"`
+	HoldCount              int               `json:"hold_count"`
+	PendingEventCount      int               `json:"pending_event_count"`
+	Phase                  *string           `json:"phase"`
+	FailedAction           *wire.Action      `json:"failed_action"`
+	FailedActionIndex      *int              `json:"failed_action_index"`
+	FailedReservation      *wire.Reservation `json:"failed_reservation"`
+	FailedReservationIndex *int              `json:"failed_reservation_index"`
 	PartialReport          *struct {
 		Transitions []evidenceTransitionJSON `json:"transitions"`
 	} `json:"partial_report"`
@@ -502,17 +376,7 @@ func (e *replayError) Error() string { return e.msg }
 // ErrorClass is the class the replay output named.
 func (e *replayError) ErrorClass() system.ErrorKind { return e.kind }
 
-// nullable returns nil (JSON null) for an empty string.
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
+var (
+	nullable = wire.Nullable
+	str      = wire.Text
+)

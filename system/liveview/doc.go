@@ -29,7 +29,7 @@
 //	/caches        the loader caches given with [WithCache], as JSON:
 //	               {"caches": [{"owner": …, "stats": …, "entries": […]}, …]}:
 //	               each cache's statistics (Cache.Statistics) in the form
-//	               of replay's cache_stats op ([replay.CacheStatsOf]), or
+//	               of replay's cache_stats op ([wire.CacheStatsOf]), or
 //	               "error" in their place when they could not be read, and
 //	               its entries (Cache.Entries), by key: "key", "state"
 //	               ("loading" or "ready"), "bytes", "leases", "pins",
@@ -41,7 +41,7 @@
 //	               JSON: {"pipelines": [{"pipeline": n, "stats": …}, …]},
 //	               n the pipeline's position among those given, stats its
 //	               Pipeline.Stats in the form of replay's staging_stats op
-//	               ([replay.StagingStats]): slots, free and held; the clone
+//	               ([wire.StagingStats]): slots, free and held; the clone
 //	               budget's bytes in use, peak and cap; live tasks per
 //	               state ("tasks": PENDING, QUEUED, COPYING, HOST_READY,
 //	               zeros included); drops
@@ -71,12 +71,12 @@
 // [system.Snapshot] has no JSON form of its own (its states and replica
 // modes are Go enums), so /snapshot and /trace use the form the replay
 // format already defines for its snapshot and trace ops, in the
-// runtime's words: [replay.SnapshotOf] and [replay.TransitionsOf],
-// encoded by [replay.Marshal] (docs/replay.md lists the fields). That is
+// runtime's words: [wire.SnapshotOf] and [wire.TransitionsOf],
+// encoded by [wire.Marshal] (docs/replay.md lists the fields). That is
 // what `demo replay --json` prints for a snapshot op, so one decoder
 // reads both. A snapshot body is exactly
 //
-//	replay.Marshal(replay.SnapshotOf(snap))
+//	wire.Marshal(wire.SnapshotOf(snap, nil))
 //
 // for the snapshot snap at the state version the body names
 // ("state_version").

@@ -11,7 +11,7 @@ import (
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
-	"github.com/residency-go/residency/system/replay"
+	"github.com/residency-go/residency/system/wire"
 )
 
 // The feeds of the options: /caches (WithCache), /pipelines
@@ -21,10 +21,10 @@ import (
 // statistics in the form of replay's cache_stats op, or why they could
 // not be read, and its entries.
 type cacheView struct {
-	Owner   string             `json:"owner"`
-	Stats   *replay.CacheStats `json:"stats"`
-	Error   string             `json:"error,omitempty"`
-	Entries []cacheEntry       `json:"entries"`
+	Owner   string           `json:"owner"`
+	Stats   *wire.CacheStats `json:"stats"`
+	Error   string           `json:"error,omitempty"`
+	Entries []cacheEntry     `json:"entries"`
 }
 
 // cacheEntry is the JSON form of one entry of a loader cache on /caches
@@ -83,7 +83,7 @@ func (h *handler) cacheStats(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			v.Error = err.Error()
 		} else {
-			v.Stats = replay.CacheStatsOf(st)
+			v.Stats = wire.CacheStatsOf(st)
 		}
 		es := c.Entries()
 		v.Entries = make([]cacheEntry, 0, len(es))
@@ -100,27 +100,27 @@ func (h *handler) cacheStats(w http.ResponseWriter, r *http.Request) {
 // pipelineView is one pipeline on /pipelines: its position among those
 // given with WithPipeline, and its counters.
 type pipelineView struct {
-	Pipeline int                  `json:"pipeline"`
-	Stats    *replay.StagingStats `json:"stats"`
+	Pipeline int                `json:"pipeline"`
+	Stats    *wire.StagingStats `json:"stats"`
 }
 
 // liveTaskStates are the states a live task can be in, in chain order.
 var liveTaskStates = []staging.TaskState{staging.Pending, staging.Queued, staging.Copying, staging.HostReady}
 
 // pipelineStatsOf is st in the JSON form /pipelines serves: the form of
-// replay's staging_stats op (replay.StagingStats), with the live tasks
+// replay's staging_stats op (wire.StagingStats), with the live tasks
 // per state in chain order (pending, queued, copying, host_ready, zeros
 // included), the drops by reason (the gpu-budget and location-budget
 // reasons first, zeros included, then any other in name order) and the
 // failure's message (null while healthy).
-func pipelineStatsOf(st staging.Stats) *replay.StagingStats {
-	out := &replay.StagingStats{
+func pipelineStatsOf(st staging.Stats) *wire.StagingStats {
+	out := &wire.StagingStats{
 		Slots: st.Slots, FreeSlots: st.FreeSlots, SlotHolders: st.SlotHolders, SlotClaims: st.SlotClaims, SlotWaits: st.SlotWaits,
 		CloneBytes: st.CloneBytes, CloneBudgetBytes: st.CloneBudgetBytes, PeakCloneBytes: st.PeakCloneBytes,
 		Flushes: st.Flushes, Opened: st.Opened, Written: st.Written, Failed: st.Failed,
 		StepsStaged: st.StepsStaged, LiveSteps: st.LiveSteps, CommittedBytes: st.CommittedBytes,
-		Drops: replay.Object{{Key: staging.DropBudget, Value: st.Drops[staging.DropBudget]}, {Key: staging.DropLocation, Value: st.Drops[staging.DropLocation]}},
-		Tasks: make(replay.Object, 0, len(liveTaskStates)),
+		Drops: wire.Object{{Key: staging.DropBudget, Value: st.Drops[staging.DropBudget]}, {Key: staging.DropLocation, Value: st.Drops[staging.DropLocation]}},
+		Tasks: make(wire.Object, 0, len(liveTaskStates)),
 	}
 	var other []string
 	for reason := range st.Drops {
@@ -130,10 +130,10 @@ func pipelineStatsOf(st staging.Stats) *replay.StagingStats {
 	}
 	slices.Sort(other)
 	for _, reason := range other {
-		out.Drops = append(out.Drops, replay.Field{Key: reason, Value: st.Drops[reason]})
+		out.Drops = append(out.Drops, wire.Field{Key: reason, Value: st.Drops[reason]})
 	}
 	for _, s := range liveTaskStates {
-		out.Tasks = append(out.Tasks, replay.Field{Key: s.String(), Value: st.Tasks[s]})
+		out.Tasks = append(out.Tasks, wire.Field{Key: s.String(), Value: st.Tasks[s]})
 	}
 	if st.Failure != nil {
 		msg := st.Failure.Error()

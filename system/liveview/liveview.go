@@ -10,7 +10,7 @@ import (
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
-	"github.com/residency-go/residency/system/replay"
+	"github.com/residency-go/residency/system/wire"
 )
 
 //go:embed web
@@ -20,8 +20,8 @@ var webFiles embed.FS
 type Option func(*config)
 
 type config struct {
-	snapshot  func(system.Snapshot) *replay.Snapshot
-	trace     func([]system.Transition) []replay.Transition
+	snapshot  func(system.Snapshot) *wire.Snapshot
+	trace     func([]system.Transition) []wire.Transition
 	caches    []*cache.Cache
 	pipelines []*staging.Pipeline
 	evidence  func() (diagnose.Evidence, bool)
@@ -77,14 +77,14 @@ func WithEvidence(last func() (diagnose.Evidence, bool)) Option {
 }
 
 // WithJSON renders /snapshot and /trace with snapshot and trace instead
-// of [replay.SnapshotOf] and [replay.TransitionsOf]: a program that names
+// of [wire.SnapshotOf] and [wire.TransitionsOf]: a program that names
 // things in its own words (a replay script's runner, whose
 // Runner.Snapshot and Runner.Transitions name reservations, leases and
 // holds as the script does) shows them in those words. The forms stay
 // replay's, which the page reads. Either may be nil for the default. They
 // are called from the request's goroutine, one call per request, possibly
 // concurrently.
-func WithJSON(snapshot func(system.Snapshot) *replay.Snapshot, trace func([]system.Transition) []replay.Transition) Option {
+func WithJSON(snapshot func(system.Snapshot) *wire.Snapshot, trace func([]system.Transition) []wire.Transition) Option {
 	return func(c *config) {
 		if snapshot != nil {
 			c.snapshot = snapshot
@@ -103,7 +103,7 @@ func Handler(sys *system.System, opts ...Option) (http.Handler, error) {
 	if sys == nil {
 		return nil, &system.InvalidInputError{Message: "liveview: the runtime is nil"}
 	}
-	c := config{snapshot: replay.SnapshotOf, trace: replay.TransitionsOf}
+	c := config{snapshot: snapshotOf, trace: transitionsOf}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -183,12 +183,12 @@ func (h *handler) traceRing(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, struct {
-		Trace []replay.Transition `json:"trace"`
+		Trace []wire.Transition `json:"trace"`
 	}{h.cfg.trace(tr)})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
-	b, err := replay.Marshal(v)
+	b, err := wire.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -197,3 +197,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(b)
 }
+
+// snapshotOf and transitionsOf are the default JSON forms: the runtime's
+// own words.
+func snapshotOf(s system.Snapshot) *wire.Snapshot { return wire.SnapshotOf(s, nil) }
+
+func transitionsOf(ts []system.Transition) []wire.Transition { return wire.TransitionsOf(ts, nil) }

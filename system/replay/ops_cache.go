@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/residency-go/residency/internal/jsonline"
+	"github.com/residency-go/residency/system/wire"
 	"sort"
 	"strconv"
 	"strings"
@@ -300,7 +301,7 @@ func (r *Runner) execCacheStats(ctx context.Context, o Op, res *Result) (bool, e
 	if err != nil {
 		return true, err
 	}
-	res.Stats = toCacheStats(st)
+	res.Stats = wire.CacheStatsOf(st)
 	return true, nil
 }
 
@@ -333,57 +334,26 @@ type Load struct {
 	Warm bool `json:"warm,omitempty"`
 }
 
-type CacheStats struct {
-	Location              string `json:"location"`
-	BudgetBytes           *int64 `json:"budget_bytes"`
-	ReservedBytes         int64  `json:"reserved_bytes"`
-	Resources             int    `json:"resources"`
-	Evictions             uint64 `json:"evictions"`
-	LocationUsedBytes     int64  `json:"location_used_bytes"`
-	LocationReservedBytes int64  `json:"location_reserved_bytes"`
-	// A cache opened with spill (absent when zero): the demoted copies
-	// kept now and their bytes, entries demoted, demotions whose copy
-	// failed, loads started from a copy.
-	Demoted          int    `json:"demoted,omitempty"`
-	DemotedBytes     int64  `json:"demoted_bytes,omitempty"`
-	Demotions        uint64 `json:"demotions,omitempty"`
-	DemotionFailures uint64 `json:"demotion_failures,omitempty"`
-	WarmStarts       uint64 `json:"warm_starts,omitempty"`
-}
-
-func toCacheStats(st cache.Stats) *CacheStats {
-	out := &CacheStats{
-		Location: st.Location, ReservedBytes: st.ReservedBytes, Resources: st.Resources, Evictions: st.Evictions,
-		LocationUsedBytes: st.LocationUsedBytes, LocationReservedBytes: st.LocationReservedBytes,
-		Demoted: st.Demoted, DemotedBytes: st.DemotedBytes, Demotions: st.Demotions, DemotionFailures: st.DemotionFailures, WarmStarts: st.WarmStarts,
-	}
-	if st.HasBudget {
-		b := st.BudgetBytes
-		out.BudgetBytes = &b
-	}
-	return out
-}
-
 // cacheErrorFields are the JSON fields of the cache's errors.
 func (r *Runner) cacheErrorFields(e error) []Field {
 	switch x := e.(type) {
 	case *system.CacheBusyError:
 		var refusal any
 		if b := x.Refusal; b != nil {
-			refusal = Object{{"location", b.Location}, {"budget_bytes", b.BudgetBytes}, {"used_bytes", b.UsedBytes},
-				{"reserved_bytes", b.ReservedBytes}, {"requested_bytes", b.RequestedBytes}}
+			refusal = Object{{Key: "location", Value: b.Location}, {Key: "budget_bytes", Value: b.BudgetBytes}, {Key: "used_bytes", Value: b.UsedBytes},
+				{Key: "reserved_bytes", Value: b.ReservedBytes}, {Key: "requested_bytes", Value: b.RequestedBytes}}
 		}
-		return []Field{{"key", nullable(x.Key)}, {"location", x.Location}, {"refusal", refusal}}
+		return []Field{{Key: "key", Value: nullable(x.Key)}, {Key: "location", Value: x.Location}, {Key: "refusal", Value: refusal}}
 	case *system.CacheLoadError:
 		var cause, panicked any
 		if x.Cause != nil {
 			typ, _ := classify(x.Cause)
-			cause = Object{{"type", typ}, {"message", x.Cause.Error()}}
+			cause = Object{{Key: "type", Value: typ}, {Key: "message", Value: x.Cause.Error()}}
 		}
 		if x.Panic != nil {
 			panicked = fmt.Sprint(x.Panic)
 		}
-		return []Field{{"key", x.Key}, {"cause", cause}, {"panic", panicked}}
+		return []Field{{Key: "key", Value: x.Key}, {Key: "cause", Value: cause}, {Key: "panic", Value: panicked}}
 	}
 	return nil
 }
@@ -471,4 +441,4 @@ func parseCacheRelease(o *Op, f *jsonline.Fields) {
 }
 
 // CacheStatsOf is st in the JSON form of a cache_stats op's statistics.
-func CacheStatsOf(st cache.Stats) *CacheStats { return toCacheStats(st) }
+func CacheStatsOf(st cache.Stats) *wire.CacheStats { return wire.CacheStatsOf(st) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/residency-go/residency/system/wire"
 
 	"github.com/residency-go/residency/internal/jsonline"
 	"github.com/residency-go/residency/system"
@@ -65,7 +66,7 @@ func (r *Runner) execExplain(ctx context.Context, o Op, res *Result) (bool, erro
 	if err != nil {
 		return true, err
 	}
-	e := r.toExplanation(ex)
+	e := wire.ExplanationOf(ex)
 	res.Explanation = &e
 	return true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/residency-go/residency/internal/jsonline"
+	"github.com/residency-go/residency/system/wire"
 	"io"
 	"slices"
 	"sort"
@@ -438,7 +439,7 @@ func readLocations(f *jsonline.Fields, key string) []locationSpec {
 		}
 		out = append(out, ls)
 	}
-	sort.Slice(out, func(i, j int) bool { return locationLess(out[i].name, out[j].name) })
+	sort.Slice(out, func(i, j int) bool { return wire.LocationLess(out[i].name, out[j].name) })
 	return out
 }
 
@@ -476,32 +477,6 @@ func readSpill(f *jsonline.Fields, key string) map[string]string {
 	return out
 }
 
-// locationLess orders location names as snapshots do: pageable-host,
-// pinned-host, cuda:0, cuda:1, … (numeric), node-qualified names after
-// unqualified ones, by node. Malformed names sort last, by string.
-func locationLess(a, b string) bool {
-	la, ea := cuda.ParseLocationName(a)
-	lb, eb := cuda.ParseLocationName(b)
-	switch {
-	case ea != nil || eb != nil:
-		if (ea == nil) != (eb == nil) {
-			return ea == nil
-		}
-		return a < b
-	case la.Node != lb.Node:
-		if (la.Node == "") != (lb.Node == "") {
-			return la.Node == ""
-		}
-		return la.Node < lb.Node
-	case la.Kind != lb.Kind:
-		return la.Kind < lb.Kind
-	default:
-		return la.Device < lb.Device
-	}
-}
-
 // SortLocations sorts location names in the order of a snapshot's
-// locations: pageable-host, pinned-host, cuda:0, cuda:1, … (numeric).
-func SortLocations(names []string) {
-	sort.Slice(names, func(i, j int) bool { return locationLess(names[i], names[j]) })
-}
+// locations ([wire.SortLocations]).
+func SortLocations(names []string) { wire.SortLocations(names) }

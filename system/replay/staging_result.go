@@ -2,6 +2,7 @@ package replay
 
 import (
 	"github.com/residency-go/residency/staging"
+	"github.com/residency-go/residency/system/wire"
 )
 
 // The staging ops' results and errors, in the script's words.
@@ -16,10 +17,10 @@ type TaskTransition struct {
 
 // Staging is the payload of a staging op's result.
 type Staging struct {
-	Step  *StagedStep   `json:"step,omitempty"`
-	Row   *Row          `json:"row,omitempty"`
-	State *string       `json:"state,omitempty"`
-	Stats *StagingStats `json:"stats,omitempty"`
+	Step  *StagedStep        `json:"step,omitempty"`
+	Row   *Row               `json:"row,omitempty"`
+	State *string            `json:"state,omitempty"`
+	Stats *wire.StagingStats `json:"stats,omitempty"`
 }
 
 type StagedStep struct {
@@ -37,38 +38,17 @@ type Row struct {
 	Value *int   `json:"value"`
 }
 
-type StagingStats struct {
-	Slots            int     `json:"slots"`
-	FreeSlots        int     `json:"free_slots"`
-	SlotHolders      int     `json:"slot_holders"`
-	SlotClaims       int64   `json:"slot_claims"`
-	SlotWaits        int64   `json:"slot_waits"`
-	CloneBytes       int64   `json:"clone_bytes"`
-	CloneBudgetBytes int64   `json:"clone_budget_bytes"`
-	PeakCloneBytes   int64   `json:"peak_clone_bytes"`
-	Flushes          int64   `json:"flushes"`
-	Drops            Object  `json:"drops"`
-	Tasks            Object  `json:"tasks"`
-	Opened           int64   `json:"opened"`
-	Written          int64   `json:"written"`
-	Failed           int64   `json:"failed"`
-	StepsStaged      int64   `json:"steps_staged"`
-	LiveSteps        int64   `json:"live_steps"`
-	CommittedBytes   int64   `json:"committed_bytes"`
-	Failure          *string `json:"failure"`
-}
-
-func (r *Runner) toStagingStats(st staging.Stats) *StagingStats {
-	out := &StagingStats{
+func (r *Runner) toStagingStats(st staging.Stats) *wire.StagingStats {
+	out := &wire.StagingStats{
 		Slots: st.Slots, FreeSlots: st.FreeSlots, SlotHolders: st.SlotHolders, SlotClaims: st.SlotClaims, SlotWaits: st.SlotWaits,
 		CloneBytes: st.CloneBytes, CloneBudgetBytes: st.CloneBudgetBytes, PeakCloneBytes: st.PeakCloneBytes,
 		Flushes: st.Flushes,
-		Drops:   Object{{staging.DropBudget, st.Drops[staging.DropBudget]}, {staging.DropLocation, st.Drops[staging.DropLocation]}},
+		Drops:   Object{{Key: staging.DropBudget, Value: st.Drops[staging.DropBudget]}, {Key: staging.DropLocation, Value: st.Drops[staging.DropLocation]}},
 		Opened:  st.Opened, Written: st.Written, Failed: st.Failed, StepsStaged: st.StepsStaged, LiveSteps: st.LiveSteps,
 		CommittedBytes: st.CommittedBytes,
 	}
 	for _, s := range []staging.TaskState{staging.Pending, staging.Queued, staging.Copying, staging.HostReady} {
-		out.Tasks = append(out.Tasks, Field{s.String(), st.Tasks[s]})
+		out.Tasks = append(out.Tasks, Field{Key: s.String(), Value: st.Tasks[s]})
 	}
 	if st.Failure != nil {
 		out.Failure = nullable(st.Failure.Error())
@@ -146,19 +126,19 @@ func (r *Runner) stagingErrorFields(e error) []Field {
 			return nil
 		}
 		typ, _ := classify(err)
-		return Object{{"type", typ}, {"message", err.Error()}}
+		return Object{{Key: "type", Value: typ}, {Key: "message", Value: err.Error()}}
 	}
 	switch x := e.(type) {
 	case *staging.FailedError:
-		return []Field{{"task", taskField(x.Task, x.TaskName)}, {"cause", cause(x.Err)}}
+		return []Field{{Key: "task", Value: taskField(x.Task, x.TaskName)}, {Key: "cause", Value: cause(x.Err)}}
 	case *staging.DropError:
-		return []Field{{"reason", x.Reason}, {"requested_bytes", x.Requested}, {"cause", cause(x.Err)}}
+		return []Field{{Key: "reason", Value: x.Reason}, {Key: "requested_bytes", Value: x.Requested}, {Key: "cause", Value: cause(x.Err)}}
 	case *staging.AppendRefusedError:
-		return []Field{{"task", taskField(x.Task, x.TaskName)}, {"state", x.State.String()}, {"reassigned", x.Reassigned}}
+		return []Field{{Key: "task", Value: taskField(x.Task, x.TaskName)}, {Key: "state", Value: x.State.String()}, {Key: "reassigned", Value: x.Reassigned}}
 	case *staging.SlotTimeoutError:
-		return []Field{{"slots", x.Slots}, {"timeout_ms", x.Timeout.Milliseconds()}}
+		return []Field{{Key: "slots", Value: x.Slots}, {Key: "timeout_ms", Value: x.Timeout.Milliseconds()}}
 	case *staging.SlotOverflowError:
-		return []Field{{"step_bytes", x.StepBytes}, {"slot_bytes", x.SlotBytes}}
+		return []Field{{Key: "step_bytes", Value: x.StepBytes}, {Key: "slot_bytes", Value: x.SlotBytes}}
 	}
 	return nil
 }

@@ -1,9 +1,4 @@
-// Package planjson is the one JSON form of a budget plan, its actions and
-// its reservations, as the replay output (docs/replay.md) writes them and
-// a diagnosis's evidence reads and writes them. Package replay names these
-// types as its own (replay.Plan, replay.Action, replay.Reservation);
-// package diagnose encodes and decodes evidence with them.
-package planjson
+package wire
 
 import "github.com/residency-go/residency/system"
 
@@ -33,7 +28,7 @@ type Plan struct {
 
 // ActionOf is a in its JSON form.
 func ActionOf(a system.Action) Action {
-	return Action{Handle: a.Handle.Name, Location: a.Location, From: nullable(a.From), To: nullable(a.To)}
+	return Action{Handle: a.Handle.Name, Location: a.Location, From: Nullable(a.From), To: Nullable(a.To)}
 }
 
 // ReservationOf is r in its JSON form.
@@ -63,7 +58,7 @@ func PlanOf(p system.Plan) Plan {
 // System is the action a names (its handle by name only: the JSON form
 // carries no handle id).
 func (a Action) System() system.Action {
-	return system.Action{Handle: system.Handle{Name: a.Handle}, Location: a.Location, From: str(a.From), To: str(a.To)}
+	return system.Action{Handle: system.Handle{Name: a.Handle}, Location: a.Location, From: Text(a.From), To: Text(a.To)}
 }
 
 // System is the reservation r names.
@@ -84,18 +79,4 @@ func (p Plan) System() system.Plan {
 		out.Enter = append(out.Enter, a.System())
 	}
 	return out
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
