@@ -36,7 +36,8 @@ func NewScheduler(ctx context.Context, gpuBytes int64, maxWaiting int) (*Schedul
 	if err != nil {
 		return nil, err
 	}
-	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: backend, MaxWaiters: maxWaiting})
+	// The runtime owns the backend: its Close closes the backend last.
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: backend, CloseBackend: true, MaxWaiters: maxWaiting})
 	if err != nil {
 		return nil, err
 	}
@@ -76,16 +77,9 @@ func (s *Scheduler) Resident() []string {
 	return out
 }
 
-// Close unloads every model and stops the runtime.
-func (s *Scheduler) Close(ctx context.Context) error {
-	if err := s.models.Close(ctx); err != nil {
-		return err
-	}
-	if err := s.sys.Close(ctx); err != nil {
-		return err
-	}
-	return s.sys.Backend().Close()
-}
+// Close unloads every model and stops the runtime: the runtime's Close
+// closes the caches opened on it first and its backend last.
+func (s *Scheduler) Close(ctx context.Context) error { return s.sys.Close(ctx) }
 
 // Three models of 60 bytes on two GPUs of 100: the third request waits
 // until the first, which asked to unload when done, ends; the second
