@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system/cache"
 	"github.com/residency-go/residency/system/diagnose"
@@ -95,7 +94,7 @@ func TestCacheEntries(t *testing.T) {
 		{Key: "encoder", State: "ready", Bytes: 32 << 10, Leases: 2, Pins: 1, LastUse: &at, KeepAliveNS: &keep, EvictWhenIdle: true},
 		{Key: "tokenizer", State: "loading", KeepAliveNS: &keep},
 	}, entries)
-	assert.Equal(t, budget.CacheLoading, before[2].State)
+	assert.Equal(t, cache.EntryLoading, before[2].State)
 }
 
 type pipelinesJSON struct {

@@ -271,9 +271,10 @@ func TestZeroKeepAliveUnloadsWhenTheLastRequestEnds(t *testing.T) {
 	unloaded(t, m)
 }
 
-// A request may ask its model to stay longer than the cache's keep-alive;
-// the longer one wins, and it counts from the request's end.
-func TestRequestExtendsTheModelsKeepAlive(t *testing.T) {
+// A request's keep-alive replaces the model's, longer or shorter than the
+// cache's (as Ollama adopts each request's keep_alive), and it counts
+// from the request's end.
+func TestRequestKeepAliveReplacesTheModels(t *testing.T) {
 	srv := newServer(t, 100)
 	clk := newClock()
 	keep := time.Minute
@@ -290,13 +291,12 @@ func TestRequestExtendsTheModelsKeepAlive(t *testing.T) {
 
 	clk.Advance(59 * time.Minute)
 	assert.True(t, isLoaded(m))
-	// A later request with a shorter keep-alive does not shorten it.
+	// A later request with a shorter keep-alive shortens it.
 	l, err = reg.request(ctx, c, "llama", 60, cache.WithKeepAlive(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
-	clk.Advance(59 * time.Minute)
 	assert.True(t, isLoaded(m))
-	clk.Advance(time.Minute)
+	clk.Advance(time.Second)
 	unloaded(t, m)
 	assert.EqualValues(t, 1, reg.loads.Load())
 }
