@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// The controller's candidate indexes (issue 10, part 2). Every location
+// The controller's candidate indexes. Every location
 // keeps its candidates — materializations there that are resident,
 // unprotected, not the source of a copy in flight, and not the last
 // resident copy of a value without a source, and the charges offered

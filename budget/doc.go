@@ -240,7 +240,7 @@
 //
 // # Errors
 //
-// Seven typed errors mirror the seed's table: [*BudgetError],
+// Seven typed errors: [*BudgetError],
 // [*PlanError], [*SearchLimitError], [*StaleStateError], [*InUseError],
 // [*UnavailableError], [*PlanExecutionError]. SearchLimitError and
 // StaleStateError match errors.Is(err, ErrPlan); PlanExecutionError does

@@ -137,7 +137,7 @@ func TestRule_DiscardReportsFirstProtectedInLocationOrder(t *testing.T) {
 
 // TestRule_DiscardChecksProtectionBeforeInFlight: discard reports the
 // first protected materialization in location order, whatever else is in
-// flight (issue 7: the in-flight check used to come first); only when
+// flight (protection is checked before anything in flight); only when
 // nothing is protected is the first materialization in flight, in location
 // order, Unavailable (in flight).
 func TestRule_DiscardChecksProtectionBeforeInFlight(t *testing.T) {
@@ -257,7 +257,7 @@ func TestRule_DiscardedHandleIsUnavailableEverywhere(t *testing.T) {
 // free for a new registration, which gets a new handle (a new ID: IDs are
 // never reused); Lookup returns the new handle; the retired handle still
 // answers Unavailable (discarded) everywhere and never reaches the new
-// value. (Issue 7: Discard used to keep the name taken.)
+// value.
 func TestRule_DiscardedNameIsFreeForANewHandle(t *testing.T) {
 	c := std(t)
 	old := c.reg("w", 10, Replicable, "pageable-host")

@@ -232,7 +232,7 @@ func TestRule_RunEnterFailureIsPlanExecutionError(t *testing.T) {
 // of a failed scope entry is every transition the entry committed, in
 // order, the cleanup included (the release of the reservations it admitted
 // and of the leases it took), and nothing committed by anyone else between
-// its steps. (Issue 7: the report used to be copied before the cleanup.)
+// its steps: the report is copied after the cleanup.
 func TestRule_FailedScopeEntryReportListsEveryTransition(t *testing.T) {
 	type env struct {
 		*planEnv

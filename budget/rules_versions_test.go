@@ -142,8 +142,8 @@ func TestRule_VersionsPerOperation(t *testing.T) {
 	}
 }
 
-// TestRule_BadInputIsRefusedAndChangesNothing gathers the bad inputs the
-// issue lists: each gives its typed error with exact fields, leaves the
+// TestRule_BadInputIsRefusedAndChangesNothing gathers the bad inputs of
+// docs/semantics.md ("Invalid input"): each gives its typed error with exact fields, leaves the
 // version where it was and the snapshot deep-equal.
 func TestRule_BadInputIsRefusedAndChangesNothing(t *testing.T) {
 	c := std(t)

@@ -12,7 +12,7 @@ import (
 )
 
 // A single-node runtime refuses a node-qualified location at Start (it
-// used to simulate `cuda:0@node-b` locally): invalid input naming it, and
+// never simulates `cuda:0@node-b` locally): invalid input naming it, and
 // nothing is started.
 func TestStartRefusesNodeQualifiedLocation(t *testing.T) {
 	ctx := context.Background()
@@ -35,8 +35,8 @@ func TestStartRefusesNodeQualifiedLocation(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 }
 
-// SoftBackend names a malformed location instead of dropping it (alone it
-// used to be "no locations configured"; beside a good name it vanished).
+// SoftBackend names a malformed location instead of dropping it, alone
+// (not "no locations configured") or beside a good name.
 func TestSoftBackendNamesAMalformedLocation(t *testing.T) {
 	for _, locs := range [][]LocationConfig{
 		{Limit("cuda:x", 1<<30)},

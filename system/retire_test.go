@@ -17,7 +17,7 @@ import (
 	"github.com/residency-go/residency/internal/testsys"
 )
 
-// Retired values leave nothing behind (issue 10, part 1): a discarded
+// Retired values leave nothing behind: a discarded
 // value, or one whose registration failed, keeps no ledger record, no
 // value actor, no goroutine and no loader; its handle keeps answering
 // Unavailable (discarded).

@@ -15,12 +15,12 @@ import (
 	"github.com/residency-go/residency/cuda/soft"
 )
 
-// TestSoftMemoryFollowsAdmission (defect 17 of issue 18): on the default
+// TestSoftMemoryFollowsAdmission: on the default
 // soft backend a value refused by the budget allocates no real memory,
 // and one admitted allocates none until bytes are written to it (64 GiB
 // at an 8 GiB cuda:0 is refused before anything is allocated; 1 GiB
 // admitted with no data holds nothing real, as the soft package doc
-// promises; it used to make 1 GiB at once).
+// promises).
 func TestSoftMemoryFollowsAdmission(t *testing.T) {
 	ctx := context.Background()
 	locs := []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 8<<30)}

@@ -383,7 +383,7 @@ func TestCacheEvictHonoursItsContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
-// Defect 10 (issue 18): a loader that returns a value together with an
+// A loader that returns a value together with an
 // error fails the load, and the value it returned is closed before its
 // charge is released (for LoadBudgeted too); a nil value is not closed.
 func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
@@ -416,7 +416,7 @@ func TestCacheLoaderValueReturnedWithAnErrorIsClosed(t *testing.T) {
 	require.NoError(t, l.Release())
 }
 
-// Defect 11 (issue 18): a closed cache's refusal says that the cache is
+// A closed cache's refusal says that the cache is
 // closed, not the runtime; a Load that Close interrupts returns
 // ErrCacheClosed to a caller whose own context is live, never "context
 // canceled" — whether its loader was running or it waited for an
@@ -469,7 +469,7 @@ func TestCacheLoadInterruptedByCloseSaysTheCacheClosed(t *testing.T) {
 	assert.Zero(t, l2.UsedBytes+l2.ReservedBytes)
 }
 
-// Defect 8 (issue 18): as in the seed, a peak above the whole budget is
+// Seed 001's peak rule: a peak above the whole budget is
 // refused before the key is looked up, so also when the key is resident:
 // a BudgetError with the caller's peak, no loader, no eviction, and the
 // entry's recency untouched.
@@ -501,7 +501,7 @@ func TestCachePeakAboveTheBudgetIsRefusedEvenWhenResident(t *testing.T) {
 	assert.False(t, evicted, "a was the victim")
 }
 
-// Defect 7 (issue 18): a caller never inherits a refusal that its own
+// A caller never inherits a refusal that its own
 // request would not cause. A loads k with a peak that cannot fit even
 // with every idle entry evicted; B asks for k with a peak that fits now.
 // The controller refuses A at once and evicts nothing for it (a decision
@@ -556,7 +556,7 @@ func TestCacheJoinerNeverInheritsAnotherCallersRefusal(t *testing.T) {
 	require.NoError(t, y.Release())
 }
 
-// Defect 9 (issue 18): growing a budgeted value's reservation while the
+// Growing a budgeted value's reservation while the
 // value is idle may evict that very value, whose Close releases the
 // reservation being resized. No call may wait on itself: Resize (with a
 // context that never ends) returns, saying the reservation was released.

@@ -1,7 +1,8 @@
 package tests
 
-// Regression tests of issue 7's runtime defects (each failed before its
-// fix), the atomic admission path, and the runtime's fatal stop.
+// Regression tests of the runtime's hardening (event watches, allocation
+// timeouts, concurrent registrations, supervisor panics), the atomic
+// admission path, and the runtime's fatal stop.
 
 import (
 	"bytes"
@@ -70,7 +71,7 @@ func noPendingEvents(s system.Snapshot) error {
 	return nil
 }
 
-// Defect 1: a RecordEvent whose caller gave up after sending must still be
+// A RecordEvent whose caller gave up after sending must still be
 // watched and reaped: the protection ends with the event.
 func TestRecordEventAbandonedAfterSendIsStillReaped(t *testing.T) {
 	ctx := context.Background()
@@ -140,7 +141,7 @@ func backendUsed(t *testing.T, b cuda.Backend, loc string) int64 {
 	return mi.UsedBytes
 }
 
-// Defect 2: an allocation that outlives the allocation timeout must not
+// An allocation that outlives the allocation timeout must not
 // leave a buffer behind that the ledger no longer charges; a retry works.
 func TestAllocationTimeoutLeavesNoUnchargedBuffer(t *testing.T) {
 	ctx := context.Background()
@@ -185,7 +186,7 @@ func TestNegativeAllocTimeoutIsInvalid(t *testing.T) {
 	require.ErrorIs(t, err, system.ErrInvalidInput)
 }
 
-// Defect 3: concurrent registrations of one name must each keep their own
+// Concurrent registrations of one name must each keep their own
 // loader: the winner reconstructs its own bytes.
 func TestConcurrentSameNameRegistrationsKeepTheirLoaders(t *testing.T) {
 	ctx := context.Background()
@@ -389,7 +390,7 @@ func gatedLoader(data []byte, entered chan<- struct{}, release <-chan struct{}) 
 	}
 }
 
-// Defect 6: a panic inside the supervisor (here: after the ledger granted
+// A panic inside the supervisor (here: after the ledger granted
 // a lease, before the reply) must not leave a runtime that carries on over
 // a half-applied change, nor a caller without a reply. The runtime stops
 // with a FatalError that the caller, every waiting caller and every later

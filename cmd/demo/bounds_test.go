@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Defect 19 of issue 18: a replay's input, memory and time are bounded.
+// A replay's input, memory and time are bounded.
 
 // countingReader counts the bytes read from r.
 type countingReader struct {
@@ -28,7 +28,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // TestStdinBounded: a script on standard input (kept in a temporary file
 // to be read twice) is bounded: an endless one stops with a clear message
 // and exit status 2 once it passes maxSpoolBytes, having read about that
-// much (it used to grow the temporary file without end).
+// much (the temporary file never grows without end).
 func TestStdinBounded(t *testing.T) {
 	old := maxSpoolBytes
 	maxSpoolBytes = 256 << 10

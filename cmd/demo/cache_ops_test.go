@@ -373,7 +373,7 @@ func TestCacheSnapshotAndTrace(t *testing.T) {
 	assert.Contains(t, table, `reservations cache "c"/k#1 3 B, kv 1 B of scope "S", free 1 B`)
 }
 
-// Defect 12 (issue 18): the names a snapshot shows for a cache's charges
+// The names a snapshot shows for a cache's charges
 // are accepted as input: unreserve gets the runtime's own answer (only
 // the cache releases them), reserve finds the name taken.
 func TestCacheChargeNamesAsInput(t *testing.T) {
@@ -399,7 +399,7 @@ func TestCacheChargeNamesAsInput(t *testing.T) {
 	assert.NotEqual(t, "ok", errType(results[8]), "a scope's plan cannot take a cache's charge name either")
 }
 
-// Defect 12 (issue 18): a cache's script name never collides with another
+// A cache's script name never collides with another
 // cache's owner in the output: "x#K" for every K next to "x".
 func TestCacheNamesDoNotCollide(t *testing.T) {
 	var b strings.Builder
@@ -429,7 +429,7 @@ func TestCacheNamesDoNotCollide(t *testing.T) {
 	}
 }
 
-// Defect 12 (issue 18): one rule for "as": an empty name is invalid
+// One rule for "as": an empty name is invalid
 // input wherever a name is bound (load, cache_pin, like cache_open's
 // name); leaving "as" out of load releases the lease at once.
 func TestCacheEmptyNamesAreRefused(t *testing.T) {
@@ -544,7 +544,7 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// Defect 12 (issue 18), end to end: a replay whose script leaves a cache
+// End to end: a replay whose script leaves a cache
 // lease held ends with the note on standard error and exit status 0, and
 // an empty name is refused by every op that binds one.
 func TestReplayCloseNoteAndEmptyNames(t *testing.T) {

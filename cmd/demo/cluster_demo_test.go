@@ -147,10 +147,10 @@ func TestClusterDemoInterrupted(t *testing.T) {
 }
 
 // TestSummaryLinesWaitForEveryHolder: the summaries step waits until
-// node-c's view shows the copy of every node that holds the value; it
-// used to wait for node-b's alone, and printed node-a's stale summary
-// ("0.0 MiB used" for a node holding 16 MiB) when node-a had not
-// published since it loaded the value.
+// node-c's view shows the copy of every node that holds the value, not
+// node-b's alone, so it never prints node-a's stale summary ("0.0 MiB
+// used" for a node holding 16 MiB) when node-a has not published since
+// it loaded the value.
 func TestSummaryLinesWaitForEveryHolder(t *testing.T) {
 	sum := func(node string, used int64) cluster.NodeSummary {
 		return cluster.NodeSummary{Node: node, Locations: []cluster.LocationSummary{

@@ -10,7 +10,7 @@ import (
 
 // TestDiagnoseBlamesTheRightFile: evidence that reads as JSON but holds a
 // value of the wrong kind is reported against the file it came from: a
-// bad --snapshot or --trace used to be reported as an error in the
+// bad --snapshot or --trace is never reported as an error in the
 // --error file.
 func TestDiagnoseBlamesTheRightFile(t *testing.T) {
 	dir := t.TempDir()

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDocsSetupAndCI (defect 22 of issue 18): the README's opening says
+// TestDocsSetupAndCI: the README's opening says
 // what `make test` installs besides Go modules, and why; the docs that
 // show replay in CI use the built binary, whose exit status 2 or 130
 // `go run` would turn into 1.

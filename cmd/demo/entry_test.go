@@ -26,8 +26,8 @@ type fullWriter struct{}
 
 func (fullWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
 
-// TestOutputThatCannotBeWritten (defect 18): a command whose standard
-// output cannot be written exits 1 and says so; it used to exit 0.
+// TestOutputThatCannotBeWritten: a command whose standard output cannot
+// be written exits 1 and says so, never 0.
 func TestOutputThatCannotBeWritten(t *testing.T) {
 	script := "testdata/diagnose/budget_reservation.jsonl"
 	for _, args := range [][]string{
@@ -59,7 +59,7 @@ func TestOutputThatCannotBeWritten(t *testing.T) {
 	assert.Equal(t, 2, code, errb.String())
 }
 
-// TestClusterDemoOutputThatCannotBeWritten (defect 18): cluster-demo too.
+// TestClusterDemoOutputThatCannotBeWritten: cluster-demo too.
 func TestClusterDemoOutputThatCannotBeWritten(t *testing.T) {
 	exe := demoBinary(t)
 	var errb lockedBuffer
@@ -68,8 +68,8 @@ func TestClusterDemoOutputThatCannotBeWritten(t *testing.T) {
 	assert.Contains(t, errb.String(), "demo cluster-demo: writing standard output: no space left on device")
 }
 
-// TestHelpExitsZero (item 20): --help (and -h, -help) of every command
-// prints its usage on standard output and exits 0; it used to exit 2.
+// TestHelpExitsZero: --help (and -h, -help) of every command prints its
+// usage on standard output and exits 0, not 2.
 func TestHelpExitsZero(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -101,8 +101,9 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 }
 
-// TestOffloadHostileFlags (defect 16): --speed NaN or ±Inf used to run
-// and report NaN with status 0, --limit -1 meant "all".
+// TestOffloadHostileFlags: --speed NaN, ±Inf or -1 and --limit -1 are
+// usage errors (exit status 2), never a run that reports NaN or reads
+// -1 as "all".
 func TestOffloadHostileFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--speed", "NaN"}, {"--speed", "Inf"}, {"--speed", "-Inf"}, {"--speed", "-1"}, {"--limit", "-1"},
@@ -114,10 +115,9 @@ func TestOffloadHostileFlags(t *testing.T) {
 	}
 }
 
-// TestOffloadRefusesOversizedRequest (defect 16): a request with more KV
-// than one request may hold (10^9 tokens) is refused and counted, as a
-// server would; the rest of the trace runs. It used to abort the run (or
-// allocate the request's 64 GB first).
+// TestOffloadRefusesOversizedRequest: a request with more KV than one
+// request may hold (10^9 tokens) is refused and counted, as a server
+// would, without allocating its 64 GB; the rest of the trace runs.
 func TestOffloadRefusesOversizedRequest(t *testing.T) {
 	trace := writeFile(t, t.TempDir(), "trace.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"+
 		"2023-11-16 18:15:46.00,300,20\n2023-11-16 18:15:46.50,1000000000,5\n2023-11-16 18:15:47.00,10,2000000000\n2023-11-16 18:15:48.00,100,10\n")
@@ -144,8 +144,8 @@ func TestOffloadRefusesOversizedRequest(t *testing.T) {
 	assert.Contains(t, out.String(), "refused 2 requests with more KV than one request may hold (the clone budget, 2 MiB (2097152), standing for 16 GiB), as a server would")
 }
 
-// TestDiagnoseLineZero (item 20): --line 0 used to mean "the first
-// failure" silently; a line number is ≥ 1.
+// TestDiagnoseLineZero: a line number is ≥ 1; --line 0 is a usage
+// error, not "the first failure".
 func TestDiagnoseLineZero(t *testing.T) {
 	script := "testdata/diagnose/budget_reservation.jsonl"
 	for _, line := range []string{"0", "-3"} {
@@ -159,9 +159,9 @@ func TestDiagnoseLineZero(t *testing.T) {
 	assert.Contains(t, errs, "not both", "--line is for a script")
 }
 
-// TestServeExitStatus (item 20) stops a real serve process with SIGINT
-// and with SIGTERM: both say "stopped" and exit 0 when every expectation
-// held, 1 when one failed (SIGTERM used to kill it: status 143, no
+// TestServeExitStatus stops a real serve process with SIGINT and with
+// SIGTERM: both say "stopped" and exit 0 when every expectation held, 1
+// when one failed (SIGTERM never kills it with status 143 and no
 // message).
 func TestServeExitStatus(t *testing.T) {
 	bin := demoBinary(t)

@@ -19,8 +19,8 @@ import (
 
 // TestInterruptFIFONoWriter: `demo replay FIFO` while nobody writes to
 // the FIFO waits in open(2); Ctrl-C ends that wait at once: exit status
-// 130, a message, nothing run, no goroutine left (the open used to block
-// the command, so the first Ctrl-C was ignored).
+// 130, a message, nothing run, no goroutine left (the open does not block
+// the command, so the first Ctrl-C is heeded).
 func TestInterruptFIFONoWriter(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "script.fifo")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))

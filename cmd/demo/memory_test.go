@@ -11,8 +11,8 @@ import (
 
 // TestReplayMemoryPerBuffer: a replay keeps at most replayBufferLimit of
 // real memory per buffer, whatever the sizes in the script: values
-// registered resident with "at" (which used to be allocated and filled
-// at full size up to 1 GiB), placed, copied and moved. The Go heap grows
+// registered resident with "at" (never allocated and filled at full
+// size), placed, copied and moved. The Go heap grows
 // by far less than the values' sizes.
 func TestReplayMemoryPerBuffer(t *testing.T) {
 	var b strings.Builder

@@ -8,8 +8,8 @@ import (
 
 // TestEvidenceMessagesNoGoTypes: `demo diagnose` on evidence files with
 // a value of the wrong kind says which field and what it wants, in
-// JSON's words: no Go type names (it used to print "Go struct field
-// replayErrorJSON.error.budget_bytes of type int64", "Go value of type
+// JSON's words: no Go type names (never "Go struct field
+// replayErrorJSON.error.budget_bytes of type int64" or "Go value of type
 // map[string]json.RawMessage").
 func TestEvidenceMessagesNoGoTypes(t *testing.T) {
 	dir := t.TempDir()

@@ -10,10 +10,9 @@ import (
 )
 
 // TestNodeBadFlagsExit2: every bad flag of demo node is a usage error,
-// exit status 2 with a message naming it, before anything starts (a
-// port out of range, a zero or negative budget, a location given twice
-// and a malformed location name used to exit 1 after starting, the last
-// with "no locations configured"; a negative duration was accepted).
+// exit status 2 with a message naming it, before anything starts: a
+// port out of range, a zero or negative budget, a location given twice,
+// a malformed location name, a negative duration.
 func TestNodeBadFlagsExit2(t *testing.T) {
 	for _, c := range []struct {
 		args []string

@@ -26,7 +26,7 @@ import (
 	"github.com/residency-go/residency/internal/nodeproc"
 )
 
-// TestNodeAddrNeedsTLS (defect 14): a wildcard address is refused, and
+// TestNodeAddrNeedsTLS: a wildcard address is refused, and
 // an address other than loopback needs TLS; bad TLS flags exit 2.
 func TestNodeAddrNeedsTLS(t *testing.T) {
 	for _, c := range []struct {

@@ -95,9 +95,8 @@ func TestOffloadArgs(t *testing.T) {
 }
 
 // TestOffloadFromAnyDirectory: without --trace, demo offload replays the
-// trace built into the command, from any working directory (it used to
-// open data/… relative to the working directory, so it ran only from the
-// repository's root).
+// trace built into the command, from any working directory (it does not
+// open data/… relative to the working directory).
 func TestOffloadFromAnyDirectory(t *testing.T) {
 	t.Chdir(t.TempDir())
 	var out, errb bytes.Buffer
@@ -112,7 +111,7 @@ func TestOffloadFromAnyDirectory(t *testing.T) {
 
 // TestOffloadRefusesAReplayOfYears: a trace with a timestamp in year 9999,
 // or a speed of 1e-300, is refused at once with exit status 2 and a
-// message (it used to wait for years, printing nothing).
+// message, never a wait of years in silence.
 func TestOffloadRefusesAReplayOfYears(t *testing.T) {
 	far := writeFile(t, t.TempDir(), "far.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.00,30,2\n9999-12-31 23:59:59.00,30,2\n")
 	for _, c := range []struct {

@@ -180,7 +180,7 @@ func TestReplayArgs(t *testing.T) {
 }
 
 // TestCheckScriptMemory: checking a script keeps nothing per line, so
-// 250,000 lines cost the memory of one (the old reader kept every op).
+// 250,000 lines cost the memory of one (no op is kept).
 func TestCheckScriptMemory(t *testing.T) {
 	const lines = 250_000
 	if testing.Short() {

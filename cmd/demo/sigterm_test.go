@@ -16,8 +16,8 @@ import (
 )
 
 // TestSIGTERM: SIGTERM stops replay, diagnose and offload as Ctrl-C does
-// (exit status 130 and a note on stderr saying where it stopped); it
-// used to kill them with the default handler (exit 143, no note).
+// (exit status 130 and a note on stderr saying where it stopped), not
+// the default handler's exit 143 with no note.
 func TestSIGTERM(t *testing.T) {
 	bin := demoBinary(t)
 

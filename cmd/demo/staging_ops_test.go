@@ -385,8 +385,8 @@ func checkResultsWithin(t *testing.T, script string, d time.Duration, want map[i
 	return results
 }
 
-// Defect 5: the three scripts of issue 18 that hung. Each finishes; a wait
-// that can never end is refused with a clear error.
+// Three scripts whose waits could hang a replay each finish; a wait that
+// can never end is refused with a clear error.
 func TestStagingScriptsThatHungFinish(t *testing.T) {
 	t.Run("two-chunk JOIN_ON_FINISH task copying while a later step is freeze-gated", func(t *testing.T) {
 		script := stagingStart +
@@ -453,7 +453,7 @@ func TestStagingScriptsThatHungFinish(t *testing.T) {
 	})
 }
 
-// Defect 15: staging_start with 2^63−1 or 10^9 slots is a configuration
+// Staging_start with 2^63−1 or 10^9 slots is a configuration
 // error, before anything is reserved or allocated: no panic.
 func TestStagingStartChecksSizes(t *testing.T) {
 	script := `{"op":"start","locations":{"pageable-host":null,"pinned-host":null,"cuda:0":"64KiB"}}

@@ -8,7 +8,7 @@ import (
 
 // humanBytes turns the raw integers of a runtime message into sizes and
 // leaves figures that are already sizes alone — fractional ones included
-// (it used to turn "used 1.5 GiB" into "used 1 B.5 GiB").
+// ("used 1.5 GiB" stays as it is, never "used 1 B.5 GiB").
 func TestHumanBytes(t *testing.T) {
 	cases := map[string]string{
 		"budget exceeded: used 3145728 + reserved 0 + requested 2097152 > budget 4194304 (short by 1048576 bytes)": "budget exceeded: used 3 MiB (3145728) + reserved 0 B + requested 2 MiB (2097152) > budget 4 MiB (4194304) (short by 1 MiB (1048576))",

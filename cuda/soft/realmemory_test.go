@@ -24,10 +24,9 @@ func allocatedBy(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// TestRealMemoryPromise checks the package doc's promise on real memory
-// (defect 17 of issue 18), measured with the Go heap's own figures: a
-// refused Allocate makes nothing; a granted one makes nothing until its
-// buffer is written (it used to make the whole size at once); a write
+// TestRealMemoryPromise checks the package doc's promise on real memory,
+// measured with the Go heap's own figures: a refused Allocate makes
+// nothing; a granted one makes nothing until its buffer is written; a write
 // makes exactly the buffer's size once; a copy of a buffer never written
 // makes nothing; Free releases the bytes. RealBytes follows every step.
 // The buffers are small ones (one Go slice each, under the size from which

@@ -9,7 +9,7 @@ import (
 
 // TestStringsMustBeUTF8: a string with a byte that is not UTF-8, or an
 // escaped surrogate that is not half of a pair, is refused naming the
-// column; encoding/json used to turn both into U+FFFD, so that "a\xff"
+// column, where encoding/json would turn both into U+FFFD, so that "a\xff"
 // and "a\xfe" read as the same name. Valid text, escapes and surrogate
 // pairs read exactly.
 func TestStringsMustBeUTF8(t *testing.T) {

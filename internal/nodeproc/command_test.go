@@ -12,7 +12,7 @@ import (
 )
 
 // TestParseCommand: a node reads its commands as strictly as the
-// replay reads its ops (issue 18, item 20): duplicate keys, unknown or
+// replay reads its ops: duplicate keys, unknown or
 // mistyped fields and bad values are refused with a message naming them,
 // and the reply keeps the line's id whenever one can be read.
 func TestParseCommand(t *testing.T) {
@@ -63,8 +63,8 @@ func TestParseCommand(t *testing.T) {
 		{`[1,2]`, 0, "?", `not a JSON object`},
 		{`{"id":16,"op":"members"} {"id":17}`, 0, "?", `after the end of the JSON value`},
 		{strings.Repeat("[", 100), 0, "?", `nested more than`},
-		// Invalid UTF-8 is refused (it used to become U+FFFD: "a\xff" and
-		// "a\xfe" were one name).
+		// Invalid UTF-8 is refused (never read as U+FFFD, which would make
+		// "a\xff" and "a\xfe" one name).
 		{"{\"id\":18,\"op\":\"register\",\"name\":\"a\xff\",\"bytes\":5,\"at\":\"cuda:0\"}", 18, "register", "byte 0xff is not valid UTF-8"},
 		{`{"id":19,"op":"inspect","name":"\ud800"}`, 19, "inspect", `\ud800 is half of a UTF-16 surrogate pair`},
 	}

@@ -16,7 +16,7 @@ import (
 // claim_timeout_ms (staging_start). Each accepts exactly the integers 0
 // to jsonline.MaxMillis, reads them to that many milliseconds, and
 // refuses anything else with a message naming the field (a value such as
-// 2^63−1 used to wrap to a negative duration).
+// 2^63−1 never wraps to a negative duration).
 //
 //	go test -run '^$' -fuzz '^FuzzDurationFields$' -fuzztime 60s ./internal/nodeproc/
 func FuzzDurationFields(f *testing.F) {

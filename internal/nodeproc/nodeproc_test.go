@@ -12,7 +12,7 @@ import (
 )
 
 // TestPattern: the pattern made piece by piece is the pattern made whole,
-// and a size ≤ 0 is no bytes (it used to panic: makeslice).
+// and a size ≤ 0 is no bytes (no makeslice panic).
 func TestPattern(t *testing.T) {
 	whole := Pattern(42, 10_000)
 	ps := NewPatternStream(42)

@@ -75,11 +75,10 @@ func TestWriteLineKeepsTheFirstError(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "no further replies can be sent"))
 }
 
-// TestRegisterPatternAdmitsFirst (defect 13): register never panics on its
-// size, and makes no byte of a value its location's budget refuses: the
-// runtime's refusal comes first. bytes -5 and 2^63−1 used to panic
-// (makeslice) and take the node down; 256 MiB at an 8 MiB cuda:0
-// allocated the 256 MiB before the budget refused them.
+// TestRegisterPatternAdmitsFirst: register never panics on its size
+// (bytes -5 and 2^63−1 are refused, the node stays up), and makes no byte
+// of a value its location's budget refuses: the runtime's refusal comes
+// first (256 MiB at an 8 MiB cuda:0 allocates nothing).
 func TestRegisterPatternAdmitsFirst(t *testing.T) {
 	ctx := context.Background()
 	locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.Limit("cuda:0", 8<<20)}

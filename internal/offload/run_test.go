@@ -75,7 +75,7 @@ func TestRunStopsWithTheContext(t *testing.T) {
 // TestRunRefusesLongReplay: a run whose replay would span more than
 // MaxTraceSpan of trace time (a timestamp in year 9999) or wait more than
 // MaxWait (a speed of 1e-300) is refused before it starts, with a message
-// saying which; it used to wait for years in silence.
+// saying which, never a wait of years in silence.
 func TestRunRefusesLongReplay(t *testing.T) {
 	far, err := ReadTrace(strings.NewReader(head+"2023-11-16 18:15:46.00,30,2\n9999-11-16 18:15:46.00,30,2\n"), 0)
 	require.NoError(t, err)

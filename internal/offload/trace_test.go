@@ -21,10 +21,10 @@ func (z *zeros) Read(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestReadTraceBounds (defect 16): a trace with no line ending is
-// refused after its first maxTraceLine bytes (it used to be read whole:
-// /dev/zero grew to 21 GB), and token counts beyond maxRowTokens are
-// refused (a row of 10^12 tokens used to be taken).
+// TestReadTraceBounds: a trace with no line ending is refused after its
+// first maxTraceLine bytes (never read whole: /dev/zero would grow without
+// end), and token counts beyond maxRowTokens (a row of 10^12 tokens) are
+// refused.
 func TestReadTraceBounds(t *testing.T) {
 	z := &zeros{}
 	var err error
@@ -52,7 +52,7 @@ func TestReadTraceBounds(t *testing.T) {
 	assert.ErrorContains(t, err, "the trace is empty")
 }
 
-// TestScaleDuration (defect 16): a speed far from 1 saturates a duration
+// TestScaleDuration: a speed far from 1 saturates a duration
 // instead of wrapping it around.
 func TestScaleDuration(t *testing.T) {
 	assert.Equal(t, time.Duration(math.MaxInt64), scaleDuration(time.Hour, 1e300))

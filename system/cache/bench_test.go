@@ -138,7 +138,7 @@ func BenchmarkCacheHit(b *testing.B) {
 	for _, n := range []int{1, 8} {
 		// The baseline first, then the cache in the same run: the cache's
 		// x-singleflight is the baseline's ns/op over its own (1 = as
-		// fast; the target is ≥ 0.5).
+		// fast; the target is ≥ 0.5).
 		var base float64
 		b.Run(fmt.Sprintf("singleflight+map/callers=%d", n), func(b *testing.B) {
 			c := newBaseline(b)

@@ -429,9 +429,10 @@ func cacheWaitable(err error) bool {
 
 // load is Load, LoadBudgeted (peak 0) and LoadSplit (peak 0, o.split).
 //
-// As in the seed, a load's peak is reserved before its flight exists: a
-// caller that finds the key loading joins a load whose reservation is
-// already made, so it never inherits another caller's refusal. The
+// Seed 001's reservation rule: a load's peak is reserved before its
+// flight exists, so a caller that finds the key loading joins a load
+// whose reservation is already made and never inherits another caller's
+// refusal. The
 // reservation is one ledger call made while the key is marked as being
 // reserved (later callers of the key wait for its answer, then look
 // again); a refusal leaves the key absent while the caller waits for the
@@ -449,8 +450,9 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 			return Lease[T]{}, err
 		}
 		if c.hasBudget && peak > c.budgetBytes {
-			// As in the seed, the peak is checked before the lookup: a
-			// peak that can never fit is refused, resident or not.
+			// Seed 001's peak rule: the peak is checked before the
+			// lookup, so a peak that can never fit is refused, resident
+			// or not.
 			if c.isClosed() {
 				return Lease[T]{}, c.closedErr()
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestCleanStopHandler (issue 18, item 20): protoactor's automanaged
+// TestCleanStopHandler: protoactor's automanaged
 // provider logs its health server's http.ErrServerClosed at error level
 // when a node stops cleanly ("Automanaged server stopping..!" with
 // "http: Server closed"); the node's log says it at info level. Any other

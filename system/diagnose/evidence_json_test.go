@@ -121,7 +121,7 @@ func TestDecodeEvidenceErrors(t *testing.T) {
 
 // TestDecodeEvidenceMessages: a value of the wrong kind is reported with
 // its output line and field, in JSON's words: never a Go type's name
-// (they used to read "cannot unmarshal string into Go struct field
+// (no "cannot unmarshal string into Go struct field
 // replayErrorJSON.error.budget_bytes of type int64").
 func TestDecodeEvidenceMessages(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{

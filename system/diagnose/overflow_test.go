@@ -12,9 +12,9 @@ import (
 	"github.com/residency-go/residency/system/diagnose"
 )
 
-// TestDiagnoseEvidenceOverflow (issue 18, item 20): evidence read from a
-// file can carry any int64; used = reserved = 2^63−1 used to print
-// "current charged … = -2 B" and "short by -502 bytes". The arithmetic is
+// TestDiagnoseEvidenceOverflow: evidence read from a file can carry any
+// int64; used = reserved = 2^63−1 never prints a wrapped sum such as
+// "current charged … = -2 B" or "short by -502 bytes". The arithmetic is
 // exact, the structured figures saturate, and the diagnosis says that no
 // runtime reports such figures.
 func TestDiagnoseEvidenceOverflow(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 // TestClaimTimeoutRange: claim_timeout_ms takes 0 to one day in
 // milliseconds; a negative value, or one whose duration would overflow
-// (2^63−1 used to become -1ms, "no wait"; 9.3e12 a negative duration), is
+// (2^63−1 would become -1ms, "no wait"; 9.3e12 a negative duration), is
 // refused naming the field and the line.
 func TestClaimTimeoutRange(t *testing.T) {
 	script := func(v string) string {

@@ -47,7 +47,7 @@ func newTestRunner(t *testing.T, locs ...locationSpec) (*Runner, func()) {
 // the length of the script. Values registered and discarded, leases,
 // events, holds, decisions and scopes, each under a new name, hundreds of
 // times: the runner keeps at most the bounded window of finished names
-// (it used to keep every name ever bound: 190 MB at a million ops). A
+// (not every name ever bound: that would be 190 MB at a million ops). A
 // finished name within the window still gets its precise answer; an
 // older one is forgotten and reads as unknown.
 func TestNamesBounded(t *testing.T) {
@@ -123,7 +123,7 @@ func TestNamesBounded(t *testing.T) {
 
 // TestVersionAfterInterrupt: an op that returned just as Ctrl-C came
 // still shows the state version it left, not the previous op's (the
-// version used to be read with the interrupted context, which failed).
+// version is not read with the interrupted context, which would fail).
 func TestVersionAfterInterrupt(t *testing.T) {
 	r, closeAll := newTestRunner(t, locationSpec{name: "cuda:0"})
 	defer closeAll()
@@ -370,7 +370,7 @@ func TestCacheNamesAreTheScripts(t *testing.T) {
 	assert.Contains(t, lines[4], `{"name":"cache \"c\"/a#1","bytes":2,"owner":"cache \"c\""}`)
 }
 
-// Defect 12 (issue 18): the note at close lists the cache leases and pins
+// The note at close lists the cache leases and pins
 // the script left held, beside the runtime's leases and holds, and is
 // still a note (an OutstandingError), not a failure.
 func TestCacheOutstandingAtClose(t *testing.T) {

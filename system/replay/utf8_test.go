@@ -9,9 +9,9 @@ import (
 )
 
 // TestNamesMustBeUTF8: a script whose name is not valid UTF-8 (or holds
-// a lone escaped surrogate) is refused naming the line and the column;
-// both used to become U+FFFD, so "a\xff" and "a\xfe" collided as a
-// duplicate name. A name is exactly what the script said.
+// a lone escaped surrogate) is refused naming the line and the column,
+// never read as U+FFFD (then "a\xff" and "a\xfe" would collide as a
+// duplicate name). A name is exactly what the script said.
 func TestNamesMustBeUTF8(t *testing.T) {
 	start := `{"op":"start","locations":{"pageable-host":null,"cuda:0":"1MiB"}}` + "\n"
 	for _, c := range []struct{ script, want string }{

@@ -46,7 +46,7 @@ func sum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// The scenario of issue 13 on three node processes and etcd: values on
+// A node killed under load, on three node processes and etcd: values on
 // every node; a copy between two processes whose bytes read back
 // identical; a copy onto the driver compared byte for byte; then, while
 // the driver and node-a keep copying from node-b and node-c, node-c is

@@ -132,8 +132,8 @@ func runPartition(t *testing.T, provider string, modes ...faultproxy.Mode) {
 		sums := until(ctx, t, healAt, "a's summaries", usedIs(a, used))
 		// No failed acquire or copy left a lease: c holds only the one
 		// granted before, a none. A stream opened for a copy whose answer
-		// the cut lost is closed one RequestTimeout after its open (it
-		// used to pin the source for StreamIdleTimeout, 30 s): the bound
+		// the cut lost is closed one RequestTimeout after its open (not
+		// StreamIdleTimeout, 30 s, later): the bound
 		// below is that timeout plus two refresh rounds and the margin.
 		gctx, gcancel := context.WithTimeout(ctx, time.Until(cutAt.Add(faultDeadline+5*time.Second+200*time.Millisecond+faultMargin)))
 		grants := until(gctx, t, healAt, "leases on x and v", func(ctx context.Context) error {
