@@ -9,7 +9,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test test-short demo bench fuzz soak vet fmt tidy proto cuda-sdk cuda-check gpu-check chromium etcd
+.PHONY: all build test test-short demo bench fuzz soak vet lint fmt tidy proto cuda-sdk cuda-check gpu-check chromium etcd
 
 all: build
 
@@ -24,6 +24,7 @@ CLUSTER_PKGS := ./tests/cluster/ ./tests/clusterproc/
 test: chromium etcd
 	$(GO) mod download
 	$(GO) vet $(PKGS)
+	$(MAKE) --no-print-directory lint
 	$(GO) test -race -count=1 -timeout 12m $$($(GO) list $(PKGS) | grep -v -e '/tests/cluster$$' -e '/tests/clusterproc$$')
 	$(GO) test -count=1 -timeout 3m $(CLUSTER_PKGS)
 
@@ -119,6 +120,17 @@ soak:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# staticcheck (honnef.co/go/tools) at a pinned version, installed with `go
+# install` into LINT_BIN (outside the repository) on first use; `make
+# test` runs it and fails on any finding. A deliberate exception is a
+# `//lint:ignore CHECK reason` comment on the line above it.
+STATICCHECK_VERSION ?= v0.8.2
+LINT_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/residency-lint/$(STATICCHECK_VERSION)
+
+lint:
+	@[ -x "$(LINT_BIN)/staticcheck" ] || GOBIN="$(LINT_BIN)" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	"$(LINT_BIN)/staticcheck" $(PKGS)
 
 fmt:
 	gofmt -l -w .

@@ -22,9 +22,9 @@ import (
 // source pinned-host) nowhere; d discarded; "live" an active reservation
 // at cuda:1; ghost an unknown handle, foreign one of another manager.
 type orderEnv struct {
-	c                   *checked
-	w, r, s, d          Handle
-	ghost, foreign, bad Handle
+	c              *checked
+	w, r, s, d     Handle
+	ghost, foreign Handle
 }
 
 func newOrderEnv(t *testing.T) *orderEnv {

@@ -39,7 +39,7 @@ func (h *fzHarness) owner() string {
 }
 
 // chargeStep applies one charge operation to the ledger and the model.
-func (h *fzHarness) chargeStep(b int) (desc string, lerr error, merr string) {
+func (h *fzHarness) chargeStep(b int) (desc, merr string, lerr error) {
 	c, m := h.c, h.m
 	switch b % fzChargeOps {
 	case fzReserveCharge:
@@ -75,7 +75,7 @@ func (h *fzHarness) chargeStep(b int) (desc string, lerr error, merr string) {
 		ok, peaks := m.Explain(p)
 		h.same("explain feasible ("+ex.Reason+") of "+desc, ex.Feasible, ok)
 		h.same("explain peaks of "+desc, ex.PredictedPeakBytes, peaks)
-		lerr, merr = h.runBoth(p, failAt, dropAt)
+		merr, lerr = h.runBoth(p, failAt, dropAt)
 	case fzDecideRoom, fzDecideSpill:
 		return h.decideRoom(b%fzChargeOps == fzDecideSpill)
 	case fzOfferCharge, fzWithdrawCharge:
@@ -107,16 +107,16 @@ func (h *fzHarness) chargeStep(b int) (desc string, lerr error, merr string) {
 		}
 		failAt := h.r.next()%3 - 1
 		desc = fmt.Sprintf("evict %s failAt=%d", a, failAt)
-		lerr, merr = h.runBoth(Plan{Reclaim: []Action{a}}, failAt, -1)
+		merr, lerr = h.runBoth(Plan{Reclaim: []Action{a}}, failAt, -1)
 	}
-	return desc, lerr, merr
+	return desc, merr, lerr
 }
 
 // decideRoom decides room for a charge (with two, and maybe a
 // requirement, when spill: so that demotions land where the plan also
 // adds and removes), checks the decision's victims and demotion targets
 // against the model's spill rule, and runs the plan on both.
-func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string) {
+func (h *fzHarness) decideRoom(spill bool) (desc, merr string, lerr error) {
 	c, m := h.c, h.m
 	h.names++
 	spec := ReservationSpec{Name: fmt.Sprint("room", h.names), Owner: h.owner(), Location: h.offeredLoc()}
@@ -135,7 +135,7 @@ func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string
 	d, err := c.L.Decide(req, 0)
 	h.same("decide is a read", c.L.Version(), v)
 	if err != nil {
-		return desc + " → not decided", nil, ""
+		return desc + " → not decided", "", nil
 	}
 	required := map[uint64]bool{}
 	for _, r := range req.Requirements {
@@ -167,13 +167,13 @@ func (h *fzHarness) decideRoom(spill bool) (desc string, lerr error, merr string
 	h.same("decision's plan feasible under the model's explain: "+desc, ok, true)
 	h.same("decision's explain feasible ("+ex.Reason+")", ex.Feasible, ok)
 	h.same("decision's explain peaks", ex.PredictedPeakBytes, peaks)
-	lerr, merr = h.runBoth(d.Plan, failAt, dropAt)
+	merr, lerr = h.runBoth(d.Plan, failAt, dropAt)
 	if lerr == nil {
 		for _, r := range req.Reservations {
 			h.resv = append(h.resv, fzResv{name: r.Name, owner: r.Owner})
 		}
 	}
-	return desc, lerr, merr
+	return desc, merr, lerr
 }
 
 // offeredLoc decodes a location byte b for a decision: for b ≥ 128, when
@@ -209,7 +209,7 @@ func (h *fzHarness) roomBytes(loc string) int64 {
 // runBoth runs p as a plain execute on the ledger and the model; a
 // demoted charge's new charge joins the reservations the operations pick
 // from.
-func (h *fzHarness) runBoth(p Plan, failAt, dropAt int) (error, string) {
+func (h *fzHarness) runBoth(p Plan, failAt, dropAt int) (string, error) {
 	n, _, lerr := fzRunLedger(h.c, p, RunOptions{}, failAt, dropAt)
 	res := h.m.Run(p, "", false, 0, failAt, dropAt)
 	if lerr == nil && res.err == "" {
@@ -223,7 +223,7 @@ func (h *fzHarness) runBoth(p Plan, failAt, dropAt int) (error, string) {
 			h.resv = append(h.resv, fzResv{name: h.m.resv[i].name, owner: h.m.resv[i].owner})
 		}
 	}
-	return lerr, res.err
+	return res.err, lerr
 }
 
 // fzSettleCharge answers a pending reclaim step that demotes a charge

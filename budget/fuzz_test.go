@@ -486,7 +486,7 @@ func (h *fzHarness) step() {
 		h.same("explain peaks", ex.PredictedPeakBytes, peaks)
 		h.same("explain reason given", ex.Reason != "", !ok)
 	case fzOps:
-		desc, lerr, merr = h.chargeStep(b - h.chargeFrom)
+		desc, merr, lerr = h.chargeStep(b - h.chargeFrom)
 	case fzRun:
 		mode := h.r.next()
 		p := h.plan()

@@ -323,9 +323,8 @@ func TestAdmitEvidenceAndFailures(t *testing.T) {
 	require.NoError(t, sys.Evict(ctx, h, "cuda:0"))
 
 	// Infeasible: a PlanError, no scope, nothing changed.
-	before := snapshot(t, sys).StateVersion
 	big := register(t, sys, system.Value{Name: "big", Bytes: 1 << 20, Source: "pageable-host", Loader: loaderOf(pattern(1<<20, 3))})
-	before = snapshot(t, sys).StateVersion
+	before := snapshot(t, sys).StateVersion
 	sc, _, err = sys.Admit(ctx, system.Request{Name: "too-big", Requirements: []system.Requirement{{Handle: big, Tiers: [][]string{{"cuda:0"}}}}})
 	require.ErrorIs(t, err, system.ErrPlan)
 	assert.Nil(t, sc)

@@ -107,14 +107,11 @@ func loaderOf(data []byte) func(context.Context, []byte) error {
 // state must satisfy: at every location used + reserved ≤ budget (when it
 // has one), used = the charges of its materializations + its temporary
 // reconstruction bytes, reserved = the sum of its reservations, no figure or
-// count negative, peak ≥ used + reserved; discarded values are not
-// listed; every charge is the value's fixed size.
+// count negative, peak ≥ used + reserved; every charge is the value's
+// fixed size.
 func checkInvariants(s system.Snapshot) error {
 	charged := map[string]int64{}
 	for _, v := range s.Values {
-		if v.Discarded {
-			return fmt.Errorf("v%d: discarded value %s is listed (snapshots list live values only)", s.StateVersion, v.Handle.Name)
-		}
 		seen := map[string]bool{}
 		for _, m := range v.Materializations {
 			if seen[m.Location] {

@@ -678,7 +678,6 @@ func TestInvariantCheckerCatchesViolations(t *testing.T) {
 		"negative pending events": func(s *system.Snapshot) { s.Values[0].Materializations[0].PendingEventCount = -1 },
 		"wrong charge":            func(s *system.Snapshot) { s.Values[0].Materializations[0].ChargedBytes = 100 },
 		"peak below current":      func(s *system.Snapshot) { s.Locations[1].PeakBytes = 400 },
-		"discarded but resident":  func(s *system.Snapshot) { s.Values[0].Discarded = true },
 	} {
 		s := good()
 		corrupt(&s)

@@ -133,14 +133,9 @@ func quoteAll(list []string) []string {
 	return out
 }
 
-// scriptFailure reports an error of reading or checking the script: a
-// malformed script (2) or an interruption (130).
-func scriptFailure(ctx context.Context, stderr io.Writer, path string, err error, when string) int {
-	return commandScriptFailure(ctx, stderr, "replay", path, err, when)
-}
-
-// commandScriptFailure is scriptFailure for command cmd (its messages
-// start "demo CMD:").
+// commandScriptFailure reports an error of reading or checking the
+// script of command cmd (its messages start "demo CMD:"): a malformed
+// script (2) or an interruption (130).
 func commandScriptFailure(ctx context.Context, stderr io.Writer, cmd, path string, err error, when string) int {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		fmt.Fprintf(stderr, "demo %s: %s: interrupted %s\n", cmd, escapeText(path), when)

@@ -26,9 +26,6 @@ func deterministicLoader(name string) cuda.Loader { return replay.Loader(name) }
 
 func sortLocations(names []string) { replay.SortLocations(names) }
 
-// utf8BOM is the byte order mark some editors put at the start of a file.
-const utf8BOM = "\xef\xbb\xbf"
-
 // Every command of the demo runs on the soft backend (package cuda/soft):
 // simulated devices, asked for by name here, because the runtime has no
 // default backend. Each command says so in what it prints. The backend is

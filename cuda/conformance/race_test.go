@@ -1,4 +1,4 @@
-//go:build race
+//go:build cuda && race
 
 package conformance_test
 

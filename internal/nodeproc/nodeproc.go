@@ -264,7 +264,6 @@ type Proc struct {
 	ready   chan Ready
 	done    chan struct{} // closed when the process has exited
 	exitErr error
-	killed  bool
 }
 
 // sysProcAttr puts children in their own process group (a Ctrl-C on the

@@ -20,10 +20,6 @@ func (c *Cache) charges(ctx context.Context) (budget.OwnerCharges, error) {
 	return c.rt.Charges(ctx, c.loc, c.owner)
 }
 
-func (c *Cache) reserve(ctx context.Context, name string, bytes int64) error {
-	return c.rt.Reserve(ctx, c.loc, c.owner, name, bytes)
-}
-
 // resize and unreserve never give up: a charge must follow its value.
 func (c *Cache) resize(name string, bytes int64) error {
 	return c.rt.Resize(context.Background(), c.owner, name, bytes)

@@ -276,7 +276,8 @@ func (n *Node) join(host string, port int) (err error) {
 	n.dialOpts = []grpc.DialOption{
 		creds,
 		grpc.WithBlock(),
-		grpc.WithTimeout(dialTimeout), //nolint:staticcheck // protoactor dials with grpc.Dial: no context to bound it with
+		//lint:ignore SA1019 protoactor dials with grpc.Dial: no context to bound the dial with
+		grpc.WithTimeout(dialTimeout),
 		grpc.FailOnNonTempDialError(true),
 	}
 	// The chunk streams of remote sources share the port (see dataplane.go).

@@ -224,7 +224,7 @@ func toDiagnosisJSON(d Diagnosis) diagnosisJSON {
 		for _, f := range s.Findings {
 			fj := findingJSON{What: f.What, Figures: make([]figureJSON, 0, len(f.Figures)), Verdict: nullable(f.Verdict)}
 			for _, x := range f.Figures {
-				fj.Figures = append(fj.Figures, figureJSON{Name: x.Name, Value: x.Value})
+				fj.Figures = append(fj.Figures, figureJSON(x))
 			}
 			sj.Findings = append(sj.Findings, fj)
 		}
@@ -327,7 +327,7 @@ func toSearchJSON(s *SearchEvidence) *searchJSON {
 		sj.Plan = &p
 	}
 	for _, p := range s.PredictedPeaks {
-		sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON{Location: p.Location, Bytes: p.Bytes})
+		sj.PredictedPeaks = append(sj.PredictedPeaks, locationBytesJSON(p))
 	}
 	return sj
 }

@@ -57,8 +57,6 @@ func (f *finishedNames) add(weight int, forget func()) {
 	}
 }
 
-func (f *finishedNames) len() int { return len(f.queue) - f.head }
-
 // finishedIDs is a FIFO of the runtime ids of finished leases, holds and
 // events (and scopes): their script names are dropped once window later
 // ones finished. Each finish commits at least one transition, so an id

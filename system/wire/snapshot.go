@@ -32,7 +32,7 @@ func SnapshotOf(s system.Snapshot, owner func(string) string) *Snapshot {
 	for _, v := range s.Values {
 		vj := SnapshotValue{
 			Handle: v.Handle.Name, Bytes: v.Bytes, ReplicaMode: v.ReplicaMode.String(),
-			HasSource: v.HasSource, Discarded: v.Discarded, Recoverable: v.Recoverable,
+			HasSource: v.HasSource, Recoverable: v.Recoverable, // Discarded stays false: a snapshot lists live values only
 			Materializations: make([]SnapshotMaterialization, 0, len(v.Materializations)),
 		}
 		if v.HasSource {

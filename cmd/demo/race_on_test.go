@@ -1,7 +1,0 @@
-//go:build race
-
-package main
-
-// raceEnabled: the race detector instruments every memory access, so
-// timings of tight loops mean nothing under it.
-const raceEnabled = true
