@@ -58,3 +58,16 @@ func TestStartDecidedRunsAsStartRun(t *testing.T) {
 	require.ErrorAs(t, err, &stale)
 	require.Equal(t, d3.ExpectedStateVersion, stale.ExpectedVersion)
 }
+
+// A plan's simulation explains the same after the run starts from the
+// decision: the explanation StartDecided relies on is what Explain gives
+// for the plan at that version.
+func TestDecisionExplanationIsExplain(t *testing.T) {
+	l := decideExampleLedger()
+	decideExamplePut(l, "embeddings", 60, "cuda:0", 4)
+	decideExamplePut(l, "decoder", 40, "cuda:0", 0)
+	w := decideExamplePut(l, "weights", 40, "", 0)
+	d, err := l.Decide(budget.Request{Name: "generate", Requirements: []budget.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}, 0)
+	require.NoError(t, err)
+	require.Equal(t, l.Explain(d.Plan), d.Explanation)
+}
