@@ -162,8 +162,10 @@ func (d *decider) spillShort(st *spillState, t int, b int64) int64 {
 // cover n.
 func (d *decider) roomAt(st *spillState, t int, n int64) []victim {
 	s := d.stream(t)
-	var pool []candidate
-	prefix := []int64{0}
+	// pool and prefix are the decider's scratch: nothing keeps them past
+	// this call.
+	pool, prefix := d.roomPool[:0], append(d.roomPrefix[:0], 0)
+	defer func() { d.roomPool, d.roomPrefix = pool[:0], prefix[:0] }()
 	for i := 0; prefix[len(prefix)-1] < n; i++ {
 		if i == len(s.sorted) && !s.more() {
 			return nil
