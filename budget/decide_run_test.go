@@ -27,21 +27,26 @@ func runAll(t *testing.T, run *budget.Run) budget.Report {
 	return rep
 }
 
+// evictingDecision is a ledger and a decision of it whose plan evicts (a
+// run of several steps).
+func evictingDecision(t *testing.T) (*budget.Ledger, budget.Decision) {
+	t.Helper()
+	l := decideExampleLedger()
+	decideExamplePut(l, "embeddings", 60, "cuda:0", 4)
+	decideExamplePut(l, "decoder", 40, "cuda:0", 0)
+	w := decideExamplePut(l, "weights", 40, "", 0)
+	d, err := l.Decide(budget.Request{Name: "generate", Requirements: []budget.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, d.Plan.Reclaim, "the decision evicts, so its run has several steps")
+	return l, d
+}
+
 // StartDecided runs a fresh decision exactly as StartRun with its
 // expected version does (same report, same end state), and refuses a
 // decision the ledger has moved past with the StaleStateError StartRun
 // gives.
 func TestStartDecidedRunsAsStartRun(t *testing.T) {
-	setup := func() (*budget.Ledger, budget.Decision) {
-		l := decideExampleLedger()
-		decideExamplePut(l, "embeddings", 60, "cuda:0", 4)
-		decideExamplePut(l, "decoder", 40, "cuda:0", 0)
-		w := decideExamplePut(l, "weights", 40, "", 0)
-		d, err := l.Decide(budget.Request{Name: "generate", Requirements: []budget.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}, 0)
-		require.NoError(t, err)
-		require.NotEmpty(t, d.Plan.Reclaim, "the decision evicts, so its run has several steps")
-		return l, d
-	}
+	setup := func() (*budget.Ledger, budget.Decision) { return evictingDecision(t) }
 	l1, d1 := setup()
 	r1, err := l1.StartRun(d1.Plan, budget.RunOptions{Scope: "s", CheckVersion: true, ExpectedVersion: d1.ExpectedStateVersion})
 	require.NoError(t, err)
@@ -63,11 +68,6 @@ func TestStartDecidedRunsAsStartRun(t *testing.T) {
 // decision: the explanation StartDecided relies on is what Explain gives
 // for the plan at that version.
 func TestDecisionExplanationIsExplain(t *testing.T) {
-	l := decideExampleLedger()
-	decideExamplePut(l, "embeddings", 60, "cuda:0", 4)
-	decideExamplePut(l, "decoder", 40, "cuda:0", 0)
-	w := decideExamplePut(l, "weights", 40, "", 0)
-	d, err := l.Decide(budget.Request{Name: "generate", Requirements: []budget.Requirement{{Handle: w, Tiers: [][]string{{"cuda:0"}}}}}, 0)
-	require.NoError(t, err)
+	l, d := evictingDecision(t)
 	require.Equal(t, l.Explain(d.Plan), d.Explanation)
 }
