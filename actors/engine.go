@@ -46,9 +46,9 @@ type Config struct {
 	// passes it to the backend as a deadline, and an allocation that
 	// returns after it is freed again and fails. 0 = 30s.
 	AllocTimeout time.Duration
-	// Hooks inject failures; only the project's tests can make them
+	// Knobs inject failures; only the project's tests can make them
 	// (package internal/testhooks).
-	Hooks testhooks.Hooks
+	Knobs testhooks.Knobs
 	// Observer, if set, receives refusals, evictions and failed
 	// reconstructions as they happen (see [Observer]).
 	Observer Observer
@@ -70,7 +70,7 @@ type Engine struct {
 	sup          *supervisor // for direct calls (AcquireDirect)
 	backend      cuda.Backend
 	log          zerolog.Logger
-	hooks        testhooks.Hooks
+	hooks        testhooks.Knobs
 	obs          Observer
 	onRoom       func()
 	stateLimit   int
@@ -115,7 +115,7 @@ func Start(cfg Config) (*Engine, error) {
 		root:         sys.Root,
 		backend:      cfg.Backend,
 		log:          log,
-		hooks:        cfg.Hooks,
+		hooks:        cfg.Knobs,
 		obs:          cfg.Observer,
 		onRoom:       cfg.OnRoom,
 		stateLimit:   cfg.StateLimit,

@@ -83,7 +83,7 @@ type harness struct {
 
 type option func(*Config)
 
-func withHooks(h Hooks) option                { return func(c *Config) { c.Hooks = h } }
+func withHooks(h Hooks) option                { return func(c *Config) { c.Knobs = h } }
 func withAllocTimeout(d time.Duration) option { return func(c *Config) { c.AllocTimeout = d } }
 
 // withBackend wraps the soft backend.
@@ -103,8 +103,8 @@ func ledgerConfig() budget.Config {
 	}
 }
 
-// Hooks are the actors' test hooks (package internal/testhooks).
-type Hooks = testhooks.Hooks
+// Hooks are the actors' test knobs (package internal/testhooks).
+type Hooks = testhooks.Knobs
 
 // newSoft returns the soft backend behind the fault-injecting decorator.
 func newSoft(t *testing.T) *faulty.Backend {

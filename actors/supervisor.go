@@ -584,7 +584,8 @@ func (s *supervisor) startRun(p budget.Plan, opts budget.RunOptions, scope strin
 // admit decides and enters in one message: no other mutation can come
 // between the decision and the scope entry, so the decision's expected
 // version is current by construction (the stale check still runs and
-// cannot fail).
+// cannot fail), and the run does not simulate the plan Decide just
+// explained (budget.Ledger.StartDecided).
 func (s *supervisor) admit(m *messages.Admit) {
 	limit := m.StateLimit
 	if limit == 0 {
@@ -595,7 +596,14 @@ func (s *supervisor) admit(m *messages.Admit) {
 		s.reply(m.ReplyTo, &messages.RunReply{Err: err, Version: s.ledger.Version()})
 		return
 	}
-	s.startRun(d.Plan, budget.RunOptions{Scope: m.Scope, CheckVersion: true, ExpectedVersion: d.ExpectedStateVersion}, m.Scope, m.ReplyTo, &d)
+	rs := &runState{replyTo: m.ReplyTo, scope: m.Scope, decision: &d}
+	run, err := s.ledger.StartDecided(&d, m.Scope)
+	if err != nil {
+		s.replyRun(rs, &messages.RunReply{Err: err})
+		return
+	}
+	rs.run = run
+	s.advance(rs)
 }
 
 // advance admits the run's steps until one is pending (a transfer in

@@ -182,6 +182,10 @@ type decider struct {
 	scratch *decideScratch
 	memo    map[memoKey]memoEntry
 
+	// roomPool and roomPrefix are roomAt's scratch (spill_cascade.go).
+	roomPool   []candidate
+	roomPrefix []int64
+
 	// per-evaluation scratch
 	adds    []int64
 	touched []int
@@ -275,12 +279,11 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 			}
 		}
 	}
-	seen := map[*value]int{}
 	for i, r := range d.reqs {
-		if j, dup := seen[r.v]; dup && r.v.mode == Exclusive {
+		if d.required[r.v] && r.v.mode == Exclusive {
+			j := slices.IndexFunc(d.reqs[:i], func(o decideReq) bool { return o.v == r.v })
 			return nil, planf("request %q: requirements %d and %d both require %q, an exclusive value; only replicable values may be required at several locations", req.Name, j, i, r.v.name)
 		}
-		seen[r.v] = i
 		d.required[r.v] = true
 		d.requiredIDs[r.v.id] = true
 	}

@@ -30,17 +30,30 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 		c.locs[i].peak = c.locs[i].used + c.locs[i].reserved
 		c.locs[i].reservations = nil
 	}
+	// The copies live in three allocations (values, materializations,
+	// their pointers) instead of one per value and per materialization.
+	n := 0
+	for _, v := range vals {
+		n += len(v.mats)
+	}
+	values := make([]value, 0, len(vals))
+	mats := make([]mat, 0, n)
+	ptrs := make([]*mat, 0, n)
 	for _, v := range vals {
 		if c.vals.byID[v.id] != nil {
 			continue // already copied
 		}
-		copied := *v
-		copied.mats = make([]*mat, len(v.mats))
-		for i, m := range v.mats {
-			copiedMat := *m
-			copied.mats[i] = &copiedMat
+		values = append(values, *v)
+		copied := &values[len(values)-1]
+		start := len(ptrs)
+		for _, m := range v.mats {
+			mats = append(mats, *m)
+			ptrs = append(ptrs, &mats[len(mats)-1])
 		}
-		c.vals.byID[v.id] = &copied
+		// Capacity = length: a simulated append reallocates instead of
+		// writing into the next value's materializations.
+		copied.mats = ptrs[start:len(ptrs):len(ptrs)]
+		c.vals.byID[v.id] = copied
 	}
 	return c
 }

@@ -5,10 +5,7 @@ package budget
 // cascade; the rule is in spill.go's file comment and in
 // docs/semantics.md, "Spill").
 
-import (
-	"fmt"
-	"slices"
-)
+import "slices"
 
 // spilled is one entry of a decision's reclaim list: a victim, the
 // location it is demoted to (-1: dropped), and, for a victim chosen at a
@@ -165,8 +162,10 @@ func (d *decider) spillShort(st *spillState, t int, b int64) int64 {
 // cover n.
 func (d *decider) roomAt(st *spillState, t int, n int64) []victim {
 	s := d.stream(t)
-	var pool []candidate
-	prefix := []int64{0}
+	// pool and prefix are the decider's scratch: nothing keeps them past
+	// this call.
+	pool, prefix := d.roomPool[:0], append(d.roomPrefix[:0], 0)
+	defer func() { d.roomPool, d.roomPrefix = pool[:0], prefix[:0] }()
 	for i := 0; prefix[len(prefix)-1] < n; i++ {
 		if i == len(s.sorted) && !s.more() {
 			return nil
@@ -232,13 +231,11 @@ func (d *decider) reclaims(list []spilled) ([]Action, []Eviction) {
 			if to != "" {
 				e.Kind, what = EvictionDemoted, "demoted to "+to
 			}
-			e.Reason = fmt.Sprintf("priority H=%d (last use v%d) among the lowest at %s; %s to free %d bytes of the %d-byte shortfall for request %q",
-				vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
+			e.Reason = victimReason(vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
 		}
 		if sp.at != nil {
 			e.RoomFor = sp.roomFor
-			e.Reason += fmt.Sprintf(", at %s to make room for the demotion of %s from %s (reclaim %d)",
-				name, d.victimName(*sp.at), l.locs[sp.at.loc].name, sp.roomFor)
+			e.Reason += roomForReason(name, d.victimName(*sp.at), l.locs[sp.at.loc].name, sp.roomFor)
 		}
 		actions = append(actions, a)
 		evictions = append(evictions, e)

@@ -26,7 +26,7 @@ func TestLeaseCallsWaitForABusySupervisorOnTheirContexts(t *testing.T) {
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var kindsMu sync.Mutex
 	var kinds []string
-	s, err := startSoft(t, testhooks.With(ctx, testhooks.Hooks{
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, knobs: testhooks.Knobs{
 		AfterLedger: func(kind string) {
 			kindsMu.Lock()
 			kinds = append(kinds, kind)
@@ -36,7 +36,7 @@ func TestLeaseCallsWaitForABusySupervisorOnTheirContexts(t *testing.T) {
 				<-unblock
 			}
 		},
-	}), Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	}})
 	require.NoError(t, err)
 	h, err := s.Register(ctx, Value{Name: "v", Bytes: 64, At: "cuda:0"})
 	require.NoError(t, err)
@@ -98,13 +98,13 @@ func TestLeaseCallsWaitForABusySupervisorOnTheirContexts(t *testing.T) {
 func TestFatalStopDuringConcurrentLeaseCalls(t *testing.T) {
 	ctx := context.Background()
 	var n atomic.Int64
-	s, err := startSoft(t, testhooks.With(ctx, testhooks.Hooks{
+	s, err := startSoft(t, ctx, Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}, knobs: testhooks.Knobs{
 		AfterLedger: func(kind string) {
 			if (kind == "Acquire" || kind == "Release") && n.Add(1) == 3000 {
 				panic("invariant broken")
 			}
 		},
-	}), Options{Locations: []LocationConfig{NoLimit("pageable-host"), NoLimit("cuda:0")}})
+	}})
 	require.NoError(t, err)
 	h, err := s.Register(ctx, Value{Name: "v", Bytes: 64, At: "cuda:0"})
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -43,7 +44,7 @@ const (
 // NewScope prepares a scope for plan. Nothing is checked or changed until
 // Enter.
 func (s *System) NewScope(plan Plan) *Scope {
-	return &Scope{sys: s, plan: plan, name: fmt.Sprintf("scope-%d", s.scopeSeq.Add(1))}
+	return &Scope{sys: s, plan: plan, name: "scope-" + strconv.FormatUint(s.scopeSeq.Add(1), 10)}
 }
 
 // NewScopeExpecting prepares a scope whose Enter first checks that the

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/residency-go/residency/internal/testhooks"
 )
 
@@ -17,11 +19,12 @@ func TestLocationActorCrashFailsTransferAndRestarts(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
 	armed.Store(true)
-	hooks := testhooks.Hooks{PanicOnAllocate: func(k BufferKey) bool {
+	knobs := testhooks.Knobs{PanicOnAllocate: func(k BufferKey) bool {
 		return k.Location == "cuda:0" && armed.CompareAndSwap(true, false)
 	}}
-	s, err := startSoft(t, testhooks.With(ctx, hooks), Options{
+	s, err := startSoft(t, ctx, Options{
 		Locations: []LocationConfig{NoLimit("pageable-host"), Limit("cuda:0", 1<<20)},
+		knobs:     knobs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,4 +55,12 @@ func TestLocationActorCrashFailsTransferAndRestarts(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("bytes after restart: %v", err)
 	}
+}
+
+// testhooks.With sets the unexported knobs of a copy of the options and
+// keeps every other option.
+func TestTesthooksWithSetsKnobs(t *testing.T) {
+	opts := testhooks.With(Options{ManagerID: "m"}, testhooks.Knobs{AfterLedger: func(string) {}})
+	require.Equal(t, "m", opts.ManagerID)
+	require.NotNil(t, opts.knobs.AfterLedger)
 }

@@ -223,6 +223,20 @@ type Options struct {
 	// [*budget.QueueFullError], errors.Is [ErrBusy]. Default 1024
 	// (budget.DefaultMaxWaiters); negative: [*InvalidInputError].
 	MaxWaiters int
+
+	// knobs are the project's test knobs (package internal/testhooks):
+	// unexported, set only by its tests, through testhooks.With.
+	knobs testhooks.Knobs
+}
+
+// init lets the project's tests outside this package set Options.knobs
+// (testhooks.With); nothing else can.
+func init() {
+	testhooks.Install(func(o any, k testhooks.Knobs) any {
+		opts := o.(Options)
+		opts.knobs = k
+		return opts
+	})
 }
 
 // System is a running residency runtime. All methods are safe for
@@ -319,7 +333,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	}
 	events := newEventLog(log, opts)
 	room.events = events
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Hooks: testhooks.From(ctx), Observer: events, OnRoom: room.signal})
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Knobs: opts.knobs, Observer: events, OnRoom: room.signal})
 	if err != nil {
 		return nil, err
 	}

@@ -400,7 +400,7 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 	require.NoError(t, err)
 	defer backend.Close()
 	var armed atomic.Bool
-	sys := startHooked(t, testhooks.Hooks{
+	sys := startHooked(t, testhooks.Knobs{
 		AfterLedger: func(request string) {
 			if request == "Acquire" && armed.CompareAndSwap(true, false) {
 				panic("injected ledger invariant panic (test hook)")

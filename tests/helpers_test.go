@@ -35,11 +35,11 @@ func start(t *testing.T, opts system.Options) *system.System {
 	return sys
 }
 
-// startHooked is start with test hooks in the runtime's actors (package
+// startHooked is start with test knobs in the runtime's actors (package
 // internal/testhooks).
-func startHooked(t *testing.T, h testhooks.Hooks, opts system.Options) *system.System {
+func startHooked(t *testing.T, k testhooks.Knobs, opts system.Options) *system.System {
 	t.Helper()
-	sys, err := startSoft(t, testhooks.With(context.Background(), h), opts)
+	sys, err := startSoft(t, context.Background(), testhooks.With(opts, k))
 	must(t, err, "start")
 	t.Cleanup(func() { _ = sys.Close(context.Background()) })
 	return sys

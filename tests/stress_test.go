@@ -576,7 +576,7 @@ func TestValueActorCrashIsSupervised(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
 	var crashes atomic.Int32
-	sys := startHooked(t, testhooks.Hooks{PanicOnTransfer: func(e budget.Effect) bool {
+	sys := startHooked(t, testhooks.Knobs{PanicOnTransfer: func(e budget.Effect) bool {
 		if e.Handle.Name == "victim" && e.Location == "cuda:0" && armed.CompareAndSwap(true, false) {
 			crashes.Add(1)
 			return true
@@ -627,7 +627,7 @@ func TestValueActorCrashIsSupervised(t *testing.T) {
 func TestLocationActorAllocationPanic(t *testing.T) {
 	ctx := context.Background()
 	var armed atomic.Bool
-	sys := startHooked(t, testhooks.Hooks{PanicOnAllocate: func(k messages.BufferKey) bool {
+	sys := startHooked(t, testhooks.Knobs{PanicOnAllocate: func(k messages.BufferKey) bool {
 		return k.Location == "cuda:1" && armed.CompareAndSwap(true, false)
 	}}, system.Options{
 		Locations: fourLocations(0, 0, 1<<20),

@@ -1,23 +1,22 @@
-// Package testhooks lets the project's own tests inject failures into the
-// actors of a runtime: a panic of a value or location actor, a panic after
-// the ledger handled a request. No user of the module can import it; the
-// public API (system.Options) carries no test hook.
+// Package testhooks holds the knobs the project's own tests set to inject
+// failures into the actors of a runtime: a panic of a value or location
+// actor, a panic after the ledger handled a request.
 //
-// A test puts its hooks in the context it passes to system.Start (or
-// system.StartNode) with [With]; Start hands [From] of that context to the
-// actors (actors.Config.Hooks). Nothing else reads the context's hooks, so
-// a hook affects only the runtime started with it.
+// No user of the module can reach them: the package is internal, and
+// system.Options carries its knobs in an unexported field. A test outside
+// package system sets that field with [With], through the setter package
+// system installs with [Install] when it is initialised; system.Start hands
+// the knobs to the actors (actors.Config.Knobs), so they affect only the
+// runtime started with those options.
 package testhooks
 
 import (
-	"context"
-
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
 )
 
-// Hooks inject failures in tests. Nil hooks do nothing.
-type Hooks struct {
+// Knobs inject failures in tests. Nil knobs do nothing.
+type Knobs struct {
 	// PanicOnTransfer makes the value actor panic before carrying out an
 	// effect for which it returns true.
 	PanicOnTransfer func(budget.Effect) bool
@@ -34,15 +33,19 @@ type Hooks struct {
 	AfterLedger func(request string)
 }
 
-type ctxKey struct{}
+// setter returns a copy of opts (a system.Options) carrying k.
+var setter func(opts any, k Knobs) any
 
-// With returns a copy of ctx that carries h, for system.Start.
-func With(ctx context.Context, h Hooks) context.Context {
-	return context.WithValue(ctx, ctxKey{}, h)
-}
+// Install makes f the setter [With] uses. Package system calls it once,
+// from its init, with a function that sets the unexported knobs field of a
+// system.Options.
+func Install(f func(opts any, k Knobs) any) { setter = f }
 
-// From returns the hooks ctx carries, or no hooks.
-func From(ctx context.Context) Hooks {
-	h, _ := ctx.Value(ctxKey{}).(Hooks)
-	return h
+// With returns a copy of opts, a system.Options, that carries k. It panics
+// if package system is not linked in or opts is of another type.
+func With[O any](opts O, k Knobs) O {
+	if setter == nil {
+		panic("testhooks: no setter installed (package system is not linked in)")
+	}
+	return setter(opts, k).(O)
 }

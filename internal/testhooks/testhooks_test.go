@@ -1,18 +1,18 @@
 package testhooks_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
 	"github.com/residency-go/residency/internal/testhooks"
+	"github.com/residency-go/residency/system"
 )
 
-func TestWithAndFrom(t *testing.T) {
-	assert.Nil(t, testhooks.From(context.Background()).AfterLedger, "a plain context carries no hooks")
-	var got string
-	ctx := testhooks.With(context.Background(), testhooks.Hooks{AfterLedger: func(kind string) { got = kind }})
-	testhooks.From(ctx).AfterLedger("Register")
-	assert.Equal(t, "Register", got)
+// With reaches the options' knobs only through the setter package system
+// installs; a value of another type is refused.
+func TestWithSetsSystemOptions(t *testing.T) {
+	opts := testhooks.With(system.Options{ManagerID: "m"}, testhooks.Knobs{AfterLedger: func(string) {}})
+	assert.Equal(t, "m", opts.ManagerID, "the other options are kept")
+	assert.Panics(t, func() { testhooks.With(42, testhooks.Knobs{}) })
 }
