@@ -87,12 +87,13 @@ type Summary struct {
 // Loop runs run once per seed: the seed SeedEnv names alone, or else
 // Seeds seeds, and more while the soak has not passed. It stops at the
 // first seed for which run returns false or after which t has failed,
-// and then logs the seed and the command that replays it.
+// and logs the seed and the command that replays it, also when run stops
+// the test (t.FailNow).
 func (c Checker) Loop(t testing.TB, run func(seed uint64) bool) Summary {
 	t.Helper()
 	began := time.Now()
 	if seed, ok := c.Replayed(t); ok {
-		s := Summary{Runs: 1, First: seed, Failed: !run(seed) || t.Failed()}
+		s := Summary{Runs: 1, First: seed, Failed: !c.one(t, seed, run)}
 		s.Elapsed = time.Since(began)
 		return s
 	}
@@ -109,14 +110,29 @@ func (c Checker) Loop(t testing.TB, run func(seed uint64) bool) Summary {
 	for i := 0; i < c.Seeds || time.Since(began) < soak; i++ {
 		seed := first + uint64(i)*stride
 		s.Runs++
-		if !run(seed) || t.Failed() {
+		if !c.one(t, seed, run) {
 			s.Failed = true
-			t.Logf("seed %d failed; replay: %s", seed, c.Replay(seed))
 			break
 		}
 	}
 	s.Elapsed = time.Since(began)
 	return s
+}
+
+// one runs one seed and says whether it passed; a seed that failed, by
+// returning false, by failing t, or by stopping the test (t.FailNow) is
+// logged with the command that replays it.
+func (c Checker) one(t testing.TB, seed uint64, run func(seed uint64) bool) (passed bool) {
+	t.Helper()
+	returned := false
+	defer func() {
+		if !returned || !passed {
+			t.Logf("seed %d failed; replay: %s", seed, c.Replay(seed))
+		}
+	}()
+	passed = run(seed) && !t.Failed()
+	returned = true
+	return passed
 }
 
 // String is the summary for a test's log.
