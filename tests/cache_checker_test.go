@@ -556,6 +556,7 @@ func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 		} else {
 			m.randomOp()
 		}
+		ck.Note("step %d: %s", m.step, m.op)
 		m.check()
 		if n, _ := ck.Failed(); n > 0 {
 			break

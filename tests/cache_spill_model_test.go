@@ -97,6 +97,7 @@ func runSpillModel(t *testing.T, rec *spRec, seed uint64, steps int, cov map[str
 		default:
 			m.randomOp()
 		}
+		rec.Note("step %d: %s", m.step, m.op)
 		if n, _ := rec.Failed(); n > 0 {
 			break
 		}
