@@ -1,7 +1,7 @@
 package tests
 
-// TestCacheChecker: a randomized checker of the loader cache (seed 001)
-// against a small reference model of its rules.
+// TestCacheChecker: a randomized checker of the loader cache against a
+// small reference model of its rules.
 //
 // Two parts, each with its own seeded *rand.Rand:
 //
@@ -440,10 +440,9 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 	return fits, func() {
 		var kept []*ckValue
 		var freed, freedOffered int64
-		// Least recently taken first (seed 001 lines 116–132): the
-		// controller evicts an offered entry taken after one it keeps only
-		// when the one it keeps is smaller (it could not make the same
-		// room in its place).
+		// Least recently taken first: the controller evicts an offered
+		// entry taken after one it keeps only when the one it keeps is
+		// smaller (it could not make the same room in its place).
 		var kept0 []*ckValue
 		for _, v := range m.order {
 			if !offered[v] {

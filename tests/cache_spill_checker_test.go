@@ -1,7 +1,7 @@
 package tests
 
-// TestCacheSpillChecker: a randomized checker of cache spill (issue 21:
-// system/cache/spill.go, budget/charges_spill.go) against a small
+// TestCacheSpillChecker: a randomized checker of cache spill
+// (system/cache/spill.go and its rules in budget) against a small
 // reference model of its rules.
 //
 // The runtime: pageable-host without a limit, pinned-host and cuda:0 with

@@ -1,6 +1,6 @@
 package tests
 
-// The system checker of issue 23: goroutines call the public API at random
+// The system checker: goroutines call the public API at random
 // (register, admit and exit, acquire and release, hold, place, copy, move,
 // evict, discard, reserve, a loader cache's loads, evictions and releases,
 // staging saves) on one runtime over the soft backend behind cuda/faulty,
