@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/internal/testsys"
 )
 
@@ -34,20 +34,18 @@ import (
 // Bounded by default (a few hundred steps); RESIDENCY_SOAK (a Go duration)
 // runs it that long instead. The seed is in every failure message;
 // RESIDENCY_WAIT_SEED replays one.
+//
+// It runs one seed: its bounds are steps, not seeds.
 func TestWaitingAdmissionChecker(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RESIDENCY_WAIT_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err)
-		seed = n
+	seed, ok := waitSeeds.Replayed(t)
+	if !ok {
+		seed = uint64(time.Now().UnixNano())
 	}
 	steps, until := 300, time.Time{}
-	if v := os.Getenv("RESIDENCY_SOAK"); v != "" {
-		d, err := time.ParseDuration(v)
-		require.NoError(t, err, "RESIDENCY_SOAK is a Go duration")
+	if d := checkharness.Soak(t); d > 0 {
 		steps, until = 0, time.Now().Add(d)
 	}
-	t.Logf("seed %d (RESIDENCY_WAIT_SEED=%d replays it)", seed, seed)
+	t.Logf("seed %d (replay: %s)", seed, waitSeeds.Replay(seed))
 	c := newWaitChecker(t, seed)
 	defer c.shutdown()
 	for i := 0; steps == 0 || i < steps; i++ {
@@ -61,6 +59,9 @@ func TestWaitingAdmissionChecker(t *testing.T) {
 }
 
 const checkerBudget = 100
+
+// waitSeeds names TestWaitingAdmissionChecker for its replay command.
+var waitSeeds = checkharness.Checker{SeedEnv: "RESIDENCY_WAIT_SEED", Pattern: "TestWaitingAdmissionChecker", Package: "./system/"}
 
 type modelWaiter struct {
 	name     string
@@ -106,7 +107,7 @@ func newWaitChecker(t *testing.T, seed uint64) *waitChecker {
 
 func (c *waitChecker) fatalf(format string, args ...any) {
 	c.t.Helper()
-	c.t.Fatalf("seed %d: "+format, append([]any{c.seed}, args...)...)
+	c.t.Fatalf("seed %d (replay: %s): "+format, append([]any{c.seed, waitSeeds.Replay(c.seed)}, args...)...)
 }
 
 func (c *waitChecker) step(i int) {

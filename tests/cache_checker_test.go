@@ -1,7 +1,7 @@
 package tests
 
-// TestCacheChecker: a randomized checker of the loader cache (seed 001)
-// against a small reference model of its rules.
+// TestCacheChecker: a randomized checker of the loader cache against a
+// small reference model of its rules.
 //
 // Two parts, each with its own seeded *rand.Rand:
 //
@@ -19,8 +19,8 @@ package tests
 //     and none while a value of the key is held, no value closed while
 //     held or twice, no refusal that the caller's own request would not
 //     cause, every call done within its context (plus a grace, and minus
-//     the time the process was kept from running meanwhile: see
-//     schedLag), and at the end every value closed once and the
+//     the time the process was kept from running meanwhile:
+//     checkharness.Lag), and at the end every value closed once and the
 //     location back to zero.
 //
 // Bounded by default. RESIDENCY_SOAK (a Go duration) repeats both parts
@@ -32,10 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +42,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -69,10 +68,10 @@ func (v *ckValue) String() string { return fmt.Sprintf("%s#%d", v.key, v.id) }
 
 func (v *ckValue) Close() error {
 	if n := v.holders.Load(); n != 0 {
-		v.ck.fail("value %v closed while the checker holds %d leases, pins or keep-alives of it", v, n)
+		v.ck.Fail("value %v closed while the checker holds %d leases, pins or keep-alives of it", v, n)
 	}
 	if v.closed.Add(1) != 1 {
-		v.ck.fail("value %v closed twice", v)
+		v.ck.Fail("value %v closed twice", v)
 	}
 	if v.slow > 0 {
 		t := time.NewTimer(v.slow)
@@ -84,7 +83,7 @@ func (v *ckValue) Close() error {
 	v.mu.Unlock()
 	for _, r := range res {
 		if err := r.Release(); err != nil {
-			v.ck.fail("value %v: releasing its reservation: %v", v, err)
+			v.ck.Fail("value %v: releasing its reservation: %v", v, err)
 		}
 	}
 	return nil
@@ -102,32 +101,17 @@ func ckIdle(v *ckValue) bool {
 
 // ckRecorder collects violations and every value created.
 type ckRecorder struct {
-	mu       sync.Mutex
-	problems []string
-	count    int
-	byKey    map[string][]*ckValue
-	all      []*ckValue
-	running  map[string]int
-	nextID   int64
-	loaders  atomic.Int64
-	seen     map[string]int // outcomes by op, for the log
-	// Calls that returned more than ckLate after their context ended:
-	// how many, and the largest overrun net of the stall meanwhile.
-	lateCalls int
-	overrun   time.Duration
-	overLate  time.Duration // that call's overrun, and
-	overLag   time.Duration // the stall during it
-}
-
-// late records a call that returned late after its context ended, with
-// the stall meanwhile.
-func (ck *ckRecorder) late(late, lag time.Duration) {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	ck.lateCalls++
-	if net := late - lag; ck.lateCalls == 1 || net > ck.overrun {
-		ck.overrun, ck.overLate, ck.overLag = net, late, lag
-	}
+	checkharness.Recorder
+	mu      sync.Mutex
+	byKey   map[string][]*ckValue
+	all     []*ckValue
+	running map[string]int
+	nextID  int64
+	loaders atomic.Int64
+	seen    map[string]int // outcomes by op, for the log
+	// late: calls that returned more than ckLate after their context
+	// ended.
+	late checkharness.Overruns
 }
 
 // saw counts an outcome (what the checker covered).
@@ -156,21 +140,6 @@ func newRecorder() *ckRecorder {
 	return &ckRecorder{byKey: map[string][]*ckValue{}, running: map[string]int{}, seen: map[string]int{}}
 }
 
-func (ck *ckRecorder) fail(format string, args ...any) {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	ck.count++
-	if len(ck.problems) < 25 {
-		ck.problems = append(ck.problems, fmt.Sprintf(format, args...))
-	}
-}
-
-func (ck *ckRecorder) failed() (int, []string) {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	return ck.count, append([]string(nil), ck.problems...)
-}
-
 // loaderStart: one loader per key at a time, and none while a value of
 // the key is still held (a key is loaded once per residency).
 func (ck *ckRecorder) loaderStart(key string) {
@@ -192,10 +161,10 @@ func (ck *ckRecorder) loaderStart(key string) {
 	ck.byKey[key] = live
 	ck.mu.Unlock()
 	if n > 1 {
-		ck.fail("key %s: %d loaders at once", key, n)
+		ck.Fail("key %s: %d loaders at once", key, n)
 	}
 	if len(held) > 0 {
-		ck.fail("key %s loaded again while %v of it are held", key, held)
+		ck.Fail("key %s loaded again while %v of it are held", key, held)
 	}
 }
 
@@ -250,84 +219,42 @@ func ckClass(err error) string {
 	return "other"
 }
 
-// ckSeeds returns the seeds to run: RESIDENCY_CACHE_SEED alone, or n
-// seeds from base, more while RESIDENCY_SOAK has not passed.
-func ckSeeds(t *testing.T, base uint64, n int, run func(seed uint64) bool) {
-	if s := os.Getenv("RESIDENCY_CACHE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "RESIDENCY_CACHE_SEED")
-		run(seed)
-		return
-	}
-	var soak time.Duration
-	if s := os.Getenv("RESIDENCY_SOAK"); s != "" {
-		d, err := time.ParseDuration(s)
-		require.NoError(t, err, "RESIDENCY_SOAK")
-		soak = d
-	}
-	began := time.Now()
-	seed := base
-	if soak > 0 {
-		seed = base ^ uint64(began.UnixNano())
-	}
-	runs := 0
-	for i := 0; i < n || time.Since(began) < soak; i++ {
-		if !run(seed + uint64(i)) {
-			return
-		}
-		runs++
-	}
-	t.Logf("%d seeds from %d in %v", runs, seed, time.Since(began).Round(time.Millisecond))
-}
-
-func ckReport(t *testing.T, ck *ckRecorder, part string, seed uint64) bool {
-	t.Helper()
-	n, problems := ck.failed()
-	if n == 0 {
-		return true
-	}
-	t.Errorf("%s, seed %d: %d violations (replay: RESIDENCY_CACHE_SEED=%d go test -race -run 'TestCacheChecker/%s' ./tests/):\n  %s",
-		part, seed, n, seed, part, strings.Join(problems, "\n  "))
-	return false
+// ckChecker is the seed loop of a part of TestCacheChecker: n seeds from
+// base by default; RESIDENCY_CACHE_SEED replays one.
+func ckChecker(part string, base uint64, n int) checkharness.Checker {
+	return checkharness.Checker{SeedEnv: "RESIDENCY_CACHE_SEED", Pattern: "TestCacheChecker/" + part, Package: "./tests/", Seeds: n, Base: base}
 }
 
 func TestCacheChecker(t *testing.T) {
 	t.Run("model", func(t *testing.T) {
 		first := true
-		ckSeeds(t, 1, 12, func(seed uint64) bool {
+		c := ckChecker("model", 1, 12)
+		t.Log(c.Loop(t, func(seed uint64) bool {
 			ck := newRecorder()
 			runModelChecker(t, ck, seed, 2000)
 			if first {
 				t.Logf("seed %d: %s", seed, ck.coverage())
 				first = false
 			}
-			return ckReport(t, ck, "model", seed)
-		})
+			return ck.Report(t, c, "model", seed)
+		}))
 	})
 	t.Run("concurrent", func(t *testing.T) {
 		first := true
-		lateCalls := 0
-		var overrun, overLate, overLag time.Duration // the largest overrun net of the stall
-		ckSeeds(t, 101, 8, func(seed uint64) bool {
+		var late checkharness.Overruns
+		c := ckChecker("concurrent", 101, 8)
+		t.Log(c.Loop(t, func(seed uint64) bool {
 			ck := newRecorder()
 			runConcurrentChecker(t, ck, seed, 6, 1500)
 			if first {
 				t.Logf("seed %d: %s", seed, ck.coverage())
 				first = false
 			}
-			ck.mu.Lock()
-			if ck.lateCalls > 0 {
-				if lateCalls == 0 || ck.overrun > overrun {
-					overrun, overLate, overLag = ck.overrun, ck.overLate, ck.overLag
-				}
-				lateCalls += ck.lateCalls
-			}
-			ck.mu.Unlock()
-			return ckReport(t, ck, "concurrent", seed)
-		})
-		if lateCalls > 0 {
-			t.Logf("%d calls returned over %v after their contexts ended; the largest overrun net of the stall meanwhile: %v (%v late, %v stall)",
-				lateCalls, ckLate, overrun.Round(time.Millisecond), overLate.Round(time.Millisecond), overLag.Round(time.Millisecond))
+			late.Merge(&ck.late)
+			return ck.Report(t, c, "concurrent", seed)
+		}))
+		if late.Calls() > 0 {
+			t.Log(late.String(ckLate))
 		}
 	})
 }
@@ -381,7 +308,7 @@ type modelChecker struct {
 }
 
 func (m *modelChecker) fail(format string, args ...any) {
-	m.ck.fail("step %d (%s): %s", m.step, m.op, fmt.Sprintf(format, args...))
+	m.ck.Fail("step %d (%s): %s", m.step, m.op, fmt.Sprintf(format, args...))
 }
 
 func (m *modelChecker) find(key string) (int, *ckValue) {
@@ -513,10 +440,9 @@ func (m *modelChecker) controllerRoom(need int64) (fits bool, settle func()) {
 	return fits, func() {
 		var kept []*ckValue
 		var freed, freedOffered int64
-		// Least recently taken first (seed 001 lines 116–132): the
-		// controller evicts an offered entry taken after one it keeps only
-		// when the one it keeps is smaller (it could not make the same
-		// room in its place).
+		// Least recently taken first: the controller evicts an offered
+		// entry taken after one it keeps only when the one it keeps is
+		// smaller (it could not make the same room in its place).
 		var kept0 []*ckValue
 		for _, v := range m.order {
 			if !offered[v] {
@@ -629,8 +555,9 @@ func runModelChecker(t *testing.T, ck *ckRecorder, seed uint64, steps int) {
 		} else {
 			m.randomOp()
 		}
+		ck.Note("step %d: %s", m.step, m.op)
 		m.check()
-		if n, _ := ck.failed(); n > 0 {
+		if n, _ := ck.Failed(); n > 0 {
 			break
 		}
 	}
@@ -683,7 +610,7 @@ func withWatchdog(ck *ckRecorder, what string, f func()) bool {
 	case <-t.C:
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		ck.fail("%s did not return within 10 s with a context that never ends (it waits on itself?); goroutines:\n%s", what, buf)
+		ck.Fail("%s did not return within 10 s with a context that never ends (it waits on itself?); goroutines:\n%s", what, buf)
 		return false
 	}
 }
@@ -1239,7 +1166,7 @@ const ckLate = 250 * time.Millisecond
 
 type concurrentChecker struct {
 	ck      *ckRecorder
-	lag     *schedLag
+	lag     *checkharness.Lag
 	sys     *system.System
 	c       *cache.Cache
 	closing atomic.Bool // Close has been called
@@ -1262,7 +1189,7 @@ type ckWorker struct {
 // by a watchdog), one with a deadline, or one canceled at a random point.
 // done returns when the context ended (zero: it has not): when it was
 // canceled, or when its Done channel was seen closed after its deadline
-// (see ckContextEnd).
+// (see checkharness.ContextEnd).
 func (w *ckWorker) callCtx() (ctx context.Context, done func() time.Time, cancel func()) {
 	switch x := w.r.IntN(10); {
 	case x < 5:
@@ -1270,7 +1197,7 @@ func (w *ckWorker) callCtx() (ctx context.Context, done func() time.Time, cancel
 	case x < 8:
 		d := time.Duration(w.r.IntN(3000)) * time.Microsecond
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(d))
-		ended, stop := ckContextEnd(ctx)
+		ended, stop := checkharness.ContextEnd(ctx)
 		return ctx, ended, func() {
 			stop()
 			cancel()
@@ -1312,14 +1239,14 @@ func (w *ckWorker) call(what string, f func(ctx context.Context) error) error {
 	returned := time.Now()
 	w.cc.ck.saw(strings.Fields(what)[2], ckClass(err))
 	if ckClass(err) == "context" && ctx.Err() == nil {
-		w.cc.ck.fail("%s: %v, but the caller's context is live", what, err)
+		w.cc.ck.Fail("%s: %v, but the caller's context is live", what, err)
 	}
 	if at := done(); !at.IsZero() && returned.Sub(at) > ckLate {
 		late := returned.Sub(at)
-		lag := w.cc.lag.worst(at, returned)
-		w.cc.ck.late(late, lag)
+		lag := w.cc.lag.Worst(at, returned)
+		w.cc.ck.late.Add(late, lag)
 		if late-lag > ckGrace {
-			w.cc.ck.fail("%s returned %v after its context ended (%v; the process was kept from running for %v meanwhile)", what, late.Round(time.Millisecond), err, lag.Round(time.Millisecond))
+			w.cc.ck.Fail("%s returned %v after its context ended (%v; the process was kept from running for %v meanwhile)", what, late.Round(time.Millisecond), err, lag.Round(time.Millisecond))
 		}
 	}
 	return err
@@ -1331,10 +1258,10 @@ func (w *ckWorker) common(what string, err error) bool {
 	switch ckClass(err) {
 	case "cache closed":
 		if !w.cc.closing.Load() {
-			w.cc.ck.fail("%s: %v before the cache was closed", what, err)
+			w.cc.ck.Fail("%s: %v before the cache was closed", what, err)
 		}
 		if strings.Contains(err.Error(), "system is closed") {
-			w.cc.ck.fail("%s: the cache's refusal says the runtime is closed while it runs: %q", what, err)
+			w.cc.ck.Fail("%s: the cache's refusal says the runtime is closed while it runs: %q", what, err)
 		}
 		return true
 	case "context":
@@ -1347,18 +1274,18 @@ func (w *ckWorker) checkBusy(what string, err error, key string, requested int64
 	var busy *system.CacheBusyError
 	errors.As(err, &busy)
 	if busy.Key != key {
-		w.cc.ck.fail("%s: busy for key %q", what, busy.Key)
+		w.cc.ck.Fail("%s: busy for key %q", what, busy.Key)
 	}
 	if busy.Refusal == nil {
-		w.cc.ck.fail("%s: busy without the ledger's refusal: %v", what, err)
+		w.cc.ck.Fail("%s: busy without the ledger's refusal: %v", what, err)
 		return
 	}
 	f := busy.Refusal
 	if requested >= 0 && f.RequestedBytes != requested {
-		w.cc.ck.fail("%s: refused for %d bytes, its own request is %d: %v", what, f.RequestedBytes, requested, err)
+		w.cc.ck.Fail("%s: refused for %d bytes, its own request is %d: %v", what, f.RequestedBytes, requested, err)
 	}
 	if f.UsedBytes+f.ReservedBytes+f.RequestedBytes <= f.BudgetBytes {
-		w.cc.ck.fail("%s: busy although its figures fit: %v", what, err)
+		w.cc.ck.Fail("%s: busy although its figures fit: %v", what, err)
 	}
 }
 
@@ -1369,12 +1296,12 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 	defer func() { require.NoError(t, sys.Close(ctx)) }()
 	c, err := cache.New(ctx, sys, cache.Options{Location: "cuda:0", Name: "concurrent"})
 	require.NoError(t, err)
-	cc := &concurrentChecker{ck: ck, sys: sys, c: c, lag: newSchedLag(2 * runtime.GOMAXPROCS(0))}
+	cc := &concurrentChecker{ck: ck, sys: sys, c: c, lag: checkharness.NewLag(2 * runtime.GOMAXPROCS(0))}
 	master := rand.New(rand.NewPCG(seed, 0xc0c0))
 
 	stop := make(chan struct{})
 	var watch sync.WaitGroup
-	watch.Go(func() { cc.lag.run(stop) })
+	watch.Go(func() { cc.lag.Run(stop) })
 	watch.Go(func() {
 		for {
 			select {
@@ -1384,11 +1311,11 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 			}
 			s, err := sys.Snapshot(ctx)
 			if err != nil {
-				ck.fail("snapshot: %v", err)
+				ck.Fail("snapshot: %v", err)
 				return
 			}
 			if err := checkInvariants(s); err != nil {
-				ck.fail("invariants: %v", err)
+				ck.Fail("invariants: %v", err)
 			}
 			runtime.Gosched()
 		}
@@ -1411,7 +1338,7 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 						cc.closing.Store(true)
 						withWatchdog(ck, "Close amid calls", func() {
 							if err := c.Close(ctx); err != nil {
-								ck.fail("close: %v", err)
+								ck.Fail("close: %v", err)
 							}
 						})
 					}()
@@ -1427,17 +1354,17 @@ func runConcurrentChecker(t *testing.T, ck *ckRecorder, seed uint64, workers, op
 		w.drain()
 	}
 	if n := ck.loaders.Load(); n != 0 {
-		ck.fail("%d loaders still running after Close", n)
+		ck.Fail("%d loaders still running after Close", n)
 	}
 	for _, v := range ck.values() {
 		if v.closed.Load() != 1 {
-			ck.fail("value %v closed %d times at the end", v, v.closed.Load())
+			ck.Fail("value %v closed %d times at the end", v, v.closed.Load())
 		}
 	}
 	st, err := c.Statistics(ctx)
 	require.NoError(t, err)
 	if st.ReservedBytes != 0 || st.Resources != 0 || st.LocationReservedBytes != 0 || st.LocationUsedBytes != 0 {
-		ck.fail("after Close and every release: %+v", st)
+		ck.Fail("after Close and every release: %+v", st)
 	}
 }
 
@@ -1463,7 +1390,7 @@ func (w *ckWorker) randomOp() {
 		w.growModel()
 	default:
 		if _, err := w.cc.c.Statistics(context.Background()); err != nil {
-			w.cc.ck.fail("statistics: %v", err)
+			w.cc.ck.Fail("statistics: %v", err)
 		}
 	}
 }
@@ -1534,7 +1461,7 @@ func (w *ckWorker) load() {
 		v := l.Value()
 		v.holders.Add(1)
 		if v.key != key || v.closed.Load() != 0 || l.Bytes() != v.bytes {
-			ck.fail("%s: lease on %v (%d bytes), closed %d", what, v, l.Bytes(), v.closed.Load())
+			ck.Fail("%s: lease on %v (%d bytes), closed %d", what, v, l.Bytes(), v.closed.Load())
 		}
 		w.leases = append(w.leases, l)
 		if !keep {
@@ -1542,7 +1469,7 @@ func (w *ckWorker) load() {
 		}
 	case "budget":
 		if peak <= 2*ckBudget {
-			ck.fail("%s: %v, for a peak within the budget", what, err)
+			ck.Fail("%s: %v, for a peak within the budget", what, err)
 		}
 	case "busy":
 		w.checkBusy(what, err, key, peak)
@@ -1552,11 +1479,11 @@ func (w *ckWorker) load() {
 		var le *system.CacheLoadError
 		errors.As(err, &le)
 		if le.Panic == nil && !errors.Is(err, errInjected) && !errors.Is(err, system.ErrInvalidInput) {
-			ck.fail("%s: a failed load that no loader's failure explains: %v", what, err)
+			ck.Fail("%s: a failed load that no loader's failure explains: %v", what, err)
 		}
 	default:
 		if !w.common(what, err) {
-			ck.fail("%s: %v", what, err)
+			ck.Fail("%s: %v", what, err)
 		}
 	}
 }
@@ -1590,7 +1517,7 @@ func (w *ckWorker) loadBudgeted() {
 		v := l.Value()
 		v.holders.Add(1)
 		if v.key != key || v.closed.Load() != 0 {
-			ck.fail("%s: lease on %v, closed %d", what, v, v.closed.Load())
+			ck.Fail("%s: lease on %v, closed %d", what, v, v.closed.Load())
 		}
 		w.leases = append(w.leases, l)
 		if !keep {
@@ -1600,11 +1527,11 @@ func (w *ckWorker) loadBudgeted() {
 		// The loader's own reservation was refused (busy), or its
 		// context ended because every caller gave up.
 		if !errors.Is(err, system.ErrBusy) {
-			ck.fail("%s: %v", what, err)
+			ck.Fail("%s: %v", what, err)
 		}
 	default:
 		if !w.common(what, err) {
-			ck.fail("%s: %v", what, err)
+			ck.Fail("%s: %v", what, err)
 		}
 	}
 }
@@ -1614,7 +1541,7 @@ func (w *ckWorker) releaseAt(i int) {
 	w.leases = append(w.leases[:i:i], w.leases[i+1:]...)
 	l.Value().holders.Add(-1)
 	if err := l.Release(); err != nil {
-		w.cc.ck.fail("worker %d: release: %v", w.id, err)
+		w.cc.ck.Fail("worker %d: release: %v", w.id, err)
 	}
 }
 
@@ -1626,7 +1553,7 @@ func (w *ckWorker) release() {
 		w.mine = append(w.mine[:i:i], w.mine[i+1:]...)
 		delete(w.sizes, r)
 		if err := r.Release(); err != nil {
-			w.cc.ck.fail("worker %d: release reservation: %v", w.id, err)
+			w.cc.ck.Fail("worker %d: release reservation: %v", w.id, err)
 		}
 	case x == 0 && len(w.pins) > 0:
 		i := w.r.IntN(len(w.pins))
@@ -1634,7 +1561,7 @@ func (w *ckWorker) release() {
 		w.pins = append(w.pins[:i:i], w.pins[i+1:]...)
 		p.v.holders.Add(-1)
 		if err := p.p.Release(); err != nil {
-			w.cc.ck.fail("worker %d: unpin: %v", w.id, err)
+			w.cc.ck.Fail("worker %d: unpin: %v", w.id, err)
 		}
 	case x == 1 && len(w.keeps) > 0:
 		i := w.r.IntN(len(w.keeps))
@@ -1642,7 +1569,7 @@ func (w *ckWorker) release() {
 		w.keeps = append(w.keeps[:i:i], w.keeps[i+1:]...)
 		k.v.holders.Add(-1)
 		if err := k.k.Release(); err != nil {
-			w.cc.ck.fail("worker %d: release keep-alive: %v", w.id, err)
+			w.cc.ck.Fail("worker %d: release keep-alive: %v", w.id, err)
 		}
 	case len(w.leases) > 0:
 		w.releaseAt(w.r.IntN(len(w.leases)))
@@ -1652,7 +1579,7 @@ func (w *ckWorker) release() {
 		w.mine = append(w.mine[:i:i], w.mine[i+1:]...)
 		delete(w.sizes, r)
 		if err := r.Release(); err != nil {
-			w.cc.ck.fail("worker %d: release reservation: %v", w.id, err)
+			w.cc.ck.Fail("worker %d: release reservation: %v", w.id, err)
 		}
 	}
 }
@@ -1709,11 +1636,11 @@ func (w *ckWorker) evict() {
 		var busy *system.CacheBusyError
 		errors.As(err, &busy)
 		if busy.Key != key || busy.Refusal != nil {
-			w.cc.ck.fail("%s: %+v", what, busy)
+			w.cc.ck.Fail("%s: %+v", what, busy)
 		}
 	default:
 		if !w.common(what, err) {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	}
 }
@@ -1739,13 +1666,13 @@ func (w *ckWorker) reserve() {
 		w.sizes[r] = n
 	case "budget":
 		if n <= 2*ckBudget {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	case "busy":
 		w.checkBusy(what, err, "", n)
 	default:
 		if !w.common(what, err) {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	}
 }
@@ -1772,11 +1699,11 @@ func (w *ckWorker) resize() {
 		w.checkBusy(what, err, "", n-cur)
 	default:
 		if !w.common(what, err) {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	}
 	if got := r.Bytes(); got != w.sizes[r] {
-		w.cc.ck.fail("%s: %v, and the reservation holds %d bytes", what, err, got)
+		w.cc.ck.Fail("%s: %v, and the reservation holds %d bytes", what, err, got)
 	}
 }
 
@@ -1803,7 +1730,7 @@ func (w *ckWorker) growModel() {
 	case "ok":
 	case "budget":
 		if n <= 2*ckBudget {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	case "busy":
 		var busy *system.CacheBusyError
@@ -1816,7 +1743,7 @@ func (w *ckWorker) growModel() {
 		// perhaps to make room for this very resize).
 	default:
 		if !w.common(what, err) {
-			w.cc.ck.fail("%s: %v", what, err)
+			w.cc.ck.Fail("%s: %v", what, err)
 		}
 	}
 }
@@ -1829,18 +1756,18 @@ func (w *ckWorker) drain() {
 	for _, p := range w.pins {
 		p.v.holders.Add(-1)
 		if err := p.p.Release(); err != nil {
-			w.cc.ck.fail("unpin: %v", err)
+			w.cc.ck.Fail("unpin: %v", err)
 		}
 	}
 	for _, k := range w.keeps {
 		k.v.holders.Add(-1)
 		if err := k.k.Release(); err != nil {
-			w.cc.ck.fail("release keep-alive: %v", err)
+			w.cc.ck.Fail("release keep-alive: %v", err)
 		}
 	}
 	for _, r := range w.mine {
 		if err := r.Release(); err != nil {
-			w.cc.ck.fail("release reservation: %v", err)
+			w.cc.ck.Fail("release reservation: %v", err)
 		}
 	}
 	w.pins, w.keeps, w.mine = nil, nil, nil

@@ -1,7 +1,7 @@
 package tests
 
-// TestCacheSpillChecker: a randomized checker of cache spill (issue 21:
-// system/cache/spill.go, budget/charges_spill.go) against a small
+// TestCacheSpillChecker: a randomized checker of cache spill
+// (system/cache/spill.go and its rules in budget) against a small
 // reference model of its rules.
 //
 // The runtime: pageable-host without a limit, pinned-host and cuda:0 with
@@ -36,8 +36,8 @@ package tests
 //     once (never while held or handed to a loader), and the statistics
 //     add up.
 //
-// Bounded by default; RESIDENCY_SOAK and RESIDENCY_CACHE_SEED as for
-// TestCacheChecker (ckSeeds). The model's operations are in
+// Bounded by default; RESIDENCY_SOAK runs seeds for that long,
+// RESIDENCY_CACHE_SEED replays one (spChecker). The model's operations are in
 // cache_spill_model_test.go; its checks, and the concurrent part, here.
 
 import (
@@ -55,6 +55,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/residency-go/residency/budget"
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -73,24 +74,14 @@ type spEvent struct {
 
 // spRec records the events in order, and violations.
 type spRec struct {
-	mu       sync.Mutex
-	events   []spEvent
-	problems []string
-	count    int
-	nextID   int64
-	values   []*spVal
-	copies   []*spCopy
-	demotes  atomic.Int64 // Demote calls
-	warm     atomic.Int64 // loaders handed a copy
-}
-
-func (r *spRec) fail(format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.count++
-	if len(r.problems) < 25 {
-		r.problems = append(r.problems, fmt.Sprintf(format, args...))
-	}
+	checkharness.Recorder
+	mu      sync.Mutex
+	events  []spEvent
+	nextID  int64
+	values  []*spVal
+	copies  []*spCopy
+	demotes atomic.Int64 // Demote calls
+	warm    atomic.Int64 // loaders handed a copy
 }
 
 func (r *spRec) add(kind string, id int64) {
@@ -124,10 +115,10 @@ type spVal struct {
 
 func (v *spVal) Close() error {
 	if v.holders.Load() != 0 {
-		v.rec.fail("value %s#%d closed while leased", v.key, v.id)
+		v.rec.Fail("value %s#%d closed while leased", v.key, v.id)
 	}
 	if v.closed.Add(1) != 1 {
-		v.rec.fail("value %s#%d closed twice", v.key, v.id)
+		v.rec.Fail("value %s#%d closed twice", v.key, v.id)
 	}
 	v.rec.add("close", v.id)
 	return nil
@@ -146,10 +137,10 @@ type spCopy struct {
 
 func (c *spCopy) Close() error {
 	if c.inUse.Load() != 0 {
-		c.rec.fail("copy of %s#%d closed while its loader uses it", c.from.key, c.from.id)
+		c.rec.Fail("copy of %s#%d closed while its loader uses it", c.from.key, c.from.id)
 	}
 	if c.closed.Add(1) != 1 {
-		c.rec.fail("copy of %s#%d closed twice", c.from.key, c.from.id)
+		c.rec.Fail("copy of %s#%d closed twice", c.from.key, c.from.id)
 	}
 	c.rec.add("copy", c.id)
 	return nil
@@ -168,7 +159,7 @@ func (r *spRec) demote(_ context.Context, key string, value any) (any, error) {
 	r.demotes.Add(1)
 	v, ok := value.(*spVal)
 	if !ok || v.key != key {
-		r.fail("Demote of key %s got %T %v", key, value, value)
+		r.Fail("Demote of key %s got %T %v", key, value, value)
 		return nil, errInjected
 	}
 	r.add("demote", v.id)
@@ -256,7 +247,7 @@ func spLoad(ctx context.Context, g *spRig, c int, key string, peak, resident int
 			cp.inUse.Add(1)
 			defer cp.inUse.Add(-1)
 			if cp.closed.Load() != 0 || cp.from.key != key {
-				g.rec.fail("load of %s handed the copy of %s#%d (closed %d)", key, cp.from.key, cp.from.id, cp.closed.Load())
+				g.rec.Fail("load of %s handed the copy of %s#%d (closed %d)", key, cp.from.key, cp.from.id, cp.closed.Load())
 			}
 		}
 		if fail {
@@ -282,38 +273,34 @@ func spMode(r *rand.Rand) string {
 func TestCacheSpillChecker(t *testing.T) {
 	t.Run("model", func(t *testing.T) {
 		cov := map[string]int{}
-		ckSeeds(t, 2101, 16, func(seed uint64) bool {
+		c := spChecker("model", 2101, 16)
+		t.Log(c.Loop(t, func(seed uint64) bool {
 			rec := &spRec{}
 			runSpillModel(t, rec, seed, 400, cov)
-			return spReport(t, rec, "model", seed)
-		})
+			return rec.Report(t, c, "model", seed)
+		}))
 		t.Logf("coverage: %s", spCoverage(cov))
 	})
 	t.Run("concurrent", func(t *testing.T) {
 		var sum cache.Stats
-		ckSeeds(t, 2201, 6, func(seed uint64) bool {
+		c := spChecker("concurrent", 2201, 6)
+		t.Log(c.Loop(t, func(seed uint64) bool {
 			rec := &spRec{}
 			st := runSpillConcurrent(t, rec, seed, 5, 300)
 			sum.Evictions += st.Evictions
 			sum.Demotions += st.Demotions
 			sum.DemotionFailures += st.DemotionFailures
 			sum.WarmStarts += st.WarmStarts
-			return spReport(t, rec, "concurrent", seed)
-		})
+			return rec.Report(t, c, "concurrent", seed)
+		}))
 		t.Logf("the spilling cache, all seeds: %d evictions, %d demotions, %d failed, %d warm starts", sum.Evictions, sum.Demotions, sum.DemotionFailures, sum.WarmStarts)
 	})
 }
 
-func spReport(t *testing.T, rec *spRec, part string, seed uint64) bool {
-	t.Helper()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if rec.count == 0 {
-		return true
-	}
-	t.Errorf("%s, seed %d: %d violations (replay: RESIDENCY_CACHE_SEED=%d go test -race -run 'TestCacheSpillChecker/%s' ./tests/):\n  %s",
-		part, seed, rec.count, seed, part, strings.Join(rec.problems, "\n  "))
-	return false
+// spChecker is the seed loop of a part of TestCacheSpillChecker: n seeds
+// from base by default; RESIDENCY_CACHE_SEED replays one.
+func spChecker(part string, base uint64, n int) checkharness.Checker {
+	return checkharness.Checker{SeedEnv: "RESIDENCY_CACHE_SEED", Pattern: "TestCacheSpillChecker/" + part, Package: "./tests/", Seeds: n, Base: base}
 }
 
 func spCoverage(cov map[string]int) string {
@@ -460,7 +447,7 @@ func runSpillConcurrent(t *testing.T, rec *spRec, seed uint64, workers, steps in
 		defer close(closed)
 		<-closeNow
 		if err := g.caches[0].Close(ctx); err != nil {
-			rec.fail("close of the spilling cache midway: %v", err)
+			rec.Fail("close of the spilling cache midway: %v", err)
 		}
 	}()
 	var ops atomic.Int64
@@ -477,12 +464,12 @@ func runSpillConcurrent(t *testing.T, rec *spRec, seed uint64, workers, steps in
 			for _, l := range w.leases {
 				l.Value().holders.Add(-1)
 				if err := l.Release(); err != nil {
-					rec.fail("release: %v", err)
+					rec.Fail("release: %v", err)
 				}
 			}
 			for _, sc := range w.scopes {
 				if err := sc.Exit(ctx); err != nil {
-					rec.fail("exit: %v", err)
+					rec.Fail("exit: %v", err)
 				}
 			}
 		})
@@ -522,11 +509,11 @@ func spAllIdle(g *spRig) {
 		sc, _, err := g.sys.Admit(actx, system.Request{Name: "all", Reservations: []system.ReservationSpec{{Name: "all", Location: loc, Bytes: b}}}, system.WaitForRoom())
 		cancel()
 		if err != nil {
-			g.rec.fail("end: the whole of %s is not admitted once everything is idle: %v", loc, err)
+			g.rec.Fail("end: the whole of %s is not admitted once everything is idle: %v", loc, err)
 			continue
 		}
 		if err := sc.Exit(ctx); err != nil {
-			g.rec.fail("end: exit: %v", err)
+			g.rec.Fail("end: exit: %v", err)
 		}
 	}
 }
@@ -545,12 +532,12 @@ func spWatch(g *spRig, stop, done chan struct{}) {
 		}
 		snap, err := g.sys.Snapshot(context.Background())
 		if err != nil {
-			g.rec.fail("watcher: snapshot: %v", err)
+			g.rec.Fail("watcher: snapshot: %v", err)
 			return
 		}
 		for _, loc := range snap.Locations {
 			if loc.HasBudget && loc.UsedBytes+loc.ReservedBytes > loc.BudgetBytes {
-				g.rec.fail("watcher: %s holds %d+%d bytes, over its budget %d", loc.Location, loc.UsedBytes, loc.ReservedBytes, loc.BudgetBytes)
+				g.rec.Fail("watcher: %s holds %d+%d bytes, over its budget %d", loc.Location, loc.UsedBytes, loc.ReservedBytes, loc.BudgetBytes)
 			}
 		}
 	}
@@ -564,7 +551,7 @@ func spConserved(g *spRig, st cache.Stats) {
 	for _, loc := range []string{spGPU, spPinned} {
 		res, used, err := g.reservations(loc)
 		if err != nil || used != 0 || len(res) != 0 {
-			rec.fail("end: %s still charges %v (used %d, %v)", loc, res, used, err)
+			rec.Fail("end: %s still charges %v (used %d, %v)", loc, res, used, err)
 		}
 	}
 	rec.mu.Lock()
@@ -572,22 +559,22 @@ func spConserved(g *spRig, st cache.Stats) {
 	rec.mu.Unlock()
 	for _, v := range values {
 		if n := v.closed.Load(); n != 1 {
-			rec.fail("end: value %s#%d closed %d times", v.key, v.id, n)
+			rec.Fail("end: value %s#%d closed %d times", v.key, v.id, n)
 		}
 	}
 	for _, cp := range copies {
 		if n := cp.closed.Load(); n != 1 {
-			rec.fail("end: copy of %s#%d closed %d times", cp.from.key, cp.from.id, n)
+			rec.Fail("end: copy of %s#%d closed %d times", cp.from.key, cp.from.id, n)
 		}
 	}
 	if d := rec.demotes.Load(); uint64(d) != st.Demotions+st.DemotionFailures {
-		rec.fail("end: %d Demote calls, statistics %d demotions + %d failures", d, st.Demotions, st.DemotionFailures)
+		rec.Fail("end: %d Demote calls, statistics %d demotions + %d failures", d, st.Demotions, st.DemotionFailures)
 	}
 	if w := rec.warm.Load(); uint64(w) != st.WarmStarts {
-		rec.fail("end: %d loaders handed a copy, statistics %d warm starts", w, st.WarmStarts)
+		rec.Fail("end: %d loaders handed a copy, statistics %d warm starts", w, st.WarmStarts)
 	}
 	if st.Demoted != 0 || st.DemotedBytes != 0 || st.ReservedBytes != 0 {
-		rec.fail("end: the closed spilling cache keeps %d copies (%d bytes), %d bytes at %s", st.Demoted, st.DemotedBytes, st.ReservedBytes, spGPU)
+		rec.Fail("end: the closed spilling cache keeps %d copies (%d bytes), %d bytes at %s", st.Demoted, st.DemotedBytes, st.ReservedBytes, spGPU)
 	}
 }
 
@@ -612,7 +599,7 @@ func (w *spWorker) step() {
 		l, err := spLoad(ctx, w.g, c, key, peak, 1+w.r.Int64N(peak), w.r.IntN(8) == 0, spMode(w.r), nil)
 		if err != nil {
 			if !spAllowed(err, "busy", "load") {
-				rec.fail("load %s: %T: %v", key, err, err)
+				rec.Fail("load %s: %T: %v", key, err, err)
 			}
 			return
 		}
@@ -622,7 +609,7 @@ func (w *spWorker) step() {
 			return
 		}
 		if err := l.Release(); err != nil {
-			rec.fail("release: %v", err)
+			rec.Fail("release: %v", err)
 		}
 	case x < 65:
 		if len(w.leases) > 0 {
@@ -631,7 +618,7 @@ func (w *spWorker) step() {
 			w.leases = append(w.leases[:i], w.leases[i+1:]...)
 			l.Value().holders.Add(-1)
 			if err := l.Release(); err != nil {
-				rec.fail("release: %v", err)
+				rec.Fail("release: %v", err)
 			}
 		}
 	case x < 85:
@@ -639,7 +626,7 @@ func (w *spWorker) step() {
 			sc := w.scopes[0]
 			w.scopes = w.scopes[1:]
 			if err := sc.Exit(context.Background()); err != nil {
-				rec.fail("exit: %v", err)
+				rec.Fail("exit: %v", err)
 			}
 			return
 		}
@@ -654,14 +641,14 @@ func (w *spWorker) step() {
 		sc, _, err := w.g.sys.Admit(ctx, req)
 		if err != nil {
 			if !spAllowed(err, "plan", "busy") && !errors.Is(err, system.ErrBusy) {
-				rec.fail("admit: %T: %v", err, err)
+				rec.Fail("admit: %T: %v", err, err)
 			}
 			return
 		}
 		w.scopes = append(w.scopes, sc)
 	default:
 		if _, err := w.g.caches[c].Evict(ctx, key); err != nil && !spAllowed(err, "busy") {
-			rec.fail("evict %s: %T: %v", key, err, err)
+			rec.Fail("evict %s: %T: %v", key, err, err)
 		}
 	}
 }

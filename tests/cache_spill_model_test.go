@@ -79,7 +79,7 @@ type spModel struct {
 }
 
 func (m *spModel) fail(format string, args ...any) {
-	m.rec.fail("step %d (%s): %s", m.step, m.op, fmt.Sprintf(format, args...))
+	m.rec.Fail("step %d (%s): %s", m.step, m.op, fmt.Sprintf(format, args...))
 }
 
 func runSpillModel(t *testing.T, rec *spRec, seed uint64, steps int, cov map[string]int) {
@@ -97,7 +97,8 @@ func runSpillModel(t *testing.T, rec *spRec, seed uint64, steps int, cov map[str
 		default:
 			m.randomOp()
 		}
-		if rec.count > 0 {
+		rec.Note("step %d: %s", m.step, m.op)
+		if n, _ := rec.Failed(); n > 0 {
 			break
 		}
 		m.check()

@@ -27,17 +27,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -208,6 +206,10 @@ func (r *ccRound) demote(rng *rand.Rand, mu *sync.Mutex) func(context.Context, s
 	}
 }
 
+// ccChecker is TestCloseChecker's seed loop: seeds from the clock;
+// RESIDENCY_CLOSE_SEED replays one.
+var ccChecker = checkharness.Checker{SeedEnv: "RESIDENCY_CLOSE_SEED", Pattern: "TestCloseChecker", Package: "./tests/", Stride: 7919}
+
 // TestCloseChecker runs rounds of the close checker: 12 by default, more
 // until RESIDENCY_SOAK has passed, or the one RESIDENCY_CLOSE_SEED names.
 func TestCloseChecker(t *testing.T) {
@@ -216,27 +218,14 @@ func TestCloseChecker(t *testing.T) {
 		rounds = 4
 	}
 	var total ccFigures
-	run := func(seed uint64) bool {
-		f := runCloseRound(t, seed)
-		total.add(f)
+	c := ccChecker
+	c.Seeds = rounds
+	sum := c.Loop(t, func(seed uint64) bool {
+		total.add(runCloseRound(t, seed))
 		return !t.Failed()
-	}
-	if s := os.Getenv("RESIDENCY_CLOSE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "RESIDENCY_CLOSE_SEED")
-		run(seed)
-		return
-	}
-	soak := scSoak(t)
-	began := time.Now()
-	base := uint64(began.UnixNano())
-	for i := 0; i < rounds || time.Since(began) < soak; i++ {
-		if !run(base + uint64(i)*7919) {
-			break
-		}
-	}
+	})
 	t.Logf("close checker: %d rounds (seeds from %d) in %v: %d calls, %d closes with operations still running (%d operations, %d bytes held at close), latest return %v after the deadline, %d violations",
-		total.rounds, base, time.Since(began).Round(time.Millisecond), total.calls, total.stillRunning, total.abandoned, total.heldBytes, total.maxLate.Round(time.Microsecond), total.violations)
+		total.rounds, sum.First, sum.Elapsed.Round(time.Millisecond), total.calls, total.stillRunning, total.abandoned, total.heldBytes, total.maxLate.Round(time.Microsecond), total.violations)
 }
 
 func (f *ccFigures) add(o ccFigures) {
@@ -304,7 +293,7 @@ func runCloseRound(t *testing.T, seed uint64) ccFigures {
 	if len(r.be.liveAtClose) > 0 {
 		fail("bytes still allocated when the backend was closed: %v", r.be.liveAtClose)
 	}
-	if err := goleak.Find(); err != nil {
+	if err := checkharness.Leaks(); err != nil {
 		fail("goroutines left after every loader returned: %v", err)
 	}
 	f.calls, f.violations = r.calls.Load(), int64(len(violations))
@@ -312,8 +301,8 @@ func runCloseRound(t *testing.T, seed uint64) ccFigures {
 		f.maxLate = late
 	}
 	if len(violations) > 0 {
-		t.Errorf("close checker, seed %d (polite %v, deadline %v; replay: RESIDENCY_CLOSE_SEED=%d go test -race -run TestCloseChecker ./tests/): %d violations:\n  %v\nClose returned: %v",
-			seed, r.polite, deadline, seed, len(violations), violations, err)
+		t.Errorf("close checker, seed %d (polite %v, deadline %v; replay: %s): %d violations:\n  %v\nClose returned: %v",
+			seed, r.polite, deadline, ccChecker.Replay(seed), len(violations), violations, err)
 	}
 	return f
 }

@@ -1,6 +1,6 @@
 package tests
 
-// The system checker of issue 23: goroutines call the public API at random
+// The system checker: goroutines call the public API at random
 // (register, admit and exit, acquire and release, hold, place, copy, move,
 // evict, discard, reserve, a loader cache's loads, evictions and releases,
 // staging saves) on one runtime over the soft backend behind cuda/faulty,
@@ -19,7 +19,8 @@ package tests
 // Each worker draws its choices from its own rand.Rand, seeded from the
 // round's seed and its id: RESIDENCY_SYSCHECK_SEED=N replays a round's
 // choices (the interleaving is the scheduler's). Bounded by default;
-// RESIDENCY_SOAK (a Go duration) runs rounds until it has passed.
+// RESIDENCY_SOAK (a Go duration) runs rounds until it has passed
+// (scChecker).
 
 import (
 	"context"
@@ -27,7 +28,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +39,7 @@ import (
 
 	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/internal/testsys"
 	"github.com/residency-go/residency/system"
 )
@@ -62,7 +63,7 @@ type scRound struct {
 	cancels  chan context.CancelFunc
 	cache    *scCache
 	staging  *scStaging
-	failures chan string
+	rec      checkharness.Recorder // violations seen while the round runs
 	mu       sync.Mutex
 	counts   map[string]int // outcomes of calls outside the models
 	snaps    atomic.Int64
@@ -83,12 +84,7 @@ func (r *scRound) count(what string, err error) {
 	r.mu.Unlock()
 }
 
-func (r *scRound) fail(format string, args ...any) {
-	select {
-	case r.failures <- fmt.Sprintf(format, args...):
-	default:
-	}
-}
+func (r *scRound) fail(format string, args ...any) { r.rec.Fail(format, args...) }
 
 // scProtections are the leases and holds workers hold: added after the
 // call that took one returned, removed before the call that lets it go.
@@ -127,15 +123,9 @@ func (p *scProtections) copy() map[int]scEndpoint {
 	return out
 }
 
-func scSoak(t *testing.T) time.Duration {
-	s := os.Getenv("RESIDENCY_SOAK")
-	if s == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	require.NoError(t, err, "RESIDENCY_SOAK")
-	return d
-}
+// scChecker is TestSyscheck's seed loop: two rounds by default, seeds
+// from the clock; RESIDENCY_SYSCHECK_SEED replays one.
+var scChecker = checkharness.Checker{SeedEnv: "RESIDENCY_SYSCHECK_SEED", Pattern: "TestSyscheck", Package: "./tests/", Seeds: 2, Stride: 7919}
 
 // TestSyscheck runs rounds of the system checker: two in `make test`, more
 // until RESIDENCY_SOAK has passed, or the one RESIDENCY_SYSCHECK_SEED names.
@@ -144,24 +134,12 @@ func TestSyscheck(t *testing.T) {
 	if testing.Short() {
 		workers, ops = 4, 60
 	}
-	if s := os.Getenv("RESIDENCY_SYSCHECK_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "RESIDENCY_SYSCHECK_SEED")
-		runSyscheckRound(t, seed, workers, ops)
-		return
-	}
-	soak := scSoak(t)
-	began := time.Now()
-	base := uint64(began.UnixNano())
 	var total scFigures
-	for i := 0; i < 2 || time.Since(began) < soak; i++ {
-		f := runSyscheckRound(t, base+uint64(i)*7919, workers, ops)
-		total.add(f)
-		if t.Failed() {
-			return
-		}
-	}
-	el := time.Since(began)
+	sum := scChecker.Loop(t, func(seed uint64) bool {
+		total.add(runSyscheckRound(t, seed, workers, ops))
+		return !t.Failed()
+	})
+	el := sum.Elapsed
 	t.Logf("syscheck: %d rounds in %v: %d calls (%.0f/s), %d snapshots checked, %d with a transfer in flight, %d held protections seen in them; linearizability: %d value operations in %d partitions, %d cache operations in %d partitions, checked in %v (%d partitions timed out)",
 		total.rounds, el.Round(time.Millisecond), total.calls, float64(total.calls)/el.Seconds(), total.snaps, total.inFlight, total.held,
 		total.ops, total.parts, total.cops, total.cparts, total.checkTime.Round(time.Millisecond), total.unknown)
@@ -189,10 +167,10 @@ func (f *scFigures) add(o scFigures) {
 }
 
 func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
-	t.Logf("syscheck: round seed %d (replay: RESIDENCY_SYSCHECK_SEED=%d)", seed, seed)
+	t.Logf("syscheck: round seed %d (replay: %s)", seed, scChecker.Replay(seed))
 	ctx := context.Background()
 	r := &scRound{t: t, seed: seed, hist: newHistory(), chist: newHistory(), cancels: make(chan context.CancelFunc, 64),
-		failures: make(chan string, 64), counts: map[string]int{}, prot: scProtections{held: map[int]scEndpoint{}}}
+		counts: map[string]int{}, prot: scProtections{held: map[int]scEndpoint{}}}
 	r.capacity = map[string]int64{"cuda:0": scBudgets["cuda:0"] + scStagingDeviceBytes}
 	for l, b := range scBudgets {
 		if l != "cuda:0" {
@@ -253,8 +231,7 @@ func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
 	<-checkDone
 	close(r.cancels)
 	<-cancellerDone
-	r.drainFailures()
-	if t.Failed() {
+	if !r.rec.Report(t, scChecker, "syscheck", seed) || t.Failed() {
 		return scFigures{}
 	}
 	r.teardown()
@@ -266,17 +243,6 @@ func runSyscheckRound(t *testing.T, seed uint64, workers, ops int) scFigures {
 	t.Logf("syscheck: round %d: cache calls by result: %s", seed, formatCounts(r.chist.results()))
 	t.Logf("syscheck: round %d: other calls by result: %s", seed, formatCounts(r.counts))
 	return f
-}
-
-func (r *scRound) drainFailures() {
-	for {
-		select {
-		case f := <-r.failures:
-			r.t.Errorf("seed %d: %s", r.seed, f)
-		default:
-			return
-		}
-	}
 }
 
 // checkLoop checks snapshots until stop is closed.
@@ -416,7 +382,7 @@ func (r *scRound) checkHistories(f *scFigures) {
 			path := fmt.Sprintf("%s/syscheck-%d.html", os.TempDir(), r.seed)
 			m := c.model.ToModel()
 			_ = porcupine.VisualizePath(m, info, path)
-			t.Errorf("seed %d: the history of %s is not linearizable (visualization: %s)", r.seed, c.name, path)
+			t.Errorf("seed %d: the history of %s is not linearizable (visualization: %s; replay: %s)", r.seed, c.name, path, scChecker.Replay(r.seed))
 			r.logIllegal(c.model, c.h)
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/checkharness"
 )
 
 // TestNamesChecker drives a replay runner with random ops on a small pool
@@ -21,26 +21,18 @@ import (
 // names, answering precisely (a discarded value is unavailable, a
 // released lease "already released", ...); older, it is an unknown name.
 // And the runner never keeps more names than the live ones plus the
-// window. Bounded by default; RESIDENCY_SOAK=30m runs seeds for that long.
-// The seed is printed on failure.
+// window. Bounded by default (namesSeeds); RESIDENCY_SOAK=30m runs seeds
+// for that long. A failure prints its seed and the command that replays
+// it (RESIDENCY_NAMES_SEED).
 func TestNamesChecker(t *testing.T) {
-	budget := time.Duration(0)
-	if s := os.Getenv("RESIDENCY_SOAK"); s != "" {
-		d, err := time.ParseDuration(s)
-		require.NoError(t, err, "RESIDENCY_SOAK")
-		budget = d
-	}
-	start := time.Now()
 	hits := map[string]int{}
-	for seed := uint64(1); ; seed++ {
+	sum := namesSeeds.Loop(t, func(seed uint64) bool {
 		checkNames(t, seed, 3000, hits)
-		if t.Failed() {
-			return
-		}
-		if time.Since(start) >= budget && seed >= 5 {
-			t.Logf("%d seeds in %v: %v", seed, time.Since(start).Round(time.Millisecond), hits)
-			break
-		}
+		return true
+	})
+	t.Logf("%v: %v", sum, hits)
+	if _, replay := namesSeeds.Replayed(t); replay {
+		return // one seed need not see every kind of answer
 	}
 	// The checker must have seen every kind of answer, or it proves little.
 	for _, c := range []string{"discard ok", "discard ResidencyUnavailableError", "discard ResidencyInUseError", "discard forgotten",
@@ -49,6 +41,10 @@ func TestNamesChecker(t *testing.T) {
 		require.Positive(t, hits[c], "the random ops never produced %q", c)
 	}
 }
+
+// namesSeeds is TestNamesChecker's seed loop: seeds 1 to 5 by default;
+// RESIDENCY_NAMES_SEED replays one.
+var namesSeeds = checkharness.Checker{SeedEnv: "RESIDENCY_NAMES_SEED", Pattern: "TestNamesChecker", Package: "./system/replay/", Seeds: 5, Base: 1}
 
 // nameModel is the reference model of the runner's names.
 type nameModel struct {
