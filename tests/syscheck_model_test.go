@@ -427,9 +427,7 @@ func cmStep(s cmState, in cmInput, out cmOutput) []cmState {
 	case "load":
 		var next []cmState
 		if out.res == resOK || out.res == resUnknown {
-			for _, n := range cmLoad(s, out) {
-				next = append(next, n)
-			}
+			next = append(next, cmLoad(s, out)...)
 		}
 		if out.res != resOK {
 			if out.res == resUnknown {
@@ -538,11 +536,10 @@ func partitionBy(key func(any) string) func([]porcupine.Operation) [][]porcupine
 // since the history began, monotonic), input and output. A call whose
 // outcome is unknown returns "never".
 type scHistory struct {
-	mu     sync.Mutex
-	began  time.Time
-	ops    []porcupine.Operation
-	never  int64
-	client map[int]bool
+	mu    sync.Mutex
+	began time.Time
+	ops   []porcupine.Operation
+	never int64
 }
 
 func newHistory() *scHistory {
