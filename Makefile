@@ -78,7 +78,8 @@ FUZZ_TARGETS := \
 	internal/nodeproc:FuzzNodeCommand \
 	internal/offload:FuzzOffloadTrace \
 	system/replay:FuzzStagingScript \
-	system/diagnose:FuzzEvidence
+	system/diagnose:FuzzEvidence \
+	staging:FuzzAppendStage
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -157,7 +158,7 @@ func (b *gpuBudget) addInflight(n int64) {
 func (b *gpuBudget) aheadLocked(w *budgetWaiter) int64 {
 	var n int64
 	for e := b.waiters.Front(); e != nil && e != w.at; e = e.Next() {
-		n += e.Value.(*budgetWaiter).n
+		n = addSat(n, e.Value.(*budgetWaiter).n)
 	}
 	return n
 }
@@ -313,7 +314,7 @@ func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refuse
 		// The cap is short by what the bytes on their way out do not
 		// cover.
 		selfFlushed := false
-		for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
+		for addSat(addSat(b.book.Used()-b.inflight, b.aheadLocked(w)), n) > b.book.Cap() && !selfFlushed {
 			b.mu.Unlock()
 			id, flushed := b.flush()
 			b.mu.Lock()
@@ -423,4 +424,13 @@ func (b *gpuBudget) state() budgetState {
 		}
 	}
 	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d, asleep: asleep}
+}
+
+// addSat is a+b for non-negative b, held at math.MaxInt64 instead of
+// wrapping (each waiting clone may be as large as the whole cap).
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

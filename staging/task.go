@@ -242,7 +242,9 @@ func (p *Pipeline) checkChunk(t *Task, c Chunk) error {
 		if r.Slot < 0 || r.Slot >= p.cfg.PoolSlots {
 			return fmt.Errorf("%w: pool slot %d out of range [0, %d)", ErrConfig, r.Slot, p.cfg.PoolSlots)
 		}
-		if r.Offset < 0 || r.Offset+p.cfg.RowBytes > size {
+		// size ≥ 0 and RowBytes ≥ 1: size-RowBytes cannot wrap, where
+		// Offset+RowBytes could.
+		if r.Offset < 0 || r.Offset > size-p.cfg.RowBytes {
 			return fmt.Errorf("%w: row (%s, %d) at offset %d does not fit in the save's %d bytes", ErrConfig, r.Key, r.Slot, r.Offset, size)
 		}
 	}
