@@ -161,7 +161,7 @@ type Pipeline struct {
 	rt      Runtime
 	be      cuda.Backend
 	log     zerolog.Logger
-	sys     *runner // copy queue, committer, task moves
+	sys     *runner // the pipeline's actors: task actors, copy queue, committer
 	slots   *slotPool
 	budget  *gpuBudget
 	d2h     *lockedStream // steps' device→host copies (nil when eager)
@@ -271,7 +271,11 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 			undo = append(undo, func() { _ = st.Close() })
 		}
 	}
-	p.sys = startRunner(p)
+	sys, err := startRunner(p)
+	if err != nil {
+		return fail(err)
+	}
+	p.sys = sys
 	p.serveDemotions()
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
