@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -141,9 +142,11 @@ func (s *runner) NewTask(spec TaskSpec) (*taskRef, error) {
 	t := &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
 		hostReady: make(chan struct{}), done: make(chan struct{})}
 	t.handle = Task{p: s.p, t: t}
-	reply := make(chan error, 1)
+	reply := errReplies.Get().(chan error)
 	s.root.Send(s.pipeline, &spawnTask{t: t, reply: reply})
-	if err := <-reply; err != nil {
+	err := <-reply
+	errReplies.Put(reply)
+	if err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -158,20 +161,24 @@ func (s *runner) liveTasks() int {
 
 // ask sends m to t's actor and waits for its reply on reply, for t's end
 // (a terminal task's actor has stopped: gone is called for the answer) or
-// for ctx.
-func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R, gone func() R) (R, error) {
+// for ctx. A reply channel that delivered its answer goes back to its pool
+// (it is empty again, and the actor answers once).
+func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R, pool *sync.Pool, gone func() R) (R, error) {
 	select {
 	case <-t.done:
+		pool.Put(reply)    // never sent: nobody else has it
 		return gone(), nil // its actor has stopped
 	default:
 	}
 	s.root.Send(t.pid, m)
 	select {
 	case r := <-reply:
+		pool.Put(reply)
 		return r, nil
 	case <-t.done:
 		select {
 		case r := <-reply: // answered before it stopped
+			pool.Put(reply)
 			return r, nil
 		default:
 			return gone(), nil
@@ -182,10 +189,17 @@ func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R,
 	}
 }
 
+// Pools of reply channels (each of capacity 1), one per answer type.
+var (
+	errReplies   = sync.Pool{New: func() any { return make(chan error, 1) }}
+	claimReplies = sync.Pool{New: func() any { return make(chan claimResult, 1) }}
+	boolReplies  = sync.Pool{New: func() any { return make(chan bool, 1) }}
+)
+
 // Append adds c to t. Refusals: *AppendRefusedError.
 func (s *runner) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, func() error {
+	r := errReplies.Get().(chan error)
+	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, &errReplies, func() error {
 		return &AppendRefusedError{Task: t.ID, TaskName: t.Name, State: t.State()}
 	})
 	if err != nil {
@@ -200,8 +214,8 @@ func (s *runner) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
 // stage is claimed, or that is written, is left alone. A failed task
 // returns its failure.
 func (s *runner) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, func() error { return t.Err() })
+	r := errReplies.Get().(chan error)
+	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, &errReplies, func() error { return t.Err() })
 	if err != nil {
 		return err
 	}
@@ -212,8 +226,8 @@ func (s *runner) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
 // chunks; false when another caller already claimed it (or it is not
 // queued).
 func (s *runner) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, error) {
-	r := make(chan claimResult, 1)
-	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, func() claimResult { return claimResult{} })
+	r := claimReplies.Get().(chan claimResult)
+	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, &claimReplies, func() claimResult { return claimResult{} })
 	return res.chunks, res.won, err
 }
 
@@ -223,8 +237,8 @@ func (s *runner) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, err
 // the channels the step closes are closed: [taskRef.HostReady] after
 // HostReady, [taskRef.Done] after Written or Failed.
 func (s *runner) Transition(ctx context.Context, t *taskRef, to TaskState) error {
-	r := make(chan error, 1)
-	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, func() error {
+	r := errReplies.Get().(chan error)
+	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, &errReplies, func() error {
 		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: t.State(), To: to}
 	})
 	if err != nil {
@@ -278,8 +292,8 @@ func (s *runner) FailAsync(t *taskRef, err error) {
 func (s *runner) FailUnclaimed(t *taskRef, err error) bool { return s.fail(t, err, true) }
 
 func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
-	r := make(chan bool, 1)
-	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: unclaimed}, r, func() bool { return false })
+	r := boolReplies.Get().(chan bool)
+	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: unclaimed}, r, &boolReplies, func() bool { return false })
 	if res {
 		<-t.done // closed by the actor right after its answer
 	}
@@ -289,13 +303,13 @@ func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
 // Plan returns the rows of t's pool write (see scatterRow).
 func (s *runner) Plan(ctx context.Context, t *taskRef) ([]scatterRow, error) {
 	r := make(chan []scatterRow, 1)
-	return ask(ctx, s, t, &taskPlan{reply: r}, r, func() []scatterRow { return nil })
+	return ask(ctx, s, t, &taskPlan{reply: r}, r, &sync.Pool{}, func() []scatterRow { return nil })
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
 func (s *runner) Source(ctx context.Context, t *taskRef, key string, slot int) (rowSource, error) {
 	r := make(chan rowSource, 1)
-	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, func() rowSource { return rowSource{State: t.State()} })
+	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, &sync.Pool{}, func() rowSource { return rowSource{State: t.State()} })
 }
 
 // RunInline runs t's copy stage and pool write on the caller (eager mode,
