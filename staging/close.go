@@ -85,7 +85,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		if sl.last != nil {
 			<-sl.last.Done()
 		}
-		_ = p.be.Free(sl.buf)
+		_ = p.free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
 	p.demo.wg.Wait() // a demotion copy running on the landing stream

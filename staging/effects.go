@@ -125,7 +125,7 @@ func (p *Pipeline) onHostReady(at *taskRef, chunks []*taskChunk) {
 			p.dropClone(c) // not reached: the landing copy waited for it
 			continue
 		}
-		_ = p.be.Free(c.Clone)
+		_ = p.free(c.Clone)
 		c.Clone = nil
 		tickets = append(tickets, c.Ticket)
 	}
@@ -138,7 +138,7 @@ func (p *Pipeline) dropClone(c *taskChunk) {
 	clone, ev, tk := c.Clone, c.CloneEvent, c.Ticket
 	c.Clone = nil
 	release := func() {
-		_ = p.be.Free(clone)
+		_ = p.free(clone)
 		_ = p.budget.release(context.Background(), tk)
 	}
 	if ev == nil || ev.Query() {

@@ -160,6 +160,7 @@ type Pipeline struct {
 	cfg     Config
 	rt      Runtime
 	be      cuda.Backend
+	alloc   LocationAllocator // every backend allocation and free (alloc.go)
 	log     zerolog.Logger
 	sys     *runner // the pipeline's actors: task actors, copy queue, committer
 	slots   *slotPool

@@ -43,9 +43,10 @@ type runner struct {
 	p         *Pipeline
 	system    *actor.ActorSystem
 	root      *actor.RootContext
-	pipeline  *actor.PID // parent of the task actors
-	queue     *actor.PID // the copy queue: copy stages and demotions (nil when eager)
-	committer *actor.PID // pool writes (nil when eager)
+	pipeline  *actor.PID    // parent of the task actors
+	queue     *actor.PID    // the copy queue: copy stages and demotions (nil when eager)
+	committer *actor.PID    // pool writes (nil when eager)
+	locations *ownLocations // the pipeline's own location actors (nil: the runtime's)
 	queueRun  *ownGoroutine
 	commitRun *ownGoroutine
 	ctx       context.Context
@@ -69,6 +70,9 @@ func startRunner(p *Pipeline) (*runner, error) {
 	var err error
 	s.pipeline, err = s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return pa }, inline,
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, resumeTask))), "pipeline")
+	if err == nil {
+		err = s.startLocations()
+	}
 	if err == nil && !p.cfg.Eager {
 		err = s.startWorkers()
 	}
@@ -85,10 +89,11 @@ func resumeTask(any) actor.Directive { return actor.ResumeDirective }
 
 // pipelineActor is the parent of the pipeline's task actors. It spawns
 // one per spawnTask; protoactor removes a child from its children when
-// the child stops.
+// the child stops (and tells the parent with *actor.Terminated).
 type pipelineActor struct {
 	taskProps *actor.Props
-	spawning  *taskRef // the task whose actor taskProps produces now
+	spawning  *taskRef      // the task whose actor taskProps produces now
+	awaiting  []*awaitTasks // answered once the task actors are few enough
 }
 
 // spawnTask asks the pipeline's actor for the actor of task t.
@@ -100,6 +105,13 @@ type spawnTask struct {
 // countTasks asks the pipeline's actor how many task actors it has.
 type countTasks struct{ reply chan int }
 
+// awaitTasks asks the pipeline's actor to answer once it has at most n
+// task actors (with how many it has then).
+type awaitTasks struct {
+	n     int
+	reply chan int
+}
+
 func (a *pipelineActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *spawnTask:
@@ -110,7 +122,25 @@ func (a *pipelineActor) Receive(ctx actor.Context) {
 		m.reply <- err
 	case *countTasks:
 		m.reply <- len(ctx.Children())
+	case *awaitTasks:
+		a.awaiting = append(a.awaiting, m)
+		a.answerAwaiting(ctx)
+	case *actor.Terminated:
+		a.answerAwaiting(ctx)
 	}
+}
+
+func (a *pipelineActor) answerAwaiting(ctx actor.Context) {
+	n := len(ctx.Children())
+	kept := a.awaiting[:0]
+	for _, w := range a.awaiting {
+		if n <= w.n {
+			w.reply <- n
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	a.awaiting = kept
 }
 
 // claimed tells Config.onClaim (tests) of a claimed copy stage.
@@ -157,6 +187,19 @@ func (s *runner) liveTasks() int {
 	reply := make(chan int, 1)
 	s.root.Send(s.pipeline, &countTasks{reply: reply})
 	return <-reply
+}
+
+// awaitLiveTasks waits until the pipeline's actor has at most n task
+// actors and returns how many it has then (or ctx's error).
+func (s *runner) awaitLiveTasks(ctx context.Context, n int) (int, error) {
+	reply := make(chan int, 1)
+	s.root.Send(s.pipeline, &awaitTasks{n: n, reply: reply})
+	select {
+	case got := <-reply:
+		return got, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 // ask sends m to t's actor and waits for its reply on reply, for t's end
@@ -360,9 +403,28 @@ func (s *runner) Stop() {
 			_ = s.root.StopFuture(pid).Wait()
 		}
 	}
+	if s.locations != nil {
+		s.locations.stop()
+	}
 	s.system.Shutdown()
 	s.queueRun.close()
 	s.commitRun.close()
+}
+
+// startLocations makes the pipeline allocate through the runtime's
+// location actors, or through location actors of its own.
+func (s *runner) startLocations() error {
+	if la, ok := s.p.rt.(LocationAllocator); ok {
+		s.p.alloc = la
+		return nil
+	}
+	cfg := s.p.cfg
+	locs, err := startOwnLocations(s.root, s.p.be, cfg.Device, cfg.Pinned, cfg.Host)
+	if err != nil {
+		return err
+	}
+	s.locations, s.p.alloc = locs, locs
+	return nil
 }
 
 // errNotSpawned: an actor of the pipeline could not be spawned.

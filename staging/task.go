@@ -278,7 +278,7 @@ func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *taskChunk, c Chu
 		_ = p.budget.release(context.Background(), tk)
 		return err
 	}
-	clone, err := p.be.Allocate(ctx, p.cfg.Device, n)
+	clone, err := p.allocate(ctx, p.cfg.Device, n)
 	if err != nil {
 		_ = p.budget.release(context.Background(), tk)
 		return err
@@ -287,7 +287,7 @@ func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *taskChunk, c Chu
 	if p.cfg.Eager {
 		if err := p.syncCopy(ctx, clone, c.Device, c.Freeze); err != nil {
 			ch.Clone = nil
-			_ = p.be.Free(clone)
+			_ = p.free(clone)
 			_ = p.budget.release(context.Background(), tk)
 			return err
 		}
