@@ -29,7 +29,7 @@ type TaskSpec struct {
 
 // Task is one write task: rows of (slot, key) for one request, in one join
 // mode, possibly over several keys and several saves. Its state machine
-// is its handle's (task_machine.go).
+// is its actor's (task_actor.go).
 type Task struct {
 	p *Pipeline
 	t *taskRef
