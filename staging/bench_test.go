@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,12 +62,13 @@ func BenchmarkCommit(b *testing.B) {
 // it is not nil: b.N steps in rounds, each round a run of the case, then
 // as many copy() calls, then ceiling's run. It reports x-copy, the ratio
 // of the case's bytes/s to copy()'s, and x-ceiling, to ceiling's. Only the
-// case's rounds are on b's timer.
+// case's rounds are on b's timer. cpu-ns/op is the process's CPU time
+// (user + system, every goroutine) during the case's rounds, per step.
 func sideBySide(b *testing.B, size int64, run, ceiling func(n int)) {
 	src := randBytes(rand.New(rand.NewPCG(3, 4)), int(size))
 	dst := make([]byte, size)
 	const rounds = 4
-	var inCase, inCopy, inCeiling time.Duration
+	var inCase, inCopy, inCeiling, cpu time.Duration
 	b.SetBytes(size)
 	b.ResetTimer()
 	for r := range rounds {
@@ -78,9 +80,10 @@ func sideBySide(b *testing.B, size int64, run, ceiling func(n int)) {
 			continue
 		}
 		b.StartTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		run(n)
 		inCase += time.Since(start)
+		cpu += processCPU() - cpu0
 		b.StopTimer()
 		start = time.Now()
 		for range n {
@@ -94,11 +97,21 @@ func sideBySide(b *testing.B, size int64, run, ceiling func(n int)) {
 		}
 	}
 	if inCase > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(inCopy)/float64(inCase), "x-copy")
 		if ceiling != nil {
 			b.ReportMetric(float64(inCeiling)/float64(inCase), "x-ceiling")
 		}
 	}
+}
+
+// processCPU returns the CPU time (user + system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // newTwoGoroutines returns the ceiling of a two-copy design: the device→slot

@@ -53,6 +53,7 @@ type runner struct {
 	cancel    context.CancelFunc
 	nextID    atomic.Uint64
 	stopped   atomic.Bool
+	down      chan struct{} // closed by Stop once the pipeline's actor is stopped
 }
 
 // startRunner starts p's actor system: the pipeline's actor, and (unless
@@ -62,7 +63,7 @@ func startRunner(p *Pipeline) (*runner, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(zerolog.NewSlogHandler(log.With().Str("component", "protoactor").Logger()))
 	}))
-	s := &runner{p: p, system: sys, root: sys.Root}
+	s := &runner{p: p, system: sys, root: sys.Root, down: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inline := actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))
 	pa := &pipelineActor{}
@@ -174,12 +175,16 @@ func (s *runner) NewTask(spec TaskSpec) (*taskRef, error) {
 	t.handle = Task{p: s.p, t: t}
 	reply := errReplies.Get().(chan error)
 	s.root.Send(s.pipeline, &spawnTask{t: t, reply: reply})
-	err := <-reply
-	errReplies.Put(reply)
-	if err != nil {
-		return nil, err
+	select {
+	case err := <-reply:
+		errReplies.Put(reply)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	case <-s.down:
+		return nil, ErrClosed // the pipeline's actor stopped before it spawned the task's
 	}
-	return t, nil
 }
 
 // liveTasks returns how many task actors the pipeline's actor has.
@@ -403,6 +408,7 @@ func (s *runner) Stop() {
 			_ = s.root.StopFuture(pid).Wait()
 		}
 	}
+	close(s.down)
 	if s.locations != nil {
 		s.locations.stop()
 	}
