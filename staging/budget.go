@@ -36,6 +36,7 @@ type ticket struct {
 // concurrent use.
 type gpuBudget struct {
 	rt     Runtime
+	caps   CapReserver // the runtime's caps, when it keeps them (nil: none)
 	loc    string
 	prefix string
 	// flush escalates the oldest deferred task (budget pressure) and
@@ -83,7 +84,32 @@ func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: CloneBudgetBytes: %v", ErrConfig, err)
 	}
-	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}, nil
+	b := &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}
+	b.caps, _ = rt.(CapReserver)
+	return b, nil
+}
+
+// CapReserver is what a Runtime offers when its ledger keeps caps over
+// groups of reservations (*system.System does). The pipeline's GPU-byte
+// budget is then such a cap, "<Name>/clones": the ledger admits each
+// clone's reservation within the cap and within the device location's
+// budget, in one versioned step, and its snapshot shows the cap while
+// clones hold bytes. (The pipeline still counts what it asked for, to
+// order its waiting appends and decide its flushes before it asks.)
+type CapReserver interface {
+	// ReserveCapped is Runtime.Reserve for a reservation in the group of
+	// the cap capName of capBytes; a *budget.CapError when the group's
+	// bytes plus bytes would exceed the cap.
+	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
+}
+
+// reserveClone asks the runtime for a clone's reservation: in the group of
+// the pipeline's cap when the runtime keeps caps, else a plain one.
+func (b *gpuBudget) reserveClone(ctx context.Context, name string, n int64) error {
+	if b.caps != nil {
+		return b.caps.ReserveCapped(ctx, b.loc, name, b.book.Name(), b.book.Cap(), n)
+	}
+	return b.rt.Reserve(ctx, b.loc, name, n)
 }
 
 // signalLocked wakes the waiting reserves that the cap's free bytes can
@@ -242,7 +268,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			seen := b.releases
 			b.mu.Unlock()
 			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
-			err := b.rt.Reserve(ctx, b.loc, t.name, n)
+			err := b.reserveClone(ctx, t.name, n)
 			b.mu.Lock()
 			if err == nil {
 				err = b.book.Hold(&t.claim)

@@ -151,3 +151,47 @@ func TestCardNoAllocationOutsideALocationActor(t *testing.T) {
 		})
 	}
 }
+
+// The pipeline's cap over its clones is a cap of the runtime's ledger:
+// each clone's reservation is admitted in its group by the supervisor (the
+// first sets the cap), in one state version; the snapshot shows the cap
+// while clones hold bytes.
+func TestCardCloneCapIsAdmittedInTheLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.Limit("cuda:0", 1<<20)}
+	be, err := system.SoftBackend(locs, soft.Config{})
+	require.NoError(t, err)
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: be})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sys.Close(ctx)) }()
+
+	cfg := baseConfig()
+	p, err := staging.New(ctx, sys, cfg)
+	require.NoError(t, err)
+	snap, err := sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, snap.Caps, "no clone yet")
+
+	dev, err := be.Allocate(ctx, "cuda:0", 2*rowBytes)
+	require.NoError(t, err)
+	defer func() { _ = be.Free(dev) }()
+	task, err := p.Open(ctx, staging.TaskSpec{ReqID: "r", Mode: staging.JoinOnFinish})
+	require.NoError(t, err)
+	require.NoError(t, task.Append(ctx, staging.Chunk{Device: dev, Rows: rowsAt("k", 0, 1)}))
+	snap, err = sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []system.CapRecord{{Name: "staging/clones", CapBytes: cfg.CloneBudgetBytes,
+		UsedBytes: 2 * rowBytes, PeakBytes: 2 * rowBytes, Reservations: []string{"staging/clone/1"}}}, snap.Caps)
+
+	// The supervisor refuses a reservation of the group past the cap.
+	var ce *system.CapError
+	require.ErrorAs(t, sys.ReserveCapped(ctx, "cuda:0", "intruder", "staging/clones", cfg.CloneBudgetBytes, cfg.CloneBudgetBytes), &ce)
+
+	require.NoError(t, p.Submit(ctx, task))
+	require.NoError(t, task.Wait(ctx))
+	snap, err = sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, snap.Caps, "the clone was released at HOST_READY: the cap bounds nothing")
+	require.NoError(t, p.Close(ctx))
+}
