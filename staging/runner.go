@@ -117,7 +117,7 @@ func (a *pipelineActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *spawnTask:
 		a.spawning = m.t
-		pid, err := ctx.SpawnNamed(a.taskProps, "task-"+itoa(uint64(m.t.ID)))
+		pid, err := ctx.SpawnNamed(a.taskProps, taskActorName(m.t.ID))
 		a.spawning = nil
 		m.t.pid = pid
 		m.reply <- err
@@ -127,7 +127,9 @@ func (a *pipelineActor) Receive(ctx actor.Context) {
 		a.awaiting = append(a.awaiting, m)
 		a.answerAwaiting(ctx)
 	case *actor.Terminated:
-		a.answerAwaiting(ctx)
+		if len(a.awaiting) > 0 {
+			a.answerAwaiting(ctx)
+		}
 	}
 }
 
@@ -173,11 +175,11 @@ func (s *runner) NewTask(spec TaskSpec) (*taskRef, error) {
 	t := &taskRef{ID: id, Name: spec.Name, ReqID: spec.ReqID, WriteN: spec.WriteN, Mode: spec.Mode, Seq: uint64(id),
 		hostReady: make(chan struct{}), done: make(chan struct{})}
 	t.handle = Task{p: s.p, t: t}
-	reply := errReplies.Get().(chan error)
-	s.root.Send(s.pipeline, &spawnTask{t: t, reply: reply})
+	a := newErrAsk()
+	s.root.Send(s.pipeline, &spawnTask{t: t, reply: a.reply})
 	select {
-	case err := <-reply:
-		errReplies.Put(reply)
+	case err := <-a.reply:
+		a.put()
 		if err != nil {
 			return nil, err
 		}
@@ -209,24 +211,25 @@ func (s *runner) awaitLiveTasks(ctx context.Context, n int) (int, error) {
 
 // ask sends m to t's actor and waits for its reply on reply, for t's end
 // (a terminal task's actor has stopped: gone is called for the answer) or
-// for ctx. A reply channel that delivered its answer goes back to its pool
-// (it is empty again, and the actor answers once).
-func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R, pool *sync.Pool, gone func() R) (R, error) {
+// for ctx. A request whose answer came goes back to its pool (its reply
+// channel is empty again, and the actor is done with the message: it
+// answers last); one that got no answer is left to the garbage collector.
+func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R, req pooled, gone func() R) (R, error) {
 	select {
 	case <-t.done:
-		pool.Put(reply)    // never sent: nobody else has it
+		req.put()          // never sent: nobody else has it
 		return gone(), nil // its actor has stopped
 	default:
 	}
 	s.root.Send(t.pid, m)
 	select {
 	case r := <-reply:
-		pool.Put(reply)
+		req.put()
 		return r, nil
 	case <-t.done:
 		select {
 		case r := <-reply: // answered before it stopped
-			pool.Put(reply)
+			req.put()
 			return r, nil
 		default:
 			return gone(), nil
@@ -237,17 +240,51 @@ func ask[R any](ctx context.Context, s *runner, t *taskRef, m any, reply chan R,
 	}
 }
 
-// Pools of reply channels (each of capacity 1), one per answer type.
-var (
-	errReplies   = sync.Pool{New: func() any { return make(chan error, 1) }}
-	claimReplies = sync.Pool{New: func() any { return make(chan claimResult, 1) }}
-	boolReplies  = sync.Pool{New: func() any { return make(chan bool, 1) }}
-)
+// pooled is a request that goes back to its pool once answered.
+type pooled interface{ put() }
+
+// errAsk is a request answered with an error, with its reply channel
+// (capacity 1), from a pool.
+type errAsk struct {
+	append     taskAppend
+	enqueue    taskEnqueue
+	transition taskTransition
+	reply      chan error
+}
+
+var errAsks = sync.Pool{New: func() any { return &errAsk{reply: make(chan error, 1)} }}
+
+func newErrAsk() *errAsk { return errAsks.Get().(*errAsk) }
+
+func (a *errAsk) put() {
+	a.append, a.enqueue, a.transition = taskAppend{}, taskEnqueue{}, taskTransition{}
+	errAsks.Put(a)
+}
+
+// claimAsk is a claim with its reply channel, from a pool.
+type claimAsk struct {
+	claim taskClaim
+	reply chan claimResult
+}
+
+var claimAsks = sync.Pool{New: func() any {
+	a := &claimAsk{reply: make(chan claimResult, 1)}
+	a.claim.reply = a.reply
+	return a
+}}
+
+func (a *claimAsk) put() { claimAsks.Put(a) }
+
+// unpooled is a request made for one ask.
+type unpooled struct{}
+
+func (unpooled) put() {}
 
 // Append adds c to t. Refusals: *AppendRefusedError.
 func (s *runner) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
-	r := errReplies.Get().(chan error)
-	res, err := ask(ctx, s, t, &taskAppend{chunk: c, reply: r}, r, &errReplies, func() error {
+	a := newErrAsk()
+	a.append = taskAppend{chunk: c, reply: a.reply}
+	res, err := ask(ctx, s, t, &a.append, a.reply, a, func() error {
 		return &AppendRefusedError{Task: t.ID, TaskName: t.Name, State: t.State()}
 	})
 	if err != nil {
@@ -262,8 +299,9 @@ func (s *runner) Append(ctx context.Context, t *taskRef, c *taskChunk) error {
 // stage is claimed, or that is written, is left alone. A failed task
 // returns its failure.
 func (s *runner) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
-	r := errReplies.Get().(chan error)
-	res, err := ask(ctx, s, t, &taskEnqueue{prio: prio, reply: r}, r, &errReplies, func() error { return t.Err() })
+	a := newErrAsk()
+	a.enqueue = taskEnqueue{prio: prio, reply: a.reply}
+	res, err := ask(ctx, s, t, &a.enqueue, a.reply, a, func() error { return t.Err() })
 	if err != nil {
 		return err
 	}
@@ -274,8 +312,8 @@ func (s *runner) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
 // chunks; false when another caller already claimed it (or it is not
 // queued).
 func (s *runner) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, error) {
-	r := claimReplies.Get().(chan claimResult)
-	res, err := ask(ctx, s, t, &taskClaim{reply: r}, r, &claimReplies, func() claimResult { return claimResult{} })
+	a := claimAsks.Get().(*claimAsk)
+	res, err := ask(ctx, s, t, &a.claim, a.reply, a, func() claimResult { return claimResult{} })
 	return res.chunks, res.won, err
 }
 
@@ -285,8 +323,9 @@ func (s *runner) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, err
 // the channels the step closes are closed: [taskRef.HostReady] after
 // HostReady, [taskRef.Done] after Written or Failed.
 func (s *runner) Transition(ctx context.Context, t *taskRef, to TaskState) error {
-	r := errReplies.Get().(chan error)
-	res, err := ask(ctx, s, t, &taskTransition{to: to, reply: r}, r, &errReplies, func() error {
+	a := newErrAsk()
+	a.transition = taskTransition{to: to, reply: a.reply}
+	res, err := ask(ctx, s, t, &a.transition, a.reply, a, func() error {
 		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: t.State(), To: to}
 	})
 	if err != nil {
@@ -340,8 +379,8 @@ func (s *runner) FailAsync(t *taskRef, err error) {
 func (s *runner) FailUnclaimed(t *taskRef, err error) bool { return s.fail(t, err, true) }
 
 func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
-	r := boolReplies.Get().(chan bool)
-	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: unclaimed}, r, &boolReplies, func() bool { return false })
+	r := make(chan bool, 1)
+	res, _ := ask(context.Background(), s, t, &taskFail{err: err, reply: r, unclaimed: unclaimed}, r, unpooled{}, func() bool { return false })
 	if res {
 		<-t.done // closed by the actor right after its answer
 	}
@@ -351,13 +390,13 @@ func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
 // Plan returns the rows of t's pool write (see scatterRow).
 func (s *runner) Plan(ctx context.Context, t *taskRef) ([]scatterRow, error) {
 	r := make(chan []scatterRow, 1)
-	return ask(ctx, s, t, &taskPlan{reply: r}, r, &sync.Pool{}, func() []scatterRow { return nil })
+	return ask(ctx, s, t, &taskPlan{reply: r}, r, unpooled{}, func() []scatterRow { return nil })
 }
 
 // Source says where the bytes of t's row (key, slot) are now.
 func (s *runner) Source(ctx context.Context, t *taskRef, key string, slot int) (rowSource, error) {
 	r := make(chan rowSource, 1)
-	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, &sync.Pool{}, func() rowSource { return rowSource{State: t.State()} })
+	return ask(ctx, s, t, &taskSource{key: key, slot: slot, reply: r}, r, unpooled{}, func() rowSource { return rowSource{State: t.State()} })
 }
 
 // RunInline runs t's copy stage and pool write on the caller (eager mode,
@@ -443,6 +482,22 @@ type stateMirror struct{ v atomic.Int32 }
 
 func (m *stateMirror) load() TaskState   { return TaskState(m.v.Load()) }
 func (m *stateMirror) store(s TaskState) { m.v.Store(int32(s)) }
+
+// taskActorName is the name of task id's actor: "task-<id>".
+func taskActorName(id TaskID) string {
+	var b [25]byte
+	n := copy(b[:], "task-")
+	i := len(b)
+	for v := uint64(id); ; v /= 10 {
+		i--
+		b[i] = byte('0' + v%10)
+		if v < 10 {
+			break
+		}
+	}
+	n += copy(b[n:], b[i:])
+	return string(b[:n])
+}
 
 func itoa(n uint64) string {
 	if n == 0 {

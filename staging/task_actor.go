@@ -74,6 +74,8 @@ type taskActor struct {
 	chunks []*taskChunk  // frozen once the copy stage is claimed
 	chunk1 [1]*taskChunk // the array of chunks while there is one
 	prio   int8          // priority of the newest copy job sent for the task (0: none)
+	jobs   [2]copyJob    // the copy jobs sent for the task (at most two: low, then higher)
+	sent   int           // how many of jobs were sent
 }
 
 // Receive makes one move of the task per message.
@@ -158,7 +160,13 @@ func (a *taskActor) enqueue(ctx actor.Context, prio int8) error {
 	if !a.st.p.cfg.Eager {
 		// Sent from this Receive: the jobs of one task reach the copy
 		// queue in the order of their priorities.
-		ctx.Send(a.st.queue, &copyJob{t: a.t, prio: prio})
+		j := &copyJob{}
+		if a.sent < len(a.jobs) {
+			j = &a.jobs[a.sent] // written once here, then read by the copy queue only
+		}
+		a.sent++
+		*j = copyJob{t: a.t, prio: prio}
+		ctx.Send(a.st.queue, j)
 	}
 	return nil
 }
