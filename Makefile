@@ -81,7 +81,8 @@ FUZZ_TARGETS := \
 	system/replay:FuzzStagingScript \
 	system/diagnose:FuzzEvidence \
 	internal/kvtrace:FuzzReadTrace \
-	internal/nodeproc:FuzzDurationFields
+	internal/nodeproc:FuzzDurationFields \
+	staging:FuzzAppendStage
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

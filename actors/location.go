@@ -28,6 +28,8 @@ func (a *locationActor) Receive(ctx actor.Context) {
 		a.free(m.Key)
 	case *messages.Drain:
 		ctx.Respond(&messages.Drained{})
+	default:
+		a.owned(m) // buffers owned outside the engine (external_alloc.go)
 	}
 }
 

@@ -216,6 +216,8 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 		s.chargeDropped(m)
 	case messages.CacheRequest:
 		s.cacheRequest(m)
+	case *messages.ReserveCapped:
+		s.reserveCapped(m)
 	case *messages.Shutdown:
 		s.beginShutdown(m)
 	case *ForceShutdown:

@@ -34,6 +34,9 @@ func (l *Ledger) CheckInvariants() error {
 	if err := l.checkRecords(); err != nil {
 		return err
 	}
+	if err := l.checkCaps(); err != nil {
+		return err
+	}
 	if err := l.checkValues(used, inflight, readers); err != nil {
 		return err
 	}

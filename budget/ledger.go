@@ -151,6 +151,8 @@ type Ledger struct {
 	// roomReleases counts the committed transitions that may make room
 	// (RoomKind, waitqueue.go).
 	roomReleases uint64
+	// caps: the caps over groups of reservations, by name (capgroups.go).
+	caps map[string]*capGroup
 }
 
 // New returns an empty ledger with the configured locations. Errors: a

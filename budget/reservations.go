@@ -23,6 +23,8 @@ type reservation struct {
 	// taken: where its entry was last taken (TouchCharge); an offer ranks
 	// it from there.
 	taken takeStamp
+	// cap: the cap whose group it is in (ReserveCapped, capgroups.go).
+	cap *capGroup
 }
 
 // Reserve admits a named reservation of bytes at loc (1 version). Errors
@@ -52,6 +54,10 @@ func (l *Ledger) shownName(name string) string {
 }
 
 func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
+	return l.reserveIn(loc, name, bytes, owner, nil)
+}
+
+func (l *Ledger) reserveIn(loc, name string, bytes int64, owner string, c *capGroup) error {
 	if name == "" {
 		return invalidf("reservation name is empty")
 	}
@@ -69,7 +75,7 @@ func (l *Ledger) reserve(loc, name string, bytes int64, owner string) error {
 		return err
 	}
 	l.nextCharge++
-	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner, seq: l.nextCharge}
+	r := &reservation{name: name, loc: i, bytes: bytes, owner: owner, seq: l.nextCharge, cap: c}
 	l.reservations[name] = r
 	lc := &l.locs[i]
 	lc.reservations = append(lc.reservations, r)
@@ -116,6 +122,9 @@ func (l *Ledger) unreserve(name, owner string) error {
 	lc.reserved -= r.bytes
 	if lc.reserved < 0 {
 		panic("budget: reserved bytes went negative")
+	}
+	if r.cap != nil {
+		l.leaveCap(r.cap, r.bytes)
 	}
 	l.commitDetail("unreserve", nil, r.loc, r.bytes, traceDetail{kind: detailReservation, text: name})
 	return nil

@@ -21,6 +21,9 @@ type Snapshot struct {
 	// committed.
 	TransitionCounts map[string]uint64
 	RemovalCounts    map[RemovalKind]uint64
+	// Caps are the caps over groups of reservations (capgroups.go), by
+	// name; nil when none is set.
+	Caps []CapRecord `json:",omitempty"`
 }
 
 // LocationRecord is a location's figures.
@@ -115,6 +118,7 @@ type FrozenSnapshot struct {
 	locations []LocationRecord
 	counts    map[string]uint64
 	removals  map[RemovalKind]uint64
+	caps      []CapRecord
 	chunks    []*recChunk
 	n         int // records in chunks (live values and holes)
 	live      int
@@ -127,7 +131,7 @@ func (f *FrozenSnapshot) StateVersion() uint64 { return f.version }
 // with the ledger or with other renderings. Safe for concurrent use.
 func (f *FrozenSnapshot) Snapshot() Snapshot {
 	s := Snapshot{StateVersion: f.version, ManagerID: f.manager, Locations: make([]LocationRecord, len(f.locations)), Values: make([]ValueRecord, 0, f.live),
-		TransitionCounts: maps.Clone(f.counts), RemovalCounts: maps.Clone(f.removals)}
+		TransitionCounts: maps.Clone(f.counts), RemovalCounts: maps.Clone(f.removals), Caps: cloneCaps(f.caps)}
 	for i, r := range f.locations {
 		r.Reservations = slices.Clone(r.Reservations)
 		s.Locations[i] = r
@@ -165,7 +169,7 @@ func (f *FrozenSnapshot) each(fn func(*ValueRecord)) {
 // version.
 func (l *Ledger) Freeze() *FrozenSnapshot {
 	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs)),
-		counts: maps.Clone(l.counts), removals: maps.Clone(l.removals)}
+		counts: maps.Clone(l.counts), removals: maps.Clone(l.removals), caps: l.capRecords()}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}

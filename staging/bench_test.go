@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,10 +19,12 @@ import (
 // soft backend. Each case reports x-copy: its bytes/s over those of a plain
 // copy() of the same bytes, timed side by side in the same run (rounds of
 // the case alternate with rounds of copy(), so that both see the same
-// load; ns/op and MB/s are the case's alone). plain-copy is that copy() on
-// its own; two-goroutines the ceiling of any two-copy design on this
-// machine (device→slot and slot→pool overlapped on two goroutines through
-// 4 slots, no bookkeeping).
+// load; ns/op and MB/s are the case's alone). The pipeline cases also
+// report x-ceiling: their bytes/s over those of the two-goroutines case,
+// timed side by side the same way. plain-copy is that copy() on its own;
+// two-goroutines the ceiling of any two-copy design on this machine
+// (device→slot and slot→pool overlapped on two goroutines through 4
+// slots, no bookkeeping).
 //
 //	go test -run '^$' -bench BenchmarkCommit -benchtime 1s -count 5 ./staging
 func BenchmarkCommit(b *testing.B) {
@@ -37,7 +40,7 @@ func BenchmarkCommit(b *testing.B) {
 			}
 		})
 		b.Run(name+"/two-goroutines", func(b *testing.B) {
-			sideBySide(b, size, newTwoGoroutines(size, regions))
+			sideBySide(b, size, newTwoGoroutines(size, regions), nil)
 		})
 		for _, scattered := range []bool{false, true} {
 			name := name + "/pipeline"
@@ -46,7 +49,7 @@ func BenchmarkCommit(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				bp := newBenchPipeline(b, size, row, regions, scattered)
-				sideBySide(b, size, bp.run)
+				sideBySide(b, size, bp.run, newTwoGoroutines(size, regions))
 				bp.close(b)
 			})
 		}
@@ -54,15 +57,18 @@ func BenchmarkCommit(b *testing.B) {
 }
 
 // sideBySide times run (which moves n steps of size bytes each and returns
-// once they are done) against a plain copy() of the same bytes: b.N steps
-// in rounds, each round a run of the case then as many copy() calls, and
-// reports x-copy, the ratio of the case's bytes/s to copy()'s. Only the
-// case's rounds are on b's timer.
-func sideBySide(b *testing.B, size int64, run func(n int)) {
+// once they are done) against a plain copy() of the same bytes, and
+// against ceiling (the same steps through the two-goroutines design) when
+// it is not nil: b.N steps in rounds, each round a run of the case, then
+// as many copy() calls, then ceiling's run. It reports x-copy, the ratio
+// of the case's bytes/s to copy()'s, and x-ceiling, to ceiling's. Only the
+// case's rounds are on b's timer. cpu-ns/op is the process's CPU time
+// (user + system, every goroutine) during the case's rounds, per step.
+func sideBySide(b *testing.B, size int64, run, ceiling func(n int)) {
 	src := randBytes(rand.New(rand.NewPCG(3, 4)), int(size))
 	dst := make([]byte, size)
 	const rounds = 4
-	var inCase, inCopy time.Duration
+	var inCase, inCopy, inCeiling, cpu time.Duration
 	b.SetBytes(size)
 	b.ResetTimer()
 	for r := range rounds {
@@ -74,19 +80,38 @@ func sideBySide(b *testing.B, size int64, run func(n int)) {
 			continue
 		}
 		b.StartTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		run(n)
 		inCase += time.Since(start)
+		cpu += processCPU() - cpu0
 		b.StopTimer()
 		start = time.Now()
 		for range n {
 			copy(dst, src)
 		}
 		inCopy += time.Since(start)
+		if ceiling != nil {
+			start = time.Now()
+			ceiling(n)
+			inCeiling += time.Since(start)
+		}
 	}
 	if inCase > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(inCopy)/float64(inCase), "x-copy")
+		if ceiling != nil {
+			b.ReportMetric(float64(inCeiling)/float64(inCase), "x-ceiling")
+		}
 	}
+}
+
+// processCPU returns the CPU time (user + system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // newTwoGoroutines returns the ceiling of a two-copy design: the device→slot

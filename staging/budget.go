@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +36,7 @@ type ticket struct {
 // concurrent use.
 type gpuBudget struct {
 	rt     Runtime
+	caps   CapReserver // the runtime's caps, when it keeps them (nil: none)
 	loc    string
 	prefix string
 	// flush escalates the oldest deferred task (budget pressure) and
@@ -82,7 +84,32 @@ func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: CloneBudgetBytes: %v", ErrConfig, err)
 	}
-	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}, nil
+	b := &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}
+	b.caps, _ = rt.(CapReserver)
+	return b, nil
+}
+
+// CapReserver is what a Runtime offers when its ledger keeps caps over
+// groups of reservations (*system.System does). The pipeline's GPU-byte
+// budget is then such a cap, "<Name>/clones": the ledger admits each
+// clone's reservation within the cap and within the device location's
+// budget, in one versioned step, and its snapshot shows the cap while
+// clones hold bytes. (The pipeline still counts what it asked for, to
+// order its waiting appends and decide its flushes before it asks.)
+type CapReserver interface {
+	// ReserveCapped is Runtime.Reserve for a reservation in the group of
+	// the cap capName of capBytes; a *budget.CapError when the group's
+	// bytes plus bytes would exceed the cap.
+	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
+}
+
+// reserveClone asks the runtime for a clone's reservation: in the group of
+// the pipeline's cap when the runtime keeps caps, else a plain one.
+func (b *gpuBudget) reserveClone(ctx context.Context, name string, n int64) error {
+	if b.caps != nil {
+		return b.caps.ReserveCapped(ctx, b.loc, name, b.book.Name(), b.book.Cap(), n)
+	}
+	return b.rt.Reserve(ctx, b.loc, name, n)
 }
 
 // signalLocked wakes the waiting reserves that the cap's free bytes can
@@ -157,7 +184,7 @@ func (b *gpuBudget) addInflight(n int64) {
 func (b *gpuBudget) aheadLocked(w *budgetWaiter) int64 {
 	var n int64
 	for e := b.waiters.Front(); e != nil && e != w.at; e = e.Next() {
-		n += e.Value.(*budgetWaiter).n
+		n = addSat(n, e.Value.(*budgetWaiter).n)
 	}
 	return n
 }
@@ -241,7 +268,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			seen := b.releases
 			b.mu.Unlock()
 			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
-			err := b.rt.Reserve(ctx, b.loc, t.name, n)
+			err := b.reserveClone(ctx, t.name, n)
 			b.mu.Lock()
 			if err == nil {
 				err = b.book.Hold(&t.claim)
@@ -313,7 +340,7 @@ func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refuse
 		// The cap is short by what the bytes on their way out do not
 		// cover.
 		selfFlushed := false
-		for b.book.Used()-b.inflight+b.aheadLocked(w)+n > b.book.Cap() && !selfFlushed {
+		for addSat(addSat(b.book.Used()-b.inflight, b.aheadLocked(w)), n) > b.book.Cap() && !selfFlushed {
 			b.mu.Unlock()
 			id, flushed := b.flush()
 			b.mu.Lock()
@@ -423,4 +450,13 @@ func (b *gpuBudget) state() budgetState {
 		}
 	}
 	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d, asleep: asleep}
+}
+
+// addSat is a+b for non-negative b, held at math.MaxInt64 instead of
+// wrapping (each waiting clone may be as large as the whole cap).
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -99,7 +99,7 @@ func (p *Pipeline) startLanding(ctx context.Context, c *taskChunk, own int64) (*
 	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
 		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
 	}
-	host, err := p.be.Allocate(ctx, p.cfg.Pinned, n)
+	host, err := p.allocate(ctx, p.cfg.Pinned, n)
 	if err != nil {
 		_ = p.budget.release(context.Background(), tk)
 		p.landingReleased(n)
@@ -199,7 +199,7 @@ func (p *Pipeline) landingReleased(n int64) {
 }
 
 func (p *Pipeline) freeHost(buf cuda.Buffer, tk *ticket) {
-	_ = p.be.Free(buf)
+	_ = p.free(buf)
 	_ = p.budget.release(context.Background(), tk)
 	p.landingReleased(tk.bytes)
 }

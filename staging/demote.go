@@ -111,7 +111,7 @@ func (c demoter) CopyDemotion(ctx context.Context, d actors.Demotion) (bool, err
 	// Pushed under p.mu: a job counted as queued is on the queue (Close
 	// and Stats see the same thing), and the queue's first look at it
 	// (under p.mu) comes after.
-	p.sys.queue.push(job{demote: j, prio: prioDemote})
+	p.sys.sendDemotion(j)
 	p.mu.Unlock()
 	var late <-chan time.Time
 	if wait := p.demotionMaxWait(); wait > 0 {

@@ -18,12 +18,17 @@
 //     that last copy to land.
 //   - Write tasks ([Task]): one write of (key, slot) rows for one request,
 //     identified by its id, request id and the how-many-th write of that
-//     request; several keys per task. Each task owns its state machine,
-//     guarded by its own mutex (no goroutine or actor per task):
+//     request; several keys per task. Each task is a protoactor actor, a
+//     child of the pipeline's actor named after the task ("task-<id>"),
+//     spawned by Open and stopped once the task is terminal; the actor
+//     alone owns the task's state machine and chunks, and every move is a
+//     message to it:
 //     Pending → Queued → Copying → HostReady → Written, or Failed from any
-//     state that is not terminal; nothing else is allowed
-//     ([*IllegalTransitionError]). [Task.WaitHostReady] and [Task.Wait]
-//     return only when those transitions happen.
+//     state that is not terminal; its Receive refuses everything else
+//     ([*IllegalTransitionError]). Readers ask the actor, or read the
+//     state it publishes on the task's handle after each move;
+//     [Task.WaitHostReady] and [Task.Wait] return only when those
+//     transitions happen.
 //   - Two join modes. JoinNextStep: the rows are ranges of the step's slot;
 //     the task is queued at Submit and its copy stage waits for the step's
 //     copy. JoinOnFinish: the rows are cloned on the device at Append
@@ -55,16 +60,18 @@
 //     reserves are woken when a task that released clones ends, so one that
 //     waited for a task it flushed sees that task's outcome. A try-reserve (Chunk.NoWait) fails
 //     at once with a [*DropError], counted by reason in [Stats].
-//   - A copy queue and a single committer, each one long-lived goroutine:
-//     the copy queue serves the highest priority first (front, then high,
-//     then low) and runs copy stages; the committer takes its jobs in the
-//     order they come, so it writes the pool in the order the copy stages
-//     finished, scattering host rows into the CPU block pool, a host
-//     allocation reserved at the host location.
+//   - A copy queue and a single committer, each an actor on protoactor's
+//     priority mailbox, each run by a goroutine of its own for the
+//     pipeline's life: the copy queue serves the highest priority first
+//     (front, then high, then low, then the runtime's demotions) and runs
+//     copy stages; the committer's jobs all have one priority, so it takes
+//     them in the order they come and writes the pool in the order the
+//     copy stages finished, scattering host rows into the CPU block pool,
+//     a host buffer reserved at the host location.
 //     [Pipeline.Prioritize] moves pending or low-priority tasks to the
 //     front and leaves alone a task queued high (a budget flush) or
 //     already at the front; a task re-queued at a higher priority leaves a
-//     duplicate behind that loses its claim (only one worker can move a
+//     duplicate behind that loses its claim (only one claim can move a
 //     task from Queued to Copying), so it is harmless.
 //   - Reassigned rows: a later append that writes the same (key, slot)
 //     takes it; the older task's pool write skips it (the pool write reads
@@ -107,9 +114,13 @@
 // [New] takes a [Runtime]: the backend and named reservations of a running
 // residency runtime (*system.System satisfies it). It checks the Config's
 // sizes ([MaxSlots], [MaxPoolRows], no 64-bit overflow) and reserves the
-// slots and the pool before it allocates anything for them. The pipeline uses the
-// runtime's backend for its streams, events, pinned buffers and copies; on
-// the soft backend (a simulation in Go memory) every byte is real. Every
+// slots and the pool before it allocates anything for them. The pipeline
+// uses the runtime's backend for its streams, events and copies; every
+// buffer it allocates or frees (device clones, landing buffers, slot
+// buffers, the CPU block pool) goes through the actor of its location: the runtime's when the
+// runtime is a [LocationAllocator] (*system.System is), else a location
+// actor of the pipeline's own. On the soft backend (a simulation in Go
+// memory) every byte is real. Every
 // blocking call takes a context. [Pipeline.Close] drains: it writes every
 // task that has not failed, frees every buffer and releases every
 // reservation.

@@ -9,12 +9,12 @@ import (
 )
 
 // The effects of a task's moves on the memory the pipeline owns. The
-// task's state machine (task_machine.go) decides when each runs, one at a
+// task's actor (task_actor.go) decides when each runs, one at a
 // time per task; accept, onQueued, onHostReady, onWritten and onFailed run
-// under the task's mutex and never block on another task. The pool write
+// in the task actor's Receive and never block on another task. The pool write
 // (poolwrite.go) runs on the committer (or inline when eager).
 
-// accept takes chunk c into task at (called under the task's mutex, by
+// accept takes chunk c into task at (called by the task's actor, in
 // its append, which has checked that the copy stage is not claimed). In this order, each step
 // able to refuse before anything is taken: a row the task lost to a later
 // task refuses the chunk; a JOIN_NEXT_STEP chunk adds the task to its
@@ -125,7 +125,7 @@ func (p *Pipeline) onHostReady(at *taskRef, chunks []*taskChunk) {
 			p.dropClone(c) // not reached: the landing copy waited for it
 			continue
 		}
-		_ = p.be.Free(c.Clone)
+		_ = p.free(c.Clone)
 		c.Clone = nil
 		tickets = append(tickets, c.Ticket)
 	}
@@ -138,7 +138,7 @@ func (p *Pipeline) dropClone(c *taskChunk) {
 	clone, ev, tk := c.Clone, c.CloneEvent, c.Ticket
 	c.Clone = nil
 	release := func() {
-		_ = p.be.Free(clone)
+		_ = p.free(clone)
 		_ = p.budget.release(context.Background(), tk)
 	}
 	if ev == nil || ev.Query() {
@@ -232,12 +232,10 @@ func (p *Pipeline) forget(t *taskRef, failed bool) {
 // publishFailure records the pipeline's first failure (unless it is
 // closing: a task failed by Close is no pipeline failure) and fails every
 // task that is still Pending: no entry of the pipeline will submit it any
-// more. Those failures are made here, each under its own task's mutex
-// (the caller holds the failing task's: this is the one place where a
-// task's move takes another task's mutex, and it happens once in the
-// pipeline's life, so no two tasks wait for each other), and leave alone a
-// task whose copy stage was claimed meanwhile (its copy stage owns its
-// chunks, and ends it).
+// more. Those failures are messages to the pending tasks' actors, sent
+// from the failing task's actor without waiting for an answer (no task
+// actor waits for another), and each leaves alone a task whose copy stage
+// was claimed meanwhile (its copy stage owns its chunks, and ends it).
 func (p *Pipeline) publishFailure(t *taskRef, err error) {
 	p.mu.Lock()
 	if p.failure != nil || p.closing {

@@ -59,6 +59,13 @@ func (r *ledgerRuntime) Unreserve(_ context.Context, name string) error {
 	return r.led.Unreserve(name)
 }
 
+// ReserveCapped: the clone cap is in the ledger (staging.CapReserver).
+func (r *ledgerRuntime) ReserveCapped(_ context.Context, loc, name, capName string, capBytes, bytes int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.led.ReserveCapped(loc, name, capName, capBytes, bytes)
+}
+
 // reserved returns the reserved bytes of loc in the ledger.
 func (r *ledgerRuntime) reserved(loc string) int64 {
 	r.mu.Lock()

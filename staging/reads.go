@@ -102,8 +102,10 @@ func (p *Pipeline) readPool(key string, slot int) ([]byte, error) {
 	}
 	out := make([]byte, p.cfg.RowBytes)
 	p.poolMu.RLock()
-	copy(out, p.pool[off:])
-	p.poolMu.RUnlock()
+	defer p.poolMu.RUnlock()
+	if err := p.hostView(context.Background(), p.pool, func(pool []byte) { copy(out, pool[off:]) }); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -28,7 +28,17 @@ type refusalHookRuntime struct {
 }
 
 func (r *refusalHookRuntime) Reserve(ctx context.Context, loc, name string, bytes int64) error {
-	err := r.ledgerRuntime.Reserve(ctx, loc, name, bytes)
+	return r.hooked(name, r.ledgerRuntime.Reserve(ctx, loc, name, bytes))
+}
+
+// ReserveCapped: a clone's reservation in the ledger's cap.
+func (r *refusalHookRuntime) ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error {
+	return r.hooked(name, r.ledgerRuntime.ReserveCapped(ctx, loc, name, capName, capBytes, bytes))
+}
+
+// hooked counts a location's refusal of a clone's reservation and runs the
+// hook, then returns err.
+func (r *refusalHookRuntime) hooked(name string, err error) error {
 	var be *budget.BudgetError
 	if errors.As(err, &be) && strings.Contains(name, "/clone/") {
 		r.mu.Lock()

@@ -109,10 +109,10 @@ func (p *Pipeline) launchStep(ctx context.Context, s *Step, dev cuda.Buffer, fre
 			if sl.last != nil {
 				_ = sl.last.Wait(ctx)
 			}
-			_ = p.be.Free(sl.buf)
+			_ = p.free(sl.buf)
 			sl.buf, sl.last = nil, nil
 		}
-		buf, err := p.be.Allocate(ctx, p.cfg.Pinned, s.bytes)
+		buf, err := p.allocate(ctx, p.cfg.Pinned, s.bytes)
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ type TaskSpec struct {
 
 // Task is one write task: rows of (slot, key) for one request, in one join
 // mode, possibly over several keys and several saves. Its state machine
-// is its handle's (task_machine.go).
+// is its actor's (task_actor.go).
 type Task struct {
 	p *Pipeline
 	t *taskRef
@@ -242,7 +242,9 @@ func (p *Pipeline) checkChunk(t *Task, c Chunk) error {
 		if r.Slot < 0 || r.Slot >= p.cfg.PoolSlots {
 			return fmt.Errorf("%w: pool slot %d out of range [0, %d)", ErrConfig, r.Slot, p.cfg.PoolSlots)
 		}
-		if r.Offset < 0 || r.Offset+p.cfg.RowBytes > size {
+		// size ≥ 0 and RowBytes ≥ 1: size-RowBytes cannot wrap, where
+		// Offset+RowBytes could.
+		if r.Offset < 0 || r.Offset > size-p.cfg.RowBytes {
 			return fmt.Errorf("%w: row (%s, %d) at offset %d does not fit in the save's %d bytes", ErrConfig, r.Key, r.Slot, r.Offset, size)
 		}
 	}
@@ -276,7 +278,7 @@ func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *taskChunk, c Chu
 		_ = p.budget.release(context.Background(), tk)
 		return err
 	}
-	clone, err := p.be.Allocate(ctx, p.cfg.Device, n)
+	clone, err := p.allocate(ctx, p.cfg.Device, n)
 	if err != nil {
 		_ = p.budget.release(context.Background(), tk)
 		return err
@@ -285,7 +287,7 @@ func (p *Pipeline) cloneChunk(ctx context.Context, t *Task, ch *taskChunk, c Chu
 	if p.cfg.Eager {
 		if err := p.syncCopy(ctx, clone, c.Device, c.Freeze); err != nil {
 			ch.Clone = nil
-			_ = p.be.Free(clone)
+			_ = p.free(clone)
 			_ = p.budget.release(context.Background(), tk)
 			return err
 		}

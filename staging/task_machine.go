@@ -3,25 +3,22 @@ package staging
 import (
 	"fmt"
 	"slices"
-	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/residency-go/residency/cuda"
 )
 
-// This file holds a write task's state machine: the handle its callers
-// share, the chunks it carries and the moves between its states. Every
-// move is a method called directly by whoever makes it (the caller of
-// Append or Submit, the copy queue, the committer), under the task's own
-// mutex, one move at a time per task; there is no actor or message per
-// task. The effects of a move (effects.go) run under that mutex and never
-// wait for another task, nor take another task's mutex, except the first
-// failure of the pipeline, which fails the pending tasks (see
-// Pipeline.publishFailure): only one move in the pipeline's life does that,
-// so no two tasks ever wait for each other. The channels a move closes are
-// closed after the mutex is let go.
+// This file holds what a write task's handle shares with its readers and
+// what its chunks carry. The task's state machine is its actor's
+// (task_actor.go): the actor alone changes the task's state and chunks,
+// one message at a time; the handle holds only what the actor publishes
+// for readers — the state, the failure, and the two wait channels it
+// closes.
 
-// taskRef is one write task: its identity (fixed at creation) and its
-// state machine. Safe for concurrent use.
+// taskRef is the shared handle of one write task: its identity (fixed at
+// creation), the PID of its actor and what that actor publishes. Safe for
+// concurrent use.
 type taskRef struct {
 	ID     TaskID
 	Name   string // TaskSpec.Name
@@ -32,62 +29,36 @@ type taskRef struct {
 	// the seed): a smaller Seq is older.
 	Seq uint64
 
-	mu     sync.Mutex    // serializes the task's moves; guards the fields below
-	state  stateMirror   // written under mu; read anywhere
-	chunks []*taskChunk  // frozen once the copy stage is claimed
-	chunk1 [1]*taskChunk // the array of chunks while there is one
-	prio   int8          // priority of the newest copy job sent for the task (0: none)
-	err    error         // the failure; written before the task is Failed
-	handle Task          // the caller's handle (one allocation for both)
+	pid    *actor.PID  // the task's actor, a child of the pipeline's actor
+	state  stateMirror // published by the actor after each move
+	err    error       // the failure; written by the actor before done is closed
+	handle Task        // the caller's handle (one allocation for both)
 
-	// The wait channels are made by the first caller that asks for one
-	// before its transition (most tasks are never waited on before they
-	// are written); one asked for after it is closedCh.
-	hostReady chan struct{} // closed on entering HostReady or Failed
-	done      chan struct{} // closed on entering Written or Failed
+	hostReady chan struct{} // closed by the actor on entering HostReady or Failed
+	done      chan struct{} // closed by the actor on entering Written or Failed
 }
 
-// State returns the task's current state (it may be stale by the time the
-// caller looks at it).
+// State returns the task's current state (the state its actor published
+// last; it may be stale by the time the caller looks at it, never ahead).
 func (t *taskRef) State() TaskState { return t.state.load() }
 
 // HostReady returns a channel closed when the task's rows are in host
 // memory (HostReady) or the task failed. Only those transitions close it.
-func (t *taskRef) HostReady() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.hostReady == nil {
-		if t.state.load() >= HostReady {
-			return closedCh
-		}
-		t.hostReady = make(chan struct{})
-	}
-	return t.hostReady
-}
+func (t *taskRef) HostReady() <-chan struct{} { return t.hostReady }
 
 // Done returns a channel closed when the task is written to the CPU block
 // pool or failed. Only those transitions close it.
-func (t *taskRef) Done() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done == nil {
-		if t.state.load().Terminal() {
-			return closedCh
-		}
-		t.done = make(chan struct{})
-	}
-	return t.done
-}
+func (t *taskRef) Done() <-chan struct{} { return t.done }
 
 // Err returns the task's failure once it is done (Done is closed), nil
 // before and for a written task.
 func (t *taskRef) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state.load() != Failed {
+	select {
+	case <-t.done:
+		return t.err
+	default:
 		return nil
 	}
-	return t.err
 }
 
 func (t *taskRef) String() string {
@@ -100,8 +71,8 @@ func (t *taskRef) words() string { return taskWords(t.ID, t.Name) }
 // taskChunk is what one save adds to a task: its rows and where their
 // bytes are. The pipeline fills it before Append; after the task's copy
 // stage is claimed the chunk list is frozen, and the copy stage may write
-// Host (before the task enters HostReady). Readers learn of Host under the
-// task's mutex, after that transition.
+// Host (before the task enters HostReady). Readers learn of Host from the
+// task's actor, after that transition.
 type taskChunk struct {
 	Rows []Row
 
@@ -158,135 +129,6 @@ type rowKey struct {
 	slot int
 }
 
-// ---- the moves ----
-
-// set moves t to s (the caller holds t.mu).
-func (t *taskRef) set(s TaskState) { t.state.store(s) }
-
-// append takes c unless the copy stage is claimed (or the pipeline
-// refuses it, e.g. for a row the task lost to a later task).
-func (s *runner) append(t *taskRef, c *taskChunk) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	st := t.state.load()
-	if st >= Copying {
-		return &AppendRefusedError{Task: t.ID, TaskName: t.Name, State: st}
-	}
-	if err := s.p.accept(t, st, c); err != nil {
-		return err
-	}
-	if t.chunks == nil {
-		t.chunks = t.chunk1[:0]
-	}
-	t.chunks = append(t.chunks, c)
-	return nil
-}
-
-// enqueue puts the task on the copy queue at prio: a pending task becomes
-// queued; a task queued at low priority gets a new job at a higher prio
-// (the older job becomes a duplicate that loses its claim); anything else
-// — a task queued high already (a budget flush), at the front, claimed or
-// done — is left alone. A failed task returns its failure.
-func (s *runner) enqueue(t *taskRef, prio int8) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch st := t.state.load(); {
-	case st == Pending:
-		t.set(Queued)
-		s.p.onQueued(t)
-	case st == Queued && t.prio == prioLow && prio > t.prio:
-	case st == Failed:
-		return t.err
-	default:
-		return nil
-	}
-	t.prio = prio
-	if !s.p.cfg.Eager {
-		// Pushed under t.mu: the jobs of one task reach the queue in the
-		// order of their priorities. A push never blocks.
-		s.queue.push(job{t: t, prio: prio})
-	}
-	return nil
-}
-
-// claim moves a queued task to Copying for the caller and returns its
-// chunks (frozen from now on); false for a re-queued duplicate, or a task
-// that is not queued.
-func (s *runner) claim(t *taskRef) ([]*taskChunk, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state.load() != Queued {
-		return nil, false
-	}
-	t.set(Copying)
-	return t.chunks, true
-}
-
-// advance makes one step of the chain (not Failed: see fail); an illegal
-// one is an *IllegalTransitionError and changes nothing. When it returns
-// nil the channels the step closes are closed.
-func (s *runner) advance(t *taskRef, to TaskState) error {
-	t.mu.Lock()
-	from := t.state.load()
-	if !CanTransition(from, to) || to == Failed {
-		t.mu.Unlock()
-		return &IllegalTransitionError{Task: t.ID, TaskName: t.Name, From: from, To: to}
-	}
-	t.set(to)
-	var wake chan struct{}
-	switch to {
-	case HostReady:
-		s.p.onHostReady(t, t.chunks)
-		wake = t.hostReady
-	case Written:
-		s.p.onWritten(t, t.chunks)
-		// The pool write is over: nobody holds the chunks any more.
-		t.chunks, t.chunk1 = nil, [1]*taskChunk{}
-		wake = t.done
-	}
-	t.mu.Unlock()
-	if wake != nil {
-		close(wake)
-	}
-	return nil
-}
-
-// fail moves a non-terminal task to Failed (with unclaimed, only a task
-// whose copy stage is not claimed: Pending or Queued) and reports whether
-// it did. The failure record is published (the task's and, through
-// onFailed, the pipeline's) and its resources released before any waiter
-// is woken: when it returns true, HostReady and Done are closed.
-func (s *runner) fail(t *taskRef, err error, unclaimed bool) bool {
-	t.mu.Lock()
-	st := t.state.load()
-	if st.Terminal() || unclaimed && st >= Copying {
-		t.mu.Unlock()
-		return false
-	}
-	t.set(Failed)
-	t.err = err
-	chunks := t.chunks
-	t.chunks = nil // (a claimer may still read chunk1: it is left alone)
-	s.p.onFailed(t, chunks, err)
-	hostReady, done := t.hostReady, t.done
-	t.mu.Unlock()
-	if st < HostReady && hostReady != nil {
-		close(hostReady)
-	}
-	if done != nil {
-		close(done)
-	}
-	return true
-}
-
-// planOfTask is the plan of a task's pool write and whether the task is HostReady (the
-// state in which it may be written).
-func (s *runner) planOfTask(t *taskRef) ([]scatterRow, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return planOf(t.chunks), t.state.load() == HostReady
-}
-
 // planOf lists the rows of a pool write of chunks: one per (key, slot),
 // the later chunk's row when the task wrote a slot twice. (Rows a later
 // task took are skipped by the pool write itself, which sees who owns each
@@ -337,34 +179,4 @@ func strictlyIncreasing(rows []Row) bool {
 		}
 	}
 	return true
-}
-
-// source says where the bytes of the task's row (key, slot) are now.
-func (t *taskRef) source(key string, slot int) rowSource {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	state := t.state.load()
-	src := rowSource{State: state}
-	// The newest row wins, as in the pool write: the last chunk's, and in
-	// it the last of the row's entries.
-	for i := len(t.chunks) - 1; i >= 0; i-- {
-		c := t.chunks[i]
-		for j := len(c.Rows) - 1; j >= 0; j-- {
-			r := c.Rows[j]
-			if r.Key != key || r.Slot != slot {
-				continue
-			}
-			src.Found, src.Offset = true, r.Offset
-			switch {
-			case t.Mode == JoinNextStep:
-				src.Buf, src.Event = c.SlotBuf, c.StepEvent
-			case state >= HostReady:
-				src.Buf = c.Host
-			default:
-				src.Buf, src.Event, src.OnDevice = c.Clone, c.CloneEvent, true
-			}
-			return src
-		}
-	}
-	return src
 }

@@ -5,7 +5,7 @@ import "fmt"
 // The plain data of the pipeline: task identity, the task lifecycle and
 // its legal moves, join modes, rows and copy priorities. (The jobs its
 // actors exchange carry device buffers and events and never leave the
-// process: see actors.go.)
+// process: see copyqueue.go and task_actor.go.)
 
 // TaskID identifies one write task within its pipeline (never reused).
 type TaskID uint64
@@ -25,7 +25,7 @@ const (
 	Pending TaskState = iota
 	// Queued: on a copy queue.
 	Queued
-	// Copying: one worker owns the copy stage (waiting for the step's
+	// Copying: the copy queue owns the copy stage (waiting for the step's
 	// device→host copy, or copying the device clone to host).
 	Copying
 	// HostReady: the task's rows are in host memory; its device
@@ -98,8 +98,8 @@ type Row struct {
 	Offset int64
 }
 
-// Copy priorities of the copy queue (queue.go serves 0–7, highest first,
-// first in first out within a level).
+// Copy priorities of the copy queue (its priority mailbox serves 0–7,
+// highest first, first in first out within a level).
 const (
 	// prioLow: a task submitted in the normal course.
 	prioLow int8 = 2

@@ -1,0 +1,197 @@
+package staging_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/cuda"
+	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/staging"
+	"github.com/residency-go/residency/system"
+)
+
+var _ staging.LocationAllocator = (*system.System)(nil)
+
+// countingBackend counts the allocations and frees made on a backend,
+// and those made from outside a location actor's Receive (the pipeline's
+// own, or the runtime's).
+type countingBackend struct {
+	cuda.Backend
+	mu            sync.Mutex
+	allocs, frees int
+	outside       []string // the callers of those made outside a location actor
+	byOwnActors   int      // those made by the pipeline's own location actors
+}
+
+func (c *countingBackend) note(free bool) {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	var stack strings.Builder
+	inActor, own := false, false
+	for {
+		f, more := frames.Next()
+		stack.WriteString(f.Function + "\n")
+		if strings.HasSuffix(f.Function, ".(*locationActor).Receive") {
+			inActor = true
+		}
+		if strings.HasSuffix(f.Function, "/staging.(*locationActor).Receive") {
+			own = true
+		}
+		if !more {
+			break
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if free {
+		c.frees++
+	} else {
+		c.allocs++
+	}
+	if own {
+		c.byOwnActors++
+	}
+	if !inActor && strings.Contains(stack.String(), "residency/staging.") {
+		c.outside = append(c.outside, stack.String())
+	}
+}
+
+func (c *countingBackend) Allocate(ctx context.Context, loc string, n int64) (cuda.Buffer, error) {
+	c.note(false)
+	return c.Backend.Allocate(ctx, loc, n)
+}
+
+func (c *countingBackend) Free(buf cuda.Buffer) error {
+	c.note(true)
+	return c.Backend.Free(buf)
+}
+
+// countingRuntime is a ledgerRuntime whose backend counts.
+type countingRuntime struct {
+	*ledgerRuntime
+	be *countingBackend
+}
+
+func (r countingRuntime) Backend() cuda.Backend { return r.be }
+
+// exerciseAllocations runs a JOIN_NEXT_STEP task, a JOIN_ON_FINISH task
+// (clone, landing buffer), a step of another size (the slot's buffer is
+// reallocated) and Close (every buffer freed) on the pipeline of rt.
+func exerciseAllocations(t *testing.T, be cuda.Backend, rt staging.Runtime, eager bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := baseConfig()
+	cfg.Eager = eager
+	p, err := staging.New(ctx, rt, cfg)
+	require.NoError(t, err)
+	dev := func(n int) cuda.Buffer {
+		b, err := be.Allocate(ctx, "cuda:0", int64(n))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = be.Free(b) })
+		require.NoError(t, be.Write(ctx, b, fill(9, n)))
+		return b
+	}
+	for _, size := range []int{2 * rowBytes, 4 * rowBytes} {
+		step, err := p.Stage(ctx, dev(size), nil)
+		require.NoError(t, err)
+		next, err := p.Open(ctx, staging.TaskSpec{ReqID: "r", Mode: staging.JoinNextStep})
+		require.NoError(t, err)
+		require.NoError(t, next.Append(ctx, staging.Chunk{Step: step, Rows: rowsAt("k", 0, 1)}))
+		fin, err := p.Open(ctx, staging.TaskSpec{ReqID: "r", Mode: staging.JoinOnFinish})
+		require.NoError(t, err)
+		require.NoError(t, fin.Append(ctx, staging.Chunk{Device: dev(size), Rows: rowsAt("v", 0, 1)}))
+		require.NoError(t, p.Submit(ctx, next, fin))
+		require.NoError(t, next.Wait(ctx))
+		require.NoError(t, fin.Wait(ctx))
+		require.NoError(t, step.Release())
+	}
+	require.NoError(t, p.Close(ctx))
+}
+
+// Every buffer the pipeline allocates or frees on the backend goes
+// through a location actor: the pipeline's own on a runtime without
+// location actors, the runtime's on *system.System.
+func TestCardNoAllocationOutsideALocationActor(t *testing.T) {
+	for _, eager := range []bool{false, true} {
+		name := "queued"
+		if eager {
+			name = "eager"
+		}
+		t.Run(name+"/own-location-actors", func(t *testing.T) {
+			lr := newRuntime(t, 0, soft.Config{})
+			cb := &countingBackend{Backend: lr.be}
+			exerciseAllocations(t, cb, countingRuntime{ledgerRuntime: lr, be: cb}, eager)
+			cb.mu.Lock()
+			defer cb.mu.Unlock()
+			assert.Empty(t, cb.outside)
+			assert.GreaterOrEqual(t, cb.allocs, 6, "slots, clones and landing buffers were allocated")
+		})
+		t.Run(name+"/runtime-location-actors", func(t *testing.T) {
+			ctx := context.Background()
+			locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.Limit("cuda:0", 1<<20)}
+			be, err := system.SoftBackend(locs, soft.Config{})
+			require.NoError(t, err)
+			cb := &countingBackend{Backend: be}
+			sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: cb})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, sys.Close(ctx)) }()
+			exerciseAllocations(t, cb, sys, eager)
+			cb.mu.Lock()
+			defer cb.mu.Unlock()
+			assert.Empty(t, cb.outside)
+			assert.GreaterOrEqual(t, cb.allocs, 6)
+			assert.Zero(t, cb.byOwnActors, "the runtime's location actors, not the pipeline's")
+		})
+	}
+}
+
+// The pipeline's cap over its clones is a cap of the runtime's ledger:
+// each clone's reservation is admitted in its group by the supervisor (the
+// first sets the cap), in one state version; the snapshot shows the cap
+// while clones hold bytes.
+func TestCardCloneCapIsAdmittedInTheLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	locs := []system.LocationConfig{system.NoLimit("pageable-host"), system.NoLimit("pinned-host"), system.Limit("cuda:0", 1<<20)}
+	be, err := system.SoftBackend(locs, soft.Config{})
+	require.NoError(t, err)
+	sys, err := system.Start(ctx, system.Options{Locations: locs, Backend: be})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sys.Close(ctx)) }()
+
+	cfg := baseConfig()
+	p, err := staging.New(ctx, sys, cfg)
+	require.NoError(t, err)
+	snap, err := sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, snap.Caps, "no clone yet")
+
+	dev, err := be.Allocate(ctx, "cuda:0", 2*rowBytes)
+	require.NoError(t, err)
+	defer func() { _ = be.Free(dev) }()
+	task, err := p.Open(ctx, staging.TaskSpec{ReqID: "r", Mode: staging.JoinOnFinish})
+	require.NoError(t, err)
+	require.NoError(t, task.Append(ctx, staging.Chunk{Device: dev, Rows: rowsAt("k", 0, 1)}))
+	snap, err = sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []system.CapRecord{{Name: "staging/clones", CapBytes: cfg.CloneBudgetBytes,
+		UsedBytes: 2 * rowBytes, PeakBytes: 2 * rowBytes, Reservations: []string{"staging/clone/1"}}}, snap.Caps)
+
+	// The supervisor refuses a reservation of the group past the cap.
+	var ce *system.CapError
+	require.ErrorAs(t, sys.ReserveCapped(ctx, "cuda:0", "intruder", "staging/clones", cfg.CloneBudgetBytes, cfg.CloneBudgetBytes), &ce)
+
+	require.NoError(t, p.Submit(ctx, task))
+	require.NoError(t, task.Wait(ctx))
+	snap, err = sys.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, snap.Caps, "the clone was released at HOST_READY: the cap bounds nothing")
+	require.NoError(t, p.Close(ctx))
+}
