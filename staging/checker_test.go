@@ -145,7 +145,6 @@ type ckTask struct {
 	lost       map[ckRow]bool    // a later append took the row while it was pending
 	maybeLost  map[ckRow]bool    // taken while it was in flight (lost, or written before)
 	enqueued   bool              // left PENDING: submit, prioritize or flush
-	gates      []*ckGate         // freeze events its clones wait for
 	last       staging.TaskState // last state observed
 	hostReady  bool              // observed HOST_READY or later (clone bytes released)
 	written    bool

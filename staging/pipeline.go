@@ -199,7 +199,7 @@ type Pipeline struct {
 	// unregisterClose undoes the registration with a runtime that closes
 	// its components (closeRegistrar); nil when rt does not.
 	unregisterClose func()
-	closeErr  error
+	closeErr        error
 }
 
 type counters struct {

@@ -212,17 +212,6 @@ func (p *slotPool) state() slotState {
 	return st
 }
 
-// holdersOf lists the holders of slot i (tests and Close).
-func (p *slotPool) holdersOf(i int) []holder {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]holder, 0, len(p.slots[i].holders))
-	for h := range p.slots[i].holders {
-		out = append(out, h)
-	}
-	return out
-}
-
 // close fails every waiting and later claim with ErrClosed.
 func (p *slotPool) close() {
 	p.mu.Lock()

@@ -93,14 +93,14 @@ func (a *taskActor) Receive(ctx actor.Context) {
 		a.set(Copying)
 		m.reply <- claimResult{chunks: a.chunks, won: true}
 	case *taskTransition:
-		err, wake := a.transition(ctx, m.to)
+		wake, err := a.transition(ctx, m.to)
 		m.reply <- err // before waking: a caller must not take the wake-up for a refusal
 		wake()
 	case *taskHostReady:
-		_, wake := a.transition(ctx, HostReady) // refused if failed meanwhile
+		wake, _ := a.transition(ctx, HostReady) // refused if failed meanwhile
 		wake()
 	case *taskWritten:
-		_, wake := a.transition(ctx, Written) // refused if failed meanwhile
+		wake, _ := a.transition(ctx, Written) // refused if failed meanwhile
 		wake()
 	case *taskFail:
 		moved, wake := false, nop
@@ -171,34 +171,34 @@ func (a *taskActor) enqueue(ctx actor.Context, prio int8) error {
 	return nil
 }
 
-// transition makes one step of the chain. It returns the outcome and the
-// wake-up to run once the requester has its answer.
-func (a *taskActor) transition(ctx actor.Context, to TaskState) (error, func()) {
+// transition makes one step of the chain. It returns the wake-up to run once
+// the requester has its answer, and the outcome.
+func (a *taskActor) transition(ctx actor.Context, to TaskState) (func(), error) {
 	if to == Failed {
 		if a.state.Terminal() {
-			return &IllegalTransitionError{Task: a.t.ID, TaskName: a.t.Name, From: a.state, To: to}, nop
+			return nop, &IllegalTransitionError{Task: a.t.ID, TaskName: a.t.Name, From: a.state, To: to}
 		}
 		_, wake := a.fail(ctx, fmt.Errorf("staging: %s failed", a.t.words()))
-		return nil, wake
+		return wake, nil
 	}
 	if !CanTransition(a.state, to) {
-		return &IllegalTransitionError{Task: a.t.ID, TaskName: a.t.Name, From: a.state, To: to}, nop
+		return nop, &IllegalTransitionError{Task: a.t.ID, TaskName: a.t.Name, From: a.state, To: to}
 	}
 	a.set(to)
 	switch to {
 	case HostReady:
 		a.st.p.onHostReady(a.t, a.chunks)
-		return nil, func() { close(a.t.hostReady) }
+		return func() { close(a.t.hostReady) }, nil
 	case Written:
 		a.st.p.onWritten(a.t, a.chunks)
 		// The pool write is over: nobody holds the chunks any more.
 		a.chunks, a.chunk1 = nil, [1]*taskChunk{}
-		return nil, func() {
+		return func() {
 			close(a.t.done)
 			ctx.Stop(ctx.Self())
-		}
+		}, nil
 	}
-	return nil, nop
+	return nop, nil
 }
 
 func nop() {}
