@@ -2,7 +2,9 @@ package tests
 
 // The close checker: workers call the public API at random (register a
 // value and place it, a loader cache's loads, admissions that demote the
-// cache's idle entries through its Spill.Demote, leases) with loaders and
+// cache's idle entries through its Spill.Demote, leases, write tasks of a
+// staging pipeline opened on the runtime, which the runtime's Close
+// closes first) with loaders and
 // Demotes that succeed, fail, panic, call runtime.Goexit, block until
 // their context ends, or block ignoring it; the runtime is closed at a
 // random point with a random deadline. Checks, each round:
@@ -35,7 +37,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/internal/checkharness"
+	"github.com/residency-go/residency/staging"
 	"github.com/residency-go/residency/system"
 	"github.com/residency-go/residency/system/cache"
 )
@@ -63,16 +67,19 @@ type ccRound struct {
 	sys      *system.System
 	be       *liveBackend
 	cache    *cache.Cache
-	gate     chan struct{} // closed: every blocked loader and Demote returns
+	pipe     *staging.Pipeline // closed by the runtime's Close
+	step     cuda.Buffer       // the device buffer write tasks copy from (the test's, outside the count)
+	gate     chan struct{}     // closed: every blocked loader and Demote returns
 	calls    atomic.Int64
 	names    atomic.Int64
+	tasks    atomic.Int64 // write tasks submitted and waited on
 }
 
 // ccFigures sum the rounds.
 type ccFigures struct {
-	rounds, calls, stillRunning, abandoned, violations int64
-	heldBytes                                          int64
-	maxLate                                            time.Duration
+	rounds, calls, tasks, stillRunning, abandoned, violations int64
+	heldBytes                                                 int64
+	maxLate                                                   time.Duration
 }
 
 // behave carries out b for code given ctx.
@@ -116,18 +123,52 @@ func (r *ccRound) worker(id int, stop <-chan struct{}) {
 		}
 		r.calls.Add(1)
 		var err error
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0, 1:
 			err = r.placeValue(rng)
 		case 2:
 			err = r.loadCache(rng)
 		case 3:
 			err = r.admit(rng)
+		case 4:
+			err = r.writeTask(rng)
 		}
-		if errors.Is(err, system.ErrClosed) || errors.Is(err, system.ErrCacheClosed) {
+		if errors.Is(err, system.ErrClosed) || errors.Is(err, system.ErrCacheClosed) || errors.Is(err, staging.ErrClosed) {
 			return
 		}
 	}
+}
+
+// writeTask runs one write task through the round's pipeline: a task of
+// either join mode with one row from the step buffer (a step of it for
+// JOIN_NEXT_STEP), submitted, and waited for or not.
+func (r *ccRound) writeTask(rng *rand.Rand) error {
+	ctx, cancel := r.callCtx(rng)
+	defer cancel()
+	row := []staging.Row{{Key: "k", Slot: rng.IntN(64), Offset: int64(rng.IntN(8)) * stRow}}
+	chunk := staging.Chunk{Device: r.step, Rows: row}
+	mode := staging.JoinOnFinish
+	if rng.IntN(2) == 0 {
+		mode = staging.JoinNextStep
+		st, err := r.pipe.Stage(ctx, r.step, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = st.Release() }()
+		chunk = staging.Chunk{Step: st, Rows: row}
+	}
+	task, err := r.pipe.Open(ctx, staging.TaskSpec{ReqID: fmt.Sprintf("w%d", r.names.Add(1)), WriteN: 1, Mode: mode})
+	if err != nil {
+		return err
+	}
+	if err := task.Append(ctx, chunk); err != nil {
+		return err
+	}
+	if err := r.pipe.Submit(ctx, task); err != nil || rng.IntN(2) == 0 {
+		return err
+	}
+	r.tasks.Add(1)
+	return task.Wait(ctx)
 }
 
 func (r *ccRound) callCtx(rng *rand.Rand) (context.Context, context.CancelFunc) {
@@ -224,13 +265,14 @@ func TestCloseChecker(t *testing.T) {
 		total.add(runCloseRound(t, seed))
 		return !t.Failed()
 	})
-	t.Logf("close checker: %d rounds (seeds from %d) in %v: %d calls, %d closes with operations still running (%d operations, %d bytes held at close), latest return %v after the deadline, %d violations",
-		total.rounds, sum.First, sum.Elapsed.Round(time.Millisecond), total.calls, total.stillRunning, total.abandoned, total.heldBytes, total.maxLate.Round(time.Microsecond), total.violations)
+	t.Logf("close checker: %d rounds (seeds from %d) in %v: %d calls (%d write tasks submitted and waited on), %d closes with operations still running (%d operations, %d bytes held at close), latest return %v after the deadline, %d violations",
+		total.rounds, sum.First, sum.Elapsed.Round(time.Millisecond), total.calls, total.tasks, total.stillRunning, total.abandoned, total.heldBytes, total.maxLate.Round(time.Microsecond), total.violations)
 }
 
 func (f *ccFigures) add(o ccFigures) {
 	f.rounds += o.rounds
 	f.calls += o.calls
+	f.tasks += o.tasks
 	f.stillRunning += o.stillRunning
 	f.abandoned += o.abandoned
 	f.violations += o.violations
@@ -251,6 +293,13 @@ func startCloseRound(t *testing.T, seed uint64) *ccRound {
 	var mu sync.Mutex
 	r.cache, err = cache.New(context.Background(), r.sys, cache.Options{Location: "cuda:0", Name: "models",
 		Spill: &cache.Spill{Demote: r.demote(rand.New(rand.NewPCG(seed, 1<<32)), &mu)}})
+	require.NoError(t, err)
+	// The step buffer is the test's, allocated beside the count of the
+	// runtime's buffers (freed with the backend).
+	r.step, err = r.be.Backend.Allocate(context.Background(), "cuda:0", 8*stRow)
+	require.NoError(t, err)
+	require.NoError(t, r.be.Backend.Write(context.Background(), r.step, pattern(8*stRow, 5)))
+	r.pipe, err = staging.New(context.Background(), r.sys, stagingConfig("writes"))
 	require.NoError(t, err)
 	return r
 }
@@ -296,7 +345,7 @@ func runCloseRound(t *testing.T, seed uint64) ccFigures {
 	if err := checkharness.Leaks(); err != nil {
 		fail("goroutines left after every loader returned: %v", err)
 	}
-	f.calls, f.violations = r.calls.Load(), int64(len(violations))
+	f.calls, f.tasks, f.violations = r.calls.Load(), r.tasks.Load(), int64(len(violations))
 	if late > 0 && deadline < time.Hour {
 		f.maxLate = late
 	}
