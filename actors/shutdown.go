@@ -55,13 +55,14 @@ type RunningOp struct {
 func (o RunningOp) String() string {
 	s := fmt.Sprintf("%s of %s at %s", o.Kind, o.Value, o.Location)
 	if len(o.HeldBytes) > 0 {
-		s += " holding " + bytesByLocation(o.HeldBytes)
+		s += " holding " + BytesByLocation(o.HeldBytes)
 	}
 	return s
 }
 
-// bytesByLocation formats a map of bytes by location, sorted.
-func bytesByLocation(m map[string]int64) string {
+// BytesByLocation formats a map of bytes by location, sorted by location:
+// "1024 B at cuda:0, 6144 B at pinned-host".
+func BytesByLocation(m map[string]int64) string {
 	locs := make([]string, 0, len(m))
 	for l := range m {
 		locs = append(locs, l)

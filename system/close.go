@@ -55,7 +55,7 @@ func (e *StillRunningError) Error() string {
 	}
 	held := "nothing"
 	if len(e.HeldBytes) > 0 {
-		held = heldString(e.HeldBytes)
+		held = actors.BytesByLocation(e.HeldBytes)
 	}
 	return fmt.Sprintf("residency: closed with %d operations still running (%s), holding %s until they return: %v",
 		len(e.Running), strings.Join(ops, "; "), held, e.Cause)
@@ -63,19 +63,6 @@ func (e *StillRunningError) Error() string {
 
 // Unwrap returns Cause (context.DeadlineExceeded or context.Canceled).
 func (e *StillRunningError) Unwrap() error { return e.Cause }
-
-func heldString(m map[string]int64) string {
-	locs := make([]string, 0, len(m))
-	for l := range m {
-		locs = append(locs, l)
-	}
-	sort.Strings(locs)
-	parts := make([]string, len(locs))
-	for i, l := range locs {
-		parts[i] = fmt.Sprintf("%d B at %s", m[l], l)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // OutstandingError is returned by Close when leases, holds or pending
 // consumer events were still outstanding. Close released them anyway; the
