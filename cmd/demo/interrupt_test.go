@@ -142,6 +142,38 @@ func exitCode(t *testing.T, cmd *exec.Cmd, timeout time.Duration) int {
 	}
 }
 
+// signalWhileReading starts bin with args, writes okStart to its standard
+// input and sends sig while the command waits for more. Nothing shows from
+// outside when the process has installed its handler and blocks reading,
+// so the signal is sent after a delay. A signal that arrives before the
+// handler (a very slow machine) ends the process the Go runtime's default
+// way, without our message: then it tries again with a longer delay, so
+// the test never fails because the machine is slow. It returns the exit
+// code, standard output and standard error of the last try.
+func signalWhileReading(t *testing.T, bin string, sig os.Signal, args ...string) (int, string, string) {
+	t.Helper()
+	for _, delay := range []time.Duration{300 * time.Millisecond, 2 * time.Second, 8 * time.Second} {
+		cmd := exec.Command(bin, args...)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Start())
+		_, err = io.WriteString(stdin, okStart)
+		require.NoError(t, err)
+		time.Sleep(delay)
+		require.NoError(t, cmd.Process.Signal(sig))
+		code := exitCode(t, cmd, 10*time.Second)
+		_ = stdin.Close()
+		if code != exitInterrupted && !strings.Contains(stderr.String(), "interrupted") && delay < 8*time.Second {
+			t.Logf("the signal came before the handler was installed (exit %d); trying with a longer delay", code)
+			continue
+		}
+		return code, stdout.String(), stderr.String()
+	}
+	panic("unreachable: the last delay returns")
+}
+
 // TestSIGINT sends a real SIGINT to the built command: while it reads
 // standard input, and in the middle of a long replay. Both stop at once
 // with exit status 130 and say so on stderr.
@@ -149,34 +181,10 @@ func TestSIGINT(t *testing.T) {
 	bin := demoBinary(t)
 
 	t.Run("while reading standard input", func(t *testing.T) {
-		// Nothing shows from outside when the process has installed its
-		// interrupt handler and is blocked reading standard input, so the
-		// signal is sent after a delay. A signal that arrives before the
-		// handler (a very slow machine) ends the process the Go runtime's
-		// default way, without our message: then try again with a longer
-		// delay, so the test never fails because the machine is slow.
-		for _, delay := range []time.Duration{300 * time.Millisecond, 2 * time.Second, 8 * time.Second} {
-			cmd := exec.Command(bin, "replay", "-")
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Start())
-			_, err = io.WriteString(stdin, okStart)
-			require.NoError(t, err)
-			time.Sleep(delay)
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			code := exitCode(t, cmd, 10*time.Second)
-			_ = stdin.Close()
-			if code != exitInterrupted && !strings.Contains(stderr.String(), "interrupted") && delay < 8*time.Second {
-				t.Logf("the signal came before the handler was installed (exit %d); trying with a longer delay", code)
-				continue
-			}
-			assert.Equal(t, exitInterrupted, code, "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), "interrupted")
-			assert.Empty(t, stdout.String())
-			return
-		}
+		code, stdout, stderr := signalWhileReading(t, bin, syscall.SIGINT, "replay", "-")
+		assert.Equal(t, exitInterrupted, code, "stderr: %s", stderr)
+		assert.Contains(t, stderr, "interrupted")
+		assert.Empty(t, stdout)
 	})
 
 	t.Run("mid-replay", func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -40,31 +39,10 @@ func TestSIGTERM(t *testing.T) {
 	})
 
 	t.Run("diagnose while reading the script", func(t *testing.T) {
-		// As in TestSIGINT: nothing shows from outside when the handler is
-		// installed, so the signal is sent after a delay, longer on a
-		// slow machine.
-		for _, delay := range []time.Duration{300 * time.Millisecond, 2 * time.Second, 8 * time.Second} {
-			cmd := exec.Command(bin, "diagnose", "-")
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Start())
-			_, err = io.WriteString(stdin, okStart)
-			require.NoError(t, err)
-			time.Sleep(delay)
-			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-			code := exitCode(t, cmd, 10*time.Second)
-			_ = stdin.Close()
-			if code != exitInterrupted && !strings.Contains(stderr.String(), "interrupted") && delay < 8*time.Second {
-				t.Logf("the signal came before the handler was installed (exit %d); trying with a longer delay", code)
-				continue
-			}
-			assert.Equal(t, exitInterrupted, code, "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), "interrupted while reading the script; nothing ran")
-			assert.Empty(t, stdout.String())
-			return
-		}
+		code, stdout, stderr := signalWhileReading(t, bin, syscall.SIGTERM, "diagnose", "-")
+		assert.Equal(t, exitInterrupted, code, "stderr: %s", stderr)
+		assert.Contains(t, stderr, "interrupted while reading the script; nothing ran")
+		assert.Empty(t, stdout)
 	})
 
 	t.Run("offload while waiting for the trace", func(t *testing.T) {
