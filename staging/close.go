@@ -55,7 +55,18 @@ func (p *Pipeline) close(ctx context.Context) error {
 	}
 	p.submitPending(ctx)
 	var ctxErr error
-	if err := p.drain(ctx); err != nil {
+	err := p.drain(ctx)
+	if err == nil {
+		select {
+		case <-idle:
+		default:
+			// ctx ended while entries were in flight (a Stage allocating
+			// its slot's buffer, an Append): what they add is not drained
+			// yet, so close as on a cut-short drain, once they are out.
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
 		ctxErr = err
 		p.sys.Abort()
 		p.mu.Lock()
