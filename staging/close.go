@@ -17,18 +17,10 @@ import (
 // If ctx ends first, the work in flight is cancelled: the unfinished tasks
 // whose copy stage is not claimed fail with ctx's error, those whose copy
 // stage or pool write runs stop on the cancellation and fail with it, and
-// Close returns ctx's error after releasing everything all the same.
-// Close is idempotent: later calls return the first result. Stats keeps
-// working after Close. On a runtime that closes its components
-// (system.System.OnClose) the runtime's Close calls it first, if the user
-// has not.
+// Close returns ctx's error after releasing everything all the same. Close is idempotent: later calls return the
+// first result. Stats keeps working after Close.
 func (p *Pipeline) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() {
-		p.closeErr = p.close(ctx)
-		if p.unregisterClose != nil {
-			p.unregisterClose()
-		}
-	})
+	p.closeOnce.Do(func() { p.closeErr = p.close(ctx) })
 	return p.closeErr
 }
 

@@ -196,10 +196,7 @@ type Pipeline struct {
 	demo     demoteState // the runtime's demotions (demote.go)
 
 	closeOnce sync.Once
-	// unregisterClose undoes the registration with a runtime that closes
-	// its components (closeRegistrar); nil when rt does not.
-	unregisterClose func()
-	closeErr        error
+	closeErr  error
 }
 
 type counters struct {
@@ -282,19 +279,8 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	}
 	p.pool = pool
 	p.serveDemotions()
-	if r, ok := rt.(closeRegistrar); ok {
-		p.unregisterClose = r.OnClose("staging pipeline "+cfg.Name, p.Close)
-	}
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
-}
-
-// closeRegistrar is the optional part of a [Runtime] that closes the
-// components opened on it when it closes (system.System.OnClose): a
-// pipeline on such a runtime is closed by the runtime's Close, before the
-// runtime stops, if the user has not closed it.
-type closeRegistrar interface {
-	OnClose(name string, close func(context.Context) error) (unregister func())
 }
 
 // enter admits one entry of the pipeline: ErrClosed after Close began, the

@@ -616,38 +616,3 @@ func TestStagingConcurrentRunInvariants(t *testing.T) {
 		assert.Zero(t, l.ReservedBytes, "%s after Close", l.Location)
 	}
 }
-
-// Closing the runtime closes a pipeline opened on it first: its tasks are
-// written, its reservations released, and later calls get ErrClosed, with
-// no Close of the pipeline by the user.
-func TestStagingClosedByTheRuntimesClose(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	locs := []string{"pageable-host", "pinned-host", "cuda:0", "cuda:1"}
-	be, err := soft.New(soft.Config{Locations: locs})
-	require.NoError(t, err)
-	sys, err := system.Start(ctx, system.Options{Locations: fourLocations(0, 1<<20, 1<<20), Backend: be})
-	require.NoError(t, err)
-
-	p, err := staging.New(ctx, sys, stagingConfig("kv"))
-	require.NoError(t, err)
-	stepData := pattern(8*stRow, 7)
-	stepBuf, err := be.Allocate(ctx, "cuda:0", int64(len(stepData)))
-	require.NoError(t, err)
-	require.NoError(t, be.Write(ctx, stepBuf, stepData))
-	st, err := p.Stage(ctx, stepBuf, nil)
-	require.NoError(t, err)
-	task, err := p.Open(ctx, staging.TaskSpec{ReqID: "a", WriteN: 1, Mode: staging.JoinNextStep})
-	require.NoError(t, err)
-	require.NoError(t, task.Append(ctx, staging.Chunk{Step: st, Rows: []staging.Row{{Key: "k", Slot: 0, Offset: stRow}}}))
-	require.NoError(t, p.Submit(ctx, task))
-
-	require.NoError(t, sys.Close(ctx))
-	assert.Equal(t, staging.Written, task.State(), "the runtime's Close closed the pipeline, which wrote its task")
-	_, err = p.Open(ctx, staging.TaskSpec{ReqID: "b", WriteN: 1, Mode: staging.JoinNextStep})
-	assert.ErrorIs(t, err, staging.ErrClosed)
-	require.NoError(t, p.Close(ctx), "the pipeline's own Close after the runtime's returns the first result")
-	assert.Zero(t, p.Stats().LiveSteps)
-	require.NoError(t, be.Free(stepBuf))
-	require.NoError(t, be.Close())
-}
