@@ -3,8 +3,8 @@ package tests
 // The close checker: workers call the public API at random (register a
 // value and place it, a loader cache's loads, admissions that demote the
 // cache's idle entries through its Spill.Demote, leases, write tasks of a
-// staging pipeline opened on the runtime, which the runtime's Close
-// closes first) with loaders and
+// staging pipeline opened on the runtime, closed with Close's context
+// just before it) with loaders and
 // Demotes that succeed, fail, panic, call runtime.Goexit, block until
 // their context ends, or block ignoring it; the runtime is closed at a
 // random point with a random deadline. Checks, each round:
@@ -67,7 +67,7 @@ type ccRound struct {
 	sys      *system.System
 	be       *liveBackend
 	cache    *cache.Cache
-	pipe     *staging.Pipeline // closed by the runtime's Close
+	pipe     *staging.Pipeline // closed just before the runtime, with the same context
 	step     cuda.Buffer       // the device buffer write tasks copy from (the test's, outside the count)
 	gate     chan struct{}     // closed: every blocked loader and Demote returns
 	calls    atomic.Int64
@@ -330,6 +330,9 @@ func runCloseRound(t *testing.T, seed uint64) ccFigures {
 	r.deadline = deadline
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	began := time.Now()
+	// A pipeline is closed by its owner (its Close may wait for a step's
+	// freeze event, which only the user can fire), then the runtime.
+	_ = r.pipe.Close(ctx) // its error is a task's failure or ctx's; what it leaves is checked below
 	err := closeWithin(t, r.sys, ctx)
 	late := time.Since(began) - deadline
 	cancel()
