@@ -86,7 +86,7 @@ func (e *OutstandingError) Error() string {
 }
 
 // closerList is what Close closes before the runtime: the components
-// opened on it (loader caches, staging pipelines).
+// opened on it (loader caches).
 type closerList struct {
 	mu     sync.Mutex
 	seq    uint64
@@ -112,8 +112,8 @@ func (e *CloseError) Error() string { return fmt.Sprintf("residency: closing %s:
 func (e *CloseError) Unwrap() error { return e.Err }
 
 // OnClose registers close, the Close of a component opened on the
-// runtime (a loader cache of package system/cache registers itself; so
-// does a staging pipeline), to be called by [System.Close] before it
+// runtime (a loader cache of package system/cache registers itself), to
+// be called by [System.Close] before it
 // stops the runtime: components close first, the latest registered
 // first, each with Close's context, while the runtime still serves their
 // calls. An error is returned by Close as a [*CloseError] naming the
@@ -168,7 +168,9 @@ func (s *System) closeComponents(ctx context.Context) error {
 // Close shuts the runtime down, in this order:
 //
 //  1. Components opened on it and registered with [System.OnClose] (loader
-//     caches, staging pipelines) are closed, the latest first, with ctx.
+//     caches) are closed, the latest first, with ctx. A staging pipeline
+//     is not among them: its Close may wait for a step's freeze event,
+//     which only its user can fire, so its user closes it first.
 //  2. New calls get ErrClosed at once; callers waiting for room return
 //     ErrClosed.
 //  3. The context of every operation the runtime started — loads through
