@@ -99,9 +99,6 @@ func (p *Pipeline) close(ctx context.Context) error {
 		_ = p.free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
-	p.poolMu.Lock()
-	_ = p.free(p.pool) // no pool write runs: every task is terminal, or the committer stopped waiting
-	p.poolMu.Unlock()
 	p.demo.wg.Wait() // a demotion copy running on the landing stream
 	for _, s := range []*lockedStream{p.d2h, p.cloner, p.land} {
 		if s != nil {

@@ -177,8 +177,8 @@ type Pipeline struct {
 	landHeld  int64
 	landFreed chan struct{}
 
-	poolMu sync.RWMutex // serializes the pool's writes, and its reads with them
-	pool   cuda.Buffer  // the CPU block pool: a host buffer at cfg.Host
+	poolMu sync.RWMutex // guards pool
+	pool   []byte
 
 	cleanup      sync.WaitGroup // releases waiting for device events
 	pendingFrees atomic.Int64   // how many (Stats.PendingFrees)
@@ -254,6 +254,12 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	undo = append(undo, func() { _ = rt.Unreserve(context.Background(), cfg.Name+"/pool") })
+	// Charged: now allocate.
+	pool, ok := makeBytes(poolBytes)
+	if !ok {
+		return fail(fmt.Errorf("%w: a CPU block pool of %d bytes cannot be allocated", ErrConfig, poolBytes))
+	}
+	p.pool = pool
 	p.slots = newSlotPool(cfg.Slots)
 	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	if !cfg.Eager {
@@ -271,16 +277,20 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	p.sys = sys
-	undo = append(undo, sys.Stop)
-	// Charged: now allocate, through the host location's actor.
-	pool, err := p.allocate(ctx, cfg.Host, poolBytes)
-	if err != nil {
-		return fail(fmt.Errorf("%w: a CPU block pool of %d bytes cannot be allocated at %s: %v", ErrConfig, poolBytes, cfg.Host, err))
-	}
-	p.pool = pool
 	p.serveDemotions()
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
+}
+
+// makeBytes returns make([]byte, n), or false when the Go runtime refuses
+// the length.
+func makeBytes(n int64) (b []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			b, ok = nil, false
+		}
+	}()
+	return make([]byte, n), true
 }
 
 // enter admits one entry of the pipeline: ErrClosed after Close began, the

@@ -21,16 +21,14 @@ type poolWriter struct {
 	rows  []int   // the rows of the chunk being written that the task still owns
 
 	// The chunk being written, for scatter.
-	task     *Task
-	chunk    []int  // its rows (indexes into plan)
-	src      []byte // its host bytes (while scatter runs)
-	view     func(context.Context, []byte) error
-	poolView func(context.Context, []byte) error
+	task  *Task
+	chunk []int // its rows (indexes into plan)
+	view  func(context.Context, []byte) error
 }
 
 func (p *Pipeline) newPoolWriter() *poolWriter {
 	w := &poolWriter{p: p}
-	w.view, w.poolView = w.scatter, w.copyRuns // bound once
+	w.view = w.scatter // bound once
 	return w
 }
 
@@ -102,10 +100,9 @@ func (w *poolWriter) write(ctx context.Context, t *taskRef, chunks []*taskChunk,
 }
 
 // scatter writes the rows of the current chunk that the task still owns
-// from b, the chunk's host bytes, into the pool (a view of the pool's
-// host buffer, like b).
-func (w *poolWriter) scatter(ctx context.Context, b []byte) error {
-	p, offs, n := w.p, w.offs, w.p.cfg.RowBytes
+// from b, the chunk's host bytes, into the pool.
+func (w *poolWriter) scatter(_ context.Context, b []byte) error {
+	p, plan, offs, n := w.p, w.plan, w.offs, w.p.cfg.RowBytes
 	p.poolMu.Lock()
 	defer p.poolMu.Unlock()
 	p.mu.Lock()
@@ -115,16 +112,6 @@ func (w *poolWriter) scatter(ctx context.Context, b []byte) error {
 		}
 	}
 	p.mu.Unlock()
-	w.src = b
-	err := p.be.Load(ctx, p.pool, p.pool.Location(), w.poolView)
-	w.src = nil
-	return err
-}
-
-// copyRuns copies the rows scatter kept from the chunk's bytes into pool,
-// the pool's bytes.
-func (w *poolWriter) copyRuns(_ context.Context, pool []byte) error {
-	plan, offs, n, b := w.plan, w.offs, w.p.cfg.RowBytes, w.src
 	rows := w.rows
 	for i := 0; i < len(rows); {
 		// The run of rows contiguous in both the chunk and the pool.
@@ -139,7 +126,7 @@ func (w *poolWriter) copyRuns(_ context.Context, pool []byte) error {
 		}
 		run := int64(j-i) * n
 		so, do := plan[first].Offset, offs[first]
-		copy(pool[do:do+run], b[so:so+run])
+		copy(p.pool[do:do+run], b[so:so+run])
 		i = j
 	}
 	return nil

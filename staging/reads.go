@@ -102,10 +102,8 @@ func (p *Pipeline) readPool(key string, slot int) ([]byte, error) {
 	}
 	out := make([]byte, p.cfg.RowBytes)
 	p.poolMu.RLock()
-	defer p.poolMu.RUnlock()
-	if err := p.hostView(context.Background(), p.pool, func(pool []byte) { copy(out, pool[off:]) }); err != nil {
-		return nil, err
-	}
+	copy(out, p.pool[off:])
+	p.poolMu.RUnlock()
 	return out, nil
 }
 
