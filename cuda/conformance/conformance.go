@@ -22,8 +22,7 @@
 // decorator of package cuda/faulty over the backend (alloc, copy,
 // reconstruct; each consumed once and reported once, in stream order with
 // the backend's own failures), loaders (errors wrapped, panics recovered),
-// ranged reads (cuda.ReadAt: bounds, errors), buffers that are mostly
-// zeros (written, copied, loaded in part, zeroed), stream and backend
+// ranged reads (cuda.ReadAt: bounds, errors), stream and backend
 // Close, and concurrent use under the race detector. It never relies on
 // timing: it waits on events, and checks only orderings that must hold
 // whatever the speed of the device. Every subtest ends with a goroutine
@@ -85,19 +84,35 @@ func Run(t *testing.T, newBackend Factory, locations ...string) {
 		{"ReconstructFault", s.reconstructFault},
 		{"Load", s.load},
 		{"RangeRead", s.rangeRead},
-		{"SparseContents", s.sparseContents},
 		{"StreamClose", s.streamClose},
 		{"BackendClose", s.backendClose},
 		{"ConcurrentUse", s.concurrent},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			// Registered first, so it runs last: after the cleanups that
-			// close the subtest's streams and backends.
-			ignore := goleak.IgnoreCurrent()
-			t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-			tc.run(t)
-		})
+		runCase(t, tc.name, tc.run)
 	}
+}
+
+// RunZeroed runs the checks of a backend whose new buffers hold zeros and
+// whose Load hands the loader the buffer's own bytes (the soft
+// simulation; not a device, whose memory starts undefined and whose
+// loads go through a staging buffer): buffers that are mostly zeros,
+// written, copied, loaded in part and zeroed, read whole and by ranges.
+func RunZeroed(t *testing.T, newBackend Factory, locations ...string) {
+	t.Helper()
+	s := &suite{newBackend: newBackend, locs: slices.Clone(locations)}
+	runCase(t, "SparseContents", s.sparseContents)
+}
+
+// runCase runs one check as a subtest that ends with a goroutine leak
+// check.
+func runCase(t *testing.T, name string, run func(*testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		// Registered first, so it runs last: after the cleanups that
+		// close the subtest's streams and backends.
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+		run(t)
+	})
 }
 
 type suite struct {

@@ -12,11 +12,13 @@ import (
 
 // The backend conformance suite, which the cu backend also runs on a GPU.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, func(t *testing.T, capacity map[string]int64) cuda.Backend {
+	newBackend := func(t *testing.T, capacity map[string]int64) cuda.Backend {
 		b, err := soft.New(soft.Config{Locations: allLocations, Capacity: capacity})
 		require.NoError(t, err)
 		return b
-	}, allLocations...)
+	}
+	conformance.Run(t, newBackend, allLocations...)
+	conformance.RunZeroed(t, newBackend, allLocations...)
 }
 
 // The suite again on a backend whose every buffer keeps its bytes in
@@ -24,9 +26,11 @@ func TestConformance(t *testing.T) {
 // chunks of 64 KiB), so that every check runs on chunked buffers too.
 func TestConformanceChunked(t *testing.T) {
 	page := int64(os.Getpagesize())
-	conformance.Run(t, func(t *testing.T, capacity map[string]int64) cuda.Backend {
+	newBackend := func(t *testing.T, capacity map[string]int64) cuda.Backend {
 		b, err := soft.NewSparse(soft.Config{Locations: allLocations, Capacity: capacity}, 1, page)
 		require.NoError(t, err)
 		return b
-	}, allLocations...)
+	}
+	conformance.Run(t, newBackend, allLocations...)
+	conformance.RunZeroed(t, newBackend, allLocations...)
 }
