@@ -61,18 +61,11 @@ func (p *Pipeline) close(ctx context.Context) error {
 	if err != nil {
 		ctxErr = err
 		p.sys.Abort()
-		p.mu.Lock()
-		var left []*Task
-		for _, t := range p.tasks {
-			left = append(left, t)
-		}
-		p.mu.Unlock()
-		for _, t := range left {
-			// A claimed task ends on its own: its copy stage or pool write
-			// stops on the aborted context (and owns its chunks until then).
-			p.sys.FailUnclaimed(t.t, err)
-		}
+		p.failUnclaimed(err)
 		<-idle
+		// An entry in flight until now may have opened a task: fail it
+		// too (no entry starts any more), or the drain waits for it.
+		p.failUnclaimed(err)
 		_ = p.drain(context.Background())
 	}
 	p.cleanup.Wait()
@@ -111,6 +104,21 @@ func (p *Pipeline) close(ctx context.Context) error {
 	p.sys.Stop()
 	p.log.Debug().Msg("pipeline closed")
 	return ctxErr
+}
+
+// failUnclaimed fails every task of the pipeline whose copy stage is not
+// claimed. A claimed task ends on its own: its copy stage or pool write
+// stops on the aborted context (and owns its chunks until then).
+func (p *Pipeline) failUnclaimed(err error) {
+	p.mu.Lock()
+	left := make([]*Task, 0, len(p.tasks))
+	for _, t := range p.tasks {
+		left = append(left, t)
+	}
+	p.mu.Unlock()
+	for _, t := range left {
+		p.sys.FailUnclaimed(t.t, err)
+	}
 }
 
 // drain waits until every task of the pipeline is terminal, or ctx ends.
