@@ -2,10 +2,12 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/cuda"
 )
 
@@ -14,7 +16,9 @@ import (
 // of its location: the runtime's, when the Runtime is a
 // [LocationAllocator] (*system.System is: one actor per location stays the
 // one allocator there), else one location actor of the pipeline's own per
-// location, spawned in its actor system with the pipeline.
+// location (package actors' Allocators), spawned in its actor system with
+// the pipeline. The pipeline itself never calls the backend's Allocate or
+// Free.
 
 // LocationAllocator is what a Runtime offers when its locations have
 // actors that allocate: the pipeline then makes every backend allocation
@@ -39,139 +43,48 @@ func (p *Pipeline) free(buf cuda.Buffer) error {
 	return p.alloc.FreeAt(context.Background(), buf)
 }
 
-// ownLocations is the pipeline's own location actors, one per location it
-// allocates at, for a Runtime that is no LocationAllocator.
-type ownLocations struct {
-	be      cuda.Backend
-	root    *actor.RootContext
-	pids    map[string]*actor.PID
-	runs    []*ownGoroutine
-	stopped chan struct{} // closed once the actors are stopped
-}
+// ownLocations is the pipeline's own location actors (package actors'
+// Allocators), one per location it allocates at, for a Runtime that is no
+// LocationAllocator; their answers in the pipeline's errors.
+type ownLocations struct{ a *actors.Allocators }
 
 // startOwnLocations spawns one location actor per location of locs, each
 // on a goroutine of its own.
 func startOwnLocations(root *actor.RootContext, be cuda.Backend, locs ...string) (*ownLocations, error) {
-	o := &ownLocations{be: be, root: root, pids: map[string]*actor.PID{}, stopped: make(chan struct{})}
-	for _, loc := range locs {
-		if o.pids[loc] != nil {
-			continue
-		}
-		run := newOwnGoroutine()
-		o.runs = append(o.runs, run)
-		pid, err := root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &locationActor{be: be, loc: loc} },
-			actor.WithDispatcher(run)), "location/"+loc)
-		if err != nil {
-			o.stop()
-			return nil, errNotSpawned("location actor of "+loc, err)
-		}
-		o.pids[loc] = pid
+	a, err := actors.StartAllocators(root, be, func() (actor.Dispatcher, func()) {
+		r := newOwnGoroutine()
+		return r, r.close
+	}, locs...)
+	if err != nil {
+		return nil, errNotSpawned("location actors", err)
 	}
-	return o, nil
+	return &ownLocations{a: a}, nil
 }
 
-// stop stops the location actors (each after the message it is
-// processing) and their goroutines. Idempotent.
-func (o *ownLocations) stop() {
-	select {
-	case <-o.stopped:
-		return
-	default:
-	}
-	for _, pid := range o.pids {
-		_ = o.root.StopFuture(pid).Wait()
-	}
-	close(o.stopped)
-	for _, r := range o.runs {
-		r.close()
-	}
-}
-
-// allocBuffer asks a location actor for a buffer of bytes, allocated
-// under ctx; the answer comes on reply.
-type allocBuffer struct {
-	ctx   context.Context
-	bytes int64
-	reply chan allocResult
-}
-
-type allocResult struct {
-	buf cuda.Buffer
-	err error
-}
-
-// freeBuffer asks a location actor to free buf; the answer comes on
-// reply.
-type freeBuffer struct {
-	buf   cuda.Buffer
-	reply chan error
-}
-
-// locationActor allocates and frees the pipeline's buffers at one
-// location, one message at a time.
-type locationActor struct {
-	be  cuda.Backend
-	loc string
-}
-
-func (a *locationActor) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *allocBuffer:
-		buf, err := a.be.Allocate(m.ctx, a.loc, m.bytes)
-		if err == nil && m.ctx.Err() != nil {
-			_ = a.be.Free(buf) // made after its asker gave up
-			buf, err = nil, m.ctx.Err()
-		}
-		m.reply <- allocResult{buf: buf, err: err}
-	case *freeBuffer:
-		m.reply <- a.be.Free(m.buf)
-	}
-}
+// stop stops the location actors. Idempotent.
+func (o *ownLocations) stop() { o.a.Stop() }
 
 // AllocateAt asks loc's actor for a buffer of bytes.
 func (o *ownLocations) AllocateAt(ctx context.Context, loc string, bytes int64) (cuda.Buffer, error) {
-	pid := o.pids[loc]
-	if pid == nil {
-		return nil, errNoLocationActor(loc)
-	}
-	reply := make(chan allocResult, 1)
-	o.root.Send(pid, &allocBuffer{ctx: ctx, bytes: bytes, reply: reply})
-	// The actor answers each allocation under its ctx; only a stopped
-	// actor never answers.
-	select {
-	case r := <-reply:
-		return r.buf, r.err
-	case <-o.stopped:
-		select {
-		case r := <-reply:
-			return r.buf, r.err
-		default:
-			return nil, ErrClosed
-		}
-	}
+	buf, err := o.a.AllocateAt(ctx, loc, bytes)
+	return buf, allocErr(err)
 }
 
 // FreeAt asks the actor of buf's location to free it.
-func (o *ownLocations) FreeAt(_ context.Context, buf cuda.Buffer) error {
-	pid := o.pids[buf.Location()]
-	if pid == nil {
-		return errNoLocationActor(buf.Location())
-	}
-	reply := make(chan error, 1)
-	o.root.Send(pid, &freeBuffer{buf: buf, reply: reply})
-	select {
-	case err := <-reply:
-		return err
-	case <-o.stopped:
-		select {
-		case err := <-reply:
-			return err
-		default:
-			return ErrClosed
-		}
-	}
+func (o *ownLocations) FreeAt(ctx context.Context, buf cuda.Buffer) error {
+	return allocErr(o.a.FreeAt(ctx, buf))
 }
 
-func errNoLocationActor(loc string) error {
-	return fmt.Errorf("%w: the pipeline has no location actor for %s", ErrConfig, loc)
+// allocErr words the location actors' own refusals as the pipeline's:
+// stopped actors are a closed pipeline, a location without one is a
+// configuration error.
+func allocErr(err error) error {
+	var na *actors.NoAllocatorError
+	switch {
+	case errors.Is(err, actors.ErrAllocatorsStopped):
+		return ErrClosed
+	case errors.As(err, &na):
+		return fmt.Errorf("%w: the pipeline has no location actor for %s", ErrConfig, na.Location)
+	}
+	return err
 }

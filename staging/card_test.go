@@ -38,11 +38,11 @@ func (c *countingBackend) note(free bool) {
 	for {
 		f, more := frames.Next()
 		stack.WriteString(f.Function + "\n")
-		if strings.HasSuffix(f.Function, ".(*locationActor).Receive") {
-			inActor = true
+		if strings.HasSuffix(f.Function, "/actors.(*locationActor).Receive") {
+			inActor = true // the runtime's
 		}
-		if strings.HasSuffix(f.Function, "/staging.(*locationActor).Receive") {
-			own = true
+		if strings.HasSuffix(f.Function, "/actors.(*allocActor).Receive") {
+			inActor, own = true, true // the pipeline's own (actors.Allocators)
 		}
 		if !more {
 			break
