@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/residency-go/residency/actors"
 	"github.com/residency-go/residency/messages"
@@ -123,7 +124,7 @@ func (e *CloseError) Unwrap() error { return e.Err }
 // unregister does nothing: the runtime refuses the component's calls
 // anyway (ErrClosed).
 func (s *System) OnClose(name string, close func(ctx context.Context) error) (unregister func()) {
-	l := &s.closers
+	l := s.closers
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || close == nil {
@@ -135,16 +136,24 @@ func (s *System) OnClose(name string, close func(ctx context.Context) error) (un
 	l.seq++
 	id := l.seq
 	l.m[id] = closer{name: name, fn: close}
+	// unregister holds the list weakly: a component may keep it in a
+	// place the collector treats as a root (a runtime.AddCleanup
+	// argument), and a strong reference would keep the list, every
+	// registered close function, and whatever those reach (the runtime
+	// itself, through a user's closure) alive for ever.
+	w := weak.Make(l)
 	return func() {
-		l.mu.Lock()
-		delete(l.m, id)
-		l.mu.Unlock()
+		if l := w.Value(); l != nil {
+			l.mu.Lock()
+			delete(l.m, id)
+			l.mu.Unlock()
+		}
 	}
 }
 
 // closeComponents closes the registered components, the latest first.
 func (s *System) closeComponents(ctx context.Context) error {
-	l := &s.closers
+	l := s.closers
 	l.mu.Lock()
 	l.closed = true
 	ids := make([]uint64, 0, len(l.m))

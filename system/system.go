@@ -274,7 +274,7 @@ type System struct {
 	room  *waitRoom // callers waiting for room (wait.go)
 
 	owners     ownerNames        // owners of charges: the loader caches (owners.go)
-	closers    closerList        // what Close closes first (close.go)
+	closers    *closerList       // what Close closes first (close.go); its own allocation (see OnClose)
 	ownBackend bool              // Options.CloseBackend
 	spill      map[string]string // spill targets, location → target (fixed)
 }
@@ -337,7 +337,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room, ownBackend: opts.CloseBackend}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room, ownBackend: opts.CloseBackend, closers: &closerList{}}
 	for _, lc := range locs {
 		if lc.SpillTo != "" {
 			if s.spill == nil {
