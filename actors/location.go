@@ -48,8 +48,8 @@ func (a *locationActor) allocate(m *messages.Allocate) error {
 	// still allocated would let the ledger release a charge for bytes the
 	// device then holds (physical above admitted). An allocation that
 	// returns after its deadline is freed before this actor answers.
-	ctx, cancel := context.WithTimeout(a.eng.opsCtx, a.eng.allocTimeout)
-	defer cancel()
+	ctx, release := withDeadline(a.eng.opsCtx, time.Now().Add(a.eng.allocTimeout))
+	defer release()
 	buf, err := a.eng.backend.Allocate(ctx, a.loc, m.Bytes)
 	if err != nil {
 		return err

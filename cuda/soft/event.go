@@ -7,8 +7,8 @@ import (
 	"github.com/residency-go/residency/cuda"
 )
 
-// event is a simulated event: a channel closed by the stream goroutine when
-// the work before the event has run.
+// event is a simulated event: a channel closed once the work before the
+// event has run.
 type event struct {
 	done chan struct{}
 	err  error // written once, before done is closed; read only after
@@ -18,8 +18,8 @@ var _ cuda.Event = (*event)(nil)
 
 func newEvent() *event { return &event{done: make(chan struct{})} }
 
-// complete sets the event's error and completes it. Only the stream
-// goroutine calls it, once.
+// complete sets the event's error and completes it, once: the stream
+// goroutine does, or Record on an idle stream.
 func (e *event) complete(err error) {
 	e.err = err
 	close(e.done)

@@ -10,6 +10,14 @@ import (
 
 // stream is a simulated stream: an unbounded FIFO queue served by one
 // goroutine. Enqueueing never blocks.
+//
+// A stream with nothing queued and nothing running does a small copy
+// without a simulated delay (at most inlineCopyMax bytes, no
+// Config.BandwidthBytesPerSec), and the record of an event, on the
+// goroutine that enqueued it: the work is done in the same order, and
+// failures are reported to the same event or Synchronize, as if the
+// stream goroutine had done it; only the hand-off to that goroutine and
+// back is saved.
 type stream struct {
 	backend *Backend
 	loc     string
@@ -23,7 +31,17 @@ type stream struct {
 	head     int
 	closing  bool
 	leftover error // failure no marker reported; written by run before done closes
+	// busy is set while an op runs, on the stream goroutine or inline;
+	// pending (the first failure not yet reported to a marker) is read
+	// and written only by whoever set busy, or under mu while busy is
+	// unset.
+	busy    bool
+	pending error
 }
+
+// inlineCopyMax is the largest copy an idle stream does on the
+// enqueueing goroutine (a copy of this size takes microseconds).
+const inlineCopyMax = 256 << 10
 
 var _ cuda.Stream = (*stream)(nil)
 
@@ -103,15 +121,54 @@ func (s *stream) CopyAsync(dst, src cuda.Buffer) error {
 			return fmt.Errorf("%w: soft backend: copy %s -> %s: %s", cuda.ErrFreed, sr.at.name, d.at.name, b)
 		}
 	}
+	if d.size <= inlineCopyMax && s.backend.copyDuration(d.size) == 0 {
+		return s.copyInline(d, sr)
+	}
 	return s.enqueue(op{kind: opCopy, dst: d, src: sr})
+}
+
+// copyInline does the copy at once when the stream is idle (see
+// [stream]), else enqueues it.
+func (s *stream) copyInline(dst, src *buffer) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return cuda.ErrClosed
+	}
+	if s.head != len(s.queue) || s.busy {
+		s.queue = append(s.queue, op{kind: opCopy, dst: dst, src: src})
+		s.cond.Signal()
+		s.mu.Unlock()
+		return nil
+	}
+	s.busy = true
+	s.mu.Unlock()
+	err := copyBuffer(dst, src)
+	if s.pending == nil {
+		s.pending = err
+	}
+	s.mu.Lock()
+	s.busy = false
+	s.cond.Signal() // the stream goroutine may wait for busy to clear
+	s.mu.Unlock()
+	return nil
 }
 
 // Record enqueues a new event; see [cuda.Stream.Record].
 func (s *stream) Record() (cuda.Event, error) {
 	ev := newEvent()
-	if err := s.enqueue(op{kind: opRecord, ev: ev}); err != nil {
-		return nil, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, cuda.ErrClosed
 	}
+	if s.head == len(s.queue) && !s.busy { // idle: everything before it has run
+		ev.complete(s.pending)
+		s.pending = nil
+		return ev, nil
+	}
+	s.queue = append(s.queue, op{kind: opRecord, ev: ev})
+	s.cond.Signal()
 	return ev, nil
 }
 
@@ -166,14 +223,13 @@ func (s *stream) Close() error {
 // run is the stream goroutine.
 func (s *stream) run() {
 	defer close(s.done)
-	var pending error // first failure not yet reported to a marker
 	for {
 		s.mu.Lock()
-		for s.head == len(s.queue) && !s.closing {
+		for s.busy || (s.head == len(s.queue) && !s.closing) {
 			s.cond.Wait()
 		}
 		if s.head == len(s.queue) {
-			s.leftover = pending
+			s.leftover = s.pending
 			s.mu.Unlock()
 			return
 		}
@@ -183,23 +239,31 @@ func (s *stream) run() {
 		if s.head == len(s.queue) { // drained: reuse the array
 			s.queue, s.head = s.queue[:0], 0
 		}
+		s.busy = true
 		s.mu.Unlock()
+		s.runOp(o)
+		s.mu.Lock()
+		s.busy = false
+		s.mu.Unlock()
+	}
+}
 
-		switch o.kind {
-		case opCopy:
-			err := s.copy(o.dst, o.src)
-			if pending == nil {
-				pending = err
-			}
-		case opRecord:
-			o.ev.complete(pending)
-			pending = nil
-		case opWait:
-			<-o.wait.Done()
-		case opSync:
-			if o.sync.deliver(pending) {
-				pending = nil
-			}
+// runOp runs one queued op (busy is set).
+func (s *stream) runOp(o op) {
+	switch o.kind {
+	case opCopy:
+		err := s.copy(o.dst, o.src)
+		if s.pending == nil {
+			s.pending = err
+		}
+	case opRecord:
+		o.ev.complete(s.pending)
+		s.pending = nil
+	case opWait:
+		<-o.wait.Done()
+	case opSync:
+		if o.sync.deliver(s.pending) {
+			s.pending = nil
 		}
 	}
 }

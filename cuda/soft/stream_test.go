@@ -343,3 +343,88 @@ func TestConcurrentCrossCopiesDoNotTear(t *testing.T) {
 		}
 	}
 }
+
+// heldEvent is an event of the test's: done when the test closes ch.
+type heldEvent struct{ ch chan struct{} }
+
+func (e heldEvent) Done() <-chan struct{} { return e.ch }
+func (e heldEvent) Err() error            { return nil }
+func (e heldEvent) Query() bool {
+	select {
+	case <-e.ch:
+		return true
+	default:
+		return false
+	}
+}
+func (e heldEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A small copy on an idle stream runs on the caller's goroutine, but
+// never ahead of work queued before it: behind a wait for an event that
+// has not happened, the copy and the event recorded after it wait too;
+// once it happens, they run in order.
+func TestSmallCopyNeverOvertakesQueuedWork(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := newBackend(t, soft.Config{})
+	defer mustClose(t, b)
+	s := mustStream(t, b, "cuda:0")
+	defer mustClose(t, s)
+	src := mustAlloc(t, b, "pinned-host", 4096)
+	dst := mustAlloc(t, b, "cuda:0", 4096)
+	mustWrite(t, b, src, pattern(7, 4096))
+
+	// Idle: the copy is done when CopyAsync returns, its event complete.
+	mustCopy(t, s, dst, src)
+	ev := mustRecord(t, s)
+	if !ev.Query() {
+		t.Fatal("an event recorded on an idle stream after a small copy is not complete")
+	}
+	assertBytes(t, "cuda:0", mustRead(t, b, dst), pattern(7, 4096))
+
+	held := heldEvent{ch: make(chan struct{})}
+	if err := s.WaitEvent(held); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, b, src, pattern(9, 4096))
+	mustCopy(t, s, dst, src)
+	after := mustRecord(t, s)
+	if after.Query() {
+		t.Fatal("the event after a copy queued behind a wait completed before the wait")
+	}
+	assertBytes(t, "cuda:0 before the wait ends", mustRead(t, b, dst), pattern(7, 4096))
+	close(held.ch)
+	if err := after.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertBytes(t, "cuda:0", mustRead(t, b, dst), pattern(9, 4096))
+}
+
+// A small copy from a freed buffer on an idle stream is refused at once
+// (ErrFreed), as a queued one is, and is no failure of the stream: the
+// next event is clean.
+func TestSmallCopyOfAFreedBufferIsRefusedAtOnce(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := newBackend(t, soft.Config{})
+	defer mustClose(t, b)
+	s := mustStream(t, b, "cuda:0")
+	defer mustClose(t, s)
+	src := mustAlloc(t, b, "pinned-host", 4096)
+	dst := mustAlloc(t, b, "cuda:0", 4096)
+	if err := b.Free(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyAsync(dst, src); !errors.Is(err, cuda.ErrFreed) {
+		t.Fatalf("copy from a freed buffer: got %v, want ErrFreed at once", err)
+	}
+	// The at-once refusal is not a stream failure: the next event is clean.
+	if err := mustRecord(t, s).Wait(context.Background()); err != nil {
+		t.Fatalf("event after a refused copy: %v", err)
+	}
+}
