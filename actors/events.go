@@ -2,6 +2,8 @@ package actors
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/messages"
@@ -94,5 +96,44 @@ func (s *supervisor) observeEvict(m *messages.Transition, effects []budget.Effec
 func (s *supervisor) observeTransfer(e budget.Effect, cause error) {
 	if s.eng.obs != nil && cause != nil && e.Kind == budget.EffectReconstruct {
 		s.eng.obs.LoaderFailed(e, cause, s.ledger.Version())
+	}
+}
+
+// stepDone runs what follows a ledger step, before its reply is sent
+// (both reply paths call it): the AfterLedger hook, the observer, and
+// OnRoom — before the reply, so a caller who made room finds its waiters
+// woken.
+func (s *supervisor) stepDone(reply any) {
+	s.afterLedger()
+	s.observe(reply)
+	s.noteRoom()
+}
+
+// afterLedger runs the AfterLedger hook, once per request.
+func (s *supervisor) afterLedger() {
+	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != nil {
+		s.hooked = true
+		h(requestKind(s.handling))
+	}
+}
+
+// requestKind names a message by its type, without package or pointer.
+func requestKind(m any) string {
+	k := fmt.Sprintf("%T", m)
+	if i := strings.LastIndexByte(k, '.'); i >= 0 {
+		k = k[i+1:]
+	}
+	return k
+}
+
+// noteRoom calls Config.OnRoom if the ledger committed a transition that
+// may make room since the last call.
+func (s *supervisor) noteRoom() {
+	if s.eng.onRoom == nil {
+		return
+	}
+	if n := s.ledger.RoomReleases(); n != s.roomSeen {
+		s.roomSeen = n
+		s.eng.onRoom()
 	}
 }

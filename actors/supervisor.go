@@ -3,7 +3,6 @@ package actors
 import (
 	"fmt"
 	"runtime/debug"
-	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -128,18 +127,6 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	s.noteRoom()
 }
 
-// noteRoom calls Config.OnRoom if the ledger committed a transition that
-// may make room since the last call.
-func (s *supervisor) noteRoom() {
-	if s.eng.onRoom == nil {
-		return
-	}
-	if n := s.ledger.RoomReleases(); n != s.roomSeen {
-		s.roomSeen = n
-		s.eng.onRoom()
-	}
-}
-
 func (s *supervisor) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *AcquireRequest:
@@ -214,8 +201,8 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 		s.reply(m.ReplyTo, &messages.HandleReply{Handle: h, Err: err, Version: s.ledger.Version()})
 	case *messages.ChargeDropped:
 		s.chargeDropped(m)
-	case messages.CacheRequest:
-		s.cacheRequest(m)
+	case messages.OwnedRequest:
+		s.ownedRequest(m)
 	case *messages.ReserveCapped:
 		s.reserveCapped(m)
 	case *messages.Shutdown:
@@ -226,9 +213,7 @@ func (s *supervisor) receive(ctx actor.Context, msg any) {
 }
 
 func (s *supervisor) reply(to *actor.PID, msg any) {
-	s.afterLedger()
-	s.observe(msg)
-	s.noteRoom() // before the reply: a caller who made room sees its waiters woken
+	s.stepDone(msg)
 	if to != nil {
 		s.eng.root.Send(to, msg)
 	}
@@ -266,29 +251,10 @@ func (s *supervisor) replyDirect(sink ReplySink, to *actor.PID, msg any) {
 		s.reply(to, msg)
 		return
 	}
-	s.afterLedger()
-	s.observe(msg)
-	s.noteRoom()
+	s.stepDone(msg)
 	if sink.Deliver(msg) {
 		s.mailbox.deferWake(sink)
 	}
-}
-
-// afterLedger runs the AfterLedger hook, once per request.
-func (s *supervisor) afterLedger() {
-	if h := s.eng.hooks.AfterLedger; h != nil && !s.hooked && s.handling != nil {
-		s.hooked = true
-		h(requestKind(s.handling))
-	}
-}
-
-// requestKind names a message by its type, without package or pointer.
-func requestKind(m any) string {
-	k := fmt.Sprintf("%T", m)
-	if i := strings.LastIndexByte(k, '.'); i >= 0 {
-		k = k[i+1:]
-	}
-	return k
 }
 
 // replyRun answers a run's caller; an Admit's reply carries its decision.

@@ -75,7 +75,7 @@ func (o ownerSeam) Admit(ctx context.Context, req budget.Request) (budget.Decisi
 	}, func(m any) {
 		if r, ok := m.(*messages.RunReply); ok && r.Err == nil {
 			for _, rs := range req.Reservations {
-				s.root.Send(s.sup, &messages.CacheUnreserve{Name: rs.Name, Owner: rs.Owner})
+				s.root.Send(s.sup, &messages.OwnedUnreserve{Name: rs.Name, Owner: rs.Owner})
 			}
 		}
 	})
@@ -99,12 +99,12 @@ func (o ownerSeam) SpillTarget(loc string) (string, bool) {
 
 func (o ownerSeam) Charges(ctx context.Context, loc, owner string) (budget.OwnerCharges, error) {
 	r, err := o.s.call(ctx, func(p *actor.PID) any {
-		return &messages.CacheCharges{Location: loc, Owner: owner, ReplyTo: p}
+		return &messages.OwnerChargesRequest{Location: loc, Owner: owner, ReplyTo: p}
 	}, nil)
 	if err != nil {
 		return budget.OwnerCharges{}, err
 	}
-	rep := r.(*messages.CacheChargesReply)
+	rep := r.(*messages.OwnerChargesReply)
 	return rep.Charges, rep.Err
 }
 
@@ -113,10 +113,10 @@ func (o ownerSeam) Charges(ctx context.Context, loc, owner string) (budget.Owner
 func (o ownerSeam) Reserve(ctx context.Context, loc, owner, name string, bytes int64) error {
 	s := o.s
 	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.CacheReserve{Location: loc, Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
+		return &messages.OwnedReserve{Location: loc, Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
 	}, func(m any) {
 		if r, ok := m.(*messages.Reply); ok && r.Err == nil {
-			s.root.Send(s.sup, &messages.CacheUnreserve{Name: name, Owner: owner})
+			s.root.Send(s.sup, &messages.OwnedUnreserve{Name: name, Owner: owner})
 		}
 	})
 	if err != nil {
@@ -127,7 +127,7 @@ func (o ownerSeam) Reserve(ctx context.Context, loc, owner, name string, bytes i
 
 func (o ownerSeam) Resize(ctx context.Context, owner, name string, bytes int64) error {
 	return o.s.callErr(ctx, func(p *actor.PID) any {
-		return &messages.CacheResize{Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
+		return &messages.OwnedResize{Name: name, Owner: owner, Bytes: bytes, ReplyTo: p}
 	})
 }
 
@@ -135,7 +135,7 @@ func (o ownerSeam) Resize(ctx context.Context, owner, name string, bytes int64) 
 // there is nothing to release (Close released every reservation).
 func (o ownerSeam) Unreserve(owner, name string) error {
 	err := o.s.callErr(context.Background(), func(p *actor.PID) any {
-		return &messages.CacheUnreserve{Name: name, Owner: owner, ReplyTo: p}
+		return &messages.OwnedUnreserve{Name: name, Owner: owner, ReplyTo: p}
 	})
 	if errors.Is(err, ErrClosed) {
 		return nil

@@ -39,19 +39,19 @@ func TestSupervisorCarriesOutCacheRequests(t *testing.T) {
 		return r
 	}
 	rep := ask(func(p *actor.PID) any {
-		return &messages.CacheReserve{Location: "cuda:0", Name: "c/a#1", Owner: "c", Bytes: 60, ReplyTo: p}
+		return &messages.OwnedReserve{Location: "cuda:0", Name: "c/a#1", Owner: "c", Bytes: 60, ReplyTo: p}
 	}).(*messages.Reply)
 	require.NoError(t, rep.Err)
 	assert.Equal(t, uint64(1), rep.Version)
 
 	rep = ask(func(p *actor.PID) any {
-		return &messages.CacheResize{Name: "c/a#1", Owner: "c", Bytes: 50, ReplyTo: p}
+		return &messages.OwnedResize{Name: "c/a#1", Owner: "c", Bytes: 50, ReplyTo: p}
 	}).(*messages.Reply)
 	require.NoError(t, rep.Err)
 	assert.Equal(t, uint64(2), rep.Version)
 
 	rep = ask(func(p *actor.PID) any {
-		return &messages.CacheResize{Name: "c/a#1", Owner: "c", Bytes: 101, ReplyTo: p}
+		return &messages.OwnedResize{Name: "c/a#1", Owner: "c", Bytes: 101, ReplyTo: p}
 	}).(*messages.Reply)
 	var be *budget.BudgetError
 	require.ErrorAs(t, rep.Err, &be)
@@ -62,11 +62,11 @@ func TestSupervisorCarriesOutCacheRequests(t *testing.T) {
 	rep = ask(func(p *actor.PID) any { return &messages.Unreserve{Name: "c/a#1", ReplyTo: p} }).(*messages.Reply)
 	assert.ErrorIs(t, rep.Err, budget.ErrInvalidInput)
 
-	ch := ask(func(p *actor.PID) any { return &messages.CacheCharges{Location: "cuda:0", Owner: "c", ReplyTo: p} }).(*messages.CacheChargesReply)
+	ch := ask(func(p *actor.PID) any { return &messages.OwnerChargesRequest{Location: "cuda:0", Owner: "c", ReplyTo: p} }).(*messages.OwnerChargesReply)
 	require.NoError(t, ch.Err)
 	assert.Equal(t, budget.OwnerCharges{Location: "cuda:0", HasBudget: true, BudgetBytes: 100, ReservedBytes: 50, OwnedBytes: 50, OwnedReservations: 1}, ch.Charges)
 
-	rep = ask(func(p *actor.PID) any { return &messages.CacheUnreserve{Name: "c/a#1", Owner: "c", ReplyTo: p} }).(*messages.Reply)
+	rep = ask(func(p *actor.PID) any { return &messages.OwnedUnreserve{Name: "c/a#1", Owner: "c", ReplyTo: p} }).(*messages.Reply)
 	require.NoError(t, rep.Err)
 	assert.Equal(t, uint64(3), rep.Version)
 }

@@ -6,22 +6,23 @@ import (
 	"github.com/residency-go/residency/budget"
 )
 
-// ---- the loader cache's requests to the supervisor -------------------------
+// ---- owned reservations: an owner's charges --------------------------------
 //
-// A cache's charges are named reservations owned by the cache (Owner) at
-// its location. Each request below is answered by one reply: a Reply for
-// the three mutations, a CacheChargesReply for CacheCharges.
+// An owner of charges (today the loader cache, package system/cache) keeps
+// them as named reservations owned by it (Owner) at one location. Each
+// request below is answered by one reply: a Reply for the three
+// mutations, an OwnerChargesReply for OwnerChargesRequest.
 
-// CacheRequest is implemented by the cache's requests (the supervisor
-// handles them together).
-type CacheRequest interface {
+// OwnedRequest is implemented by the requests on owned reservations (the
+// supervisor handles them together).
+type OwnedRequest interface {
 	Request
-	cacheRequest()
+	ownedRequest()
 }
 
-// CacheReserve admits a reservation of Bytes at Location named Name and
+// OwnedReserve admits a reservation of Bytes at Location named Name and
 // owned by Owner (1 version).
-type CacheReserve struct {
+type OwnedReserve struct {
 	Location string
 	Name     string
 	Owner    string
@@ -29,47 +30,47 @@ type CacheReserve struct {
 	ReplyTo  *actor.PID
 }
 
-// CacheResize sets an owned reservation's bytes: shrinking is always
+// OwnedResize sets an owned reservation's bytes: shrinking is always
 // admitted, growing is admitted like a charge of the difference (1
 // version; none when the size does not change).
-type CacheResize struct {
+type OwnedResize struct {
 	Name    string
 	Owner   string
 	Bytes   int64
 	ReplyTo *actor.PID
 }
 
-// CacheUnreserve releases an owned reservation (1 version).
-type CacheUnreserve struct {
+// OwnedUnreserve releases an owned reservation (1 version).
+type OwnedUnreserve struct {
 	Name    string
 	Owner   string
 	ReplyTo *actor.PID
 }
 
-// CacheCharges asks for the figures of Location and the bytes Owner's
+// OwnerChargesRequest asks for the figures of Location and the bytes Owner's
 // reservations charge there (a read).
-type CacheCharges struct {
+type OwnerChargesRequest struct {
 	Location string
 	Owner    string
 	ReplyTo  *actor.PID
 }
 
-// CacheChargesReply answers CacheCharges.
-type CacheChargesReply struct {
+// OwnerChargesReply answers OwnerChargesRequest.
+type OwnerChargesReply struct {
 	Charges budget.OwnerCharges
 	Err     error
 	Version uint64
 }
 
-func (m *CacheReserve) Replier() *actor.PID   { return m.ReplyTo }
-func (m *CacheResize) Replier() *actor.PID    { return m.ReplyTo }
-func (m *CacheUnreserve) Replier() *actor.PID { return m.ReplyTo }
-func (m *CacheCharges) Replier() *actor.PID   { return m.ReplyTo }
+func (m *OwnedReserve) Replier() *actor.PID   { return m.ReplyTo }
+func (m *OwnedResize) Replier() *actor.PID    { return m.ReplyTo }
+func (m *OwnedUnreserve) Replier() *actor.PID { return m.ReplyTo }
+func (m *OwnerChargesRequest) Replier() *actor.PID   { return m.ReplyTo }
 
-func (*CacheReserve) cacheRequest()   {}
-func (*CacheResize) cacheRequest()    {}
-func (*CacheUnreserve) cacheRequest() {}
-func (*CacheCharges) cacheRequest()   {}
+func (*OwnedReserve) ownedRequest()   {}
+func (*OwnedResize) ownedRequest()    {}
+func (*OwnedUnreserve) ownedRequest() {}
+func (*OwnerChargesRequest) ownedRequest()   {}
 
 // ---- offered charges: a cache's idle entries as the controller's victims ----
 
