@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Waiting for room: the goroutine plumbing around budget.WaitQueue (the
@@ -24,20 +23,29 @@ import (
 // system/cache, through its Wait option) wait for room
 // instead of refusing at once. Options combine; any of them turns waiting
 // on. See docs/semantics.md, "Waiting for room".
-type WaitOption func(*waitConfig)
+type WaitOption func(*WaitConfig)
 
-// waitConfig is shared with the owners of charges (system/internal/owners),
-// which apply wait options to their own loads.
-type waitConfig = owners.WaitConfig
+// WaitConfig is what wait options set: whether to wait for room, in
+// which priority class, and whether later waiters may bypass the caller.
+// An owner of charges ([Owners]) applies a call's options to one itself
+// and builds its budget.WaitSpec from the result.
+type WaitConfig struct {
+	Wait   bool
+	Class  int
+	Bypass bool
+	// Notify (nil: none) is told each time the caller is queued or a try
+	// of it is refused while it waits.
+	Notify func(budget.WaitState)
+}
 
 // WaitForRoom makes the call wait until it can be admitted, its context
 // ends, or the runtime closes, in priority class 0.
-func WaitForRoom() WaitOption { return func(c *waitConfig) { c.Wait = true } }
+func WaitForRoom() WaitOption { return func(c *WaitConfig) { c.Wait = true } }
 
 // WaitClass makes the call wait in priority class class: waiters of
 // higher classes are tried first. Implies [WaitForRoom].
 func WaitClass(class int) WaitOption {
-	return func(c *waitConfig) { c.Wait, c.Class = true, class }
+	return func(c *WaitConfig) { c.Wait, c.Class = true, class }
 }
 
 // WaitAllowBypass makes the call wait, letting later waiters at its
@@ -46,7 +54,7 @@ func WaitClass(class int) WaitOption {
 // class, and of lower classes, that needs room at one of its locations.
 // Implies [WaitForRoom].
 func WaitAllowBypass() WaitOption {
-	return func(c *waitConfig) { c.Wait, c.Bypass = true, true }
+	return func(c *WaitConfig) { c.Wait, c.Bypass = true, true }
 }
 
 // WaitState tells a waiting caller that it is queued and why: its
@@ -62,11 +70,11 @@ type WaitState = budget.WaitState
 // quick; it must not wait for the call itself. Options combine: with
 // [WaitClass] it waits in that class.
 func WaitNotify(notify func(WaitState)) WaitOption {
-	return func(c *waitConfig) { c.Wait, c.Notify = true, notify }
+	return func(c *WaitConfig) { c.Wait, c.Notify = true, notify }
 }
 
-func waitConfigOf(opts []WaitOption) waitConfig {
-	var c waitConfig
+func waitConfigOf(opts []WaitOption) WaitConfig {
+	var c WaitConfig
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

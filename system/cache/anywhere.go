@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/residency-go/residency/budget"
-	"github.com/residency-go/residency/system/internal/owners"
+	"github.com/residency-go/residency/system"
 )
 
 // Loading where there is room: one entry whose charge goes to whichever
@@ -73,7 +73,7 @@ func LoadOn[T any](ctx context.Context, c *Cache, key string, tiers [][]string, 
 	}
 	lo := newLoadOptions(opts)
 	wc := lo.wait
-	lo.wait = owners.WaitConfig{} // each try is one; waiting is LoadOn's
+	lo.wait = system.WaitConfig{} // each try is one; waiting is LoadOn's
 	var fitsSomewhere bool
 	for _, loc := range all {
 		if b := c.locs[loc]; !b.has || bytes <= b.bytes {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
-	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // MemoryBudget is the allocation side of a [Cache]: reservations for
@@ -27,7 +26,7 @@ import (
 //
 // Safe for concurrent use.
 type MemoryBudget struct {
-	rt    owners.Runtime
+	rt    ownerRuntime
 	loc   string
 	owner string
 	seq   *atomic.Uint64

@@ -11,10 +11,31 @@ import (
 	"time"
 	"weak"
 
+	"github.com/rs/zerolog"
+
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
-	"github.com/residency-go/residency/system/internal/owners"
 )
+
+// ownerRuntime is what a cache calls of its runtime: the methods of
+// [system.Owners] (documented there) it uses.
+type ownerRuntime interface {
+	Register(owner string, co system.ChargeOwner) bool
+	OffersPending(co system.ChargeOwner)
+	Admit(ctx context.Context, req budget.Request) (budget.Decision, error)
+	Seq() uint64
+	SpillTarget(loc string) (string, bool)
+	Reserve(ctx context.Context, loc, owner, name string, bytes int64) error
+	Resize(ctx context.Context, owner, name string, bytes int64) error
+	Unreserve(owner, name string) error
+	Charges(ctx context.Context, loc, owner string) (budget.OwnerCharges, error)
+	Refusal(ctx context.Context) error
+	Wait(ctx context.Context, spec budget.WaitSpec, notify func(budget.WaitState), try func() (done bool, err error)) error
+	WaitersAhead(spec budget.WaitSpec) int
+	RoomMade()
+	LoadFailed(owner, loc, key string, peak int64, err error)
+	Log() *zerolog.Logger
+}
 
 // Options configures [New].
 type Options struct {
@@ -82,7 +103,7 @@ type Options struct {
 //
 // All methods and functions on a Cache are safe for concurrent use.
 type Cache struct {
-	rt    owners.Runtime // the runtime's seam for owners of charges
+	rt    ownerRuntime // the runtime's seam for owners of charges
 	loc   string
 	owner string // ledger owner of every charge of this cache
 	// The location's budget (fixed for the runtime's life), for refusing
@@ -197,7 +218,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 	if err != nil {
 		return nil, err
 	}
-	rt := owners.Of(sys)
+	var rt ownerRuntime = sys.Owners()
 	c := &Cache{
 		ka:        ka,
 		rt:        rt,
@@ -240,7 +261,7 @@ func ownerName(name string) string { return budget.CacheOwnerPrefix + strconv.Qu
 
 // claimOwner claims the owner name of a cache named name in its runtime;
 // an empty name gets the first free "cache#N".
-func claimOwner(rt owners.Runtime, name string, d dropper) (string, error) {
+func claimOwner(rt ownerRuntime, name string, d dropper) (string, error) {
 	if name != "" {
 		if !rt.Register(ownerName(name), d) {
 			return "", &budget.InvalidInputError{Message: fmt.Sprintf("cache name %q is taken: another cache of this runtime has it (names stay taken after Close)", name)}

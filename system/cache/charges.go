@@ -10,7 +10,7 @@ import (
 
 // The ledger side of a cache: its reservations, named by owner and key,
 // made through the runtime's seam for owners of charges
-// (system/internal/owners).
+// (system.Owners).
 
 func (c *Cache) chargeName(key string) string {
 	return fmt.Sprintf("%s/%s#%d", c.owner, key, c.seq.Add(1))

@@ -7,7 +7,6 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
-	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Keep-alive, evict-when-idle and the entry cap of a loader cache: the
@@ -55,7 +54,7 @@ type LoadOption interface {
 type loadOptions struct {
 	keepAlive    time.Duration
 	hasKeepAlive bool
-	wait         owners.WaitConfig // waiting for room (Wait)
+	wait         system.WaitConfig // waiting for room (Wait)
 	split        *splitLoad        // LoadSplit's parts (split.go); nil otherwise
 	// held: a call that does not wait, held up as a waiter of heldClass
 	// at its locations would be: one that needs room is refused while

@@ -7,7 +7,6 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
-	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Split entries: one key whose value lies over several locations (a model
@@ -33,7 +32,7 @@ type locBudget struct {
 // allowedLocations checks opts.Locations, the locations a split load may
 // use besides opts.Location (whose figures are ch), and returns the
 // budget of every allowed location, opts.Location's included.
-func allowedLocations(ctx context.Context, rt owners.Runtime, opts Options, ch budget.OwnerCharges) (map[string]locBudget, error) {
+func allowedLocations(ctx context.Context, rt ownerRuntime, opts Options, ch budget.OwnerCharges) (map[string]locBudget, error) {
 	out := map[string]locBudget{opts.Location: {ch.HasBudget, ch.BudgetBytes}}
 	for i, loc := range opts.Locations {
 		switch _, dup := out[loc]; {
@@ -272,7 +271,7 @@ func (l Lease[T]) Parts() []Part {
 // busyRefusals is busyRefusal over a request's reservations: the first
 // location that has no room for its part, or, when every location has
 // room now, again (decide again).
-func busyRefusals(ctx context.Context, rt owners.Runtime, key string, specs []budget.ReservationSpec) (again bool, err error) {
+func busyRefusals(ctx context.Context, rt ownerRuntime, key string, specs []budget.ReservationSpec) (again bool, err error) {
 	for _, s := range specs {
 		if again, err = busyRefusal(ctx, rt, s.Location, s.Owner, key, s.Bytes); !again {
 			return false, err

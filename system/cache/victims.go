@@ -8,7 +8,6 @@ import (
 
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
-	"github.com/residency-go/residency/system/internal/owners"
 )
 
 // Idle entries as victims of the controller, in one order with the
@@ -110,12 +109,12 @@ func (c *Cache) offerIdle() bool {
 	return offered
 }
 
-// dropper is the cache's callback for the runtime (owners.ChargeOwner).
+// dropper is the cache's callback for the runtime (system.ChargeOwner).
 // It refers to the cache weakly: the runtime's registry does not keep a
 // cache alive.
 type dropper struct{ c weak.Pointer[Cache] }
 
-var _ owners.ChargeOwner = dropper{}
+var _ system.ChargeOwner = dropper{}
 
 // DrainOffers hands the takes, offers and withdrawals recorded since the
 // last drain to sink (on the runtime's goroutine; no user code runs): an
@@ -125,7 +124,7 @@ var _ owners.ChargeOwner = dropper{}
 // meant to be offered whose charge the ledger has offered is withdrawn;
 // an entry leaving the cache, or whose offer came back to where the
 // ledger has it, sends nothing.
-func (d dropper) DrainOffers(sink owners.OfferSink) {
+func (d dropper) DrainOffers(sink system.OfferSink) {
 	c := d.c.Value()
 	if c == nil {
 		return
@@ -296,13 +295,13 @@ func (c *Cache) refuse(e *cacheEntry, settle func(error)) {
 // the cache is left to offer; a run that met a concurrent change while a
 // drop was pending decides again. c may be nil (a memory budget whose
 // cache is gone).
-func admitCharge(ctx context.Context, c *Cache, rt owners.Runtime, loc, owner, key, name string, bytes int64) error {
+func admitCharge(ctx context.Context, c *Cache, rt ownerRuntime, loc, owner, key, name string, bytes int64) error {
 	return admitCharges(ctx, c, rt, key, []budget.ReservationSpec{{Name: name, Location: loc, Bytes: bytes, Owner: owner}})
 }
 
 // admitCharges is admitCharge for the reservations of one load (a split
 // load's parts, possibly at several locations), admitted all or none.
-func admitCharges(ctx context.Context, c *Cache, rt owners.Runtime, key string, specs []budget.ReservationSpec) error {
+func admitCharges(ctx context.Context, c *Cache, rt ownerRuntime, key string, specs []budget.ReservationSpec) error {
 	req := budget.Request{Name: specs[0].Name, Reservations: specs}
 	for raced := 0; ; {
 		_, err := rt.Admit(ctx, req)
@@ -359,7 +358,7 @@ const maxRaces = 16
 // now, or a *system.BudgetError for bytes above the whole budget; again
 // when the figures now leave room for bytes (room was made since the
 // decision: decide again rather than refuse with figures that fit).
-func busyRefusal(ctx context.Context, rt owners.Runtime, loc, owner, key string, bytes int64) (again bool, err error) {
+func busyRefusal(ctx context.Context, rt ownerRuntime, loc, owner, key string, bytes int64) (again bool, err error) {
 	ch, err := rt.Charges(ctx, loc, owner)
 	if err != nil {
 		return false, err
