@@ -11,31 +11,9 @@ import (
 	"time"
 	"weak"
 
-	"github.com/rs/zerolog"
-
 	"github.com/residency-go/residency/budget"
 	"github.com/residency-go/residency/system"
 )
-
-// ownerRuntime is what a cache calls of its runtime: the methods of
-// [system.Owners] (documented there) it uses.
-type ownerRuntime interface {
-	Register(owner string, co system.ChargeOwner) bool
-	OffersPending(co system.ChargeOwner)
-	Admit(ctx context.Context, req budget.Request) (budget.Decision, error)
-	Seq() uint64
-	SpillTarget(loc string) (string, bool)
-	Reserve(ctx context.Context, loc, owner, name string, bytes int64) error
-	Resize(ctx context.Context, owner, name string, bytes int64) error
-	Unreserve(owner, name string) error
-	Charges(ctx context.Context, loc, owner string) (budget.OwnerCharges, error)
-	Refusal(ctx context.Context) error
-	Wait(ctx context.Context, spec budget.WaitSpec, notify func(budget.WaitState), try func() (done bool, err error)) error
-	WaitersAhead(spec budget.WaitSpec) int
-	RoomMade()
-	LoadFailed(owner, loc, key string, peak int64, err error)
-	Log() *zerolog.Logger
-}
 
 // Options configures [New].
 type Options struct {
