@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 	"github.com/residency-go/residency/cuda"
 	"github.com/residency-go/residency/cuda/faulty"
 	"github.com/residency-go/residency/cuda/soft"
+	"github.com/residency-go/residency/internal/checkharness"
 	"github.com/residency-go/residency/staging"
 )
 
@@ -60,42 +59,17 @@ const ckRowBytes = 16
 // ckTail is how many operations a failure prints.
 var ckTail = 40
 
-// ckSoak returns the soak duration (RESIDENCY_SOAK), 0 when unset.
-func ckSoak(t *testing.T) time.Duration {
-	s := os.Getenv("RESIDENCY_SOAK")
-	if s == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		t.Fatalf("RESIDENCY_SOAK=%q: want a Go duration: %v", s, err)
-	}
-	return d
-}
+// ckChecker is TestPipelineModelChecker's seed loop: seeds from the clock,
+// RESIDENCY_SOAK to run for a duration, STAGING_CHECKER_SEED to replay one
+// (then the failure prints the whole round).
+var ckChecker = checkharness.Checker{SeedEnv: "STAGING_CHECKER_SEED", Pattern: "TestPipelineModelChecker", Package: "./staging/", Seeds: 48}
 
 func TestPipelineModelChecker(t *testing.T) {
-	soak := ckSoak(t)
-	base := uint64(time.Now().UnixNano())
-	rounds := 48
-	if s := os.Getenv("STAGING_CHECKER_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("STAGING_CHECKER_SEED=%q: %v", s, err)
-		}
-		base, rounds, soak = v, 1, 0
+	if _, ok := ckChecker.Replayed(t); ok {
 		ckTail = 1000 // the whole round
 	}
-	start := time.Now()
 	var seqN, concN, ops int
-	for i := 0; ; i++ {
-		if soak > 0 {
-			if time.Since(start) > soak {
-				break
-			}
-		} else if i >= rounds {
-			break
-		}
-		seed := base + uint64(i)
+	sum := ckChecker.Loop(t, func(seed uint64) bool {
 		r := newCkRound(t, seed)
 		r.run()
 		ops += r.ops
@@ -105,12 +79,12 @@ func TestPipelineModelChecker(t *testing.T) {
 			seqN++
 		}
 		if r.err != nil {
-			t.Fatalf("seed %d (replay: STAGING_CHECKER_SEED=%d go test -race -run TestPipelineModelChecker ./staging/): %v\nlast ops:\n%s",
-				seed, seed, r.err, r.tail())
+			t.Errorf("seed %d: %v\nlast ops:\n%s", seed, r.err, r.tail())
+			return false
 		}
-	}
-	t.Logf("%d sequential and %d concurrent rounds (seeds %d..%d), %d operations, in %s",
-		seqN, concN, base, base+uint64(seqN+concN)-1, ops, time.Since(start).Round(time.Millisecond))
+		return true
+	})
+	t.Logf("%d sequential and %d concurrent rounds, %d operations: %s", seqN, concN, ops, sum)
 }
 
 // ---- the round ----
