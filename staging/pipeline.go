@@ -14,10 +14,18 @@ import (
 )
 
 // Runtime is what the pipeline needs of the residency runtime: its device
-// backend and named reservations. *system.System satisfies it.
+// backend, named reservations, and caps over groups of them.
+// *system.System satisfies it.
 type Runtime interface {
 	Backend() cuda.Backend
 	Reserve(ctx context.Context, loc, name string, bytes int64) error
+	// ReserveCapped is Reserve for a reservation in the group of the cap
+	// capName of capBytes, kept in the runtime's ledger: refused with a
+	// *budget.CapError (the group's figures) when the group's bytes plus
+	// bytes would exceed the cap, else as Reserve. Unreserve gives the
+	// reservation's bytes back to the group. The pipeline's device clones
+	// are such a group, "<Name>/clones" of Config.CloneBudgetBytes.
+	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
 	Unreserve(ctx context.Context, name string) error
 }
 
