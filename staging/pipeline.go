@@ -60,8 +60,9 @@ type Config struct {
 	RowBytes  int64
 
 	// CloneBudgetBytes is the GPU-byte budget of JOIN_ON_FINISH device
-	// clones (0: that mode is refused). Each clone is a reservation on
-	// Device while it lives.
+	// clones (0: that mode is refused): the cap "<Name>/clones" in the
+	// runtime's ledger (Runtime.ReserveCapped). Each clone is a
+	// reservation on Device in its group while it lives.
 	CloneBudgetBytes int64
 
 	// Eager runs without copy streams, copy queues or committer: a save's
