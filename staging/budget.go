@@ -83,6 +83,9 @@ type budgetWaiter struct {
 	wake   chan struct{}
 	at     *list.Element // its place in gpuBudget.waiters
 	asleep bool          // waiting for a wake (guarded by gpuBudget.mu)
+	// starved: its last look left it short with no deferred task to flush
+	// (guarded by gpuBudget.mu); a deferred task appearing wakes it.
+	starved bool
 }
 
 func (w *budgetWaiter) signal() {
@@ -167,11 +170,15 @@ func (b *gpuBudget) signalLocked(front bool) {
 	}
 }
 
-// poke wakes the first waiting reserves so they look again (a deferred task
-// appeared that a flush could take).
+// poke wakes the first waiting reserve, to ask again and flush, when its
+// last look found nothing to flush (a deferred task appeared that a flush
+// could take). One whose shortfall is covered by bytes on their way out
+// sleeps on: a new task would not be flushed for it.
 func (b *gpuBudget) poke() {
 	b.mu.Lock()
-	b.signalLocked(true)
+	if first := b.waiters.Front(); first != nil && first.Value.(*budgetWaiter).starved {
+		first.Value.(*budgetWaiter).signal()
+	}
 	b.mu.Unlock()
 }
 
@@ -328,7 +335,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refused error, seen uint64) error {
 	var be *budget.BudgetError
 	if errors.As(refused, &be) {
-		return b.makeLocationRoomLocked(self, refused)
+		return b.makeLocationRoomLocked(w, self, refused)
 	}
 	var ce *budget.CapError
 	errors.As(refused, &ce)
@@ -336,6 +343,7 @@ func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refuse
 	// the refusal's shortfall, or, for a reserve that asked nothing, what
 	// the cap lacks as the pipeline's own tickets leave it.
 	selfFlushed := false
+	w.starved = false
 	for !selfFlushed {
 		short := budget.CapShortfall(b.capBytes, b.held, n)
 		if ce != nil {
@@ -348,12 +356,14 @@ func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refuse
 		if budget.Uncovered(short, b.aheadLocked(w), b.inflight) == 0 {
 			break
 		}
+		w.starved = true // until the flush says otherwise: a poke meanwhile wakes it
 		b.mu.Unlock()
 		id, flushed := b.flush()
 		b.mu.Lock()
 		if !flushed {
 			break
 		}
+		w.starved = false
 		b.flushes++
 		selfFlushed = id == self
 	}
@@ -366,8 +376,9 @@ func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refuse
 
 // makeLocationRoomLocked is makeRoomLocked after the location's refusal:
 // it flushes one task if none is on its way out.
-func (b *gpuBudget) makeLocationRoomLocked(self TaskID, refused error) error {
+func (b *gpuBudget) makeLocationRoomLocked(w *budgetWaiter, self TaskID, refused error) error {
 	inflight, held := b.inflight, b.held
+	w.starved = inflight == 0 // until the flush says otherwise: a poke meanwhile wakes it
 	b.mu.Unlock()
 	if inflight != 0 {
 		return nil
@@ -375,6 +386,7 @@ func (b *gpuBudget) makeLocationRoomLocked(self TaskID, refused error) error {
 	if id, ok := b.flush(); ok {
 		b.mu.Lock()
 		b.flushes++
+		w.starved = false
 		b.mu.Unlock()
 		if id == self {
 			return errSelfFlushed

@@ -23,11 +23,13 @@ import (
 type hookRuntime struct {
 	*ledgerBook
 	onCapRefusal atomic.Pointer[func()]
+	asks         atomic.Int64 // clone reservations asked for
 }
 
 func (r *hookRuntime) Backend() cuda.Backend { return nil }
 
 func (r *hookRuntime) ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error {
+	r.asks.Add(1)
 	err := r.ledgerBook.ReserveCapped(ctx, loc, name, capName, capBytes, bytes)
 	var ce *budget.CapError
 	if hook := r.onCapRefusal.Swap(nil); hook != nil && errors.As(err, &ce) {
@@ -125,6 +127,46 @@ func TestCapRefusalFlushesItsShortfall(t *testing.T) {
 	require.NoError(t, b.release(ctx, second))
 	assert.Nil(t, rt.caps())
 	assert.Zero(t, b.state().used)
+}
+
+// A waiting reserve whose look found nothing to flush is woken by a
+// deferred task appearing (poke), asks again and flushes it; one whose
+// shortfall is covered by bytes on their way out sleeps on, asking nothing.
+func TestPokeWakesAStarvedReserve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt := &hookRuntime{ledgerBook: newLedgerBook(t)}
+	b, err := newGPUBudget(rt, "cuda:0", "t", 10)
+	require.NoError(t, err)
+	d := &deferredTasks{b: b}
+	b.flush = d.flush
+	t1, err := b.reserve(ctx, 8, true, 1)
+	require.NoError(t, err)
+	got := make(chan *ticket, 1)
+	go func() {
+		tk, err := b.reserve(ctx, 5, true, 2)
+		assert.NoError(t, err)
+		got <- tk
+	}()
+	asleep(t, b, 1)
+	assert.Equal(t, int64(2), rt.asks.Load(), "refused once, nothing to flush")
+	b.poke() // nothing deferred yet: it asks again, and sleeps again
+	require.Eventually(t, func() bool { return rt.asks.Load() == 3 && b.state().asleep == 1 }, 10*time.Second, time.Millisecond)
+	d.mu.Lock()
+	d.pending = []deferredTask{{1, t1}} // task 1 is deferred now
+	d.mu.Unlock()
+	b.poke()
+	require.Eventually(t, func() bool { return len(d.flushes()) == 1 && b.state().asleep == 1 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(4), rt.asks.Load())
+	b.poke() // covered by task 1's bytes on their way out: no wake
+	time.Sleep(10 * time.Millisecond)
+	assert.Equal(t, int64(4), rt.asks.Load())
+	require.NoError(t, b.releaseAll(ctx, []*ticket{t1}, 8))
+	b.wakeAll()
+	tk := <-got
+	assert.Equal(t, int64(5), rt.asks.Load())
+	assert.Equal(t, int64(1), b.state().flushes)
+	require.NoError(t, b.release(ctx, tk))
 }
 
 // A cap refusal after which clone bytes of the pipeline's came back (the
