@@ -246,8 +246,8 @@
 // StaleStateError match errors.Is(err, ErrPlan); PlanExecutionError does
 // not. Bad input (unknown names, duplicate names, double release, events on
 // released leases, malformed locations, sizes ≤ 0) is [*InvalidInputError],
-// matching errors.Is(err, ErrInvalidInput). Outside the ledger, a
-// [CapBook] (a cap over a group of reservations, such as the write
-// pipeline's device clones) refuses with its own [*CapError], never a
-// BudgetError: no location refused anything.
+// matching errors.Is(err, ErrInvalidInput). A cap over a group of
+// reservations ([Ledger.ReserveCapped], such as the write pipeline's
+// device clones) refuses with its own [*CapError], never a BudgetError:
+// no location refused anything.
 package budget

@@ -15,50 +15,64 @@ import (
 // errSelfFlushed: a reserve's flush took the task the bytes were for.
 var errSelfFlushed = errors.New("staging: the budget flushed the appending task itself")
 
+// errAskAgain: clone bytes of the pipeline's came back since the ledger's
+// refusal, whose figures counted them: the reserve asks again.
+var errAskAgain = errors.New("staging: clone bytes came back since the refusal")
+
 // ticket is one reservation of GPU bytes for one device clone (or of host
 // bytes for one landing buffer): a named reservation on the runtime's
 // location, released exactly once.
 type ticket struct {
 	name     string
 	bytes    int64
-	gpu      bool            // a device clone: counts against the GPU-byte budget
-	claim    budget.CapClaim // a device clone's claim in the pipeline's cap
+	gpu      bool // a device clone: a reservation in the group of the pipeline's cap
 	released atomic.Bool
 }
 
-// gpuBudget is the GPU-byte budget of device clones. Every ticket is a
-// named reservation on the runtime's device location, so clones share that
-// location's budget with resident values and show in its snapshot; on top,
-// the pipeline's own cap (Config.CloneBudgetBytes) bounds them. The cap's
-// arithmetic is a budget.CapBook (admit, hold, release; used, peak); what
-// lives here is the concurrency around it: the mutex that serializes the
-// book, waiting for releases, flushing deferred tasks, failure. Safe for
-// concurrent use.
+// gpuBudget is the GPU-byte budget of device clones. Every clone is a named
+// reservation on the runtime's device location made in the group of the
+// pipeline's cap, "<Name>/clones" of Config.CloneBudgetBytes, in the
+// runtime's ledger (Runtime.ReserveCapped): the ledger alone admits or
+// refuses a clone, within the cap and within the location's budget, and
+// its refusal says which and by how much (*budget.CapError,
+// *budget.BudgetError). What lives here is the orchestration around it:
+// the queue of waiting reserves and their wake-ups, the flushes of
+// deferred tasks a refusal calls for, failure, and counts of the
+// pipeline's own tickets (the bytes the ledger granted it and has not been
+// given back, their peak, the releases) for its figures and to know whom
+// a release may satisfy. Safe for concurrent use.
 type gpuBudget struct {
-	rt     Runtime
-	caps   CapReserver // the runtime's caps, when it keeps them (nil: none)
-	loc    string
-	prefix string
+	rt       Runtime
+	loc      string
+	prefix   string
+	capName  string
+	capBytes int64
 	// flush escalates the oldest deferred task (budget pressure) and
 	// returns it; false when no deferred task is left.
 	flush func() (TaskID, bool)
 
-	seq atomic.Uint64
+	seq atomic.Uint64 // the last clone number handed out
 
 	mu      sync.Mutex
-	book    *budget.CapBook
 	waiters list.List // of *budgetWaiter: waiting reserves, first in first out
 	failure error     // set by fail: reserve returns it
 	drops   map[string]int64
 	flushes int64
-	// inflight is the part of the cap's bytes held by clones of tasks that
-	// left Pending (submitted, prioritized, flushed): their copy stages
-	// will release them without any further flush.
+	// held is the bytes of the clone tickets the ledger granted and that
+	// are not given back yet; leaving the part of them being given back
+	// (the runtime may have released them already). held − leaving is
+	// certainly reserved in the ledger, so never above the cap: the
+	// figure reported, and peak the most it was when a ticket was
+	// granted.
+	held, leaving, peak int64
+	// inflight is the part of held of clones of tasks that left Pending
+	// (submitted, prioritized, flushed): their copy stages will release
+	// them without any further flush.
 	inflight int64
 	// releases counts the clone tickets given back (to the runtime first,
-	// then to the cap). A reserve that the device location refused
-	// compares it with the count it saw before asking: a release in
-	// between may have freed bytes that the refusal counted.
+	// then to these counts). A reserve that the ledger refused compares it
+	// with the count it saw before asking: a release in between may have
+	// freed bytes that the refusal counted.
 	releases uint64
 }
 
@@ -69,6 +83,9 @@ type budgetWaiter struct {
 	wake   chan struct{}
 	at     *list.Element // its place in gpuBudget.waiters
 	asleep bool          // waiting for a wake (guarded by gpuBudget.mu)
+	// starved: its last look left it short with no deferred task to flush
+	// (guarded by gpuBudget.mu); a deferred task appearing wakes it.
+	starved bool
 }
 
 func (w *budgetWaiter) signal() {
@@ -80,57 +97,71 @@ func (w *budgetWaiter) signal() {
 }
 
 func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, error) {
-	book, err := budget.NewCapBook(prefix+"/clones", capBytes)
+	if capBytes < 0 {
+		return nil, fmt.Errorf("%w: CloneBudgetBytes must not be negative, got %d", ErrConfig, capBytes)
+	}
+	return &gpuBudget{rt: rt, loc: loc, prefix: prefix, capName: prefix + "/clones", capBytes: capBytes,
+		drops: map[string]int64{}}, nil
+}
+
+// ask asks the runtime for a clone's reservation of n bytes in the group of
+// the pipeline's cap; the ledger's refusal as it comes. A clone is named by
+// the next number unless the cap refused it (nothing took the name): the
+// number is handed back when no later one was handed out, so that the
+// names count the clones the cap admitted.
+func (b *gpuBudget) ask(ctx context.Context, n int64) (*ticket, error) {
+	num := b.seq.Add(1)
+	t := &ticket{name: fmt.Sprintf("%s/clone/%d", b.prefix, num), bytes: n, gpu: true}
+	err := b.rt.ReserveCapped(ctx, b.loc, t.name, b.capName, b.capBytes, n)
 	if err != nil {
-		return nil, fmt.Errorf("%w: CloneBudgetBytes: %v", ErrConfig, err)
+		var ce *budget.CapError
+		if errors.As(err, &ce) {
+			b.seq.CompareAndSwap(num, num-1)
+		}
+		return nil, err
 	}
-	b := &gpuBudget{rt: rt, loc: loc, prefix: prefix, book: book, drops: map[string]int64{}}
-	b.caps, _ = rt.(CapReserver)
-	return b, nil
+	b.mu.Lock()
+	b.held += n
+	b.peak = max(b.peak, b.held-b.leaving)
+	b.mu.Unlock()
+	return t, nil
 }
 
-// CapReserver is what a Runtime offers when its ledger keeps caps over
-// groups of reservations (*system.System does). The pipeline's GPU-byte
-// budget is then such a cap, "<Name>/clones": the ledger admits each
-// clone's reservation within the cap and within the device location's
-// budget, in one versioned step, and its snapshot shows the cap while
-// clones hold bytes. (The pipeline still counts what it asked for, to
-// order its waiting appends and decide its flushes before it asks.)
-type CapReserver interface {
-	// ReserveCapped is Runtime.Reserve for a reservation in the group of
-	// the cap capName of capBytes; a *budget.CapError when the group's
-	// bytes plus bytes would exceed the cap.
-	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
-}
-
-// reserveClone asks the runtime for a clone's reservation: in the group of
-// the pipeline's cap when the runtime keeps caps, else a plain one.
-func (b *gpuBudget) reserveClone(ctx context.Context, name string, n int64) error {
-	if b.caps != nil {
-		return b.caps.ReserveCapped(ctx, b.loc, name, b.book.Name(), b.book.Cap(), n)
+// refusal returns the reason for which the ledger refused a clone (a drop's
+// reason), or "" when err is no refusal of the ledger's.
+func refusal(err error) string {
+	var ce *budget.CapError
+	var be *budget.BudgetError
+	switch {
+	case errors.As(err, &ce):
+		return DropBudget
+	case errors.As(err, &be):
+		return DropLocation
 	}
-	return b.rt.Reserve(ctx, b.loc, name, n)
+	return ""
 }
 
-// signalLocked wakes the waiting reserves that the cap's free bytes can
-// satisfy, in their order of arrival, stopping at the first that does not
-// fit; if none fits and front is set (bytes were released, or a deferred
-// task appeared), the first waiter is woken all the same, to look again
-// and flush once more. Waking only those, not every waiter, keeps the cost
-// of a release independent of how many reserves wait. b.mu must be held.
+// signalLocked wakes the waiting reserves that the cap's room, as the
+// pipeline's own tickets leave it, can satisfy, in their order of arrival,
+// stopping at the first that does not fit; if none fits and front is set
+// (bytes were released, or a deferred task appeared), the first waiter is
+// woken all the same, to ask again and flush once more. Waking only those,
+// not every waiter, keeps the cost of a release independent of how many
+// reserves wait; a woken reserve asks the ledger, which decides. b.mu must
+// be held.
 func (b *gpuBudget) signalLocked(front bool) {
 	first := b.waiters.Front()
 	if first == nil {
 		return
 	}
-	free := b.book.Cap() - b.book.Used()
+	room := budget.CapRoom(b.capBytes, b.held)
 	woken := 0
 	for e := first; e != nil; e = e.Next() {
 		w := e.Value.(*budgetWaiter)
-		if w.n > free {
+		if w.n > room {
 			break
 		}
-		free -= w.n
+		room -= w.n
 		w.signal()
 		woken++
 	}
@@ -139,34 +170,15 @@ func (b *gpuBudget) signalLocked(front bool) {
 	}
 }
 
-// signalBehindLocked wakes, after the location refused the waiting reserve
-// w the cap bytes it had been admitted, the waiters behind w that those
-// bytes satisfy, as signalLocked(false) would; w itself and those before it
-// (they keep their bytes counted) are not woken. w waits for clone bytes of
-// the pipeline's own to come back: woken by its own refusal, it would ask
-// the runtime again at once, in a loop, until they did; and two refused
-// waiters waking each other would do the same. b.mu must be held.
-func (b *gpuBudget) signalBehindLocked(w *budgetWaiter) {
-	free := b.book.Cap() - b.book.Used()
-	behind := false
-	for e := b.waiters.Front(); e != nil; e = e.Next() {
-		x := e.Value.(*budgetWaiter)
-		if x.n > free {
-			break
-		}
-		free -= x.n
-		if behind {
-			x.signal()
-		}
-		behind = behind || x == w
-	}
-}
-
-// poke wakes the first waiting reserves so they look again (a deferred task
-// appeared that a flush could take).
+// poke wakes the first waiting reserve, to ask again and flush, when its
+// last look found nothing to flush (a deferred task appeared that a flush
+// could take). One whose shortfall is covered by bytes on their way out
+// sleeps on: a new task would not be flushed for it.
 func (b *gpuBudget) poke() {
 	b.mu.Lock()
-	b.signalLocked(true)
+	if first := b.waiters.Front(); first != nil && first.Value.(*budgetWaiter).starved {
+		first.Value.(*budgetWaiter).signal()
+	}
 	b.mu.Unlock()
 }
 
@@ -201,39 +213,43 @@ func (b *gpuBudget) fail(err error) {
 	b.mu.Unlock()
 }
 
-// reserve takes n bytes of the budget. With wait, a full budget flushes
+// reserve takes n bytes of the budget. With wait, a refusal flushes
 // deferred tasks, oldest enqueue time first, and waits for their releases,
-// until the bytes fit, ctx ends, or nothing of the pipeline's is left to
-// free (then the location's *budget.BudgetError; see makeRoomLocked):
+// until the ledger grants the bytes, ctx ends, or nothing of the
+// pipeline's is left to free (then the location's *budget.BudgetError; see
+// makeRoomLocked):
 //
-//   - the pipeline's cap is short: flush just enough deferred tasks that
-//     the bytes on their way out (clones of tasks already queued, flushed
-//     or submitted) cover what this reserve, and those queued before it,
-//     lack; a look that finds them covered flushes nothing;
-//   - the location refused (its budget is shared with others, whose bytes
-//     the pipeline cannot see): flush one task when none is on its way out,
-//     and sleep until a release of the pipeline's own. A refusal after which
-//     clone bytes of the pipeline's came back (released between the
-//     runtime's answer and this look: the refusal may have counted them)
-//     decides nothing: the reserve asks again at once.
+//   - the cap refused (*budget.CapError): flush just enough deferred tasks
+//     that the bytes on their way out (clones of tasks already queued,
+//     flushed or submitted) cover the shortfall the refusal names and what
+//     the reserves queued before this one wait for; a look that finds them
+//     covered flushes nothing;
+//   - the location refused (*budget.BudgetError; its budget is shared with
+//     others, whose bytes the pipeline cannot see): flush one task when
+//     none is on its way out, and sleep until a release of the pipeline's
+//     own.
 //
-// The number of flushes therefore depends on the tasks and their sizes,
-// not on when the copies happen to finish. Waiting reserves queue first in
-// first out: a new one takes no bytes while others wait, and a release
-// wakes only the waiters its bytes can satisfy (or the first, to look
-// again). Without wait (try-reserve) a full budget fails at once with a
-// *DropError, counted by reason; a try-reserve does not queue, and takes
-// free bytes even while reserves wait.
-//
-// The cap admits the bytes before the runtime is asked (so two reserves in
-// flight cannot both take the cap's last bytes) and holds them once the
-// runtime admitted them too; a runtime refusal gives them back.
+// A refusal after which clone bytes of the pipeline's came back (released
+// between the runtime's answer and this look: the refusal may have counted
+// them) decides nothing: the reserve asks again at once. The number of
+// flushes therefore depends on the tasks and their sizes, not on when the
+// copies happen to finish. Waiting reserves queue first in first out: a
+// new one asks nothing while others wait (it flushes for the cap's room as
+// the pipeline's own tickets leave it), and a release wakes only the
+// waiters that room can satisfy (or the first, to ask again). Without wait
+// (try-reserve) a refusal fails at once with a *DropError, counted by
+// reason (DropBudget for the cap, DropLocation for the location); a
+// try-reserve does not queue, and asks even while reserves wait. A clone
+// larger than the whole cap is ErrConfig at once, waiting or not.
 //
 // self is the task the bytes are for: when a flush takes that very task, the
 // reserve stops with errSelfFlushed (the task left Pending: it can no longer
 // take the chunk once its copy stage runs, which is what brings the bytes
 // back).
 func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID) (*ticket, error) {
+	if n <= 0 || n > b.capBytes {
+		return nil, fmt.Errorf("%w: a device clone of %d bytes exceeds the whole GPU-byte budget (%d)", ErrConfig, n, b.capBytes)
+	}
 	var w *budgetWaiter // our place in the queue, once we waited
 	defer func() {
 		if w != nil {
@@ -245,54 +261,35 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 	}()
 	for {
 		b.mu.Lock()
-		if !b.book.Fits(n) {
-			capBytes := b.book.Cap()
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: a device clone of %d bytes exceeds the whole GPU-byte budget (%d)", ErrConfig, n, capBytes)
-		}
 		if b.failure != nil {
 			err := b.failure
 			b.mu.Unlock()
 			return nil, err
 		}
 		var refused error
+		var seen uint64
 		// A new waiting reserve goes behind those already queued; a queued
-		// one looks when woken.
-		turn := !wait || w != nil || b.waiters.Len() == 0
-		if turn && b.book.Admits(n) {
-			t := &ticket{gpu: true}
-			if err := b.book.Admit(&t.claim, n); err != nil { // a bug: Admits said yes, the claim is unused
-				b.mu.Unlock()
-				return nil, err
-			}
-			seen := b.releases
+		// one asks when woken.
+		if !wait || w != nil || b.waiters.Len() == 0 {
+			seen = b.releases
 			b.mu.Unlock()
-			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
-			err := b.reserveClone(ctx, t.name, n)
-			b.mu.Lock()
+			t, err := b.ask(ctx, n)
 			if err == nil {
-				err = b.book.Hold(&t.claim)
-				b.mu.Unlock()
-				if err != nil { // a bug: the claim was admitted, and only this call has it
-					return nil, errors.Join(err, b.rt.Unreserve(context.Background(), t.name))
-				}
 				return t, nil
 			}
-			_ = b.book.Release(&t.claim) // admitted, released once: cannot fail
-			if w == nil {
-				b.signalLocked(false)
-			} else {
-				b.signalBehindLocked(w)
-			}
-			var be *budget.BudgetError
-			if !errors.As(err, &be) {
-				b.mu.Unlock()
+			reason := refusal(err)
+			if reason == "" {
 				return nil, err
 			}
+			b.mu.Lock()
 			if !wait {
-				b.drops[DropLocation]++
+				b.drops[reason]++
 				b.mu.Unlock()
-				return nil, &DropError{Reason: DropLocation, Requested: n, Err: err}
+				drop := &DropError{Reason: reason, Requested: n}
+				if reason == DropLocation {
+					drop.Err = err
+				}
+				return nil, drop
 			}
 			if b.releases != seen {
 				// Bytes of ours came back since the runtime was asked;
@@ -301,16 +298,16 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 				continue
 			}
 			refused = err
-		} else if !wait {
-			b.drops[DropBudget]++
-			b.mu.Unlock()
-			return nil, &DropError{Reason: DropBudget, Requested: n}
 		}
 		if w == nil {
 			w = &budgetWaiter{n: n, wake: make(chan struct{}, 1)}
 			w.at = b.waiters.PushBack(w)
 		}
-		if err := b.makeRoomLocked(w, n, self, refused); err != nil {
+		err := b.makeRoomLocked(w, n, self, refused, seen)
+		if errors.Is(err, errAskAgain) {
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
 		b.mu.Lock()
@@ -325,73 +322,112 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 }
 
 // makeRoomLocked flushes deferred tasks for the waiting reserve w of n
-// bytes (self: the appending task). When the cap is short (refused nil),
-// it flushes, oldest first, until the clones on their way out cover what
-// the cap lacks for w and those ahead of it; when the device location
-// refused (refused), it flushes one task if none is on its way out.
-// Called with b.mu held, and, after a refusal, with no clone bytes released
-// since the runtime was asked (reserve asks again otherwise); returns with
-// it released. errSelfFlushed: a flush took self; refused: nothing of the
-// pipeline holds bytes or could be flushed, and nothing held when the
-// runtime answered has come back since, so the location is full of others'
-// bytes.
-func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refused error) error {
-	if refused == nil {
-		// The cap is short by what the bytes on their way out do not
-		// cover.
-		selfFlushed := false
-		for addSat(addSat(b.book.Used()-b.inflight, b.aheadLocked(w)), n) > b.book.Cap() && !selfFlushed {
-			b.mu.Unlock()
-			id, flushed := b.flush()
-			b.mu.Lock()
-			if !flushed {
-				break
-			}
-			b.flushes++
-			selfFlushed = id == self
-		}
-		b.mu.Unlock()
-		if selfFlushed {
-			return errSelfFlushed
-		}
-	} else {
-		inflight, used := b.inflight, b.book.Used()
-		b.mu.Unlock()
-		if inflight == 0 {
-			if id, ok := b.flush(); ok {
-				b.mu.Lock()
-				b.flushes++
+// bytes (self: the appending task), after the ledger's refusal refused
+// (nil: w is new behind other waiters and asked nothing), seen being the
+// releases counted before it asked. Called with b.mu held, and, after a
+// refusal, with no clone bytes released since the runtime was asked
+// (reserve asks again otherwise); returns with it released.
+// errSelfFlushed: a flush took self; errAskAgain: clone bytes came back
+// while it flushed for a refusal of the cap; refused (the location's):
+// nothing of the pipeline holds bytes or could be flushed, and nothing
+// held when the runtime answered has come back since, so the location is
+// full of others' bytes.
+func (b *gpuBudget) makeRoomLocked(w *budgetWaiter, n int64, self TaskID, refused error, seen uint64) error {
+	var be *budget.BudgetError
+	if errors.As(refused, &be) {
+		return b.makeLocationRoomLocked(w, self, refused)
+	}
+	var ce *budget.CapError
+	errors.As(refused, &ce)
+	// The cap is short by what the bytes on their way out do not cover:
+	// the refusal's shortfall, or, for a reserve that asked nothing, what
+	// the cap lacks as the pipeline's own tickets leave it.
+	selfFlushed := false
+	w.starved = false
+	for !selfFlushed {
+		short := budget.CapShortfall(b.capBytes, b.held, n)
+		if ce != nil {
+			if b.releases != seen {
 				b.mu.Unlock()
-				if id == self {
-					return errSelfFlushed
-				}
-			} else if used == 0 {
-				// Nothing of ours holds bytes or could be flushed: the
-				// location is full of others' bytes.
-				return refused
+				return errAskAgain
 			}
+			short = ce.Shortfall()
 		}
+		if budget.Uncovered(short, b.aheadLocked(w), b.inflight) == 0 {
+			break
+		}
+		w.starved = true // until the flush says otherwise: a poke meanwhile wakes it
+		b.mu.Unlock()
+		id, flushed := b.flush()
+		b.mu.Lock()
+		if !flushed {
+			break
+		}
+		w.starved = false
+		b.flushes++
+		selfFlushed = id == self
+	}
+	b.mu.Unlock()
+	if selfFlushed {
+		return errSelfFlushed
 	}
 	return nil
 }
 
-// release returns t's bytes: first to the runtime's location, then to the
-// pipeline's cap, waking waiting reserves. A second release of a ticket is a
-// bug and returns an error.
+// makeLocationRoomLocked is makeRoomLocked after the location's refusal:
+// it flushes one task if none is on its way out.
+func (b *gpuBudget) makeLocationRoomLocked(w *budgetWaiter, self TaskID, refused error) error {
+	inflight, held := b.inflight, b.held
+	w.starved = inflight == 0 // until the flush says otherwise: a poke meanwhile wakes it
+	b.mu.Unlock()
+	if inflight != 0 {
+		return nil
+	}
+	if id, ok := b.flush(); ok {
+		b.mu.Lock()
+		b.flushes++
+		w.starved = false
+		b.mu.Unlock()
+		if id == self {
+			return errSelfFlushed
+		}
+	} else if held == 0 {
+		// Nothing of ours holds bytes or could be flushed: the location
+		// is full of others' bytes.
+		return refused
+	}
+	return nil
+}
+
+// release returns t's bytes: first to the runtime's location (and, for a
+// clone, the cap's group), then to the pipeline's counts, waking waiting
+// reserves. A second release of a ticket is a bug and returns an error.
 func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 	if t.released.Swap(true) {
 		return fmt.Errorf("staging: ticket %s released twice", t.name)
 	}
-	err := b.rt.Unreserve(ctx, t.name)
-	if t.gpu {
-		b.mu.Lock()
-		cerr := b.book.Release(&t.claim)
-		b.releases++
-		b.signalLocked(true)
-		b.mu.Unlock()
-		err = errors.Join(err, cerr)
+	if !t.gpu {
+		return b.rt.Unreserve(ctx, t.name)
 	}
+	b.mu.Lock()
+	b.leaving += t.bytes
+	b.mu.Unlock()
+	err := b.rt.Unreserve(ctx, t.name)
+	b.mu.Lock()
+	b.releasedLocked(t)
+	b.signalLocked(true)
+	b.mu.Unlock()
 	return err
+}
+
+// releasedLocked counts the clone ticket t given back. b.mu must be held.
+func (b *gpuBudget) releasedLocked(t *ticket) {
+	b.leaving -= t.bytes
+	b.held -= t.bytes
+	b.releases++
+	if b.held < 0 || b.leaving < 0 {
+		panic("staging: clone bytes given back that were never granted")
+	}
 }
 
 // releaseAll returns the bytes of tickets (one task's clones) together,
@@ -402,19 +438,25 @@ func (b *gpuBudget) release(ctx context.Context, t *ticket) error {
 func (b *gpuBudget) releaseAll(ctx context.Context, ts []*ticket, inflight int64) error {
 	var errs []error
 	var held []*ticket
+	b.mu.Lock()
 	for _, t := range ts {
 		if t.released.Swap(true) {
 			errs = append(errs, fmt.Errorf("staging: ticket %s released twice", t.name))
 			continue
 		}
-		errs = append(errs, b.rt.Unreserve(ctx, t.name))
 		held = append(held, t)
+		if t.gpu {
+			b.leaving += t.bytes
+		}
+	}
+	b.mu.Unlock()
+	for _, t := range held {
+		errs = append(errs, b.rt.Unreserve(ctx, t.name))
 	}
 	b.mu.Lock()
 	for _, t := range held {
 		if t.gpu {
-			errs = append(errs, b.book.Release(&t.claim))
-			b.releases++
+			b.releasedLocked(t)
 		}
 	}
 	b.inflight -= inflight
@@ -449,7 +491,7 @@ func (b *gpuBudget) state() budgetState {
 			asleep++
 		}
 	}
-	return budgetState{used: b.book.Used(), peak: b.book.Peak(), flushes: b.flushes, drops: d, asleep: asleep}
+	return budgetState{used: b.held - b.leaving, peak: b.peak, flushes: b.flushes, drops: d, asleep: asleep}
 }
 
 // addSat is a+b for non-negative b, held at math.MaxInt64 instead of

@@ -7,17 +7,16 @@ import (
 	"github.com/residency-go/residency/cuda"
 )
 
-// nopRuntime admits every reservation at once: the benchmark below measures
-// the clone budget's own bookkeeping, not the runtime's.
-type nopRuntime struct{}
+// nopRuntime admits every reservation within the clone cap at once: the
+// benchmark below measures the clone budget's orchestration and the
+// ledger's admission, not a runtime's messages.
+type nopRuntime struct{ *ledgerBook }
 
-func (nopRuntime) Backend() cuda.Backend                                { return nil }
-func (nopRuntime) Reserve(context.Context, string, string, int64) error { return nil }
-func (nopRuntime) Unreserve(context.Context, string) error              { return nil }
+func (nopRuntime) Backend() cuda.Backend { return nil }
 
 // BenchmarkCloneBudget measures one reserve + release of the GPU-byte
-// budget of device clones (the cap's bookkeeping, the ticket's name, the
-// wake-up of waiters), against a runtime that admits everything at once.
+// budget of device clones (the ledger's admission in the cap, the ticket's
+// name, the wake-up of waiters), against a runtime with no budgets.
 // "contended": every goroutine of b.RunParallel reserves a whole cap of
 // one clone, so all but one wait for a release (no deferred task to flush).
 //
@@ -25,7 +24,7 @@ func (nopRuntime) Unreserve(context.Context, string) error              { return
 func BenchmarkCloneBudget(b *testing.B) {
 	ctx := context.Background()
 	run := func(b *testing.B, capBytes int64, parallel bool) {
-		g, err := newGPUBudget(nopRuntime{}, "cuda:0", "bench", capBytes)
+		g, err := newGPUBudget(nopRuntime{newLedgerBook(b)}, "cuda:0", "bench", capBytes)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,18 +14,29 @@ import (
 	"github.com/residency-go/residency/cuda"
 )
 
-// countingRuntime admits every reservation (only the pipeline's cap
-// limits) and counts them; the GPU-byte budget needs nothing else.
-type countingRuntime struct{ live atomic.Int64 }
+// countingRuntime admits every reservation within the clone cap (its
+// ledger's locations have no budget) and counts them; the GPU-byte budget
+// needs nothing else.
+type countingRuntime struct {
+	*ledgerBook
+	live atomic.Int64
+}
+
+func newCountingRuntime(tb testing.TB) *countingRuntime {
+	return &countingRuntime{ledgerBook: newLedgerBook(tb)}
+}
 
 func (r *countingRuntime) Backend() cuda.Backend { return nil }
-func (r *countingRuntime) Reserve(context.Context, string, string, int64) error {
-	r.live.Add(1)
-	return nil
+func (r *countingRuntime) ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error {
+	err := r.ledgerBook.ReserveCapped(ctx, loc, name, capName, capBytes, bytes)
+	if err == nil {
+		r.live.Add(1)
+	}
+	return err
 }
-func (r *countingRuntime) Unreserve(context.Context, string) error {
+func (r *countingRuntime) Unreserve(ctx context.Context, name string) error {
 	r.live.Add(-1)
-	return nil
+	return r.ledgerBook.Unreserve(ctx, name)
 }
 
 // Waiting reserves are served first in first out, and a release wakes only
@@ -41,7 +52,7 @@ func TestWaitingReservesAreServedInOrderWithoutHerd(t *testing.T) {
 	const n = 40
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a lost wake-up fails here instead of hanging
 	defer cancel()
-	rt := &countingRuntime{}
+	rt := newCountingRuntime(t)
 	b, err := newGPUBudget(rt, "cuda:0", "t", 1)
 	require.NoError(t, err)
 	var misses atomic.Int64
@@ -103,7 +114,7 @@ func TestWaitingReservesAreServedInOrderWithoutHerd(t *testing.T) {
 func TestQueuedReserveLeavingAndFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a lost wake-up fails here instead of hanging
 	defer cancel()
-	b, err := newGPUBudget(&countingRuntime{}, "cuda:0", "t", 2)
+	b, err := newGPUBudget(newCountingRuntime(t), "cuda:0", "t", 2)
 	require.NoError(t, err)
 	missed := make(chan struct{}, 8)
 	b.flush = func() (TaskID, bool) { missed <- struct{}{}; return 0, false }

@@ -40,13 +40,15 @@
 //     after one failed, then reports the first failure in chunk order.
 //   - The GPU-byte budget: every clone is a named reservation on the
 //     runtime's device location, so clones share that location's budget with
-//     resident values and appear in its snapshot, under the pipeline's own cap
-//     (Config.CloneBudgetBytes, kept by a budget.CapBook: the cap admits a
-//     clone's bytes before the runtime admits its reservation, and gets them
-//     back if the runtime refuses). A reserve that does not fit flushes
+//     resident values and appear in its snapshot, made in the group of the
+//     pipeline's cap (Config.CloneBudgetBytes), "<Name>/clones", in the
+//     runtime's ledger (Runtime.ReserveCapped): the ledger alone admits a
+//     clone, within the cap and the location's budget, and its refusal
+//     names which and by how much. A reserve the cap refuses flushes
 //     deferred tasks, oldest enqueue time first, just enough that the
 //     clones already on their way out (of tasks queued, flushed or
-//     submitted) cover the bytes it lacks, and waits for their release (a
+//     submitted) cover the shortfall the refusal names (and what the
+//     reserves queued before it wait for), and waits for their release (a
 //     task's clones come back together; waiting reserves are served first
 //     in first out; a release wakes only those its bytes satisfy, or the
 //     first in line); when the device location refuses instead, it flushes

@@ -99,7 +99,8 @@ func (e *SlotTimeoutError) Is(target error) bool { return target == ErrNoSlot }
 // Drop reasons of a failed try-reserve (Stats.Drops is keyed by them).
 const (
 	// DropBudget: the clone does not fit in what is left of the
-	// pipeline's GPU-byte budget.
+	// pipeline's GPU-byte budget (the runtime's ledger refused it for the
+	// pipeline's cap, Config.CloneBudgetBytes).
 	DropBudget = "gpu-budget"
 	// DropLocation: the runtime's location refused the reservation (its
 	// own budget, shared with resident values, is full).
@@ -108,7 +109,9 @@ const (
 
 // DropError: a save with NoWait found no room in the GPU-byte budget and
 // was dropped at once. Nothing was reserved or allocated. It matches
-// ErrDropped; Err is the runtime's refusal for DropLocation.
+// ErrDropped; Err is the runtime's refusal for DropLocation (for
+// DropBudget, Reason and Requested say it all: the cap's figures are in
+// the runtime's snapshot).
 type DropError struct {
 	Reason    string
 	Requested int64

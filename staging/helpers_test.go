@@ -59,7 +59,7 @@ func (r *ledgerRuntime) Unreserve(_ context.Context, name string) error {
 	return r.led.Unreserve(name)
 }
 
-// ReserveCapped: the clone cap is in the ledger (staging.CapReserver).
+// ReserveCapped: the clone cap is in the ledger.
 func (r *ledgerRuntime) ReserveCapped(_ context.Context, loc, name, capName string, capBytes, bytes int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

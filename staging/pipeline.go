@@ -14,10 +14,18 @@ import (
 )
 
 // Runtime is what the pipeline needs of the residency runtime: its device
-// backend and named reservations. *system.System satisfies it.
+// backend, named reservations, and caps over groups of them.
+// *system.System satisfies it.
 type Runtime interface {
 	Backend() cuda.Backend
 	Reserve(ctx context.Context, loc, name string, bytes int64) error
+	// ReserveCapped is Reserve for a reservation in the group of the cap
+	// capName of capBytes, kept in the runtime's ledger: refused with a
+	// *budget.CapError (the group's figures) when the group's bytes plus
+	// bytes would exceed the cap, else as Reserve. Unreserve gives the
+	// reservation's bytes back to the group. The pipeline's device clones
+	// are such a group, "<Name>/clones" of Config.CloneBudgetBytes.
+	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
 	Unreserve(ctx context.Context, name string) error
 }
 
@@ -52,8 +60,9 @@ type Config struct {
 	RowBytes  int64
 
 	// CloneBudgetBytes is the GPU-byte budget of JOIN_ON_FINISH device
-	// clones (0: that mode is refused). Each clone is a reservation on
-	// Device while it lives.
+	// clones (0: that mode is refused): the cap "<Name>/clones" in the
+	// runtime's ledger (Runtime.ReserveCapped). Each clone is a
+	// reservation on Device in its group while it lives.
 	CloneBudgetBytes int64
 
 	// Eager runs without copy streams, copy queues or committer: a save's

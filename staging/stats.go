@@ -5,8 +5,12 @@ type Stats struct {
 	Slots, FreeSlots, SlotHolders int
 	SlotClaims, SlotWaits         int64 // claims, and claims that had to wait
 	// CloneBytes is the GPU-byte budget in use by device clones, of
-	// CloneBudgetBytes; PeakCloneBytes the most that clones held at once
-	// (a save dropped or refused never counts).
+	// CloneBudgetBytes: the bytes of the clone reservations the runtime's
+	// ledger granted the pipeline in its cap and that are not being given
+	// back; PeakCloneBytes the most that clones held at once (a save
+	// dropped or refused never counts). While only the pipeline reserves
+	// in its cap's group they are the cap's UsedBytes in the runtime's
+	// snapshot, once nothing is being granted or given back.
 	CloneBytes, CloneBudgetBytes, PeakCloneBytes int64
 	// Flushes counts deferred tasks escalated by budget pressure; Drops
 	// counts try-reserves that failed at once, by reason (DropBudget,

@@ -12,13 +12,15 @@ import (
 	"github.com/residency-go/residency/cuda/soft"
 )
 
-// freeRuntime is a Runtime whose reservations always succeed: the task
-// actor's state machine is under test here, not the budgets.
-type freeRuntime struct{ be *soft.Backend }
+// freeRuntime is a Runtime whose reservations succeed within the clone cap
+// (its ledger's locations have no budget): the task actor's state machine
+// is under test here, not the budgets.
+type freeRuntime struct {
+	*ledgerBook
+	be *soft.Backend
+}
 
-func (r freeRuntime) Backend() cuda.Backend                              { return r.be }
-func (freeRuntime) Reserve(context.Context, string, string, int64) error { return nil }
-func (freeRuntime) Unreserve(context.Context, string) error              { return nil }
+func (r freeRuntime) Backend() cuda.Backend { return r.be }
 
 // newActorPipeline starts an eager pipeline (no copy queue, no committer:
 // the test drives the task actors itself) and closes it at the end.
@@ -26,7 +28,7 @@ func newActorPipeline(t *testing.T) *Pipeline {
 	t.Helper()
 	be, err := soft.New(soft.Config{Locations: []string{"pageable-host", "pinned-host", "cuda:0"}})
 	require.NoError(t, err)
-	p, err := New(context.Background(), freeRuntime{be: be}, Config{
+	p, err := New(context.Background(), freeRuntime{ledgerBook: newLedgerBook(t), be: be}, Config{
 		Device: "cuda:0", Slots: 1, SlotBytes: 64, Keys: []string{"k"}, PoolSlots: 4, RowBytes: 8,
 		CloneBudgetBytes: 64, Eager: true,
 	})
