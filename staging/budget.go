@@ -20,6 +20,7 @@ var errSelfFlushed = errors.New("staging: the budget flushed the appending task 
 // location, released exactly once.
 type ticket struct {
 	name     string
+	seq      uint64 // the n of its name: the order the reservations were made in
 	bytes    int64
 	gpu      bool            // a device clone: counts against the GPU-byte budget
 	claim    budget.CapClaim // a device clone's claim in the pipeline's cap
@@ -55,6 +56,9 @@ type gpuBudget struct {
 	// left Pending (submitted, prioritized, flushed): their copy stages
 	// will release them without any further flush.
 	inflight int64
+	// looked, when not nil, is closed (and dropped) once no waiting
+	// reserve is awake: see waitLooks.
+	looked chan struct{}
 	// releases counts the clone tickets given back (to the runtime first,
 	// then to the cap). A reserve that the device location refused
 	// compares it with the count it saw before asking: a release in
@@ -240,6 +244,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			b.mu.Lock()
 			b.waiters.Remove(w.at)
 			b.signalLocked(false) // bytes we were woken for and did not take
+			b.lookedLocked()
 			b.mu.Unlock()
 		}
 	}()
@@ -267,7 +272,8 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			}
 			seen := b.releases
 			b.mu.Unlock()
-			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, b.seq.Add(1)), n
+			t.seq = b.seq.Add(1)
+			t.name, t.bytes = fmt.Sprintf("%s/clone/%d", b.prefix, t.seq), n
 			err := b.reserveClone(ctx, t.name, n)
 			b.mu.Lock()
 			if err == nil {
@@ -315,6 +321,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 		}
 		b.mu.Lock()
 		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
+		b.lookedLocked()
 		b.mu.Unlock()
 		select {
 		case <-w.wake:
@@ -428,6 +435,52 @@ func (b *gpuBudget) wakeAll() {
 	b.mu.Lock()
 	b.signalLocked(true)
 	b.mu.Unlock()
+}
+
+// lookedLocked closes looked once no waiting reserve is awake. b.mu must
+// be held.
+func (b *gpuBudget) lookedLocked() {
+	if b.looked != nil && b.awakeLocked() == 0 {
+		close(b.looked)
+		b.looked = nil
+	}
+}
+
+// awakeLocked counts the waiting reserves that are awake: queued and not
+// asleep yet, or woken and looking again. b.mu must be held.
+func (b *gpuBudget) awakeLocked() int {
+	n := 0
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*budgetWaiter).asleep {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLooks waits until no waiting reserve is awake (each has taken its
+// bytes, given up, or gone back to sleep), or ctx ends. The copy queue of
+// a Serial pipeline calls it before each claim: a reserve woken by a
+// task's end looks at the budget before the next task's copy stage runs,
+// never while it runs.
+func (b *gpuBudget) waitLooks(ctx context.Context) {
+	for {
+		b.mu.Lock()
+		if b.awakeLocked() == 0 {
+			b.mu.Unlock()
+			return
+		}
+		if b.looked == nil {
+			b.looked = make(chan struct{})
+		}
+		ch := b.looked
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 type budgetState struct {
