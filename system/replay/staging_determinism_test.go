@@ -22,11 +22,16 @@ import (
 // not end within a minute fails the test (a replay must always finish).
 func runStaging(t *testing.T, script string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return runStagingWithin(t, script, time.Minute)
+}
+
+func runStagingWithin(t *testing.T, script string, d time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var out bytes.Buffer
 	_, err := Run(ctx, strings.NewReader(script), &out, Options{})
-	require.NoError(t, ctx.Err(), "the replay did not finish within a minute; script:\n%s", script)
+	require.NoError(t, ctx.Err(), "the replay did not finish within %s; script:\n%s", d, script)
 	require.NoError(t, err, "script:\n%s", script)
 	return out.String()
 }
@@ -164,4 +169,45 @@ func TestStagingScriptsAreDeterministic(t *testing.T) {
 			requireSameRuns(t, fmt.Sprintf("seed %d, %s script %d", seed, kind.name, i), script, runs)
 		}
 	}
+}
+
+// TestLandingRefusalWithGatedCloneFinishes: a copy stage refused its
+// second landing buffer (the pinned budget has room for one beside the
+// slots) while its first clone waits for a freeze event fails its task at
+// the submit and leaves only the two clones waiting for their copies; the
+// replay settles and goes on (it waited for ever for a landing buffer
+// whose copy waited for the freeze). The freeze frees the clones.
+func TestLandingRefusalWithGatedCloneFinishes(t *testing.T) {
+	script := `{"op":"start","locations":{"pageable-host":null,"pinned-host":"3KiB","cuda:0":"10KiB"}}
+{"op":"staging_start","name":"p","device":"cuda:0","slots":2,"slot_bytes":"1KiB","keys":["k","v"],"pool_slots":4,"row_bytes":256,"clone_budget":"3KiB"}
+{"op":"task_open","pipeline":"p","task":"t1","req":"r","mode":"on_finish"}
+{"op":"append","task":"t1","device_bytes":512,"freeze":"f","rows":[{"key":"k","slot":1}]}
+{"op":"append","task":"t1","device_bytes":768,"rows":[{"key":"v","slot":1}]}
+{"op":"submit","tasks":["t1"]}
+{"op":"snapshot"}
+{"op":"freeze","event":"f"}
+{"op":"snapshot"}
+`
+	out := runStagingWithin(t, script, 20*time.Second)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 9)
+	assert.Contains(t, lines[5], `"from":"COPYING","to":"FAILED","cause":"landing buffer for a 768-byte clone: residency budget exceeded at pinned-host`)
+	reserved := func(line string) map[string]int64 {
+		var snap struct {
+			Snapshot struct {
+				Locations []struct {
+					Location string `json:"location"`
+					Reserved int64  `json:"reserved_bytes"`
+				} `json:"locations"`
+			} `json:"snapshot"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &snap))
+		m := map[string]int64{}
+		for _, l := range snap.Snapshot.Locations {
+			m[l.Location] = l.Reserved
+		}
+		return m
+	}
+	assert.Equal(t, map[string]int64{"pageable-host": 2048, "pinned-host": 2048, "cuda:0": 512 + 768}, reserved(lines[6]), "the slots; the clones wait for their copies")
+	assert.Equal(t, map[string]int64{"pageable-host": 2048, "pinned-host": 2048, "cuda:0": 0}, reserved(lines[8]))
 }
