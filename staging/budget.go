@@ -24,6 +24,7 @@ var errAskAgain = errors.New("staging: clone bytes came back since the refusal")
 // location, released exactly once.
 type ticket struct {
 	name     string
+	seq      uint64 // the n of its name: the order the reservations were made in
 	bytes    int64
 	gpu      bool // a device clone: a reservation in the group of the pipeline's cap
 	released atomic.Bool
@@ -69,6 +70,9 @@ type gpuBudget struct {
 	// (submitted, prioritized, flushed): their copy stages will release
 	// them without any further flush.
 	inflight int64
+	// looked, when not nil, is closed (and dropped) once no waiting
+	// reserve is awake: see waitLooks.
+	looked chan struct{}
 	// releases counts the clone tickets given back (to the runtime first,
 	// then to these counts). A reserve that the ledger refused compares it
 	// with the count it saw before asking: a release in between may have
@@ -111,7 +115,7 @@ func newGPUBudget(rt Runtime, loc, prefix string, capBytes int64) (*gpuBudget, e
 // names count the clones the cap admitted.
 func (b *gpuBudget) ask(ctx context.Context, n int64) (*ticket, error) {
 	num := b.seq.Add(1)
-	t := &ticket{name: fmt.Sprintf("%s/clone/%d", b.prefix, num), bytes: n, gpu: true}
+	t := &ticket{name: fmt.Sprintf("%s/clone/%d", b.prefix, num), seq: num, bytes: n, gpu: true}
 	err := b.rt.ReserveCapped(ctx, b.loc, t.name, b.capName, b.capBytes, n)
 	if err != nil {
 		var ce *budget.CapError
@@ -256,6 +260,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			b.mu.Lock()
 			b.waiters.Remove(w.at)
 			b.signalLocked(false) // bytes we were woken for and did not take
+			b.lookedLocked()
 			b.mu.Unlock()
 		}
 	}()
@@ -312,6 +317,7 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 		}
 		b.mu.Lock()
 		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
+		b.lookedLocked()
 		b.mu.Unlock()
 		select {
 		case <-w.wake:
@@ -470,6 +476,52 @@ func (b *gpuBudget) wakeAll() {
 	b.mu.Lock()
 	b.signalLocked(true)
 	b.mu.Unlock()
+}
+
+// lookedLocked closes looked once no waiting reserve is awake. b.mu must
+// be held.
+func (b *gpuBudget) lookedLocked() {
+	if b.looked != nil && b.awakeLocked() == 0 {
+		close(b.looked)
+		b.looked = nil
+	}
+}
+
+// awakeLocked counts the waiting reserves that are awake: queued and not
+// asleep yet, or woken and looking again. b.mu must be held.
+func (b *gpuBudget) awakeLocked() int {
+	n := 0
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*budgetWaiter).asleep {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLooks waits until no waiting reserve is awake (each has taken its
+// bytes, given up, or gone back to sleep), or ctx ends. The copy queue of
+// a Serial pipeline calls it before each claim: a reserve woken by a
+// task's end looks at the budget before the next task's copy stage runs,
+// never while it runs.
+func (b *gpuBudget) waitLooks(ctx context.Context) {
+	for {
+		b.mu.Lock()
+		if b.awakeLocked() == 0 {
+			b.mu.Unlock()
+			return
+		}
+		if b.looked == nil {
+			b.looked = make(chan struct{})
+		}
+		ch := b.looked
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 type budgetState struct {

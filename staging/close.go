@@ -68,6 +68,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		p.failUnclaimed(err)
 		_ = p.drain(context.Background())
 	}
+	p.freeAllHeld()
 	p.cleanup.Wait()
 
 	p.mu.Lock()

@@ -15,7 +15,8 @@ import (
 // prioDemote (the runtime's demotions); within one priority, first in
 // first out. Its turn for a task's job claims the task (a message to the
 // task's actor), runs the copy stage, sends the task its move to
-// HostReady, then the committer its pool write.
+// HostReady, then the committer its pool write. With Config.Serial it
+// then waits for the task's end before it serves the next job.
 //
 // The committer's jobs all carry one priority, so its mailbox serves them
 // in the order they came: the order in which the copy stages finished. It
@@ -85,6 +86,9 @@ func (a *copyQueueActor) Receive(ctx actor.Context) {
 // to the committer.
 func (a *copyQueueActor) copy(ctx actor.Context, t *taskRef) {
 	s := a.st
+	if s.p.serial() {
+		s.p.budget.waitLooks(s.ctx) // a reserve woken by the last task's end looks first
+	}
 	chunks, won, err := s.Claim(s.ctx, t)
 	if err != nil || !won {
 		return
@@ -98,10 +102,18 @@ func (a *copyQueueActor) copy(ctx actor.Context, t *taskRef) {
 	}
 	// No round trip: the task's actor gets the move to HostReady, then the
 	// committer the job, in this order; the queue goes on with the next
-	// job at once, and the committer writes in the order the copy stages
-	// finished.
+	// job at once (Serial: once the task is terminal), and the committer
+	// writes in the order the copy stages finished.
 	ctx.Send(t.pid, &taskHostReady{})
 	ctx.Send(s.committer, &commitJob{t: t, chunks: chunks})
+	if s.p.serial() {
+		// The committer and the task's actor end the task without the
+		// copy queue: waiting here cannot deadlock.
+		select {
+		case <-t.done:
+		case <-s.ctx.Done():
+		}
+	}
 }
 
 // committerActor is the single writer of the CPU block pool. Its scratch

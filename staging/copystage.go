@@ -40,16 +40,28 @@ func (p *Pipeline) copyStage(ctx context.Context, t *taskRef, chunks []*taskChun
 		}
 		return first
 	}
+	// Every landing buffer first, then every copy: a stage that cannot
+	// take all of its landing buffers enqueues no copy, and its failure
+	// leaves nothing in flight.
 	lands := make([]*landing, 0, len(chunks))
 	var own int64 // landing bytes this task already holds
 	for _, c := range chunks {
-		l, err := p.startLanding(ctx, c, own)
+		l, err := p.takeLanding(ctx, c, own)
 		if err != nil {
 			p.abandonLandings(lands)
 			return err
 		}
 		lands = append(lands, l)
 		own += l.tk.bytes
+	}
+	for i, l := range lands {
+		if err := p.startLanding(ctx, l); err != nil {
+			p.abandonLandings(lands[:i])        // copies enqueued: freed once done
+			for _, later := range lands[i+1:] { // no copy: freed now
+				p.freeHost(later.host, later.tk)
+			}
+			return err
+		}
 	}
 	p.copyStarted(t)
 	var first error
@@ -90,12 +102,12 @@ type landing struct {
 	ev   cuda.Event // nil when eager (copied already)
 }
 
-// startLanding takes a landing buffer for c's clone (own: the landing
-// bytes c's task already holds) and enqueues the copy into it, after the
-// clone's own copy (eager: copies it now).
-func (p *Pipeline) startLanding(ctx context.Context, c *taskChunk, own int64) (*landing, error) {
+// takeLanding reserves and allocates a landing buffer for c's clone (own:
+// the landing bytes c's task already holds).
+func (p *Pipeline) takeLanding(ctx context.Context, c *taskChunk, own int64) (*landing, error) {
 	n := c.Clone.Size()
-	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, p.hostSeq.Add(1)), bytes: n}
+	seq := p.hostSeq.Add(1)
+	tk := &ticket{name: fmt.Sprintf("%s/host/%d", p.cfg.Name, seq), seq: seq, bytes: n}
 	if err := p.reserveLanding(ctx, tk.name, n, own); err != nil {
 		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
 	}
@@ -105,17 +117,24 @@ func (p *Pipeline) startLanding(ctx context.Context, c *taskChunk, own int64) (*
 		p.landingReleased(n)
 		return nil, fmt.Errorf("landing buffer for a %d-byte clone: %w", n, err)
 	}
-	l := &landing{c: c, host: host, tk: tk}
+	return &landing{c: c, host: host, tk: tk}, nil
+}
+
+// startLanding enqueues the copy of l's clone into its landing buffer,
+// after the clone's own copy (eager: copies it now). On error l's buffer
+// is freed.
+func (p *Pipeline) startLanding(ctx context.Context, l *landing) error {
+	var err error
 	if p.cfg.Eager {
-		err = p.syncCopy(ctx, host, c.Clone, c.CloneEvent)
+		err = p.syncCopy(ctx, l.host, l.c.Clone, l.c.CloneEvent)
 	} else {
-		l.ev, err = p.land.copyAfter(host, c.Clone, c.CloneEvent)
+		l.ev, err = p.land.copyAfter(l.host, l.c.Clone, l.c.CloneEvent)
 	}
 	if err != nil {
-		p.freeHost(host, tk)
-		return nil, fmt.Errorf("device clone → host copy: %w", err)
+		p.freeHost(l.host, l.tk)
+		return fmt.Errorf("device clone → host copy: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // waitLanding waits for l's copy and returns its failure (or the clone's).
@@ -138,11 +157,7 @@ func (p *Pipeline) waitLanding(ctx context.Context, l *landing) error {
 // to their chunks, each once its copy is done with it.
 func (p *Pipeline) abandonLandings(ls []*landing) {
 	for _, l := range ls {
-		if l.ev == nil || l.ev.Query() {
-			p.freeHost(l.host, l.tk)
-			continue
-		}
-		p.afterEvent(l.ev, func() { p.freeHost(l.host, l.tk) })
+		p.afterCopy(l.ev, l.tk, func() { p.freeHost(l.host, l.tk) })
 	}
 }
 

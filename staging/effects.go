@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -48,6 +49,7 @@ func (p *Pipeline) accept(at *taskRef, state TaskState, c *taskChunk) error {
 				return err
 			}
 			c.CloneEvent = ev
+			p.cloning = append(pruneDone(p.cloning), ev)
 		}
 		c.Src, c.Freeze = nil, nil
 		n := c.Clone.Size()
@@ -89,6 +91,20 @@ func increasing(rows []int) bool {
 		}
 	}
 	return true
+}
+
+// pruneDone drops the completed events at the front of evs (the clone
+// stream runs its copies in order, so they complete in order).
+func pruneDone(evs []cuda.Event) []cuda.Event {
+	i := 0
+	for i < len(evs) && evs[i].Query() {
+		evs[i] = nil
+		i++
+	}
+	if i == len(evs) {
+		return evs[:0]
+	}
+	return evs[i:]
 }
 
 // onQueued: the task left Pending (submitted, prioritized or flushed): it is
@@ -141,15 +157,27 @@ func (p *Pipeline) dropClone(c *taskChunk) {
 		_ = p.free(clone)
 		_ = p.budget.release(context.Background(), tk)
 	}
-	if ev == nil || ev.Query() {
-		release()
-		return
-	}
-	p.afterEvent(ev, release)
+	p.afterCopy(ev, tk, release)
 }
 
-// afterEvent runs f once ev completes, on a goroutine Close waits for.
-func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
+// afterCopy runs f, the free of tk's buffer, once ev (the copy that uses
+// the buffer) completes: at once if it has, else on a goroutine Close
+// waits for. With Config.Serial f is held instead (see FreeHeld) unless ev
+// is nil or eager (complete from the start).
+func (p *Pipeline) afterCopy(ev cuda.Event, tk *ticket, f func()) {
+	if p.serial() && ev != nil {
+		if _, done := ev.(doneEvent); !done {
+			p.heldMu.Lock()
+			p.held = append(p.held, heldFree{ev: ev, tk: tk, free: f})
+			p.pendingFrees.Add(1)
+			p.heldMu.Unlock()
+			return
+		}
+	}
+	if ev == nil || ev.Query() {
+		f()
+		return
+	}
 	p.cleanup.Add(1)
 	p.pendingFrees.Add(1)
 	go func() {
@@ -158,6 +186,69 @@ func (p *Pipeline) afterEvent(ev cuda.Event, f func()) {
 		f()
 		p.pendingFrees.Add(-1)
 	}()
+}
+
+// heldFree is a free that waits for a copy, held for FreeHeld (Serial).
+type heldFree struct {
+	ev   cuda.Event
+	tk   *ticket
+	free func()
+}
+
+// serial: the pipeline runs with Config.Serial (and copies on streams).
+func (p *Pipeline) serial() bool { return p.cfg.Serial && !p.cfg.Eager }
+
+// FreeHeld frees the buffers whose free waits for a copy (counted in
+// Stats.PendingFrees: after a failure, device clones and landing buffers
+// that a copy still used) and whose copy has completed since, and returns
+// how many it freed. Only a pipeline with Config.Serial holds them: it
+// frees such a buffer here or in Close, never on its own, so that the
+// moment its reservation is released is the caller's. They are freed
+// device clones first, then landing buffers, each in the order their
+// reservations were made. Without Serial they are freed as soon as their
+// copies complete, and FreeHeld returns 0.
+func (p *Pipeline) FreeHeld() int {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	var ready []heldFree
+	kept := p.held[:0]
+	for _, h := range p.held {
+		if h.ev.Query() {
+			ready = append(ready, h)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(p.held[len(kept):])
+	p.held = kept
+	slices.SortFunc(ready, func(a, b heldFree) int {
+		if a.tk.gpu != b.tk.gpu {
+			if a.tk.gpu {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.tk.seq, b.tk.seq)
+	})
+	for _, h := range ready {
+		h.free()
+		p.pendingFrees.Add(-1)
+	}
+	return len(ready)
+}
+
+// freeAllHeld waits for the copies of the held frees and runs them (Close).
+func (p *Pipeline) freeAllHeld() {
+	p.heldMu.Lock()
+	evs := make([]cuda.Event, 0, len(p.held))
+	for _, h := range p.held {
+		evs = append(evs, h.ev)
+	}
+	p.heldMu.Unlock()
+	for _, ev := range evs {
+		<-ev.Done()
+	}
+	p.FreeHeld()
 }
 
 // onWritten releases the task's slot holds and landing buffers, and wakes
@@ -251,6 +342,9 @@ func (p *Pipeline) publishFailure(t *taskRef, err error) {
 		}
 	}
 	p.mu.Unlock()
+	// Oldest first, like Close: the order of their releases does not
+	// depend on the map's.
+	slices.SortFunc(pending, func(a, b *Task) int { return cmp.Compare(a.t.Seq, b.t.Seq) })
 	p.log.Warn().Err(err).Uint64("task", uint64(t.ID)).Str("task_name", t.Name).Msg("pipeline failed; later entries return this failure")
 	p.reportFailure(t.ID, err)
 	p.budget.fail(rec)

@@ -24,6 +24,28 @@ type ledgerRuntime struct {
 	be  *faulty.Backend
 	mu  sync.Mutex
 	led *budget.Ledger
+	log *[]string // see record
+}
+
+// record makes r log every reservation it makes ("+name") and releases
+// ("-name"), in order; the function returned gives the log so far.
+func (r *ledgerRuntime) record() func() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = new([]string)
+	return func() []string {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return append([]string(nil), *r.log...)
+	}
+}
+
+// note logs a successful call (r.mu held).
+func (r *ledgerRuntime) note(err error, entry string) error {
+	if err == nil && r.log != nil {
+		*r.log = append(*r.log, entry)
+	}
+	return err
 }
 
 func newRuntime(t testing.TB, devBudget int64, sc soft.Config) *ledgerRuntime {
@@ -50,20 +72,20 @@ func (r *ledgerRuntime) Backend() cuda.Backend { return r.be }
 func (r *ledgerRuntime) Reserve(_ context.Context, loc, name string, bytes int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.led.Reserve(loc, name, bytes)
+	return r.note(r.led.Reserve(loc, name, bytes), "+"+name)
 }
 
 func (r *ledgerRuntime) Unreserve(_ context.Context, name string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.led.Unreserve(name)
+	return r.note(r.led.Unreserve(name), "-"+name)
 }
 
 // ReserveCapped: the clone cap is in the ledger.
 func (r *ledgerRuntime) ReserveCapped(_ context.Context, loc, name, capName string, capBytes, bytes int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.led.ReserveCapped(loc, name, capName, capBytes, bytes)
+	return r.note(r.led.ReserveCapped(loc, name, capName, capBytes, bytes), "+"+name)
 }
 
 // reserved returns the reserved bytes of loc in the ledger.

@@ -70,6 +70,28 @@ type Config struct {
 	// stage and pool write inline (for CPU-only tests and tools).
 	Eager bool
 
+	// Serial makes the pipeline do one thing at a time, so that the order
+	// of its reservations and releases in the runtime (and so every
+	// location's peak) follows from the calls made to it, never from how
+	// its goroutines happen to run:
+	//
+	//   - the copy queue claims a task's copy stage only once the task it
+	//     copied before is terminal (written or failed, its landing buffers
+	//     and slot holds released), so one task at a time is between its
+	//     claim and its end, and its copy stage and pool write overlap no
+	//     other task's;
+	//   - it claims one only when no blocking Append woken by a task's end
+	//     is still looking at the GPU-byte budget;
+	//   - a buffer whose free waits for a copy (after a failure: a dropped
+	//     device clone, a landing buffer) is held until FreeHeld or Close
+	//     frees it, instead of being freed when the copy ends.
+	//
+	// The replay of package system/replay runs its pipelines this way. It
+	// costs the overlap of one task's pool write with the next task's
+	// copies. Eager pipelines run inline already: Serial changes nothing
+	// there.
+	Serial bool
+
 	// Logger receives structured logs. Default: none.
 	Logger *zerolog.Logger
 	// OnCommit, if set, is called after each task's pool write (or failed
@@ -190,13 +212,16 @@ type Pipeline struct {
 	pool   []byte
 
 	cleanup      sync.WaitGroup // releases waiting for device events
-	pendingFrees atomic.Int64   // how many (Stats.PendingFrees)
+	pendingFrees atomic.Int64   // how many, held ones included (Stats.PendingFrees)
+	heldMu       sync.Mutex     // guards held; held while FreeHeld frees
+	held         []heldFree     // Serial: the frees that wait for a copy (FreeHeld)
 
 	mu       sync.Mutex // guards the fields below
 	tasks    map[TaskID]*Task
 	deferred map[TaskID]*Task // JOIN_ON_FINISH tasks still pending with a chunk
 	owners   []*Task          // the newest unwritten task of each pool row (by row index, see poolRow)
 	steps    map[*Step]struct{}
+	cloning  []cuda.Event // the clone copies enqueued, oldest first, from the oldest not done yet (see pruneDone)
 	failure  *FailedError
 	closing  bool
 	active   int           // entries in progress

@@ -27,6 +27,10 @@ type Stats struct {
 	// released: after a failure, the clones and landings of copies still
 	// in flight.
 	PendingFrees int
+	// CloneCopies counts device clone copies enqueued and not done yet:
+	// waiting for their freeze event (or for a clone enqueued before
+	// them), or on their way.
+	CloneCopies int
 	// Tasks counts live tasks by state; Opened, Written and Failed count
 	// every task so far.
 	Tasks                   map[TaskState]int
@@ -57,6 +61,12 @@ func (p *Pipeline) Stats() Stats {
 		PendingFrees: int(p.pendingFrees.Load()), Tasks: map[TaskState]int{},
 	}
 	p.mu.Lock()
+	p.cloning = pruneDone(p.cloning)
+	for _, ev := range p.cloning {
+		if !ev.Query() {
+			st.CloneCopies++
+		}
+	}
 	for _, t := range p.tasks {
 		st.Tasks[t.State()]++
 	}

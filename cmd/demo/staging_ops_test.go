@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/residency-go/residency/internal/stagingscript"
 	"github.com/residency-go/residency/system/replay"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,99 +208,6 @@ func TestOpsDocumented(t *testing.T) {
 	}
 }
 
-// randomStagingScript writes a random staging script: one pipeline (eager
-// or not), steps, tasks of both join modes, freeze events held open,
-// appends (some refused, dropped or flushing), submits, prioritizes,
-// waits, reads, faults and a close.
-func randomStagingScript(rng *rand.Rand) string {
-	var b strings.Builder
-	pinned := "null"
-	if rng.IntN(3) == 0 {
-		pinned = `"24KiB"`
-	}
-	fmt.Fprintf(&b, `{"op":"start","locations":{"pageable-host":null,"pinned-host":%s,"cuda:0":"%dKiB"}}`+"\n", pinned, 2+rng.IntN(6))
-	eager := rng.IntN(5) == 0
-	fmt.Fprintf(&b, `{"op":"staging_start","name":"p","device":"cuda:0","slots":%d,"slot_bytes":"1KiB","keys":["k","v"],"pool_slots":4,"row_bytes":256,"clone_budget":"%dKiB","eager":%v}`+"\n",
-		1+rng.IntN(3), 1+rng.IntN(2), eager)
-	var steps, tasks, events []string
-	pick := func(xs []string, fresh string) string {
-		if len(xs) == 0 || rng.IntN(6) == 0 {
-			return fresh
-		}
-		return xs[rng.IntN(len(xs))]
-	}
-	freeze := func() string {
-		if eager || rng.IntN(3) != 0 {
-			return ""
-		}
-		e := pick(events, fmt.Sprint("f", len(events)))
-		if !slices.Contains(events, e) {
-			events = append(events, e)
-		}
-		return fmt.Sprintf(`,"freeze":%q`, e)
-	}
-	rows := func(size int) string {
-		var rs []string
-		for range 1 + rng.IntN(2) {
-			off := 0
-			if size >= 256 {
-				off = 256 * rng.IntN(size/256)
-			}
-			rs = append(rs, fmt.Sprintf(`{"key":%q,"slot":%d,"offset":%d}`, []string{"k", "v"}[rng.IntN(2)], rng.IntN(4), off))
-		}
-		return "[" + strings.Join(rs, ",") + "]"
-	}
-	n := 20 + rng.IntN(40)
-	for range n {
-		switch x := rng.IntN(100); {
-		case x < 12:
-			s := fmt.Sprint("s", len(steps))
-			steps = append(steps, s)
-			fmt.Fprintf(&b, `{"op":"stage","pipeline":"p","step":%q,"bytes":%d,"fill":%d%s}`+"\n", s, 256*rng.IntN(5), rng.IntN(200), freeze())
-		case x < 18:
-			fmt.Fprintf(&b, `{"op":"step_release","step":%q}`+"\n", pick(steps, "s0"))
-		case x < 26:
-			if len(events) > 0 {
-				fmt.Fprintf(&b, `{"op":"freeze","event":%q}`+"\n", events[rng.IntN(len(events))])
-			}
-		case x < 36:
-			tk := fmt.Sprint("t", len(tasks))
-			tasks = append(tasks, tk)
-			fmt.Fprintf(&b, `{"op":"task_open","pipeline":"p","task":%q,"req":"r","mode":%q}`+"\n", tk, []string{"next_step", "on_finish"}[rng.IntN(2)])
-		case x < 58:
-			tk := pick(tasks, "t0")
-			if rng.IntN(2) == 0 {
-				fmt.Fprintf(&b, `{"op":"append","task":%q,"step":%q,"rows":%s}`+"\n", tk, pick(steps, "s0"), rows(1024))
-			} else {
-				size := 256 * (1 + rng.IntN(3))
-				fmt.Fprintf(&b, `{"op":"append","task":%q,"device_bytes":%d,"fill":%d%s,"no_wait":%v,"rows":%s}`+"\n", tk, size, rng.IntN(200), freeze(), rng.IntN(3) == 0, rows(size))
-			}
-		case x < 68:
-			fmt.Fprintf(&b, `{"op":"submit","tasks":[%q]}`+"\n", pick(tasks, "t0"))
-		case x < 74:
-			fmt.Fprintf(&b, `{"op":"prioritize","tasks":[%q]}`+"\n", pick(tasks, "t0"))
-		case x < 80:
-			fmt.Fprintf(&b, `{"op":"wait","task":%q,"until":%q}`+"\n", pick(tasks, "t0"), []string{"host_ready", "written"}[rng.IntN(2)])
-		case x < 87:
-			fmt.Fprintf(&b, `{"op":"read_row","task":%q,"key":%q,"slot":%d}`+"\n", pick(tasks, "t0"), []string{"k", "v"}[rng.IntN(2)], rng.IntN(4))
-		case x < 90:
-			fmt.Fprintf(&b, `{"op":"read_pool","pipeline":"p","key":"k","slot":%d}`+"\n", rng.IntN(4))
-		case x < 94:
-			b.WriteString(`{"op":"staging_stats","pipeline":"p"}` + "\n")
-		case x < 97:
-			k := [][2]string{{"copy", "pinned-host"}, {"copy", "cuda:0"}, {"reconstruct", "pinned-host"}}[rng.IntN(3)]
-			fmt.Fprintf(&b, `{"op":"fail_next","kind":%q,"location":%q}`+"\n", k[0], k[1])
-		default:
-			b.WriteString(`{"op":"snapshot"}` + "\n")
-		}
-	}
-	if rng.IntN(2) == 0 {
-		b.WriteString(`{"op":"staging_close","pipeline":"p"}` + "\n")
-	}
-	b.WriteString(`{"op":"staging_stats","pipeline":"p"}` + "\n")
-	return b.String()
-}
-
 // TestStagingReplayIsDeterministic: random staging scripts finish (no
 // wait that never ends: the replay refuses it with a clear error) and
 // print the same output on a second run.
@@ -324,7 +231,7 @@ func TestStagingReplayIsDeterministic(t *testing.T) {
 	}
 	for i := first; i < scripts; i++ {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
-		script := randomStagingScript(rng)
+		script := stagingscript.Random(rng)
 		path := filepath.Join(t.TempDir(), fmt.Sprint("random-", i, ".jsonl"))
 		require.NoError(t, os.WriteFile(path, []byte(script), 0o644))
 		var outs [2]string

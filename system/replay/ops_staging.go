@@ -17,10 +17,14 @@ import (
 // either finished (written or failed) or cannot move without a later op of
 // the script (a pending task, a copy stage waiting for a freeze event the
 // script has not completed, or a task queued behind such a copy stage),
-// until every step copy that does not wait for such an event has landed,
-// and, after a failure, until every buffer whose copy can finish is freed.
-// The output is then the same on every run, and every task's lifecycle
-// transitions since the previous op are listed in "task_transitions".
+// until every step copy and device clone copy that does not wait for such
+// an event has landed, and, after a failure, until every buffer whose copy
+// can finish is freed (Pipeline.FreeHeld, once the rest has settled). The
+// pipelines run with staging.Config.Serial, and submit and prioritize hand
+// over one task at a time, settling after each: every change in the
+// runtime then comes in one order, so the output (peaks and the trace
+// included) is the same on every run. Every task's lifecycle transitions
+// since the previous op are listed in "task_transitions".
 //
 // What a copy waits for is known exactly: step copies run in order on one
 // stream, device clones on another (each after its freeze event), and a

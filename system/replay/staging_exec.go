@@ -90,7 +90,7 @@ func execStagingStart(r *Runner, ctx context.Context, ss *stagingState, o Op, re
 		Name: s.name, Device: s.device, Slots: int(s.slots), SlotBytes: s.slotBytes,
 		ClaimTimeout: s.claimTimeout,
 		Keys:         s.keys, PoolSlots: int(s.poolSlots), RowBytes: s.rowBytes,
-		CloneBudgetBytes: s.cloneBudget, Eager: s.eager,
+		CloneBudgetBytes: s.cloneBudget, Eager: s.eager, Serial: true,
 		OnCommit: func(id staging.TaskID, err error) {
 			if err == nil {
 				return
@@ -300,6 +300,9 @@ func execQueueTasks(r *Runner, ctx context.Context, ss *stagingState, o Op, res 
 		}
 		tasks = append(tasks, t)
 	}
+	// One task at a time, the pipelines settled after each: what a task's
+	// copy stage does (a failure above all) happens before the next task
+	// is queued, never during.
 	for _, t := range tasks {
 		ss.cur = t.pipe
 		var err error
@@ -309,6 +312,9 @@ func execQueueTasks(r *Runner, ctx context.Context, ss *stagingState, o Op, res 
 			err = t.pipe.p.Prioritize(ctx, t.t.ID())
 		}
 		if err != nil {
+			return true, err
+		}
+		if err := ss.settle(ctx); err != nil {
 			return true, err
 		}
 	}

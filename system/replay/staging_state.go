@@ -142,6 +142,18 @@ func (p *replayPipe) cloneBlocked(c *cloneDep) bool {
 	return false
 }
 
+// blockedClones is how many of p's device clone copies wait for a freeze
+// event the script has not completed (the clone stream runs them in
+// order: those from the first such event on).
+func (p *replayPipe) blockedClones() int {
+	for i, c := range p.clones {
+		if c.freeze.pending() {
+			return len(p.clones) - i
+		}
+	}
+	return 0
+}
+
 // entryBlocked: a copy on the step stream waits for every copy enqueued
 // before it.
 func (p *replayPipe) entryBlocked(e *d2hEntry) bool {
@@ -291,8 +303,19 @@ func (ss *stagingState) settle(ctx context.Context) error {
 					all = false // it lands without a later op
 				}
 			}
-			if rp.p.Err() != nil && rp.p.Stats().PendingFrees > ss.pendingFrees(rp) {
-				all = false // a failed task's buffer waits for a copy that finishes
+			if rp.p.Stats().CloneCopies > rp.blockedClones() {
+				all = false // a device clone lands without a later op
+			}
+		}
+		if all {
+			// Nothing else moves: the buffers held for a copy that has
+			// completed are freed now, pipeline by pipeline in the order
+			// of their names.
+			for _, rp := range ss.openPipes() {
+				rp.p.FreeHeld()
+				if rp.p.Err() != nil && rp.p.Stats().PendingFrees > ss.pendingFrees(rp) {
+					all = false // a failed task's buffer waits for a copy that finishes
+				}
 			}
 		}
 		if all {
@@ -304,6 +327,18 @@ func (ss *stagingState) settle(ctx context.Context) error {
 		case <-time.After(100 * time.Microsecond):
 		}
 	}
+}
+
+// openPipes returns the pipelines not closed, by name.
+func (ss *stagingState) openPipes() []*replayPipe {
+	out := make([]*replayPipe, 0, len(ss.pipes))
+	for _, rp := range ss.pipes {
+		if !rp.closed {
+			out = append(out, rp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
 
 // transitions lists every task's lifecycle moves since the last report.
