@@ -90,11 +90,14 @@ func (a *copyQueueActor) copy(ctx actor.Context, t *taskRef) {
 		s.p.budget.waitLooks(s.ctx) // a reserve woken by the last task's end looks first
 	}
 	chunks, won, err := s.Claim(s.ctx, t)
-	if err != nil || !won {
+	if !won {
 		return
 	}
-	s.claimed(t)
-	if err := s.p.copyStage(s.ctx, t, chunks); err != nil {
+	s.claimed(t) // claimed: the copy stage, the committer or a failure here ends the task
+	if err == nil {
+		err = s.p.copyStage(s.ctx, t, chunks)
+	}
+	if err != nil {
 		s.p.log.Debug().Err(err).Uint64("task", uint64(t.ID)).Str("task_name", t.Name).Msg("copy stage failed")
 		s.committed(t, err)
 		s.Fail(t, err)

@@ -310,11 +310,16 @@ func (s *runner) Enqueue(ctx context.Context, t *taskRef, prio int8) error {
 
 // Claim moves t from Queued to Copying for the caller and returns its
 // chunks; false when another caller already claimed it (or it is not
-// queued).
+// queued). It waits for the actor's answer whatever ctx does (the actor
+// answers a claim at once): a claim the actor granted is always known to
+// its caller, who then owns the task's end (a claim given up on ctx after
+// the actor granted it would leave the task claimed and never ended, and
+// Close's drain waiting for it for ever). ctx's error comes back when ctx
+// has ended, with the claim's result.
 func (s *runner) Claim(ctx context.Context, t *taskRef) ([]*taskChunk, bool, error) {
 	a := claimAsks.Get().(*claimAsk)
-	res, err := ask(ctx, s, t, &a.claim, a.reply, a, func() claimResult { return claimResult{} })
-	return res.chunks, res.won, err
+	res, _ := ask(context.Background(), s, t, &a.claim, a.reply, a, func() claimResult { return claimResult{} })
+	return res.chunks, res.won, ctx.Err()
 }
 
 // Transition asks t's actor for one step of the chain; an illegal one is
@@ -405,27 +410,35 @@ func (s *runner) Source(ctx context.Context, t *taskRef, key string, slot int) (
 // failure, if this call failed it.
 func (s *runner) RunInline(ctx context.Context, t *taskRef) error {
 	chunks, ok, err := s.Claim(ctx, t)
-	if err != nil || !ok {
+	if !ok {
 		return err
 	}
+	// Claimed: this call ends the task, written or failed, on every path.
 	s.claimed(t)
-	if err := s.p.copyStage(ctx, t, chunks); err != nil {
-		s.Fail(t, err)
-		return err
+	if err == nil {
+		err = s.p.copyStage(ctx, t, chunks)
 	}
-	if err := s.Transition(ctx, t, HostReady); err != nil {
-		return err
+	if err == nil {
+		err = s.Transition(ctx, t, HostReady)
 	}
-	plan, err := s.Plan(ctx, t)
+	var plan []scatterRow
+	if err == nil {
+		plan, err = s.Plan(ctx, t)
+	}
 	if err == nil {
 		err = s.p.newPoolWriter().write(ctx, t, chunks, plan)
 	}
-	s.committed(t, err) // before the task's waiters wake
 	if err != nil {
-		s.Fail(t, err)
+		s.committed(t, err) // before the task's waiters wake
+		s.Fail(t, err)      // unless a transition ctx gave up on did end it
 		return err
 	}
-	return s.Transition(ctx, t, Written)
+	s.committed(t, nil)
+	if err := s.Transition(ctx, t, Written); err != nil {
+		s.Fail(t, err) // a no-op if the move to Written was made
+		return err
+	}
+	return nil
 }
 
 // Abort cancels the context of the copy stage and pool write: waits in

@@ -132,3 +132,27 @@ func TestFailUnclaimedLeavesClaimedTasks(t *testing.T) {
 	require.NoError(t, st.Transition(ctx, claimed, HostReady), "the async failure left it alone too")
 	require.NoError(t, st.Transition(ctx, claimed, Written))
 }
+
+// A claim the task's actor granted is known to its caller even when the
+// caller's context has ended: Claim waits for the actor's answer. (A
+// claim given up on the context after the actor granted it left the task
+// claimed with nobody to end it; Close's drain then waited for it for
+// ever — found by the close checker's soak.)
+func TestClaimGrantedIsKnownWhateverTheContext(t *testing.T) {
+	ctx := context.Background()
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := range 30 { // the answer and ctx's end race in Claim's wait: try it often
+		p := newActorPipeline(t) // one each: the task's failure is the pipeline's first
+		task, err := p.Open(ctx, TaskSpec{ReqID: "claim", WriteN: 0, Mode: JoinNextStep})
+		require.NoError(t, err)
+		require.NoError(t, p.sys.Enqueue(ctx, task.t, prioLow))
+		_, won, err := p.sys.Claim(ended, task.t)
+		state := task.State()
+		failed := p.sys.Fail(task.t, context.Canceled) // the claimer ends the task (here whoever the claim went to)
+		require.Equal(t, Copying, state, "the actor granted the claim")
+		require.True(t, won, "claim %d: granted by the actor, but its caller was not told", i)
+		require.ErrorIs(t, err, context.Canceled, "ctx's error comes back with the claim")
+		require.True(t, failed)
+	}
+}
