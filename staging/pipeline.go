@@ -33,7 +33,9 @@ type Config struct {
 	// Pinned is where staging slots and landing buffers live and are
 	// charged. Default "pinned-host".
 	Pinned string
-	// Host is where the CPU block pool is charged. Default "pageable-host".
+	// Host is where the CPU block pool is allocated and charged, a host
+	// location whose buffers the CPU addresses in place
+	// (cuda.HostMemory). Default "pageable-host".
 	Host string
 
 	// Slots is the number of staging slots (≥ 1) and SlotBytes the size

@@ -65,7 +65,7 @@
 // memory in place, which the caller reads and writes directly. From the
 // first view on, the buffer holds its whole size in real memory until it
 // is freed, and zeros written or copied over it are stored like other
-// bytes (see buffer.HostBytes).
+// bytes (see cuda.HostMemory).
 //
 // Each buffer also costs a record of about a hundred bytes of Go memory
 // while it is allocated, whatever its size.
