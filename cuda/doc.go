@@ -65,7 +65,11 @@
 // implements [RangeReader] (soft, cu, and the faulty decorator) also copies
 // a range of a buffer into a caller's slice without copying the rest;
 // [ReadAt] uses it, or Read and a copy of the range for a backend without
-// it.
+// it. A buffer at a host location of the soft or cu backend implements
+// [HostMemory]: [HostBytes] returns its memory in place, for the CPU to
+// read and write with no backend call (the write pipeline's CPU block pool
+// is such a buffer), valid until the buffer is freed and ordered with
+// nothing, like Read and Write.
 //
 // # Streams and events
 //

@@ -12,7 +12,8 @@ import (
 )
 
 // Every buffer the pipeline allocates or frees on the backend (device
-// clones, landing buffers, staging slots' buffers) goes through the actor
+// clones, landing buffers, staging slots' buffers, the CPU block pool:
+// pool.go) goes through the actor
 // of its location: the runtime's, when the Runtime is a
 // [LocationAllocator] (*system.System is: one actor per location stays the
 // one allocator there), else one location actor of the pipeline's own per

@@ -28,9 +28,31 @@ type countingBackend struct {
 	allocs, frees int
 	outside       []string // the callers of those made outside a location actor
 	byOwnActors   int      // those made by the pipeline's own location actors
+	events        []allocEvent
 }
 
-func (c *countingBackend) note(free bool) {
+// allocEvent is one allocation or free a countingBackend saw.
+type allocEvent struct {
+	free    bool
+	loc     string
+	bytes   int64
+	inActor bool // made in a location actor's Receive
+}
+
+// at returns the events at loc.
+func (c *countingBackend) at(loc string) []allocEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []allocEvent
+	for _, e := range c.events {
+		if e.loc == loc {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (c *countingBackend) note(free bool, loc string, bytes int64) {
 	pcs := make([]uintptr, 64)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
 	var stack strings.Builder
@@ -58,18 +80,19 @@ func (c *countingBackend) note(free bool) {
 	if own {
 		c.byOwnActors++
 	}
+	c.events = append(c.events, allocEvent{free: free, loc: loc, bytes: bytes, inActor: inActor})
 	if !inActor && strings.Contains(stack.String(), "residency/staging.") {
 		c.outside = append(c.outside, stack.String())
 	}
 }
 
 func (c *countingBackend) Allocate(ctx context.Context, loc string, n int64) (cuda.Buffer, error) {
-	c.note(false)
+	c.note(false, loc, n)
 	return c.Backend.Allocate(ctx, loc, n)
 }
 
 func (c *countingBackend) Free(buf cuda.Buffer) error {
-	c.note(true)
+	c.note(true, buf.Location(), buf.Size())
 	return c.Backend.Free(buf)
 }
 
@@ -115,9 +138,24 @@ func exerciseAllocations(t *testing.T, be cuda.Backend, rt staging.Runtime, eage
 	require.NoError(t, p.Close(ctx))
 }
 
+// poolEvents are what a counting backend sees at the pool's location
+// (pageable-host, where nothing else of the pipeline is allocated) over
+// exerciseAllocations: one allocation of the CPU block pool of
+// baseConfig, and one free of it, both in a location actor.
+func poolEvents() []allocEvent {
+	cfg := baseConfig()
+	n := int64(len(cfg.Keys)) * int64(cfg.PoolSlots) * cfg.RowBytes
+	return []allocEvent{
+		{loc: "pageable-host", bytes: n, inActor: true},
+		{free: true, loc: "pageable-host", bytes: n, inActor: true},
+	}
+}
+
 // Every buffer the pipeline allocates or frees on the backend goes
 // through a location actor: the pipeline's own on a runtime without
-// location actors, the runtime's on *system.System.
+// location actors, the runtime's on *system.System. The CPU block pool
+// is one of them: a buffer at the host location, allocated by New and
+// freed by Close, once each.
 func TestCardNoAllocationOutsideALocationActor(t *testing.T) {
 	for _, eager := range []bool{false, true} {
 		name := "queued"
@@ -128,6 +166,7 @@ func TestCardNoAllocationOutsideALocationActor(t *testing.T) {
 			lr := newRuntime(t, 0, soft.Config{})
 			cb := &countingBackend{Backend: lr.be}
 			exerciseAllocations(t, cb, countingRuntime{ledgerRuntime: lr, be: cb}, eager)
+			assert.Equal(t, poolEvents(), cb.at("pageable-host"), "the pool")
 			cb.mu.Lock()
 			defer cb.mu.Unlock()
 			assert.Empty(t, cb.outside)
@@ -143,6 +182,7 @@ func TestCardNoAllocationOutsideALocationActor(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, sys.Close(ctx)) }()
 			exerciseAllocations(t, cb, sys, eager)
+			assert.Equal(t, poolEvents(), cb.at("pageable-host"), "the pool")
 			cb.mu.Lock()
 			defer cb.mu.Unlock()
 			assert.Empty(t, cb.outside)

@@ -10,7 +10,8 @@ import (
 // waits for a slot or for budget end with ErrClosed; every task that has
 // not failed is written (pending tasks are submitted: a JOIN_ON_FINISH
 // task's clone is flushed); then the copy streams drain, steps not yet
-// released lose their hold, every slot and landing buffer is freed and the
+// released lose their hold, every slot and landing buffer and the CPU
+// block pool are freed (through their locations' actors) and the
 // pipeline's reservations are released, so the runtime's locations are
 // back to what they were before New.
 //
@@ -93,6 +94,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 		_ = p.free(sl.buf)
 		sl.buf, sl.last = nil, nil
 	}
+	p.freePool()     // every task is terminal and no entry is in flight: nothing writes or reads it
 	p.demo.wg.Wait() // a demotion copy running on the landing stream
 	for _, s := range []*lockedStream{p.d2h, p.cloner, p.land} {
 		if s != nil {

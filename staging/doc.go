@@ -69,7 +69,8 @@
 //     copy stages; the committer's jobs all have one priority, so it takes
 //     them in the order they come and writes the pool in the order the
 //     copy stages finished, scattering host rows into the CPU block pool,
-//     Go memory charged by a reservation at the host location.
+//     a buffer at the host location written in place through its host
+//     view (cuda.HostMemory).
 //     [Pipeline.Prioritize] moves pending or low-priority tasks to the
 //     front and leaves alone a task queued high (a budget flush) or
 //     already at the front; a task re-queued at a higher priority leaves a
@@ -119,7 +120,7 @@
 // slots and the pool before it allocates anything for them. The pipeline
 // uses the runtime's backend for its streams, events and copies; every
 // buffer it allocates or frees (device clones, landing buffers, slot
-// buffers) goes through the actor of its location: the runtime's when the
+// buffers, the CPU block pool) goes through the actor of its location: the runtime's when the
 // runtime is a [LocationAllocator] (*system.System is), else a location
 // actor of the pipeline's own. On the soft backend (a simulation in Go
 // memory) every byte is real. Every

@@ -353,10 +353,11 @@ func (p *Pipeline) publishFailure(t *taskRef, err error) {
 	}
 }
 
-// hostView runs f on the bytes of a host buffer in place. The backend
-// interface has no call that maps a buffer; Backend.Load runs a function on
-// a buffer's own bytes, which for host memory (pinned memory is host
-// addressable on real devices too) is exactly a view. f must not keep b.
+// hostView runs f on the bytes of a host buffer in place, through
+// Backend.Load: a function run on the buffer's own bytes, a
+// reconstruction at the buffer's location (which a fault injector may
+// fail). f must not keep b. (The CPU block pool is read and written
+// through its host view instead: pool.go.)
 func (p *Pipeline) hostView(ctx context.Context, buf cuda.Buffer, f func(b []byte)) error {
 	return p.be.Load(ctx, buf, buf.Location(), func(_ context.Context, b []byte) error {
 		f(b)

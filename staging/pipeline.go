@@ -41,7 +41,9 @@ type Config struct {
 	// Pinned is where staging slots and landing buffers live and are
 	// charged. Default "pinned-host".
 	Pinned string
-	// Host is where the CPU block pool is charged. Default "pageable-host".
+	// Host is where the CPU block pool is allocated and charged, a host
+	// location whose buffers the CPU addresses in place
+	// (cuda.HostMemory). Default "pageable-host".
 	Host string
 
 	// Slots is the number of staging slots (≥ 1) and SlotBytes the size
@@ -208,8 +210,9 @@ type Pipeline struct {
 	landHeld  int64
 	landFreed chan struct{}
 
-	poolMu sync.RWMutex // guards pool
-	pool   []byte
+	poolMu  sync.RWMutex // guards pool and poolMem, and the bytes of poolMem (pool.go)
+	pool    cuda.Buffer  // the CPU block pool: a buffer at cfg.Host; nil once freed
+	poolMem []byte       // its host view
 
 	cleanup      sync.WaitGroup // releases waiting for device events
 	pendingFrees atomic.Int64   // how many, held ones included (Stats.PendingFrees)
@@ -242,11 +245,14 @@ type counters struct {
 // New starts a pipeline on rt. It checks cfg, reserves the staging slots
 // at cfg.Pinned and the CPU block pool at cfg.Host (a *BudgetError of the
 // runtime if they do not fit) — before it allocates anything for them —,
-// then allocates the pool, creates its copy streams on cfg.Device and
-// starts its copy queue and committer. Errors: ErrConfig for a bad Config (sizes out of
-// range, see MaxSlots and MaxPoolRows); the runtime's refusals; a pool the
-// Go runtime cannot allocate. On error nothing is left reserved or
-// running.
+// creates its copy streams on cfg.Device, starts its actors (copy queue,
+// committer, location actors when rt is no LocationAllocator), then
+// allocates the pool at cfg.Host through that location's actor. Errors:
+// ErrConfig for a bad Config (sizes out of range, see MaxSlots and
+// MaxPoolRows) and for a pool buffer without a host view
+// (cuda.HostMemory: a device location, or a backend whose host buffers
+// have none); the runtime's refusals; the backend's refusal of the pool.
+// On error nothing is left reserved, allocated or running.
 func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	if rt == nil {
 		return nil, fmt.Errorf("%w: a runtime is required", ErrConfig)
@@ -288,12 +294,6 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	undo = append(undo, func() { _ = rt.Unreserve(context.Background(), cfg.Name+"/pool") })
-	// Charged: now allocate.
-	pool, ok := makeBytes(poolBytes)
-	if !ok {
-		return fail(fmt.Errorf("%w: a CPU block pool of %d bytes cannot be allocated", ErrConfig, poolBytes))
-	}
-	p.pool = pool
 	p.slots = newSlotPool(cfg.Slots)
 	p.owners = make([]*Task, len(cfg.Keys)*cfg.PoolSlots)
 	if !cfg.Eager {
@@ -311,20 +311,15 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 		return fail(err)
 	}
 	p.sys = sys
+	undo = append(undo, sys.Stop)
+	// Charged: now allocate the pool, through the host location's actor.
+	if err := p.allocatePool(ctx, poolBytes); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, p.freePool)
 	p.serveDemotions()
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
-}
-
-// makeBytes returns make([]byte, n), or false when the Go runtime refuses
-// the length.
-func makeBytes(n int64) (b []byte, ok bool) {
-	defer func() {
-		if recover() != nil {
-			b, ok = nil, false
-		}
-	}()
-	return make([]byte, n), true
 }
 
 // enter admits one entry of the pipeline: ErrClosed after Close began, the

@@ -84,9 +84,9 @@ func (w *poolWriter) write(ctx context.Context, t *taskRef, chunks []*taskChunk,
 		}
 		w.chunk = w.order[lo:hi]
 		w.rows = w.rows[:0]
-		// The backend runs scatter on the buffer's own bytes: for host
-		// memory (pinned memory is host addressable on real devices too)
-		// exactly a view.
+		// The backend runs scatter on the chunk buffer's own bytes (a
+		// reconstruction at its location, which a fault injector may
+		// fail); scatter writes the pool through its host view.
 		if err := p.be.Load(ctx, src, src.Location(), w.view); err != nil {
 			return fmt.Errorf("pool write: %w", err)
 		}
@@ -100,11 +100,14 @@ func (w *poolWriter) write(ctx context.Context, t *taskRef, chunks []*taskChunk,
 }
 
 // scatter writes the rows of the current chunk that the task still owns
-// from b, the chunk's host bytes, into the pool.
+// from b, the chunk's host bytes, into the pool's host view.
 func (w *poolWriter) scatter(_ context.Context, b []byte) error {
 	p, plan, offs, n := w.p, w.plan, w.offs, w.p.cfg.RowBytes
 	p.poolMu.Lock()
 	defer p.poolMu.Unlock()
+	if p.poolMem == nil {
+		return ErrClosed // freed by Close
+	}
 	p.mu.Lock()
 	for _, r := range w.chunk {
 		if p.owners[offs[r]/n] == w.task {
@@ -126,7 +129,7 @@ func (w *poolWriter) scatter(_ context.Context, b []byte) error {
 		}
 		run := int64(j-i) * n
 		so, do := plan[first].Offset, offs[first]
-		copy(p.pool[do:do+run], b[so:so+run])
+		copy(p.poolMem[do:do+run], b[so:so+run])
 		i = j
 	}
 	return nil

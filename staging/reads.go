@@ -102,8 +102,11 @@ func (p *Pipeline) readPool(key string, slot int) ([]byte, error) {
 	}
 	out := make([]byte, p.cfg.RowBytes)
 	p.poolMu.RLock()
-	copy(out, p.pool[off:])
-	p.poolMu.RUnlock()
+	defer p.poolMu.RUnlock()
+	if p.poolMem == nil {
+		return nil, ErrClosed // freed by Close
+	}
+	copy(out, p.poolMem[off:])
 	return out, nil
 }
 

@@ -36,7 +36,10 @@ type buffer struct {
 	refs  int
 }
 
-var _ cuda.Buffer = (*buffer)(nil)
+var (
+	_ cuda.Buffer     = (*buffer)(nil)
+	_ cuda.HostMemory = (*buffer)(nil)
+)
 
 // Location returns the location the buffer was allocated at.
 func (b *buffer) Location() string { return b.loc }
@@ -52,6 +55,21 @@ func (b *buffer) String() string {
 // hostBytes returns the host memory of a host buffer as a slice. The
 // caller holds a reference.
 func (b *buffer) hostBytes() []byte { return unsafe.Slice((*byte)(b.host), b.size) }
+
+// HostBytes returns the memory of a host buffer (page-locked for
+// pinned-host, C heap memory for pageable-host) in place; see
+// [cuda.HostMemory]. It is the memory the backend's copies, Read, Write
+// and Load use. A cuda:N buffer matches cuda.ErrNoHostMemory, a freed
+// one cuda.ErrFreed.
+func (b *buffer) HostBytes() ([]byte, error) {
+	if b.kind == cuda.KindCUDA {
+		return nil, fmt.Errorf("%w: cu backend: %s is device memory", cuda.ErrNoHostMemory, b)
+	}
+	if b.isFreed() {
+		return nil, fmt.Errorf("%w: cu backend: host view of %s", cuda.ErrFreed, b)
+	}
+	return b.hostBytes(), nil
+}
 
 func (b *buffer) isFreed() bool {
 	b.mu.Lock()

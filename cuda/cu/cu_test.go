@@ -103,6 +103,48 @@ func TestDriverOutOfMemory(t *testing.T) {
 	require.ErrorIs(t, err, cuda.ErrOutOfMemory, "pageable host allocation of 4 EiB")
 }
 
+// A host buffer's view is its memory: written in place, a copy to the
+// device and back and Read see it; a copy into the buffer lands in it.
+// A device buffer has none, nor has a freed one.
+func TestHostBytes(t *testing.T) {
+	b := newBackend(t, nil)
+	defer func() { require.NoError(t, b.Close()) }()
+	const n = 1<<20 + 3
+	s, err := b.NewStream("cuda:0")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	dev, err := b.Allocate(ctx, "cuda:0", n)
+	require.NoError(t, err)
+	_, err = cuda.HostBytes(dev)
+	require.ErrorIs(t, err, cuda.ErrNoHostMemory)
+	for _, loc := range []string{"pageable-host", "pinned-host"} {
+		src, err := b.Allocate(ctx, loc, n)
+		require.NoError(t, err)
+		dst, err := b.Allocate(ctx, loc, n)
+		require.NoError(t, err)
+		view, err := cuda.HostBytes(src)
+		require.NoError(t, err)
+		require.Len(t, view, n)
+		for i := range view {
+			view[i] = byte(i*7) | 1
+		}
+		require.NoError(t, s.CopyAsync(dev, src))
+		require.NoError(t, s.CopyAsync(dst, dev))
+		require.NoError(t, s.Synchronize(ctx))
+		got, err := cuda.HostBytes(dst)
+		require.NoError(t, err)
+		require.Equal(t, view, got, loc)
+		read, err := b.Read(ctx, src)
+		require.NoError(t, err)
+		require.Equal(t, view, read, loc)
+		require.NoError(t, b.Free(src))
+		require.NoError(t, b.Free(dst))
+		_, err = cuda.HostBytes(src)
+		require.ErrorIs(t, err, cuda.ErrFreed)
+	}
+	require.NoError(t, b.Free(dev))
+}
+
 // Every method works from goroutines that never set a context, many at
 // once.
 func TestAnyGoroutine(t *testing.T) {

@@ -76,6 +76,7 @@ type Backend struct {
 
 type location struct {
 	name     string
+	host     bool  // a host location: its buffers have host views (buffer.HostBytes)
 	capacity int64 // 0 = unlimited
 	used     int64 // guarded by Backend.mu
 }
@@ -111,7 +112,8 @@ func New(cfg Config) (*Backend, error) {
 		b.sleep = timerSleep
 	}
 	for _, name := range cfg.Locations {
-		b.locs[name] = &location{name: name, capacity: cfg.Capacity[name]}
+		kind, _, _ := cuda.ParseLocation(name) // checked by check.Config
+		b.locs[name] = &location{name: name, host: kind != cuda.KindCUDA, capacity: cfg.Capacity[name]}
 	}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	return b, nil

@@ -23,14 +23,18 @@ type buffer struct {
 	id      uint64    // unique per backend, > 0
 	at      *location // where it was allocated
 	size    int64
-	mu      sync.RWMutex // guards data, sparse and dropped
+	mu      sync.RWMutex // guards data, sparse, inPlace and dropped
 	data    []byte       // a small buffer's bytes, len size; nil: all zero
 	sparse  *region      // a large buffer's bytes; nil: all zero
 	freed   atomic.Bool  // set once, by Free or Backend.Close
 	dropped bool         // the buffer was freed and its bytes released
+	inPlace bool         // HostBytes handed out its memory: see HostBytes
 }
 
-var _ cuda.Buffer = (*buffer)(nil)
+var (
+	_ cuda.Buffer     = (*buffer)(nil)
+	_ cuda.HostMemory = (*buffer)(nil)
+)
 
 // Location returns the location the buffer was allocated at.
 func (b *buffer) Location() string { return b.at.name }
@@ -63,7 +67,7 @@ func (b *buffer) large() bool { return b.size >= b.backend.sparseMin }
 // backend's count of real bytes; b.mu is held for writing.
 func (b *buffer) setData(d []byte) {
 	b.backend.real.Add(int64(len(d)) - int64(len(b.data)))
-	if b.data != nil && !b.backend.closed.Load() {
+	if b.data != nil && !b.inPlace && !b.backend.closed.Load() {
 		b.backend.recycle.put(b.data) // nothing else holds them: see recycler
 	}
 	b.data = d
@@ -111,6 +115,10 @@ func (b *buffer) read(p []byte, off int64, zeroed bool) {
 func (b *buffer) write(data []byte) error {
 	if b.large() {
 		return b.writeRegion(data)
+	}
+	if b.data != nil && b.inPlace {
+		copy(b.data, data)
+		return nil
 	}
 	if allZero(data) {
 		b.setData(nil)
@@ -162,6 +170,8 @@ func copyBuffer(dst, src *buffer) error {
 	switch {
 	case dst.large():
 		return copyRegion(dst, src)
+	case src.data == nil && dst.inPlace:
+		clear(dst.data)
 	case src.data == nil:
 		dst.setData(nil) // a copy of zeros is zeros: no real bytes
 	case dst.data == nil:

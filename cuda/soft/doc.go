@@ -61,6 +61,12 @@
 //     ReadAt copies a range into the caller's slice and makes no real
 //     bytes for what was never written.
 //
+// A buffer at a host location has a host view (cuda.HostBytes): its
+// memory in place, which the caller reads and writes directly. From the
+// first view on, the buffer holds its whole size in real memory until it
+// is freed, and zeros written or copied over it are stored like other
+// bytes (see cuda.HostMemory).
+//
 // Each buffer also costs a record of about a hundred bytes of Go memory
 // while it is allocated, whatever its size.
 //

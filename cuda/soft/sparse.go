@@ -42,12 +42,18 @@ func (b *buffer) markDirty(i int) {
 }
 
 // cleanChunk makes chunk i zero, releasing its memory, if it is dirty.
+// The chunks of a buffer in place stay dirty: its host view may write
+// any of them (see HostBytes).
 func (b *buffer) cleanChunk(i int) {
-	if b.sparse == nil || !b.sparse.clearDirty(i) {
+	if b.sparse == nil || !b.sparse.isDirty(i) {
 		return
 	}
 	lo, hi := b.span(i)
 	b.sparse.zeroRange(b.sparse.mem[lo:hi])
+	if b.inPlace {
+		return
+	}
+	b.sparse.clearDirty(i)
 	b.backend.real.Add(lo - hi)
 }
 
@@ -109,7 +115,7 @@ func (b *buffer) writeRegion(data []byte) error {
 // copyRegion copies src's dirty chunks into dst and cleans at dst the
 // chunks src lacks; dst and src are large buffers of the same size.
 func copyRegion(dst, src *buffer) error {
-	if src.sparse == nil {
+	if src.sparse == nil && !dst.inPlace {
 		dst.releaseRegion() // a copy of zeros is zeros: no real bytes
 		return nil
 	}
@@ -117,7 +123,7 @@ func copyRegion(dst, src *buffer) error {
 		return err
 	}
 	for i := range dst.chunks() {
-		if !src.sparse.isDirty(i) {
+		if src.sparse == nil || !src.sparse.isDirty(i) {
 			dst.cleanChunk(i)
 			continue
 		}

@@ -60,6 +60,17 @@ type truncBuffer struct {
 func (b *truncBuffer) Location() string { return b.real.Location() }
 func (b *truncBuffer) Size() int64      { return b.size }
 
+// HostBytes forwards the host view of the real buffer (cuda.HostMemory)
+// when it holds the whole buffer: a truncated buffer has no memory for
+// its bytes beyond the limit, and so no view of its size.
+func (b *truncBuffer) HostBytes() ([]byte, error) {
+	if b.real.Size() != b.size {
+		return nil, fmt.Errorf("%w: a %d-byte buffer at %s keeps only its first %d bytes in a replay",
+			cuda.ErrNoHostMemory, b.size, b.real.Location(), b.real.Size())
+	}
+	return cuda.HostBytes(b.real)
+}
+
 var errForeignBuffer = fmt.Errorf("%w: buffer not allocated by this backend", cuda.ErrInvalid)
 
 func unwrap(buf cuda.Buffer) (cuda.Buffer, error) {
@@ -154,6 +165,7 @@ func (s *truncStream) CopyAsync(dst, src cuda.Buffer) error {
 }
 
 var (
-	_ cuda.Backend   = (*truncatingBackend)(nil)
-	_ cuda.Simulator = (*truncatingBackend)(nil)
+	_ cuda.Backend    = (*truncatingBackend)(nil)
+	_ cuda.Simulator  = (*truncatingBackend)(nil)
+	_ cuda.HostMemory = (*truncBuffer)(nil)
 )
