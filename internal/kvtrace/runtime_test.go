@@ -93,3 +93,17 @@ func TestRunRefusesABadConfig(t *testing.T) {
 	_, err := Run(ctx, tr, Config{BlockBytes: 1, GPU: 1})
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// BenchmarkRunSyntheticTrace plays the synthetic trace through the
+// runtime at C = 3,000 with a 2C spill tier (demo kv's path): one
+// iteration is the whole trace (3,993 requests).
+func BenchmarkRunSyntheticTrace(b *testing.B) {
+	tr := syntheticTrace(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Run(context.Background(), tr, Config{BlockBytes: 4096, GPU: 3000, Spill: "pinned-host", SpillBlocks: 6000}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tr.Requests)), "ns/request")
+}
