@@ -238,6 +238,23 @@
 // message and its predicted peaks the current used+reserved of every
 // location.
 //
+// # Shared budgets
+//
+// [Config].SharedBudgets groups locations that draw on one memory (an
+// integrated GPU and the host): each group has a figure, and a group's
+// charged bytes are the sum of used+reserved over its members. Every
+// charge at a member must fit its location (as above) and then its group:
+// charged+requested <= figure; a reconstruction whose destination and
+// temporary are both members counts both charges at the group. A group's
+// refusal is a [*BudgetError] with Shared set and the group's figures. The
+// controller, after each assignment's location victims, computes each
+// group's shortfall (in name order: its members' additions less the
+// group's free bytes and the bytes of the victims already chosen at its
+// members) and takes victims for it from the members' candidates merged in
+// candidate order (then location order), by the same rule; a demotion is
+// made only when its target's group has room for it too (sharedbudgets.go;
+// docs/semantics.md, "Shared budgets").
+//
 // # Errors
 //
 // Seven typed errors: [*BudgetError],
