@@ -60,6 +60,7 @@ func (l *Ledger) ResizeOwned(name, owner string, bytes int64) error {
 	if c := lc.used + lc.reserved; c > lc.peak {
 		lc.peak = c
 	}
+	l.notePeak(r.loc)
 	l.commit("resize", nil, r.loc, bytes, fmt.Sprintf("%s: %d → %d", name, old, bytes))
 	return nil
 }

@@ -97,6 +97,7 @@ func (l *Ledger) simDemoteCharge(r *reservation, a Action) error {
 	if c := lc.used + lc.reserved; c > lc.peak {
 		lc.peak = c
 	}
+	l.notePeak(t)
 	return nil
 }
 

@@ -32,17 +32,33 @@ var ErrForeign = errors.New("residency handle of another manager")
 var ErrBusy = errors.New("residency busy")
 
 // BudgetError: a direct materialization, a temporary reconstruction charge
-// or a reservation would exceed one location's strict budget. The figures
-// are those at the refusal.
+// or a reservation would exceed one location's strict budget, or, with
+// Shared set, the figure of the shared budget the location belongs to
+// (the location's own figures are then those of a charge it admits). The
+// figures are those at the refusal.
 type BudgetError struct {
 	Location       string
 	BudgetBytes    int64
 	UsedBytes      int64
 	ReservedBytes  int64
 	RequestedBytes int64
+	// Shared names the shared budget that refused ("" when the location
+	// did); SharedBytes is its figure, SharedUsedBytes its charged bytes
+	// (used+reserved over its members) and SharedRequestedBytes what the
+	// operation would add to it.
+	Shared               string `json:",omitempty"`
+	SharedBytes          int64  `json:",omitempty"`
+	SharedUsedBytes      int64  `json:",omitempty"`
+	SharedRequestedBytes int64  `json:",omitempty"`
 }
 
 func (e *BudgetError) Error() string {
+	if e.Shared != "" {
+		short := new(big.Int).Add(big.NewInt(e.SharedUsedBytes), big.NewInt(e.SharedRequestedBytes))
+		short.Sub(short, big.NewInt(e.SharedBytes))
+		return fmt.Sprintf("residency shared budget %q exceeded at %s: charged %d + requested %d > shared %d (short by %s bytes)",
+			e.Shared, e.Location, e.SharedUsedBytes, e.SharedRequestedBytes, e.SharedBytes, short)
+	}
 	// Worked out exactly: figures decoded from saved evidence may hold any
 	// int64, and a wrapped sum would say "short by" a negative number.
 	short := new(big.Int).Add(big.NewInt(e.UsedBytes), big.NewInt(e.ReservedBytes))

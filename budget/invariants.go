@@ -34,6 +34,9 @@ func (l *Ledger) CheckInvariants() error {
 	if err := l.checkRecords(); err != nil {
 		return err
 	}
+	if err := l.checkShared(); err != nil {
+		return err
+	}
 	if err := l.checkCaps(); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ type location struct {
 	catBytes [numCats]int64
 	// spill is the index of the location's spill target, -1 for none.
 	spill int
+	// shared is the index+1 of the location's shared budget, 0 for none
+	// (sharedbudgets.go).
+	shared int
 }
 
 type mat struct {
@@ -153,12 +156,15 @@ type Ledger struct {
 	roomReleases uint64
 	// caps: the caps over groups of reservations, by name (capgroups.go).
 	caps map[string]*capGroup
+	// shared: the shared budgets, by name (sharedbudgets.go).
+	shared []sharedGroup
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
 // missing manager id, a malformed or duplicate location, a budget ≤ 0, a
 // negative trace capacity, a spill target that is malformed, not
-// configured or equal to its own location ([*InvalidInputError]).
+// configured or equal to its own location, a malformed shared budget
+// (sharedbudgets.go) ([*InvalidInputError]).
 func New(cfg Config) (*Ledger, error) {
 	if cfg.ManagerID == "" {
 		return nil, invalidf("manager id is required")
@@ -206,6 +212,9 @@ func New(cfg Config) (*Ledger, error) {
 		l.locIndex[l.locs[i].name] = i
 	}
 	if err := l.configureSpill(cfg.Locations); err != nil {
+		return nil, err
+	}
+	if err := l.configureShared(cfg.SharedBudgets); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -295,6 +304,7 @@ func (l *Ledger) charge(loc int, bytes int64) {
 	if c := lc.used + lc.reserved; c > lc.peak {
 		lc.peak = c
 	}
+	l.notePeak(loc)
 }
 
 func (l *Ledger) uncharge(loc int, bytes int64) {
@@ -305,12 +315,21 @@ func (l *Ledger) uncharge(loc int, bytes int64) {
 	}
 }
 
-// admits checks whether requested more bytes fit at loc.
+// admits checks whether requested more bytes fit at loc, and then at its
+// shared budget, if any.
 // The comparison is exact: it is written so that no sum can overflow
 // (used+reserved never exceeds the budget, or math.MaxInt64 without one).
 // Without a budget, a charge that would make used+reserved unrepresentable
 // is invalid input rather than a wrapped-around figure.
 func (l *Ledger) admits(loc int, requested int64) error {
+	if err := l.admitsLocation(loc, requested); err != nil {
+		return err
+	}
+	return l.admitsShared(loc, requested, 0)
+}
+
+// admitsLocation is admits at the location alone, without its group.
+func (l *Ledger) admitsLocation(loc int, requested int64) error {
 	lc := &l.locs[loc]
 	if !lc.hasBudget {
 		return AccountingOverflow(lc.name, lc.used, lc.reserved, requested)

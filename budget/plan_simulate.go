@@ -26,6 +26,7 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 		sim:                true,
 	}
 	copy(c.locs, l.locs)
+	c.shared = cloneShared(l.shared)
 	for i := range c.locs {
 		c.locs[i].peak = c.locs[i].used + c.locs[i].reserved
 		c.locs[i].reservations = nil

@@ -83,6 +83,7 @@ func (l *Ledger) reserveIn(loc, name string, bytes int64, owner string, c *capGr
 	if c := lc.used + lc.reserved; c > lc.peak {
 		lc.peak = c
 	}
+	l.notePeak(i)
 	l.commitDetail("reserve", nil, i, bytes, traceDetail{kind: detailReservation, text: name})
 	return nil
 }

@@ -144,6 +144,9 @@ func (s *scriptRunner) printErr(err error, indent string) {
 		if ie, ok := err.(*InvalidInputError); ok && ie.Inactive == LifetimeNone && (name == "Inactive" || name == "ID") {
 			continue // shown only when the refusal names an inactive lifetime
 		}
+		if be, ok := err.(*BudgetError); ok && be.Shared == "" && strings.HasPrefix(name, "Shared") {
+			continue // shown only when a shared budget refused
+		}
 		switch v := f.Interface().(type) {
 		case string:
 			s.printf("%s  %s: %q", indent, name, v)

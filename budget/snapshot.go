@@ -24,6 +24,9 @@ type Snapshot struct {
 	// Caps are the caps over groups of reservations (capgroups.go), by
 	// name; nil when none is set.
 	Caps []CapRecord `json:",omitempty"`
+	// SharedBudgets are the shared budgets' figures (sharedbudgets.go), by
+	// name; nil when none is configured.
+	SharedBudgets []SharedBudgetRecord `json:",omitempty"`
 }
 
 // LocationRecord is a location's figures.
@@ -119,6 +122,7 @@ type FrozenSnapshot struct {
 	counts    map[string]uint64
 	removals  map[RemovalKind]uint64
 	caps      []CapRecord
+	shared    []SharedBudgetRecord
 	chunks    []*recChunk
 	n         int // records in chunks (live values and holes)
 	live      int
@@ -131,7 +135,7 @@ func (f *FrozenSnapshot) StateVersion() uint64 { return f.version }
 // with the ledger or with other renderings. Safe for concurrent use.
 func (f *FrozenSnapshot) Snapshot() Snapshot {
 	s := Snapshot{StateVersion: f.version, ManagerID: f.manager, Locations: make([]LocationRecord, len(f.locations)), Values: make([]ValueRecord, 0, f.live),
-		TransitionCounts: maps.Clone(f.counts), RemovalCounts: maps.Clone(f.removals), Caps: cloneCaps(f.caps)}
+		TransitionCounts: maps.Clone(f.counts), RemovalCounts: maps.Clone(f.removals), Caps: cloneCaps(f.caps), SharedBudgets: cloneSharedRecords(f.shared)}
 	for i, r := range f.locations {
 		r.Reservations = slices.Clone(r.Reservations)
 		s.Locations[i] = r
@@ -169,7 +173,7 @@ func (f *FrozenSnapshot) each(fn func(*ValueRecord)) {
 // version.
 func (l *Ledger) Freeze() *FrozenSnapshot {
 	f := &FrozenSnapshot{version: l.version, manager: l.id, locations: make([]LocationRecord, len(l.locs)),
-		counts: maps.Clone(l.counts), removals: maps.Clone(l.removals), caps: l.capRecords()}
+		counts: maps.Clone(l.counts), removals: maps.Clone(l.removals), caps: l.capRecords(), shared: l.sharedRecords()}
 	for i := range l.locs {
 		lc := &l.locs[i]
 		r := LocationRecord{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved, PeakBytes: lc.peak}

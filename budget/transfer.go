@@ -182,7 +182,14 @@ func (l *Ledger) reconstruct(v *value, d int) (Admission, error) {
 	temp := -1
 	if v.source != d {
 		temp = v.source
-		if err := l.admits(temp, v.bytes); err != nil {
+		if err := l.admitsLocation(temp, v.bytes); err != nil {
+			return Admission{}, err
+		}
+		also := int64(0)
+		if g := l.locs[d].shared; g > 0 && g == l.locs[temp].shared {
+			also = v.bytes // the destination's charge counts at the same group
+		}
+		if err := l.admitsShared(temp, v.bytes, also); err != nil {
 			return Admission{}, err
 		}
 	}

@@ -321,6 +321,9 @@ type Config struct {
 	Locations []LocationConfig
 	// TraceCapacity is the size of the trace ring; 0 disables the trace.
 	TraceCapacity int
+	// SharedBudgets are figures over groups of locations that share one
+	// memory (sharedbudgets.go); none by default.
+	SharedBudgets []SharedBudget
 }
 
 // DefaultTraceCapacity is the trace ring size runtimes use by default.

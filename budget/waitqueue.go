@@ -302,6 +302,12 @@ func (e *BudgetError) Short() (string, int64) {
 	if e == nil {
 		return "", 0
 	}
+	if e.Shared != "" {
+		if n := subSat(addSat(e.SharedUsedBytes, e.SharedRequestedBytes), e.SharedBytes); n > 0 {
+			return e.Location, n
+		}
+		return "", 0
+	}
 	if n := e.RequestedBytes - (e.BudgetBytes - e.UsedBytes - e.ReservedBytes); n > 0 {
 		return e.Location, n
 	}
