@@ -14,7 +14,10 @@ import (
 type victim struct {
 	loc int
 	c   candidate
-	n   int64 // the location's shortfall
+	n   int64 // the location's shortfall, or its group's
+	// shared is the index+1 of the group whose shortfall chose it, 0
+	// for a location's (decide_shared.go).
+	shared int
 }
 
 // evaluation is a feasible assignment's outcome and its rank.
@@ -162,8 +165,8 @@ func (d *decider) exclusiveMove(v *value, dest int) string {
 }
 
 // chooseVictims finds the shortfall at each touched location with a budget
-// and the victims that cover it, with their priorities (highest first);
-// a reason when no victims can.
+// and the victims that cover it, then those of every shared budget short,
+// with their priorities (highest first); a reason when no victims can.
 func (d *decider) chooseVictims(ev *evaluation) string {
 	l := d.l
 	// Shortfalls, in location order.
@@ -177,7 +180,7 @@ func (d *decider) chooseVictims(ev *evaluation) string {
 			d.short = append(d.short, shortfall{loc, n})
 		}
 	}
-	if len(d.short) == 0 {
+	if len(d.short) == 0 && len(l.shared) == 0 {
 		return ""
 	}
 	slices.SortFunc(d.short, func(a, b shortfall) int { return a.loc - b.loc })
@@ -194,6 +197,11 @@ func (d *decider) chooseVictims(ev *evaluation) string {
 	if len(d.short) > 1 && d.lastCopyConflict(ev.victims) {
 		var fail string
 		if ev.victims, fail = d.constrainedVictims(); fail != "" {
+			return fail
+		}
+	}
+	if len(l.shared) > 0 {
+		if fail := d.sharedVictims(ev); fail != "" {
 			return fail
 		}
 	}

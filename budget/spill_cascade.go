@@ -102,7 +102,7 @@ func (d *decider) spill(st *spillState, vc victim, roomFor *victim, chain []int)
 	l := d.l
 	t := l.locs[vc.loc].spill
 	to := -1
-	if t >= 0 && d.demotable(vc, t) {
+	if t >= 0 && d.demotable(vc, t) && d.sharedFits(st, t, vc.c.bytes) {
 		short := d.spillShort(st, t, vc.c.bytes)
 		switch {
 		case short <= 0:
@@ -233,6 +233,7 @@ func (d *decider) reclaims(list []spilled) ([]Action, []Eviction) {
 			}
 			e.Reason = victimReason(vc.c.prio, vc.c.lastUse, name, what, vc.c.bytes, vc.n, d.req.Name)
 		}
+		e.Reason += d.sharedVictimReason(vc)
 		if sp.at != nil {
 			e.RoomFor = sp.roomFor
 			e.Reason += roomForReason(name, d.victimName(*sp.at), l.locs[sp.at.loc].name, sp.roomFor)
