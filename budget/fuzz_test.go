@@ -160,13 +160,24 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 	}
 	tb := r.next()
 	cfg.TraceCapacity = tb % 6
-	h := &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs)}
+	cfg.SharedBudgets = fzShared(tb)
+	h := &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs).withShared(cfg.SharedBudgets)}
 	if tb >= 128 { // charge-dense: half the opcode bytes are charge operations
 		h.chargeFrom = 128
 	} else {
 		h.chargeFrom = fzChargeOpsFrom
 	}
 	return h
+}
+
+// fzShared gives one run in eight a shared budget, from the trace byte
+// (no byte more is read, so every other run is as before).
+func fzShared(tb int) []SharedBudget {
+	if (tb>>3)&7 != 5 {
+		return nil
+	}
+	groups := [][]string{{"pageable-host", "cuda:0"}, {"pinned-host", "cuda:1"}, {"cuda:1", "pageable-host", "cuda:0"}, {"pinned-host", "pageable-host"}}
+	return []SharedBudget{{Name: "shared", Locations: groups[tb>>6], Bytes: int64(10 + (tb*7)%41)}}
 }
 
 func (h *fzHarness) loc() string { return fzLoc(h.r.next()) }
@@ -276,6 +287,8 @@ func fzErr(err error) string {
 	switch {
 	case errors.As(err, &cb):
 		return refChargeBusy(cb.Charge, cb.State, cb.Refused)
+	case errors.As(err, &be) && be.Shared != "":
+		return refSharedBudget(be.Shared, be.Location, be.SharedBytes, be.SharedUsedBytes, be.SharedRequestedBytes)
 	case errors.As(err, &be):
 		return refBudget(be.Location, be.BudgetBytes, be.UsedBytes, be.ReservedBytes, be.RequestedBytes)
 	case errors.As(err, &ie):

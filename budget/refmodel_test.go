@@ -76,6 +76,7 @@ type refModel struct {
 	peak    map[string]int64
 	nextID  int // lease, hold, event and admission ids (one counter: ids are internal)
 	report  *[]uint64
+	shared  []refShared // refmodel_shared_test.go
 }
 
 func newRefModel(manager string, locs []refLoc) *refModel {
@@ -95,6 +96,7 @@ func newRefModel(manager string, locs []refLoc) *refModel {
 func (m *refModel) clone() *refModel {
 	c := *m
 	c.locs = append([]refLoc(nil), m.locs...)
+	c.shared = append([]refShared(nil), m.shared...)
 	c.values = nil
 	for _, v := range m.values {
 		cv := *v
@@ -248,6 +250,7 @@ func (m *refModel) notePeaks() {
 			m.peak[l.name] = c
 		}
 	}
+	m.noteSharedPeaks()
 }
 
 // ---- validation --------------------------------------------------------------
@@ -281,7 +284,7 @@ func (m *refModel) resolve(h Handle) (*refValue, string) {
 	return v, ""
 }
 
-func (m *refModel) admit(loc string, requested int64) string {
+func (m *refModel) admitLoc(loc string, requested int64) string {
 	l := m.locs[m.locIndex(loc)]
 	used, reserved := m.used(loc), m.reserved(loc)
 	if !l.hasBudget {
@@ -405,7 +408,7 @@ func (m *refModel) place(v *refValue, dest string) (refAdm, string) {
 	temp := ""
 	if v.source != dest {
 		temp = v.source
-		if e := m.admit(temp, v.bytes); e != "" {
+		if e := m.admitTemp(dest, temp, v.bytes); e != "" {
 			return refAdm{}, e
 		}
 	}
@@ -748,6 +751,7 @@ func (m *refModel) State() []string {
 		}
 		out = append(out, line)
 	}
+	out = append(out, m.sharedState()...)
 	for _, v := range m.values {
 		if v.stillborn || v.discarded { // snapshots list live values only
 			continue
@@ -782,6 +786,7 @@ func ledgerState(s Snapshot) []string {
 		}
 		out = append(out, line)
 	}
+	out = append(out, ledgerSharedState(s)...)
 	for _, v := range s.Values {
 		line := fmt.Sprintf("value %d %s %d %s source=%q recoverable=%v", v.Handle.ID, v.Handle.Name, v.Bytes, v.ReplicaMode, v.SourceLocation, v.Recoverable)
 		for _, m := range v.Materializations {
