@@ -105,6 +105,12 @@ func (m *refModel) decisionList(d Decision, cands func(loc string) []Eviction) [
 		adds:      m.planAdditions(d.Plan),
 		demotable: m.victimDemotable,
 		cands:     cands,
+		group: func(t string) ([]string, int64, bool) {
+			if g := m.groupOf(t); g != nil {
+				return g.locs, g.bytes, true
+			}
+			return nil, 0, false
+		},
 	}
 	var victims []Eviction
 	for _, e := range d.Evictions {

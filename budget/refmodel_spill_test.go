@@ -65,6 +65,9 @@ type refSpillIn struct {
 	adds      map[string]int64
 	demotable func(e Eviction, t string) bool
 	cands     func(loc string) []Eviction
+	// group gives t's shared budget (its members and figure); nil or
+	// false: none.
+	group func(t string) ([]string, int64, bool)
 }
 
 // refSpill applies the spill rule of docs/semantics.md ("Spill", the
@@ -75,6 +78,7 @@ type refSpillIn struct {
 // each demoted further by the same rule or dropped. Written from the text,
 // sharing no code with spill_cascade.go.
 func refSpill(in refSpillIn, victims []Eviction) []Eviction {
+	// (A demotion into a shared budget needs room there too: refGroupFits.)
 	key := func(e Eviction) string { return fmt.Sprint(e.Location, "/", e.Handle.ID, "/", e.Charge) }
 	removed, before, into := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	taken, takenVal := map[string]bool{}, map[uint64]bool{}
@@ -135,7 +139,7 @@ func refSpill(in refSpillIn, victims []Eviction) []Eviction {
 	var place func(e Eviction, chain []string)
 	place = func(e Eviction, chain []string) {
 		t := in.spill(e.Location)
-		if t != "" && in.demotable(e, t) {
+		if t != "" && in.demotable(e, t) && refGroupFits(in, t, e.Bytes, removed, before, into) {
 			if short := excess(t, e.Bytes); short <= 0 {
 				e.To = t
 			} else if !slices.Contains(chain, t) {
@@ -184,4 +188,23 @@ func refCandidates(l *Ledger, loc string, required map[uint64]bool) []Eviction {
 		}
 	}
 	return out
+}
+
+// refGroupFits: a demotion of b bytes to t fits t's shared budget, if any,
+// in the plan's final state and when it lands (docs/semantics.md, "Shared
+// budgets"): the spill rule's two sums, over the group's members.
+func refGroupFits(in refSpillIn, t string, b int64, removed, before, into map[string]int64) bool {
+	if in.group == nil {
+		return true
+	}
+	locs, bytes, ok := in.group(t)
+	if !ok {
+		return true
+	}
+	final, landing := b, b
+	for _, m := range locs {
+		final += in.charged(m) + into[m] - removed[m] + in.adds[m]
+		landing += in.charged(m) + into[m] - before[m]
+	}
+	return final <= bytes && landing <= bytes
 }
