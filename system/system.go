@@ -37,6 +37,8 @@ type (
 	Decision              = budget.Decision
 	Eviction              = budget.Eviction
 	LocationConfig        = budget.LocationConfig
+	SharedBudget          = budget.SharedBudget
+	SharedBudgetRecord    = budget.SharedBudgetRecord
 	BudgetError           = budget.BudgetError
 	PlanError             = budget.PlanError
 	SearchLimitError      = budget.SearchLimitError
@@ -218,6 +220,13 @@ type Options struct {
 	// sets LocationConfig.SpillTo of the locations it names. Default:
 	// none, and every decision is as without spill.
 	Spill map[string]string
+	// SharedBudgets are figures over groups of locations that draw on one
+	// memory (an integrated GPU's cuda:0 and pageable-host): every charge
+	// at a member must fit its own budget and its group's figure, the
+	// controller makes room for a group from all its members, and
+	// Snapshot.SharedBudgets shows each group (docs/semantics.md, "Shared
+	// budgets"). Default: none.
+	SharedBudgets []SharedBudget
 	// MaxWaiters bounds the callers waiting for room at once (Admit and
 	// cache loads with a [WaitOption]); one more is refused at once with a
 	// [*budget.QueueFullError], errors.Is [ErrBusy]. Default 1024
@@ -309,7 +318,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	lcfg := budget.Config{ManagerID: id, Locations: locs, TraceCapacity: capTrace}
+	lcfg := budget.Config{ManagerID: id, Locations: locs, TraceCapacity: capTrace, SharedBudgets: opts.SharedBudgets}
 	// Validate before creating a backend.
 	if _, err := budget.New(lcfg); err != nil {
 		return nil, err
