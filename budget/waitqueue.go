@@ -272,6 +272,51 @@ func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64,
 	return nil
 }
 
+// CannotFitShared is [CannotFit] for the shared budgets: nil, unless req
+// reserves more bytes at the members of one group than its whole figure,
+// or requires a value larger than the figure of the group of every
+// location it names (a location outside every group fits as far as the
+// groups go). Such a request can never be admitted, however long it waits.
+func CannotFitShared(req Request, groups []SharedBudget, bytes func(Handle) (int64, bool)) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	groupOf := map[string]int{}
+	for i, g := range groups {
+		for _, loc := range g.Locations {
+			groupOf[loc] = i
+		}
+	}
+	sums := make([]int64, len(groups))
+	for _, r := range req.Reservations {
+		i, ok := groupOf[r.Location]
+		if !ok || r.Bytes <= 0 {
+			continue
+		}
+		if sums[i] = addSat(sums[i], r.Bytes); sums[i] > groups[i].Bytes {
+			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at the members of shared budget %q, more than its whole figure of %d: it can never be admitted", req.Name, sums[i], groups[i].Name, groups[i].Bytes)}
+		}
+	}
+	for _, rq := range req.Requirements {
+		n, ok := bytes(rq.Handle)
+		if !ok || len(rq.Tiers) == 0 {
+			continue
+		}
+		fits := false
+		for _, tier := range rq.Tiers {
+			for _, loc := range tier {
+				if i, ok := groupOf[loc]; !ok || n <= groups[i].Bytes {
+					fits = true
+				}
+			}
+		}
+		if !fits {
+			return &PlanError{Reason: fmt.Sprintf("request %q requires %s (%d bytes), larger than the shared budget of every location it names: it can never be admitted", req.Name, rq.Handle.Name, n)}
+		}
+	}
+	return nil
+}
+
 // WaitState tells a waiting caller that it is queued and why (the
 // runtime's wait option WaitNotify).
 type WaitState struct {

@@ -144,3 +144,31 @@ func TestCannotFit(t *testing.T) {
 		}
 	}
 }
+
+func TestCannotFitShared(t *testing.T) {
+	h := Handle{Manager: "m", ID: 1, Name: "w"}
+	sizes := map[uint64]int64{1: 80}
+	bytes := func(h Handle) (int64, bool) { n, ok := sizes[h.ID]; return n, ok }
+	groups := []SharedBudget{{Name: "igpu", Locations: []string{"cuda:0", "pageable-host"}, Bytes: 70}}
+	cases := []struct {
+		name  string
+		req   Request
+		never bool
+	}{
+		{"fits the group", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 70}}}, false},
+		{"members add up too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 40}, {Name: "b", Location: "pageable-host", Bytes: 31}}}, true},
+		{"outside every group", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:1", Bytes: 1 << 40}}}, false},
+		{"value larger than the group", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:0"}}}}}, true},
+		{"value fits a location outside the group", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:0"}, {"cuda:1"}}}}}, false},
+	}
+	for _, tc := range cases {
+		err := CannotFitShared(tc.req, groups, bytes)
+		if tc.never {
+			var pe *PlanError
+			assert.ErrorAs(t, err, &pe, tc.name)
+		} else {
+			assert.NoError(t, err, tc.name)
+		}
+	}
+	assert.NoError(t, CannotFitShared(Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 1 << 40}}}, nil, bytes), "no groups")
+}

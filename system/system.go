@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,6 +287,7 @@ type System struct {
 	closers    *closerList       // what Close closes first (close.go); its own allocation (see OnClose)
 	ownBackend bool              // Options.CloseBackend
 	spill      map[string]string // spill targets, location → target (fixed)
+	shared     []SharedBudget    // Options.SharedBudgets (fixed)
 }
 
 // Start starts a runtime on opts.Backend. Errors: invalid options
@@ -346,7 +348,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room, ownBackend: opts.CloseBackend, closers: &closerList{}}
+	s := &System{eng: eng, root: eng.Root(), sup: eng.Supervisor, backend: backend, log: log, managerID: id, events: events, room: room, ownBackend: opts.CloseBackend, closers: &closerList{}, shared: slices.Clone(opts.SharedBudgets)}
 	for _, lc := range locs {
 		if lc.SpillTo != "" {
 			if s.spill == nil {

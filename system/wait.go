@@ -478,10 +478,14 @@ func (s *System) cannotFit(ctx context.Context, req Request) error {
 			}
 		}
 	}
-	return budget.CannotFit(req, s.room.budgets, func(h Handle) (int64, bool) {
+	size := func(h Handle) (int64, bool) {
 		n, ok := sizes[h.ID]
 		return n, ok
-	})
+	}
+	if err := budget.CannotFit(req, s.room.budgets, size); err != nil {
+		return err
+	}
+	return budget.CannotFitShared(req, s.shared, size)
 }
 
 // requestLocations lists the locations a request may need room at: every
