@@ -335,6 +335,17 @@ func gatedLoader(seed byte, started chan<- struct{}, release <-chan struct{}) cu
 	}
 }
 
+// stubbornLoader is gatedLoader for a load that ignores its context: it
+// returns only once release is closed.
+func stubbornLoader(seed byte, started chan<- struct{}, release <-chan struct{}) cuda.Loader {
+	return func(_ context.Context, dst []byte) error {
+		started <- struct{}{}
+		<-release
+		copy(dst, testPattern(seed, len(dst)))
+		return nil
+	}
+}
+
 // testEvent is a consumer event the test completes.
 type testEvent struct {
 	done chan struct{}

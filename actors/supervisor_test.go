@@ -478,12 +478,21 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 	}}))
 
 	// Two transfers held in flight by their loaders: a direct place and a
-	// plan step.
+	// plan step. The loaders ignore their context: Shutdown cancels the
+	// context of every load, and a load that honoured it would end its
+	// transfer (and answer its caller) before the panic, a race with the
+	// Reserve below. They return once the test releases them, before Stop.
 	startedA, startedB := make(chan struct{}, 1), make(chan struct{}, 1)
-	release := make(chan struct{}) // never closed: Stop cancels the loaders
+	release := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
 	ka, kb := nextTestKey(), nextTestKey()
-	h.eng.StoreLoader(ka, gatedLoader(1, startedA, release))
-	h.eng.StoreLoader(kb, gatedLoader(2, startedB, release))
+	h.eng.StoreLoader(ka, stubbornLoader(1, startedA, release))
+	h.eng.StoreLoader(kb, stubbornLoader(2, startedB, release))
 	a := h.register(budget.ValueSpec{Name: "a", Bytes: 1000, Mode: budget.Replicable, Source: locHost}, nil, ka)
 	require.NoError(t, a.Err)
 	b := h.register(budget.ValueSpec{Name: "b", Bytes: 1000, Mode: budget.Replicable, Source: locHost}, nil, kb)
@@ -562,6 +571,8 @@ func TestSupervisorPanicStopsTheRuntimeWithFatalError(t *testing.T) {
 	assert.False(t, parked, "the refused RecordEvent's event is dropped")
 
 	// Stop frees every buffer the ledger can no longer free.
+	close(release)
+	released = true
 	h.stop()
 	_, sawReserve := kinds.Load("Reserve")
 	assert.True(t, sawReserve)
