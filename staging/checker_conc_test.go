@@ -392,7 +392,11 @@ func (pr *ckProducer) appendStep(t *ckTask) {
 	}
 	s := pr.steps[pr.rng.IntN(len(pr.steps))]
 	rows := r.chunkRows(pr.rng, int64(len(s.data)))
+	// The rows stay "being appended" until the model has them (claimRows
+	// below, under r.mu; deferred calls run last first): a refusal another
+	// producer checks in between must see them, in one place or the other.
 	r.appendStart(t, rows)
+	defer r.appendEnd(t)
 	start := r.tick.Add(1)
 	err := t.task.Append(r.ctx, staging.Chunk{Step: s.step, Rows: rows})
 	end := r.tick.Add(1)
@@ -403,9 +407,7 @@ func (pr *ckProducer) appendStep(t *ckTask) {
 		}
 		return
 	}
-	ok := pr.checkAppend(t, rows, err, false)
-	r.appendEnd(t)
-	if !ok {
+	if !pr.checkAppend(t, rows, err, false) {
 		return
 	}
 	r.mu.Lock()
