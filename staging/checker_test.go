@@ -1472,7 +1472,10 @@ func (r *ckRound) seqAppendClone(t *ckTask) {
 	// it makes meanwhile); otherwise let everything held go first.
 	needs := r.used+n > r.cfg.CloneBudgetBytes || (r.devBudget > 0 && r.used+n > r.devBudget)
 	if (exp == "" || exp == "maybe") && !noWait && needs {
-		if r.paused && r.bg == nil && r.devBudget == 0 && r.head != nil && r.gatesOpen() && g == nil && r.rng.IntN(2) == 0 {
+		// Only an append the model is sure the task takes: one it may
+		// refuse (a row maybe lost, the task queued) is refused before
+		// the wait, with no flush to see.
+		if exp == "" && r.paused && r.bg == nil && r.devBudget == 0 && r.head != nil && r.gatesOpen() && g == nil && r.rng.IntN(2) == 0 {
 			r.backgroundAppend(t, n, data, rows)
 			return
 		}
