@@ -58,6 +58,14 @@ type Config struct {
 	// supervisor's goroutine and must not block (package system wakes
 	// the callers waiting for room with it).
 	OnRoom func()
+	// HeldRoom, when set, returns the room earlier waiters hold for a
+	// call of class 0 that does not wait: how many hold each location
+	// (budget.WaitQueue.HeldAt). The supervisor runs such calls — place,
+	// copy, move, register at a location, reserve, an execute, a scope
+	// entry, an admit not ordered by the wait queue — under
+	// budget.Ledger.WithHeld with it. It runs on the supervisor's
+	// goroutine and must not wait for the supervisor.
+	HeldRoom func() map[string]int
 }
 
 // Engine is a running set of actors around one ledger.
@@ -73,6 +81,7 @@ type Engine struct {
 	hooks        testhooks.Knobs
 	obs          Observer
 	onRoom       func()
+	heldRoom     func() map[string]int
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID
@@ -118,6 +127,7 @@ func Start(cfg Config) (*Engine, error) {
 		hooks:        cfg.Knobs,
 		obs:          cfg.Observer,
 		onRoom:       cfg.OnRoom,
+		heldRoom:     cfg.HeldRoom,
 		stateLimit:   cfg.StateLimit,
 		allocTimeout: cfg.AllocTimeout,
 		locations:    map[string]*actor.PID{},

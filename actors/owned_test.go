@@ -62,7 +62,9 @@ func TestSupervisorCarriesOutCacheRequests(t *testing.T) {
 	rep = ask(func(p *actor.PID) any { return &messages.Unreserve{Name: "c/a#1", ReplyTo: p} }).(*messages.Reply)
 	assert.ErrorIs(t, rep.Err, budget.ErrInvalidInput)
 
-	ch := ask(func(p *actor.PID) any { return &messages.OwnerChargesRequest{Location: "cuda:0", Owner: "c", ReplyTo: p} }).(*messages.OwnerChargesReply)
+	ch := ask(func(p *actor.PID) any {
+		return &messages.OwnerChargesRequest{Location: "cuda:0", Owner: "c", ReplyTo: p}
+	}).(*messages.OwnerChargesReply)
 	require.NoError(t, ch.Err)
 	assert.Equal(t, budget.OwnerCharges{Location: "cuda:0", HasBudget: true, BudgetBytes: 100, ReservedBytes: 50, OwnedBytes: 50, OwnedReservations: 1}, ch.Charges)
 

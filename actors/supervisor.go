@@ -122,9 +122,31 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	}()
 	s.handling, s.hooked = msg, false
 	s.drainOffers() // the caches' pending offers first (offers.go)
-	s.receive(ctx, msg)
+	if s.takesRoom(msg) {
+		s.ledger.WithHeld(s.eng.heldRoom(), func() { s.receive(ctx, msg) })
+	} else {
+		s.receive(ctx, msg)
+	}
 	s.handling = nil // keep no message (nor its data) alive past its handling
 	s.noteRoom()
+}
+
+// takesRoom reports whether msg is a call that does not wait for room
+// and may charge bytes: while earlier waiters hold a location's room, it
+// takes none of it (budget/held.go). A waiting call's try, a cache's
+// load (the cache orders its own loads against the queue) and the write
+// pipeline's clone reservations are not.
+func (s *supervisor) takesRoom(msg any) bool {
+	if s.eng.heldRoom == nil {
+		return false
+	}
+	switch m := msg.(type) {
+	case *messages.Transition, *messages.Register, *messages.Reserve, *messages.Execute, *messages.EnterScope:
+		return true
+	case *messages.Admit:
+		return !m.Ordered
+	}
+	return false
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {

@@ -196,6 +196,9 @@ type decider struct {
 	failures   []string
 	failureSet map[string]bool
 	lastFail   string
+	// heldBlock is the first assignment's refusal for room held by
+	// earlier waiters (Ledger.WithHeld), nil when none was.
+	heldBlock *WaitersAheadError
 }
 
 type enteredAt struct {
@@ -349,6 +352,13 @@ func (d *decider) search(limit int) (Decision, error) {
 		if !odometer(tv, func(i int) int { return len(d.reqs[i].tiers) }) {
 			break
 		}
+	}
+	if d.heldBlock != nil {
+		// Some assignment was blocked only by room earlier waiters hold:
+		// waiting could admit the request, so it is busy, not infeasible.
+		err := *d.heldBlock
+		err.Detail = d.infeasibleReason(explored)
+		return Decision{}, &err
 	}
 	return Decision{}, &PlanError{Reason: d.infeasibleReason(explored)}
 }

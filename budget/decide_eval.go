@@ -95,6 +95,22 @@ func (d *decider) evaluate(chosen []int) (*evaluation, string) {
 	if fail := d.chooseVictims(ev); fail != "" {
 		return nil, fail
 	}
+	// Room held for earlier waiters last: it blocks only an assignment
+	// that would be feasible (held.go).
+	if d.l.held != nil {
+		for _, loc := range d.touched {
+			if d.adds[loc] <= 0 {
+				continue
+			}
+			if err := d.l.heldErr(loc); err != nil {
+				wa := err.(*WaitersAheadError)
+				if d.heldBlock == nil {
+					d.heldBlock = wa
+				}
+				return nil, fmt.Sprintf("held room: %d earlier callers wait for room at %s", wa.Waiters, wa.Location)
+			}
+		}
+	}
 	return ev, ""
 }
 

@@ -137,6 +137,13 @@ type fzHarness struct {
 	resv    []fzResv
 	// chargeFrom: an opcode byte ≥ chargeFrom is a charge operation.
 	chargeFrom int
+	// held (nil: none) is the room earlier waiters hold (held.go), in
+	// force for every other call that may charge (fzHeldFor); steps
+	// counts the steps.
+	held  map[string]int
+	steps int
+	// heldNow: the current step ran under held (its description says so).
+	heldNow bool
 }
 
 type fzResv struct{ name, owner string }
@@ -162,12 +169,35 @@ func newFzHarness(t *testing.T, data []byte) *fzHarness {
 	cfg.TraceCapacity = tb % 6
 	cfg.SharedBudgets = fzShared(tb)
 	h := &fzHarness{t: t, r: r, c: newChecked(t, cfg), m: newRefModel("m1", locs).withShared(cfg.SharedBudgets)}
+	h.held = fzHeld(tb)
 	if tb >= 128 { // charge-dense: half the opcode bytes are charge operations
 		h.chargeFrom = 128
 	} else {
 		h.chargeFrom = fzChargeOpsFrom
 	}
 	return h
+}
+
+// fzHeld gives one run in five room held by earlier waiters at one
+// location, from the trace byte (no byte more is read).
+func fzHeld(tb int) map[string]int {
+	if tb%5 != 3 {
+		return nil
+	}
+	return map[string]int{fzLocations[(tb>>1)%len(fzLocations)]: 1 + (tb>>2)%3}
+}
+
+// underHeld runs f (a call that does not wait and may charge: a
+// register, place, copy, move, reserve or run) under the run's held room
+// on every other step, on the ledger and on the model alike.
+func (h *fzHarness) underHeld(f func()) {
+	if h.held == nil || h.steps%2 == 0 {
+		f()
+		return
+	}
+	h.m.held, h.heldNow = h.held, true
+	defer func() { h.m.held = nil }()
+	h.c.L.WithHeld(h.held, f)
 }
 
 // fzShared gives one run in eight a shared budget, from the trace byte
@@ -271,6 +301,10 @@ func fzErr(err error) string {
 	}
 	var cb *ChargeBusyError
 	var pe *PlanExecutionError
+	var wa *WaitersAheadError
+	if errors.As(err, &wa) {
+		return refHeld(wa.Location, wa.Waiters)
+	}
 	if errors.As(err, &pe) {
 		cause := "injected"
 		if pe.Cause != errFzInjected {
@@ -321,6 +355,8 @@ func (h *fzHarness) same(what string, ledger, model any) {
 func (h *fzHarness) step() {
 	h.t.Helper()
 	c, m := h.c, h.m
+	h.steps++
+	h.heldNow = false
 	b := h.r.next()
 	op := b % fzOps
 	if b >= h.chargeFrom {
@@ -340,8 +376,13 @@ func (h *fzHarness) step() {
 		desc = fmt.Sprintf("register %+v", spec)
 		var lh Handle
 		var la Admission
-		lh, la, lerr = c.Register(spec)
-		mh, ma, e := m.Register(spec)
+		var mh Handle
+		var ma refAdm
+		var e string
+		h.underHeld(func() {
+			lh, la, lerr = c.Register(spec)
+			mh, ma, e = m.Register(spec)
+		})
 		merr = e
 		if lerr == nil && e == "" {
 			h.same("handle", lh, mh)
@@ -358,8 +399,14 @@ func (h *fzHarness) step() {
 	case fzPlace, fzPlaceDone:
 		hd, loc := h.handle(), h.loc()
 		desc = fmt.Sprintf("place %s %s", hd.Name, loc)
-		la, err := c.Place(hd, loc)
-		ma, e := m.Place(hd, loc)
+		var la Admission
+		var ma refAdm
+		var err error
+		var e string
+		h.underHeld(func() {
+			la, err = c.Place(hd, loc)
+			ma, e = m.Place(hd, loc)
+		})
 		lerr, merr = err, e
 		if err == nil && e == "" {
 			h.same("pending", la.Pending, ma.id > 0)
@@ -375,15 +422,17 @@ func (h *fzHarness) step() {
 		hd, from, to := h.handle(), h.loc(), h.loc()
 		var la Admission
 		var ma refAdm
-		if op == fzCopy {
-			desc = fmt.Sprintf("copy %s %s %s", hd.Name, from, to)
-			la, lerr = c.Copy(hd, from, to)
-			ma, merr = m.Copy(hd, from, to)
-		} else {
-			desc = fmt.Sprintf("move %s %s %s", hd.Name, from, to)
-			la, lerr = c.Move(hd, from, to)
-			ma, merr = m.Move(hd, from, to)
-		}
+		h.underHeld(func() {
+			if op == fzCopy {
+				desc = fmt.Sprintf("copy %s %s %s", hd.Name, from, to)
+				la, lerr = c.Copy(hd, from, to)
+				ma, merr = m.Copy(hd, from, to)
+			} else {
+				desc = fmt.Sprintf("move %s %s %s", hd.Name, from, to)
+				la, lerr = c.Move(hd, from, to)
+				ma, merr = m.Move(hd, from, to)
+			}
+		})
 		if lerr == nil && merr == "" {
 			h.same("pending", la.Pending, ma.id > 0)
 			if la.Pending {
@@ -471,8 +520,10 @@ func (h *fzHarness) step() {
 		name := fmt.Sprint("r", h.r.next()%6)
 		loc, b := h.loc(), h.bytes()
 		desc = fmt.Sprintf("reserve %s %s %d", name, loc, b)
-		lerr = c.Reserve(loc, name, b)
-		merr = m.Reserve(loc, name, b, "")
+		h.underHeld(func() {
+			lerr = c.Reserve(loc, name, b)
+			merr = m.Reserve(loc, name, b, "")
+		})
 		if lerr == nil {
 			h.resv = append(h.resv, fzResv{name: name})
 		}
@@ -519,8 +570,11 @@ func (h *fzHarness) step() {
 		desc = fmt.Sprintf("run %+v %+v failAt=%d", opts, p, failAt)
 		var report int
 		var leases []LeaseID
-		report, leases, lerr = fzRunLedger(c, p, opts, failAt, -1)
-		res := m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt, -1)
+		var res refRunResult
+		h.underHeld(func() {
+			report, leases, lerr = fzRunLedger(c, p, opts, failAt, -1)
+			res = m.Run(p, opts.Scope, opts.CheckVersion, opts.ExpectedVersion, failAt, -1)
+		})
 		merr = res.err
 		if lerr == nil && merr == "" {
 			h.same("run report length", report, res.report)
@@ -532,6 +586,9 @@ func (h *fzHarness) step() {
 				h.resv = append(h.resv, fzResv{name: r.Name, owner: opts.Scope})
 			}
 		}
+	}
+	if h.heldNow {
+		desc += fmt.Sprintf(" (room held: %v)", h.held)
 	}
 	h.log = append(h.log, desc)
 	h.same("error of "+desc, fzErr(lerr), merr)

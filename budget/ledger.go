@@ -158,6 +158,9 @@ type Ledger struct {
 	caps map[string]*capGroup
 	// shared: the shared budgets, by name (sharedbudgets.go).
 	shared []sharedGroup
+	// held: while WithHeld runs, the earlier waiters holding each
+	// location's room (indexed by location; nil otherwise). held.go.
+	held []int
 }
 
 // New returns an empty ledger with the configured locations. Errors: a
@@ -325,7 +328,10 @@ func (l *Ledger) admits(loc int, requested int64) error {
 	if err := l.admitsLocation(loc, requested); err != nil {
 		return err
 	}
-	return l.admitsShared(loc, requested, 0)
+	if err := l.admitsShared(loc, requested, 0); err != nil {
+		return err
+	}
+	return l.heldErr(loc) // last: it refuses only what would fit (held.go)
 }
 
 // admitsLocation is admits at the location alone, without its group.

@@ -3,6 +3,8 @@ package budget
 // Plan runs: a plan executed step by step on the ledger (scopes and
 // execute).
 
+import "errors"
+
 // RunOptions configures [Ledger.StartRun].
 type RunOptions struct {
 	// Scope names the owning scope; "" runs the plan as a direct execute
@@ -69,7 +71,13 @@ func (l *Ledger) StartRun(p Plan, opts RunOptions) (*Run, error) {
 	if _, err := l.planValues(p); err != nil {
 		return nil, err
 	}
-	if ex, _ := l.explain(p); !ex.Feasible {
+	if ex, err := l.explain(p); !ex.Feasible {
+		var wa *WaitersAheadError
+		if errors.As(err, &wa) {
+			// Blocked by room earlier waiters hold (WithHeld): busy,
+			// not infeasible.
+			return nil, &WaitersAheadError{Location: wa.Location, Waiters: wa.Waiters, Detail: ex.Reason}
+		}
 		return nil, &PlanError{Reason: ex.Reason}
 	}
 	return &Run{l: l, plan: p, opts: opts}, nil

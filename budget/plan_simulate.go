@@ -24,6 +24,7 @@ func (l *Ledger) simClone(vals []*value) *Ledger {
 		parentReservations: l.reservations,
 		transfers:          map[AdmissionID]*transfer{},
 		sim:                true,
+		held:               l.held, // a plan checked under WithHeld is simulated under it
 	}
 	copy(c.locs, l.locs)
 	c.shared = cloneShared(l.shared)

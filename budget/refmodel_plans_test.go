@@ -102,38 +102,41 @@ func (m *refModel) Explain(p Plan) (bool, map[string]int64) {
 	}
 	c := m.clone()
 	c.peak = current
-	ok := c.simulate(p)
+	ok := c.simulate(p) == ""
 	return ok, c.peak
 }
 
-func (m *refModel) simulate(p Plan) bool {
+// simulate runs p on m (a clone) and returns why it is infeasible: the
+// first failing step's error, or "final" when an enter's endpoint is not
+// resident at the end ("" when feasible).
+func (m *refModel) simulate(p Plan) string {
 	for _, a := range p.Reclaim {
 		if a.Charge != "" {
 			if !m.simulateCharge(a) {
-				return false
+				return "charge"
 			}
 			continue
 		}
 		v, _ := m.resolve(a.Handle)
 		if a.To != "" {
-			if m.demotion(v, a, false) != "" {
-				return false
+			if e := m.demotion(v, a, false); e != "" {
+				return e
 			}
 			continue
 		}
-		if m.evict(v, a.Location) != "" {
-			return false
+		if e := m.evict(v, a.Location); e != "" {
+			return e
 		}
 	}
 	for _, r := range p.Reservations {
-		if m.Reserve(r.Location, r.Name, r.Bytes, "plan") != "" {
-			return false
+		if e := m.Reserve(r.Location, r.Name, r.Bytes, "plan"); e != "" {
+			return e
 		}
 	}
 	for _, a := range p.Enter {
 		adm, e := m.enter(a)
 		if e != "" {
-			return false
+			return e
 		}
 		if adm.id > 0 {
 			m.Complete(adm.id)
@@ -142,10 +145,10 @@ func (m *refModel) simulate(p Plan) bool {
 	for _, a := range p.Enter {
 		v, _ := m.resolve(a.Handle)
 		if v.state[a.Location] != Resident {
-			return false
+			return "final"
 		}
 	}
-	return true
+	return ""
 }
 
 // refRunResult is what a whole run (StartRun, every step, Finish) gives.
@@ -168,7 +171,10 @@ func (m *refModel) Run(p Plan, scope string, checkVersion bool, expected uint64,
 	if e := m.validate(p); e != "" {
 		return refRunResult{err: e}
 	}
-	if ok, _ := m.Explain(p); !ok {
+	if e := m.clone().simulate(p); e != "" {
+		if refIsHeld(e) {
+			return refRunResult{err: e} // busy, not infeasible
+		}
 		return refRunResult{err: refPlan()}
 	}
 	var report []uint64

@@ -54,8 +54,17 @@ func (m *refModel) charged(g *refShared) *big.Int {
 	return n
 }
 
-// admit checks the location, then its group.
+// admit checks the location, then its group, then the room earlier
+// waiters hold.
 func (m *refModel) admit(loc string, requested int64) string {
+	if e := m.admitRoom(loc, requested); e != "" {
+		return e
+	}
+	return m.heldAt(loc)
+}
+
+// admitRoom checks the location, then its group.
+func (m *refModel) admitRoom(loc string, requested int64) string {
 	if e := m.admitLoc(loc, requested); e != "" {
 		return e
 	}

@@ -77,6 +77,9 @@ type refModel struct {
 	nextID  int // lease, hold, event and admission ids (one counter: ids are internal)
 	report  *[]uint64
 	shared  []refShared // refmodel_shared_test.go
+	// held: the room earlier waiters hold during the current operation
+	// (Ledger.WithHeld; refmodel_held_test.go); nil otherwise.
+	held map[string]int
 }
 
 func newRefModel(manager string, locs []refLoc) *refModel {
@@ -402,13 +405,22 @@ func (m *refModel) place(v *refValue, dest string) (refAdm, string) {
 	if v.source == "" {
 		return refAdm{}, refUnavailable(v.name, dest, UnavailableSource)
 	}
-	if e := m.admit(dest, v.bytes); e != "" {
+	if e := m.admitRoom(dest, v.bytes); e != "" {
 		return refAdm{}, e
 	}
 	temp := ""
 	if v.source != dest {
 		temp = v.source
 		if e := m.admitTemp(dest, temp, v.bytes); e != "" {
+			return refAdm{}, e
+		}
+	}
+	// Held room last, the destination's before the temporary's.
+	if e := m.heldAt(dest); e != "" {
+		return refAdm{}, e
+	}
+	if temp != "" {
+		if e := m.heldAt(temp); e != "" {
 			return refAdm{}, e
 		}
 	}

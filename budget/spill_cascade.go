@@ -102,7 +102,9 @@ func (d *decider) spill(st *spillState, vc victim, roomFor *victim, chain []int)
 	l := d.l
 	t := l.locs[vc.loc].spill
 	to := -1
-	if t >= 0 && d.demotable(vc, t) && d.sharedFits(st, t, vc.c.bytes) {
+	// A spill target whose room earlier waiters hold takes no demotion
+	// (held.go): the victim is dropped.
+	if t >= 0 && d.l.heldErr(t) == nil && d.demotable(vc, t) && d.sharedFits(st, t, vc.c.bytes) {
 		short := d.spillShort(st, t, vc.c.bytes)
 		switch {
 		case short <= 0:

@@ -176,7 +176,10 @@ func (l *Ledger) reconstruct(v *value, d int) (Admission, error) {
 	if !v.hasSource {
 		return Admission{}, &UnavailableError{Handle: v.name, Location: l.locs[d].name, Detail: "no resident materialization and no source to reconstruct from", Reason: UnavailableSource}
 	}
-	if err := l.admits(d, v.bytes); err != nil {
+	if err := l.admitsLocation(d, v.bytes); err != nil {
+		return Admission{}, err
+	}
+	if err := l.admitsShared(d, v.bytes, 0); err != nil {
 		return Admission{}, err
 	}
 	temp := -1
@@ -190,6 +193,15 @@ func (l *Ledger) reconstruct(v *value, d int) (Admission, error) {
 			also = v.bytes // the destination's charge counts at the same group
 		}
 		if err := l.admitsShared(temp, v.bytes, also); err != nil {
+			return Admission{}, err
+		}
+	}
+	// Room held for earlier waiters last: it refuses only what would fit.
+	if err := l.heldErr(d); err != nil {
+		return Admission{}, err
+	}
+	if temp >= 0 {
+		if err := l.heldErr(temp); err != nil {
 			return Admission{}, err
 		}
 	}

@@ -154,6 +154,30 @@ func (q *WaitQueue) Ahead(spec WaitSpec) int {
 	return n
 }
 
+// HeldAt returns, for a call of class that does not wait, how many
+// waiters hold the room of each location: those of its class or higher
+// that do not allow bypass, counted at every location they name (nil
+// when none). The runtime runs such a call under Ledger.WithHeld with it
+// (held.go), so that it never takes room a waiter ahead of it waits for.
+func (q *WaitQueue) HeldAt(class int) map[string]int {
+	var held map[string]int
+	for _, it := range q.items {
+		if it.spec.Class < class || it.spec.AllowBypass {
+			continue
+		}
+		for i, loc := range it.spec.Locations {
+			if slices.Contains(it.spec.Locations[:i], loc) {
+				continue // named twice: one waiter
+			}
+			if held == nil {
+				held = map[string]int{}
+			}
+			held[loc]++
+		}
+	}
+	return held
+}
+
 // Holding returns how many waiters ahead of the waiter id hold it up
 // (not allowing bypass, at one of its locations): 0 when it is eligible
 // or not in the queue.

@@ -169,7 +169,10 @@ type Admit struct {
 	Request    budget.Request
 	StateLimit int
 	Scope      string
-	ReplyTo    *actor.PID
+	// Ordered: the wait queue ordered this call (a waiting call's try, a
+	// cache's load), so room earlier waiters hold does not refuse it.
+	Ordered bool
+	ReplyTo *actor.PID
 }
 
 // ExitScope releases a scope's leases and reservations.

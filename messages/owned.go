@@ -62,15 +62,15 @@ type OwnerChargesReply struct {
 	Version uint64
 }
 
-func (m *OwnedReserve) Replier() *actor.PID   { return m.ReplyTo }
-func (m *OwnedResize) Replier() *actor.PID    { return m.ReplyTo }
-func (m *OwnedUnreserve) Replier() *actor.PID { return m.ReplyTo }
-func (m *OwnerChargesRequest) Replier() *actor.PID   { return m.ReplyTo }
+func (m *OwnedReserve) Replier() *actor.PID        { return m.ReplyTo }
+func (m *OwnedResize) Replier() *actor.PID         { return m.ReplyTo }
+func (m *OwnedUnreserve) Replier() *actor.PID      { return m.ReplyTo }
+func (m *OwnerChargesRequest) Replier() *actor.PID { return m.ReplyTo }
 
-func (*OwnedReserve) ownedRequest()   {}
-func (*OwnedResize) ownedRequest()    {}
-func (*OwnedUnreserve) ownedRequest() {}
-func (*OwnerChargesRequest) ownedRequest()   {}
+func (*OwnedReserve) ownedRequest()        {}
+func (*OwnedResize) ownedRequest()         {}
+func (*OwnedUnreserve) ownedRequest()      {}
+func (*OwnerChargesRequest) ownedRequest() {}
 
 // ---- offered charges: a cache's idle entries as the controller's victims ----
 

@@ -23,7 +23,9 @@ import (
 // its explanation. Exit the scope when done.
 //
 // Errors: the controller's ([*PlanError], [*SearchLimitError],
-// [*UnavailableError], [*InvalidInputError]; no decision, nothing changed)
+// [*UnavailableError], [*InvalidInputError]; no decision, nothing changed;
+// without a wait option also [*WaitersAheadError], errors.Is [ErrBusy],
+// when the room it needs is held by earlier waiters: see [System.Place])
 // or the entry's ([*PlanExecutionError] with the committed prefix; the
 // decision is returned alongside). If ctx ends before the reply, the call
 // returns ctx.Err() and whatever the entry took is handed back.
@@ -50,7 +52,7 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	defer s.stats.admitted(ctx, time.Now(), &dec, &rerr)
 	wc := waitConfigOf(opts)
 	if !wc.Wait {
-		return s.admitOnce(ctx, req, limit)
+		return s.admitOnce(ctx, req, limit, false)
 	}
 	if err := s.refusal(ctx); err != nil {
 		return nil, Decision{}, err
@@ -58,7 +60,7 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
 	rerr = s.room.wait(ctx, spec, wc.Notify, func() (bool, error) {
-		sc, dec, rerr = s.admitOnce(ctx, req, limit)
+		sc, dec, rerr = s.admitOnce(ctx, req, limit, true)
 		if !roomWaitable(rerr) {
 			return true, rerr
 		}
@@ -76,13 +78,15 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	return sc, dec, nil
 }
 
-// admitOnce is one Admit: one request to the runtime.
-func (s *System) admitOnce(ctx context.Context, req Request, limit int) (*Scope, Decision, error) {
+// admitOnce is one Admit: one request to the runtime. ordered: the wait
+// queue ordered the call (a waiting caller's try), so room held for
+// earlier waiters does not refuse it; a call that does not wait is not.
+func (s *System) admitOnce(ctx context.Context, req Request, limit int, ordered bool) (*Scope, Decision, error) {
 	sc := s.NewScope(Plan{})
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.Admit{Request: req, StateLimit: limit, Scope: sc.name, ReplyTo: p}
+		return &messages.Admit{Request: req, StateLimit: limit, Scope: sc.name, Ordered: ordered, ReplyTo: p}
 	}, sc.exitLate)
 	if err != nil {
 		return nil, Decision{}, err

@@ -126,6 +126,8 @@ func (k ErrorKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 //     time; matches context.DeadlineExceeded), [*OutstandingError] (Close
 //     released leases, holds or events the application forgot),
 //     [*QueueFullError] (the wait queue is full; matches [ErrBusy]),
+//     [*WaitersAheadError] (a call that does not wait needs room that
+//     earlier waiters wait for; matches [ErrBusy]),
 //     [*ChargeBusyError] (a cache entry a plan was dropping was taken in
 //     between; matches [ErrBusy]; the cause of a [*PlanExecutionError]),
 //     the sentinel [ErrClosed], and, from package system/cluster,

@@ -121,10 +121,13 @@ func (d offerSource) DrainOffers(sink actors.OfferSink) { d.co.DrainOffers(sink)
 // as the decision says, in one step of the runtime. It returns the
 // decision (the evidence) and the run's error. A reply that comes
 // after ctx ended is handed back (its owned reservations released).
+// The owner orders its calls against the wait queue itself
+// ([Owners.WaitersAhead], [Owners.Wait]): room held for earlier waiters does
+// not refuse this call.
 func (o Owners) Admit(ctx context.Context, req budget.Request) (budget.Decision, error) {
 	s := o.s
 	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.Admit{Request: req, ReplyTo: p}
+		return &messages.Admit{Request: req, Ordered: true, ReplyTo: p}
 	}, func(m any) {
 		if r, ok := m.(*messages.RunReply); ok && r.Err == nil {
 			for _, rs := range req.Reservations {

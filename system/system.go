@@ -49,6 +49,7 @@ type (
 	PlanExecutionError    = budget.PlanExecutionError
 	InvalidInputError     = budget.InvalidInputError
 	QueueFullError        = budget.QueueFullError
+	WaitersAheadError     = budget.WaitersAheadError
 	ChargeBusyError       = budget.ChargeBusyError
 	LeaseID               = budget.LeaseID
 	EventID               = budget.EventID
@@ -344,7 +345,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	}
 	events := newEventLog(log, opts)
 	room.events = events
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Knobs: opts.knobs, Observer: events, OnRoom: room.signal})
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Knobs: opts.knobs, Observer: events, OnRoom: room.signal, HeldRoom: room.heldRoom})
 	if err != nil {
 		return nil, err
 	}
@@ -554,7 +555,12 @@ func (s *System) transition(ctx context.Context, m messages.Transition) (err err
 // Place ensures h is resident at loc and returns when it is (already
 // resident: at once). An exclusive value resident elsewhere is moved.
 // Errors: see [budget.Ledger.Place]; a failure after admission is a
-// [*PlanExecutionError] with phase "execute".
+// [*PlanExecutionError] with phase "execute". Place does not wait for
+// room: while earlier callers wait for room at loc, a Place that would
+// charge bytes there is refused with a [*WaitersAheadError] (errors.Is
+// [ErrBusy]); so are Copy, Move, Register at a location, Reserve,
+// Execute and a scope's Enter (docs/semantics.md, "Waiting for room").
+// To be queued behind them, use [System.Admit] with a wait option.
 func (s *System) Place(ctx context.Context, h Handle, loc string) error {
 	return s.transition(ctx, messages.Transition{Kind: messages.Place, Handle: h, To: loc})
 }
@@ -581,7 +587,10 @@ func (s *System) Discard(ctx context.Context, h Handle) error {
 	return s.transition(ctx, messages.Transition{Kind: messages.Discard, Handle: h})
 }
 
-// Reserve admits a named reservation of bytes at loc.
+// Reserve admits a named reservation of bytes at loc. It does not wait:
+// a reservation that does not fit is a [*BudgetError], and one at a
+// location where earlier callers wait for room a [*WaitersAheadError]
+// (see [System.Place]).
 func (s *System) Reserve(ctx context.Context, loc, name string, bytes int64) (err error) {
 	defer func() { s.stats.admission(ctx, opReserve, err) }()
 	return s.callErr(ctx, func(p *actor.PID) any {

@@ -204,6 +204,19 @@ func (r *waitRoom) changedLocked() {
 	}
 }
 
+// heldRoom is budget.WaitQueue.HeldAt(0) under the room's lock: the
+// room earlier waiters hold, which a call that does not wait must not
+// take (the supervisor runs such calls under budget.Ledger.WithHeld).
+// Nil, without the lock, while nobody waits.
+func (r *waitRoom) heldRoom() map[string]int {
+	if r.queued.Load() == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.q.HeldAt(0)
+}
+
 // ahead is budget.WaitQueue.Ahead under the room's lock: how many
 // waiters hold up a new call described by spec.
 func (r *waitRoom) ahead(spec budget.WaitSpec) int {

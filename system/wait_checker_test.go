@@ -19,7 +19,7 @@ import (
 // The randomized checker of waiting admission: many goroutines wait for
 // reservations at one location whose device capacity equals its budget.
 // Steps (a new waiter of random size, class and bypass; a holder exits; a
-// waiter is canceled) run one at a time, and after each the checker waits
+// waiter is canceled; a call that does not wait) run one at a time, and after each the checker waits
 // until the runtime has settled (every waiter accounted for: queued or
 // returned, and tried since the last release), then compares with a
 // small reference model of the rule:
@@ -29,7 +29,10 @@ import (
 //     while the free bytes fit it;
 //   - no starvation beyond the rule: nobody was admitted while a waiter
 //     ahead of it (higher class, or same class and earlier) that did not
-//     allow bypass was still waiting.
+//     allow bypass was still waiting;
+//   - a call that does not wait takes no room a waiter holds: one that
+//     fits is refused with a *WaitersAheadError while one is queued, and
+//     admitted otherwise.
 //
 // Bounded by default (a few hundred steps); RESIDENCY_SOAK (a Go duration)
 // runs it that long instead. The seed is in every failure message;
@@ -112,11 +115,13 @@ func (c *waitChecker) fatalf(format string, args ...any) {
 
 func (c *waitChecker) step(i int) {
 	c.fresh = c.fresh[:0]
-	switch r := c.rng.IntN(10); {
+	switch r := c.rng.IntN(12); {
 	case r < 5 && len(c.waiting) < 16:
 		c.spawn()
 	case r < 9 && len(c.holders) > 0:
 		c.releaseOne()
+	case r < 11:
+		c.direct(i)
 	case len(c.waiting) > 0:
 		c.cancelOne()
 	default:
@@ -152,6 +157,47 @@ func (c *waitChecker) spawn() {
 		}
 		return false
 	})
+}
+
+// direct makes a call that does not wait (an Admit without a wait
+// option): the model refuses it for room when it does not fit the free
+// bytes, with a *WaitersAheadError when it fits but a waiter that does not
+// allow bypass is queued (every class here is ≥ 0), and admits it
+// otherwise.
+func (c *waitChecker) direct(i int) {
+	c.launched++
+	name := "d" + strconv.Itoa(c.launched)
+	size := 1 + c.rng.Int64N(checkerBudget)
+	var used int64
+	for n := range c.holders {
+		used += c.sizes[n]
+	}
+	held := 0
+	for _, mw := range c.waiting {
+		if !mw.bypass {
+			held++
+		}
+	}
+	sc, _, err := c.s.Admit(context.Background(), resv(name, size))
+	var wa *WaitersAheadError
+	switch {
+	case size > checkerBudget-used:
+		if err == nil || errors.Is(err, ErrBusy) {
+			c.fatalf("step %d: %s (%d bytes) does not fit the %d free bytes: want a refusal for room, got %v", i, name, size, checkerBudget-used, err)
+		}
+	case held > 0:
+		if !errors.As(err, &wa) || wa.Waiters != held || wa.Location != gpu || !errors.Is(err, ErrBusy) {
+			c.fatalf("step %d: %s (%d bytes, %d free) with %d waiters holding the room: want a *WaitersAheadError for %d waiters, got %v", i, name, size, checkerBudget-used, held, held, err)
+		}
+	default:
+		if err != nil {
+			c.fatalf("step %d: %s (%d bytes) fits the %d free bytes and nobody holds them: %v", i, name, size, checkerBudget-used, err)
+		}
+		c.holders[name], c.sizes[name] = sc, size
+	}
+	if sc != nil && err != nil {
+		c.fatalf("step %d: %s: a scope beside an error", i, name)
+	}
 }
 
 func (c *waitChecker) releaseOne() {

@@ -216,6 +216,7 @@ func errorType(err error) string {
 		ue  *system.UnavailableError
 		pee *system.PlanExecutionError
 		ii  *system.InvalidInputError
+		wa  *system.WaitersAheadError
 	)
 	// Order matters only for wrapping types; these never wrap each other
 	// except PlanExecutionError, which wraps its cause: check it first.
@@ -236,6 +237,8 @@ func errorType(err error) string {
 		return "UnavailableError"
 	case errors.As(err, &ii):
 		return "InvalidInputError"
+	case errors.As(err, &wa):
+		return "WaitersAheadError"
 	}
 	return ""
 }

@@ -242,8 +242,9 @@ func TestDiagnoseFeed(t *testing.T) {
 	resp, _ = do(t, http.MethodPost, srv.URL+prefix+"/diagnose")
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "evidence is never posted")
 
-	// The diagnosis reads the evidence, not the runtime now.
-	require.NoError(t, f.sys.Reserve(context.Background(), "cuda:0", "later", 1<<10))
+	// The diagnosis reads the evidence, not the runtime now (a change at
+	// pinned-host: the fixture's waiter holds cuda:0's room).
+	require.NoError(t, f.sys.Reserve(context.Background(), "pinned-host", "later", 1<<10))
 	_, body = do(t, http.MethodGet, srv.URL+prefix+"/diagnose")
 	assert.Equal(t, string(want), body)
 }

@@ -1,0 +1,97 @@
+package budget
+
+import "fmt"
+
+// ---- room held for earlier waiters ------------------------------------------
+//
+// A caller that waits for room (the wait queue, waitqueue.go) is never
+// passed by later waiters of its class or lower. The same holds for calls
+// that do not wait: while such a call runs under Ledger.WithHeld, every
+// location an earlier waiter holds is closed to new charges. A charge there
+// — a transfer's destination or temporary, a reservation, a demotion into
+// a spill target — is refused with a *WaitersAheadError and nothing
+// changes; what needs no new charge (an endpoint already resident, a lease,
+// an eviction) goes ahead. The check comes after the budget's: a charge
+// that would not fit anyway is refused for the budget (a *BudgetError),
+// so the refusal for held room says the call would have been admitted. A location in a shared budget is closed when any
+// member of its group is held: the members draw on one figure. The
+// controller (Decide) counts an assignment that adds bytes at a held
+// location as infeasible (after its budget and victims are checked) and a
+// held spill target as having no room for a demotion (the victim is
+// dropped instead), so a request with tiers is placed elsewhere when it
+// can be; when some assignment was feasible but for held room and none is
+// feasible otherwise, Decide refuses with *WaitersAheadError.
+//
+// The ledger does not know the waiters: the runtime computes held from its
+// queue (WaitQueue.HeldAt) at the step that runs the call.
+
+// WaitersAheadError refuses a call that does not wait for room: it needs
+// a new charge at Location, where Waiters earlier callers wait for room
+// (of the call's class or higher, not allowing bypass). It matches
+// errors.Is(err, ErrBusy). Nothing changed. Wait with a wait option to be
+// queued behind them, or retry once they are admitted.
+type WaitersAheadError struct {
+	Location string
+	Waiters  int
+	// Detail (may be empty) is the controller's account of the request's
+	// other assignments when every one was blocked.
+	Detail string
+}
+
+func (e *WaitersAheadError) Error() string {
+	s := fmt.Sprintf("residency busy: %d earlier callers wait for room at %s, and a call that does not wait takes none of it (wait for room to be queued behind them, or retry)", e.Waiters, e.Location)
+	if e.Detail != "" {
+		s += "; " + e.Detail
+	}
+	return s
+}
+
+// Is reports the ErrBusy category.
+func (e *WaitersAheadError) Is(target error) bool { return target == ErrBusy }
+
+// WithHeld runs f with the locations of held (a name and how many
+// earlier waiters hold its room; unknown names and counts ≤ 0 are
+// ignored) closed to new charges, and reopens them when f returns. A
+// simulation inside f (Explain, StartRun's check, Decide) sees the same
+// held room. Calls of f must not nest.
+func (l *Ledger) WithHeld(held map[string]int, f func()) {
+	if len(held) == 0 {
+		f()
+		return
+	}
+	h := make([]int, len(l.locs))
+	some := false
+	for name, n := range held {
+		if i, ok := l.locIndex[name]; ok && n > 0 {
+			h[i], some = n, true
+		}
+	}
+	if !some {
+		f()
+		return
+	}
+	l.held = h
+	defer func() { l.held = nil }()
+	f()
+}
+
+// heldErr is the refusal of a new charge at loc while earlier waiters
+// hold its room (or that of a member of its shared budget); nil when none
+// does or no WithHeld is running.
+func (l *Ledger) heldErr(loc int) error {
+	if l.held == nil {
+		return nil
+	}
+	at, n := loc, l.held[loc]
+	if g := l.sharedOf(loc); g != nil {
+		for _, m := range g.members {
+			if l.held[m] > n {
+				at, n = m, l.held[m]
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &WaitersAheadError{Location: l.locs[at].name, Waiters: n}
+}

@@ -1,0 +1,141 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// No starvation by calls that do not wait (docs/semantics.md, "Waiting
+// for room", the bound): while a waiter waits for room at cuda:0, a
+// steady stream of smaller calls that would each fit in the free room —
+// reserve, register at the location, place, a non-waiting Admit —
+// is refused with a *WaitersAheadError (ErrBusy) and takes none of it;
+// calls elsewhere, and calls that charge nothing at cuda:0 (a lease on a
+// resident value), go ahead. The waiter is admitted at the first try
+// after the room it waits for is released. Before this rule the stream
+// took the 40 free bytes and the waiter, needing 80 of the 100, waited
+// as long as the stream went on.
+func TestCallsThatDoNotWaitTakeNoRoomAWaiterWaitsFor(t *testing.T) {
+	ctx := context.Background()
+	s := startGPU(t, 100, func(o *Options) { o.Locations = append(o.Locations, Limit("cuda:1", 100)) })
+	w := watchRoom(s)
+	holder := mustAdmit(t, s, "holder", 60)
+	resident, err := s.Register(ctx, Value{Name: "resident", Bytes: 10, At: gpu, Data: make([]byte, 10), Mode: Replicable})
+	require.NoError(t, err)
+	out := make(chan admitted, 1)
+	admitAsync(ctx, s, "big", 80, out)
+	w.queued(t, "big")
+
+	// A stream of small calls, each of which would fit in the 30 free
+	// bytes, from several goroutines at once.
+	var busy, other atomic.Int64
+	var firstOther atomic.Value
+	stream := func(i int) {
+		name := fmt.Sprintf("s%d", i)
+		v, err := s.Register(ctx, Value{Name: name, Bytes: 5, Source: "pageable-host", Loader: zeros(5), Mode: Replicable})
+		require.NoError(t, err)
+		calls := []func() error{
+			func() error { return s.Reserve(ctx, gpu, name+"-r", 5) },
+			func() error {
+				_, err := s.Register(ctx, Value{Name: name + "-at", Bytes: 5, At: gpu, Data: make([]byte, 5), Mode: Replicable})
+				return err
+			},
+			func() error { return s.Place(ctx, v, gpu) },
+			func() error { // elsewhere: goes ahead
+				if err := s.Place(ctx, v, "cuda:1"); err != nil {
+					return err
+				}
+				return s.Evict(ctx, v, "cuda:1")
+			},
+			func() error {
+				sc, _, err := s.Admit(ctx, resv(name+"-a", 5))
+				if err == nil {
+					return sc.Exit(ctx)
+				}
+				return err
+			},
+		}
+		for round := range 20 {
+			for j, call := range calls {
+				err := call()
+				switch {
+				case j == 3:
+					require.NoError(t, err, "a place at cuda:1 charges no held room")
+				case errors.Is(err, ErrBusy):
+					var wa *WaitersAheadError
+					if assert.ErrorAs(t, err, &wa) {
+						assert.Equal(t, gpu, wa.Location)
+						assert.Equal(t, 1, wa.Waiters)
+					}
+					busy.Add(1)
+				default:
+					other.Add(1)
+					firstOther.CompareAndSwap(nil, fmt.Sprintf("round %d call %d: %v", round, j, err))
+				}
+			}
+			lease, err := s.Acquire(ctx, resident, gpu) // charges nothing
+			require.NoError(t, err)
+			require.NoError(t, lease.Release(ctx))
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); stream(i) }()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(0), other.Load(), "every call at cuda:0 refused as busy; first other result: %v", firstOther.Load())
+	assert.Equal(t, int64(3*20*4), busy.Load())
+	snap, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	for _, l := range snap.Locations {
+		if l.Location == gpu {
+			assert.Equal(t, int64(70), l.UsedBytes+l.ReservedBytes, "the stream took none of the free room")
+		}
+	}
+	w.queued(t, "big")
+
+	require.NoError(t, holder.Exit(ctx))
+	a := recv(t, out)
+	require.NoError(t, a.err, "admitted at the first try after the holder's room was released")
+	require.NoError(t, a.sc.Exit(ctx))
+	// Nobody waits: calls take room as they find it again.
+	require.NoError(t, s.Reserve(ctx, gpu, "after", 5))
+}
+
+// A waiting call of a higher class is not held up by waiters of lower
+// classes, and a non-waiting call is not held up by waiters of a lower
+// (negative) class or by waiters that allow bypass.
+func TestHeldRoomFollowsClassesAndBypass(t *testing.T) {
+	ctx := context.Background()
+	s := startGPU(t, 100)
+	w := watchRoom(s)
+	holder := mustAdmit(t, s, "holder", 90)
+	out := make(chan admitted, 2)
+	admitAsync(ctx, s, "low", 50, out, WaitClass(-1))
+	admitAsync(ctx, s, "bypass", 50, out, WaitAllowBypass())
+	w.queued(t, "bypass", "low")
+	require.NoError(t, s.Reserve(ctx, gpu, "r", 5), "neither waiter holds room from a class-0 call that does not wait")
+	require.NoError(t, s.Unreserve(ctx, "r"))
+	require.NoError(t, holder.Exit(ctx))
+	for range 2 {
+		a := recv(t, out)
+		require.NoError(t, a.err)
+		require.NoError(t, a.sc.Exit(ctx))
+	}
+}
+
+// zeros is a loader of n zero bytes.
+func zeros(n int) Loader {
+	return func(_ context.Context, dst []byte) error {
+		clear(dst[:n])
+		return nil
+	}
+}
