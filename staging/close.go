@@ -3,7 +3,10 @@ package staging
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"time"
 )
 
 // Close shuts the pipeline down. New entries get ErrClosed at once and
@@ -18,12 +21,71 @@ import (
 // If ctx ends first, the work in flight is cancelled: the unfinished tasks
 // whose copy stage is not claimed fail with ctx's error, those whose copy
 // stage or pool write runs stop on the cancellation and fail with it, and
-// Close returns ctx's error after releasing everything all the same. Close is idempotent: later calls return the
-// first result. Stats keeps working after Close.
+// Close returns ctx's error after releasing everything all the same.
+// What cannot end on the cancellation — a copy or a slot buffer waiting
+// for a freeze event only the application can fire — is not waited for
+// past closeGrace after ctx's end: Close then returns a
+// [*CloseIncompleteError] (matching ctx's error) that names it, and the
+// rest of the close (those buffers freed, the pool, the streams, the
+// reservations) finishes when it ends. A later call of Close waits for
+// that with its own context. The runtime's Close (package system) closes
+// a pipeline opened on it first, with its context.
+//
+// Close is idempotent: later calls return the first result (once the
+// close has finished, or their context ended). Stats keeps working after
+// Close.
 func (p *Pipeline) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() { p.closeErr = p.close(ctx) })
+	p.closeOnce.Do(func() {
+		if p.unregister != nil {
+			p.unregister() // closed by the application: not by the runtime's Close again
+		}
+		p.finished = make(chan struct{})
+		p.closeErr = p.close(ctx)
+	})
+	if p.finished == nil {
+		return p.closeErr // not reached: Do has set it
+	}
+	select {
+	case <-p.finished:
+		return p.closeFinalErr()
+	case <-ctx.Done():
+		return p.closeErr
+	}
+}
+
+// closeFinalErr is Close's result once the close has finished: its
+// context's error when the close was cut short (a close that had to leave
+// work running reports it no more once that work ended), nil otherwise.
+func (p *Pipeline) closeFinalErr() error {
+	var inc *CloseIncompleteError
+	if errors.As(p.closeErr, &inc) {
+		return inc.Err
+	}
 	return p.closeErr
 }
+
+// closeGrace bounds how long Close waits, after its context ended, for the
+// work the cancellation stops to end.
+const closeGrace = time.Second
+
+// CloseIncompleteError: Close's context ended while work that its
+// cancellation cannot stop was still running — a copy stage waiting for
+// a freeze event, a slot whose last copy waits for one — so Close
+// returned without freeing what that work uses. The rest of the close
+// runs when it ends (call Close again to wait for it). It matches Err
+// (errors.Is: context.Canceled or context.DeadlineExceeded).
+type CloseIncompleteError struct {
+	Err error
+	// Waiting says what was still running, in words.
+	Waiting string
+}
+
+func (e *CloseIncompleteError) Error() string {
+	return fmt.Sprintf("staging: close cut short (%v): %s; the pipeline's buffers and reservations are released when it ends", e.Err, e.Waiting)
+}
+
+// Unwrap returns Err.
+func (e *CloseIncompleteError) Unwrap() error { return e.Err }
 
 func (p *Pipeline) close(ctx context.Context) error {
 	p.mu.Lock()
@@ -59,16 +121,76 @@ func (p *Pipeline) close(ctx context.Context) error {
 			err = ctx.Err()
 		}
 	}
+	var wait func()
 	if err != nil {
 		ctxErr = err
 		p.sys.Abort()
 		p.failUnclaimed(err)
-		<-idle
-		// An entry in flight until now may have opened a task: fail it
-		// too (no entry starts any more), or the drain waits for it.
-		p.failUnclaimed(err)
-		_ = p.drain(context.Background())
+		wait = func() {
+			<-idle
+			// An entry in flight until now may have opened a task: fail it
+			// too (no entry starts any more), or the drain waits for it.
+			p.failUnclaimed(err)
+			_ = p.drain(context.Background())
+		}
 	}
+	go func() {
+		defer close(p.finished)
+		if wait != nil {
+			wait()
+		}
+		p.finish()
+	}()
+	return p.awaitFinish(ctx, ctxErr)
+}
+
+// awaitFinish waits for the close's finish until ctx ends and closeGrace
+// more: its result is ctxErr once finished, else a *CloseIncompleteError
+// naming what still runs.
+func (p *Pipeline) awaitFinish(ctx context.Context, ctxErr error) error {
+	select {
+	case <-p.finished:
+		return ctxErr
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-p.finished:
+		return cmp.Or(ctxErr, ctx.Err())
+	case <-grace.C:
+	}
+	p.log.Warn().Str("waiting", p.stillRunning()).Msg("close cut short; the rest of the close finishes when that work ends")
+	return &CloseIncompleteError{Err: cmp.Or(ctxErr, ctx.Err()), Waiting: p.stillRunning()}
+}
+
+// stillRunning says in words what an unfinished close waits for.
+func (p *Pipeline) stillRunning() string {
+	p.mu.Lock()
+	tasks := 0
+	for _, t := range p.tasks {
+		if !t.State().Terminal() {
+			tasks++
+		}
+	}
+	p.mu.Unlock()
+	slots := 0
+	for _, sl := range p.slots.slots {
+		if sl.buf != nil && sl.last != nil {
+			select {
+			case <-sl.last.Done():
+			default:
+				slots++
+			}
+		}
+	}
+	return fmt.Sprintf("%d tasks not finished (a copy stage waits for a freeze event), %d staging slots whose last copy waits for a freeze event", tasks, slots)
+}
+
+// finish is the end of the close, once no entry is in flight and every
+// task is terminal: held chunks and steps released, slot buffers freed
+// once their last copy ended, the pool, the streams, the reservations.
+func (p *Pipeline) finish() {
 	p.freeAllHeld()
 	p.cleanup.Wait()
 
@@ -106,7 +228,6 @@ func (p *Pipeline) close(ctx context.Context) error {
 	_ = p.rt.Unreserve(bg, p.cfg.Name+"/pool")
 	p.sys.Stop()
 	p.log.Debug().Msg("pipeline closed")
-	return ctxErr
 }
 
 // failUnclaimed fails every task of the pipeline whose copy stage is not

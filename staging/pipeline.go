@@ -29,6 +29,13 @@ type Runtime interface {
 	Unreserve(ctx context.Context, name string) error
 }
 
+// closeRegistrar is a Runtime that closes the components opened on it
+// when it closes (package system's System.OnClose): a pipeline registers
+// its Close there.
+type closeRegistrar interface {
+	OnClose(name string, close func(ctx context.Context) error) (unregister func())
+}
+
 // Config configures a pipeline. Sizes are exact bytes.
 type Config struct {
 	// Name prefixes the pipeline's reservations in the runtime
@@ -234,6 +241,12 @@ type Pipeline struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// finished is closed when the close has finished (close.go); made
+	// by the first Close.
+	finished chan struct{}
+	// unregister removes the pipeline from its runtime's Close (nil: the
+	// runtime closes nothing itself).
+	unregister func()
 }
 
 type counters struct {
@@ -318,6 +331,11 @@ func New(ctx context.Context, rt Runtime, cfg Config) (*Pipeline, error) {
 	}
 	undo = append(undo, p.freePool)
 	p.serveDemotions()
+	// A runtime that closes what was opened on it (package system's
+	// Close) closes the pipeline first when the application has not.
+	if oc, ok := rt.(closeRegistrar); ok {
+		p.unregister = oc.OnClose("staging pipeline "+cfg.Name, p.Close)
+	}
 	p.log.Debug().Int("slots", cfg.Slots).Int64("slot_bytes", cfg.SlotBytes).Int64("pool_bytes", poolBytes).Bool("eager", cfg.Eager).Msg("pipeline started")
 	return p, nil
 }

@@ -176,10 +176,14 @@ func (s *System) closeComponents(ctx context.Context) error {
 
 // Close shuts the runtime down, in this order:
 //
-//  1. Components opened on it and registered with [System.OnClose] (loader
-//     caches) are closed, the latest first, with ctx. A staging pipeline
-//     is not among them: its Close may wait for a step's freeze event,
-//     which only its user can fire, so its user closes it first.
+//  1. Components opened on it and registered with [System.OnClose] —
+//     loader caches (package system/cache) and staging pipelines
+//     (package staging) that their application has not closed — are
+//     closed, the latest first, with ctx, while the runtime still serves
+//     their calls. A pipeline whose copies wait for a freeze event the
+//     application never fires stops waiting about a second after ctx
+//     ends (a *staging.CloseIncompleteError among Close's errors names
+//     what it left running).
 //  2. New calls get ErrClosed at once; callers waiting for room return
 //     ErrClosed.
 //  3. The context of every operation the runtime started — loads through
