@@ -37,3 +37,24 @@ func ExampleWaitQueue() {
 	// order: [urgent big small other-gpu]
 	// eligible: [urgent big other-gpu]
 }
+
+// A call that does not wait takes no room an earlier waiter holds: the
+// runtime runs it under WithHeld with the queue's HeldAt. A reservation
+// that would fit at cuda:0 is refused while a waiter holds cuda:0's
+// room; the same reservation at cuda:1, where nobody waits, goes ahead.
+func ExampleLedger_WithHeld() {
+	l, _ := budget.New(budget.Config{ManagerID: "m", Locations: []budget.LocationConfig{
+		{Name: "cuda:0", HasBudget: true, BudgetBytes: 100},
+		{Name: "cuda:1", HasBudget: true, BudgetBytes: 100},
+	}})
+	q, _ := budget.NewWaitQueue(0)
+	_, _ = q.Push(budget.WaitSpec{Name: "big-model", Locations: []string{"cuda:0"}})
+
+	l.WithHeld(q.HeldAt(0), func() {
+		fmt.Println(l.Reserve("cuda:0", "kv", 10))
+		fmt.Println(l.Reserve("cuda:1", "kv", 10))
+	})
+	// Output:
+	// residency busy: 1 earlier callers wait for room at cuda:0, and a call that does not wait takes none of it (wait for room to be queued behind them, or retry)
+	// <nil>
+}
