@@ -51,27 +51,22 @@ func (e *WaitersAheadError) Is(target error) bool { return target == ErrBusy }
 
 // WithHeld runs f with the locations of held (a name and how many
 // earlier waiters hold its room; unknown names and counts ≤ 0 are
-// ignored) closed to new charges, and reopens them when f returns. A
+// ignored) closed to new charges, and restores the room held before when
+// f returns (a WithHeld inside f replaces it for its own f). A
 // simulation inside f (Explain, StartRun's check, Decide) sees the same
-// held room. Calls of f must not nest.
+// held room.
 func (l *Ledger) WithHeld(held map[string]int, f func()) {
-	if len(held) == 0 {
-		f()
-		return
-	}
-	h := make([]int, len(l.locs))
-	some := false
+	prev := l.held
+	defer func() { l.held = prev }()
+	l.held = nil
 	for name, n := range held {
 		if i, ok := l.locIndex[name]; ok && n > 0 {
-			h[i], some = n, true
+			if l.held == nil {
+				l.held = make([]int, len(l.locs))
+			}
+			l.held[i] = n
 		}
 	}
-	if !some {
-		f()
-		return
-	}
-	l.held = h
-	defer func() { l.held = nil }()
 	f()
 }
 

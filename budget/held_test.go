@@ -208,3 +208,22 @@ func TestWaitQueueHeldAt(t *testing.T) {
 	assert.Equal(t, map[string]int{"cuda:0": 2, "cuda:1": 2, "pinned-host": 1}, q.HeldAt(-1))
 	assert.Equal(t, map[string]int{"cuda:1": 1}, q.HeldAt(1))
 }
+
+// A WithHeld inside another replaces the held room for its own f and
+// restores the outer one after; a panic in f leaves nothing held.
+func TestWithHeldNestsAndRestores(t *testing.T) {
+	l := heldLedger(t)
+	l.WithHeld(map[string]int{"cuda:0": 1}, func() {
+		assert.Error(t, l.Reserve("cuda:0", "a", 1))
+		l.WithHeld(map[string]int{"cuda:1": 2}, func() {
+			require.NoError(t, l.Reserve("cuda:0", "b", 1), "replaced: cuda:0 is open")
+			assert.Error(t, l.Reserve("cuda:1", "c", 1))
+		})
+		assert.Error(t, l.Reserve("cuda:0", "a", 1), "the outer held room is back")
+		require.NoError(t, l.Reserve("cuda:1", "c", 1))
+	})
+	assert.Panics(t, func() {
+		l.WithHeld(map[string]int{"cuda:0": 1}, func() { panic("boom") })
+	})
+	require.NoError(t, l.Reserve("cuda:0", "d", 1), "nothing held after a panic")
+}
