@@ -13,9 +13,9 @@ import "fmt"
 // changes; what needs no new charge (an endpoint already resident, a lease,
 // an eviction) goes ahead. The check comes after the budget's: a charge
 // that would not fit anyway is refused for the budget (a *BudgetError),
-// so the refusal for held room says the call would have been admitted. A location in a shared budget is closed when any
-// member of its group is held: the members draw on one figure. The
-// controller (Decide) counts an assignment that adds bytes at a held
+// so the refusal for held room says the call would have been admitted.
+// A location in a shared budget is closed when any member of its group is
+// held: the members draw on one figure. The controller (Decide) counts an assignment that adds bytes at a held
 // location as infeasible (after its budget and victims are checked) and a
 // held spill target as having no room for a demotion (the victim is
 // dropped instead), so a request with tiers is placed elsewhere when it
