@@ -255,11 +255,23 @@
 // made only when its target's group has room for it too (sharedbudgets.go;
 // docs/semantics.md, "Shared budgets").
 //
+// # Room held for waiters
+//
+// The runtime keeps callers that wait for room in a [WaitQueue] (classes,
+// then arrival). A call that does not wait runs under [Ledger.WithHeld]
+// with the queue's [WaitQueue.HeldAt]: a new charge at a location an
+// earlier waiter names (or at a member of its shared budget) is refused
+// with a [*WaitersAheadError] after the budget check, nothing changed;
+// the controller treats such an assignment as infeasible and drops a
+// victim instead of demoting it into held room (held.go;
+// docs/semantics.md, "Waiting for room").
+//
 // # Errors
 //
-// Seven typed errors: [*BudgetError],
+// Eight typed errors: [*BudgetError],
 // [*PlanError], [*SearchLimitError], [*StaleStateError], [*InUseError],
-// [*UnavailableError], [*PlanExecutionError]. SearchLimitError and
+// [*UnavailableError], [*PlanExecutionError], [*WaitersAheadError] (only
+// under WithHeld; it matches errors.Is(err, ErrBusy)). SearchLimitError and
 // StaleStateError match errors.Is(err, ErrPlan); PlanExecutionError does
 // not. Bad input (unknown names, duplicate names, double release, events on
 // released leases, malformed locations, sizes ≤ 0) is [*InvalidInputError],
