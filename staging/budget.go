@@ -316,6 +316,13 @@ func (b *gpuBudget) reserve(ctx context.Context, n int64, wait bool, self TaskID
 			return nil, err
 		}
 		b.mu.Lock()
+		if b.failure != nil {
+			// fail ran while this reserve asked, before it was among the
+			// waiters fail wakes: nothing will wake it, so look here.
+			err := b.failure
+			b.mu.Unlock()
+			return nil, err
+		}
 		w.asleep = len(w.wake) == 0 // a signal clears it, under b.mu
 		b.lookedLocked()
 		b.mu.Unlock()

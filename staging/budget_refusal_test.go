@@ -309,3 +309,30 @@ func TestCloneBudgetUnderConcurrency(t *testing.T) {
 	assert.Zero(t, b.waiters.Len())
 	assert.Nil(t, rt.caps(), "every clone came back")
 }
+
+// The pipeline fails (or closes) while a waiting reserve asks the ledger,
+// before the reserve has joined the waiters: fail finds no waiter to wake,
+// so the reserve must see the failure itself before it sleeps, and return
+// it, instead of sleeping until its context ends. (A concurrent round of
+// the model checker met this once in a 30-minute soak: a blocking append
+// stuck until the round's deadline after a fault failed the pipeline.)
+func TestFailDuringTheAskIsNotLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt := &hookRuntime{ledgerBook: newLedgerBook(t)}
+	b, err := newGPUBudget(rt, "cuda:0", "t", 10)
+	require.NoError(t, err)
+	b.flush = func() (TaskID, bool) { return 0, false } // nothing deferred
+	held, err := b.reserve(ctx, 8, true, 1)
+	require.NoError(t, err)
+	failure := errors.New("the pipeline failed")
+	hook := func() { b.fail(failure) }
+	rt.onCapRefusal.Store(&hook)
+
+	wait, cancelWait := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelWait()
+	_, err = b.reserve(wait, 4, true, 2) // 8 + 4 > 10: refused, and the pipeline fails meanwhile
+	require.ErrorIs(t, err, failure, "the failure, not the reserve's own deadline")
+	require.NoError(t, wait.Err(), "returned at once")
+	require.NoError(t, b.release(ctx, held))
+}
