@@ -76,7 +76,11 @@ const closeGrace = time.Second
 // (errors.Is: context.Canceled or context.DeadlineExceeded).
 type CloseIncompleteError struct {
 	Err error
-	// Waiting says what was still running, in words.
+	// Tasks is how many tasks had not finished (a copy stage waits for a
+	// freeze event); Slots how many staging slots' last copy waited for
+	// one.
+	Tasks, Slots int
+	// Waiting says the same in words.
 	Waiting string
 }
 
@@ -160,21 +164,22 @@ func (p *Pipeline) awaitFinish(ctx context.Context, ctxErr error) error {
 		return cmp.Or(ctxErr, ctx.Err())
 	case <-grace.C:
 	}
-	p.log.Warn().Str("waiting", p.stillRunning()).Msg("close cut short; the rest of the close finishes when that work ends")
-	return &CloseIncompleteError{Err: cmp.Or(ctxErr, ctx.Err()), Waiting: p.stillRunning()}
+	tasks, slots := p.stillRunning()
+	waiting := fmt.Sprintf("%d tasks not finished (a copy stage waits for a freeze event), %d staging slots whose last copy waits for a freeze event", tasks, slots)
+	p.log.Warn().Int("tasks", tasks).Int("slots", slots).Msg("close cut short; the rest of the close finishes when that work ends")
+	return &CloseIncompleteError{Err: cmp.Or(ctxErr, ctx.Err()), Tasks: tasks, Slots: slots, Waiting: waiting}
 }
 
-// stillRunning says in words what an unfinished close waits for.
-func (p *Pipeline) stillRunning() string {
+// stillRunning counts what an unfinished close waits for: tasks not
+// terminal, and slots whose last copy has not ended.
+func (p *Pipeline) stillRunning() (tasks, slots int) {
 	p.mu.Lock()
-	tasks := 0
 	for _, t := range p.tasks {
 		if !t.State().Terminal() {
 			tasks++
 		}
 	}
 	p.mu.Unlock()
-	slots := 0
 	for _, sl := range p.slots.slots {
 		if sl.buf != nil && sl.last != nil {
 			select {
@@ -184,7 +189,7 @@ func (p *Pipeline) stillRunning() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%d tasks not finished (a copy stage waits for a freeze event), %d staging slots whose last copy waits for a freeze event", tasks, slots)
+	return tasks, slots
 }
 
 // finish is the end of the close, once no entry is in flight and every
