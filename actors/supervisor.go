@@ -135,13 +135,16 @@ func (s *supervisor) Receive(ctx actor.Context) {
 // and may charge bytes: while earlier waiters hold a location's room, it
 // takes none of it (budget/held.go). A waiting call's try, a cache's
 // load (the cache orders its own loads against the queue) and the write
-// pipeline's clone reservations are not.
+// pipeline's clone reservations are not. Decide and Explain change
+// nothing but run under the same rule, so that each answers as the call
+// it predicts (Admit without a wait option, Execute) would be answered.
 func (s *supervisor) takesRoom(msg any) bool {
 	if s.eng.heldRoom == nil {
 		return false
 	}
 	switch m := msg.(type) {
-	case *messages.Transition, *messages.Register, *messages.Reserve, *messages.Execute, *messages.EnterScope:
+	case *messages.Transition, *messages.Register, *messages.Reserve, *messages.Execute, *messages.EnterScope,
+		*messages.Decide, *messages.Explain:
 		return true
 	case *messages.Admit:
 		return !m.Ordered

@@ -139,3 +139,46 @@ func zeros(n int) Loader {
 		return nil
 	}
 }
+
+// Decide and Explain answer as the calls they predict would be answered
+// (Admit without a wait option, Execute): while a waiter waits for room at
+// cuda:0, a decision or a plan that would add bytes there is refused for
+// the waiters ahead, as the call itself would be, though the bytes fit in
+// the free room. Before, both answered "feasible" and the call they
+// predicted was then refused with a *WaitersAheadError.
+func TestDecideAndExplainSeeTheRoomWaitersHold(t *testing.T) {
+	ctx := context.Background()
+	s := startGPU(t, 100)
+	w := watchRoom(s)
+	holder := mustAdmit(t, s, "holder", 60)
+	out := make(chan admitted, 1)
+	admitAsync(ctx, s, "big", 80, out)
+	w.queued(t, "big")
+
+	_, err := s.Decide(ctx, resv("small", 5))
+	var wa *WaitersAheadError
+	require.ErrorAs(t, err, &wa, "Decide answers as Admit without a wait option")
+	assert.Equal(t, gpu, wa.Location)
+	assert.Equal(t, 1, wa.Waiters)
+	_, _, err = s.Admit(ctx, resv("small", 5))
+	require.ErrorAs(t, err, &wa, "the call Decide predicted")
+
+	plan := Plan{Reservations: []ReservationSpec{{Name: "small", Location: gpu, Bytes: 5}}}
+	ex, err := s.Explain(ctx, plan)
+	require.NoError(t, err)
+	assert.False(t, ex.Feasible, "Explain answers as Execute")
+	assert.Contains(t, ex.Reason, "wait for room at "+gpu)
+	_, err = s.Execute(ctx, plan)
+	require.ErrorIs(t, err, ErrBusy, "the call Explain predicted")
+
+	require.NoError(t, holder.Exit(ctx))
+	a := recv(t, out)
+	require.NoError(t, a.err)
+	// Nobody waits: both answer from the budget alone again.
+	_, err = s.Decide(ctx, resv("small", 5))
+	require.NoError(t, err)
+	ex, err = s.Explain(ctx, plan)
+	require.NoError(t, err)
+	assert.True(t, ex.Feasible, ex.Reason)
+	require.NoError(t, a.sc.Exit(ctx))
+}

@@ -603,7 +603,10 @@ func (s *System) Unreserve(ctx context.Context, name string) error {
 	return s.callErr(ctx, func(p *actor.PID) any { return &messages.Unreserve{Name: name, ReplyTo: p} })
 }
 
-// Explain simulates plan on the current state without changing it.
+// Explain simulates plan on the current state without changing it. It
+// answers as [System.Execute] would: while earlier callers wait for room
+// at a location the plan adds bytes to, the plan is infeasible and the
+// reason says so (see [System.Place]).
 func (s *System) Explain(ctx context.Context, plan Plan) (Explanation, error) {
 	r, err := s.call(ctx, func(p *actor.PID) any { return &messages.Explain{Plan: plan, ReplyTo: p} }, nil)
 	if err != nil {
@@ -613,7 +616,9 @@ func (s *System) Explain(ctx context.Context, plan Plan) (Explanation, error) {
 }
 
 // Decide runs the controller's bounded search for req with the default
-// state limit. It changes nothing.
+// state limit. It changes nothing. It answers as [System.Admit] without a
+// wait option would: a decision that adds bytes only where earlier
+// callers wait for room is a [*WaitersAheadError].
 func (s *System) Decide(ctx context.Context, req Request) (Decision, error) {
 	return s.DecideWithLimit(ctx, req, 0)
 }
