@@ -99,6 +99,103 @@ type OwnerCharges struct {
 	// the owner at the location.
 	OwnedBytes        int64
 	OwnedReservations int
+	// Shared names the shared budget the location is a member of ("":
+	// none); SharedBytes is its figure and SharedUsedBytes its charged
+	// bytes (used+reserved over its members).
+	Shared          string
+	SharedBytes     int64
+	SharedUsedBytes int64
+}
+
+// TooLarge returns the refusal of a charge of bytes at c's location that
+// can never be admitted, however much room is made: more than the
+// location's budget, or more than the figure of its shared budget. nil
+// when bytes may fit once room is made (or nothing bounds them). The
+// error carries c's figures.
+func (c OwnerCharges) TooLarge(bytes int64) *BudgetError {
+	switch {
+	case c.HasBudget && bytes > c.BudgetBytes:
+		return c.refusal(bytes, false)
+	case c.Shared != "" && bytes > c.SharedBytes:
+		return c.refusal(bytes, true)
+	}
+	return nil
+}
+
+// Short returns the refusal of bytes more at c's location with c's
+// figures: nil when they fit both the location's budget (if any) and its
+// shared budget's figure (if any). The location's budget is checked
+// first, as the ledger does.
+func (c OwnerCharges) Short(bytes int64) *BudgetError {
+	switch {
+	case c.HasBudget && (bytes > c.BudgetBytes || c.UsedBytes+c.ReservedBytes > c.BudgetBytes-bytes):
+		return c.refusal(bytes, false)
+	case c.Shared != "" && (bytes > c.SharedBytes || c.SharedUsedBytes > c.SharedBytes-bytes):
+		return c.refusal(bytes, true)
+	}
+	return nil
+}
+
+// Refusal is TooLarge and Short over reservations admitted together (a
+// split load's parts), each location with its figures in at: the first
+// part that can never fit, or the parts at the members of one shared
+// budget whose sum is above its figure (never true: waiting cannot help);
+// else the first part short of room now, or the first shared budget
+// short of the parts' sum now. nil: every part fits now. A location
+// missing from at bounds nothing.
+func Refusal(specs []ReservationSpec, at map[string]OwnerCharges) (be *BudgetError, never bool) {
+	sums := map[string]int64{}
+	for _, s := range specs {
+		c := at[s.Location]
+		if be := c.TooLarge(s.Bytes); be != nil {
+			return be, true
+		}
+		if c.Shared != "" {
+			sums[c.Shared] = addSat(sums[c.Shared], s.Bytes)
+		}
+	}
+	for _, s := range specs {
+		c := at[s.Location]
+		if c.Shared != "" && sums[c.Shared] > c.SharedBytes {
+			return c.sharedRefusal(s.Bytes, sums[c.Shared]), true
+		}
+	}
+	for _, s := range specs {
+		c := at[s.Location]
+		if be := c.Short(s.Bytes); be != nil {
+			return be, false
+		}
+		if c.Shared != "" && c.SharedUsedBytes > c.SharedBytes-sums[c.Shared] {
+			return c.sharedRefusal(s.Bytes, sums[c.Shared]), false
+		}
+	}
+	return nil, false
+}
+
+// sharedRefusal is the shared budget's refusal of bytes at c's location,
+// with together bytes asked of the group.
+func (c OwnerCharges) sharedRefusal(bytes, together int64) *BudgetError {
+	e := c.refusal(bytes, true)
+	e.SharedRequestedBytes = together
+	return e
+}
+
+func (c OwnerCharges) refusal(bytes int64, shared bool) *BudgetError {
+	e := &BudgetError{Location: c.Location, BudgetBytes: c.BudgetBytes, UsedBytes: c.UsedBytes, ReservedBytes: c.ReservedBytes, RequestedBytes: bytes}
+	if shared {
+		e.Shared, e.SharedBytes, e.SharedUsedBytes, e.SharedRequestedBytes = c.Shared, c.SharedBytes, c.SharedUsedBytes, bytes
+	}
+	return e
+}
+
+// NeverFits reports whether a charge that would hold total bytes can
+// never be admitted where e refused: above the shared budget's figure
+// when a shared budget refused, above the location's budget otherwise.
+func (e *BudgetError) NeverFits(total int64) bool {
+	if e.Shared != "" {
+		return total > e.SharedBytes
+	}
+	return total > e.BudgetBytes
 }
 
 // OwnerCharges returns the figures of loc and what owner's active
@@ -115,6 +212,9 @@ func (l *Ledger) OwnerCharges(loc, owner string) (OwnerCharges, error) {
 	}
 	lc := &l.locs[i]
 	out := OwnerCharges{Location: lc.name, HasBudget: lc.hasBudget, BudgetBytes: lc.budget, UsedBytes: lc.used, ReservedBytes: lc.reserved}
+	if g := l.sharedOf(i); g != nil {
+		out.Shared, out.SharedBytes, out.SharedUsedBytes = g.name, g.bytes, l.sharedCharged(g)
+	}
 	for _, r := range lc.reservations {
 		if r.owner == owner {
 			out.OwnedBytes += r.bytes

@@ -61,6 +61,10 @@ func (e *CacheBusyError) Error() string {
 		return fmt.Sprintf("residency cache busy: %s at %s is leased, pinned, kept alive, not idle or loading", what, e.Location)
 	}
 	r := e.Refusal
+	if r.Shared != "" {
+		return fmt.Sprintf("residency cache busy: %s needs %d bytes at %s (shared budget %q: %d, charged %d) and nothing idle is left to evict",
+			what, r.RequestedBytes, r.Location, r.Shared, r.SharedBytes, r.SharedUsedBytes)
+	}
 	return fmt.Sprintf("residency cache busy: %s needs %d bytes at %s (budget %d, used %d, reserved %d) and nothing idle is left to evict",
 		what, r.RequestedBytes, r.Location, r.BudgetBytes, r.UsedBytes, r.ReservedBytes)
 }

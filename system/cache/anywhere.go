@@ -76,7 +76,7 @@ func LoadOn[T any](ctx context.Context, c *Cache, key string, tiers [][]string, 
 	lo.wait = system.WaitConfig{} // each try is one; waiting is LoadOn's
 	var fitsSomewhere bool
 	for _, loc := range all {
-		if b := c.locs[loc]; !b.has || bytes <= b.bytes {
+		if c.locs[loc].TooLarge(bytes) == nil {
 			fitsSomewhere = true
 		}
 	}
@@ -107,7 +107,7 @@ func loadOnce[T any](ctx context.Context, c *Cache, key string, tiers [][]string
 		locs := c.orderTier(ctx, tier, lo.tie)
 		for _, noEvict := range []bool{true, false} { // room as it is first, then made
 			for _, loc := range locs {
-				if b := c.locs[loc]; b.has && bytes > b.bytes {
+				if c.locs[loc].TooLarge(bytes) != nil {
 					continue
 				}
 				o := lo

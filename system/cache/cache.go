@@ -81,17 +81,17 @@ type Options struct {
 //
 // All methods and functions on a Cache are safe for concurrent use.
 type Cache struct {
-	rt    ownerRuntime // the runtime's seam for owners of charges
-	loc   string
-	owner string // ledger owner of every charge of this cache
-	// The location's budget (fixed for the runtime's life), for refusing
-	// a peak that can never fit before looking the key up.
-	hasBudget   bool
-	budgetBytes int64
-	seq         *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
-	budget      *MemoryBudget
+	rt     ownerRuntime // the runtime's seam for owners of charges
+	loc    string
+	owner  string         // ledger owner of every charge of this cache
+	seq    *atomic.Uint64 // reservation names (shared with the budget, which must not point into the cache)
+	budget *MemoryBudget
 
-	locs map[string]locBudget // every location the cache may use, Location's included (split.go; fixed)
+	// locs is every location the cache may use, Location's included, with
+	// its figures at New (split.go). Only its budgets are read (fixed for
+	// the runtime's life: the location's and its shared budget's), to
+	// refuse bytes that can never fit before asking the ledger.
+	locs map[string]budget.OwnerCharges
 
 	mu        sync.Mutex // guards the fields below
 	book      *budget.CacheBook[*cacheEntry]
@@ -227,7 +227,6 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		return nil, err
 	}
 	c.budget = &MemoryBudget{rt: rt, loc: c.loc, owner: c.owner, seq: c.seq, cache: weak.Make(c)}
-	c.hasBudget, c.budgetBytes = ch.HasBudget, ch.BudgetBytes
 	closeOnRuntimeClose(sys, c)
 	return c, nil
 }
@@ -448,7 +447,7 @@ func load[T any](ctx context.Context, c *Cache, key string, peak int64, idle fun
 		if err := c.rt.Refusal(ctx); err != nil {
 			return Lease[T]{}, err
 		}
-		if c.hasBudget && peak > c.budgetBytes {
+		if c.locs[c.loc].TooLarge(peak) != nil {
 			// Seed 001's peak rule: the peak is checked before the
 			// lookup, so a peak that can never fit is refused, resident
 			// or not.

@@ -59,12 +59,7 @@ func (c *Cache) isClosed() bool {
 	return c.closed
 }
 
-// tooLarge is the refusal of a request larger than the whole budget, with
-// the location's figures now.
+// tooLarge is tooLargeAt at the cache's location.
 func (c *Cache) tooLarge(ctx context.Context, bytes int64) error {
-	ch, err := c.charges(ctx)
-	if err != nil {
-		return err
-	}
-	return &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+	return c.tooLargeAt(ctx, c.loc, bytes)
 }

@@ -48,7 +48,10 @@
 // lookups nor loads of other keys. [Cache.Evict] removes an idle entry on
 // request. When the budget is short and nothing is evictable, the answer
 // is a [*system.CacheBusyError] (errors.Is [system.ErrBusy]); a request larger than the
-// whole budget is a [*system.BudgetError].
+// whole budget is a [*system.BudgetError]. A location in a shared budget
+// ([system.Options].SharedBudgets) is bounded by both figures: its whole
+// budget is the smaller of its own and the group's, and a busy refusal
+// names the one that is short (Refusal.Shared set for the group).
 //
 // Waiting: with [Wait] and the runtime's wait options a load that finds
 // the budget short waits in the runtime's queue, shared with

@@ -71,7 +71,7 @@ func (c *Cache) admit(ctx context.Context, key string, total int64, try func(con
 		if !errors.As(err, &be) {
 			return err
 		}
-		if total > be.BudgetBytes {
+		if be.NeverFits(total) {
 			return err // it can never fit: nothing to evict for it
 		}
 		e := c.victim((*cacheEntry).evictable)

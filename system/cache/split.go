@@ -23,17 +23,11 @@ type Part struct {
 	Bytes    int64
 }
 
-// locBudget is an allowed location's budget (fixed for the runtime's life).
-type locBudget struct {
-	has   bool
-	bytes int64
-}
-
 // allowedLocations checks opts.Locations, the locations a split load may
 // use besides opts.Location (whose figures are ch), and returns the
 // budget of every allowed location, opts.Location's included.
-func allowedLocations(ctx context.Context, rt ownerRuntime, opts Options, ch budget.OwnerCharges) (map[string]locBudget, error) {
-	out := map[string]locBudget{opts.Location: {ch.HasBudget, ch.BudgetBytes}}
+func allowedLocations(ctx context.Context, rt ownerRuntime, opts Options, ch budget.OwnerCharges) (map[string]budget.OwnerCharges, error) {
+	out := map[string]budget.OwnerCharges{opts.Location: ch}
 	for i, loc := range opts.Locations {
 		switch _, dup := out[loc]; {
 		case loc == "":
@@ -47,7 +41,7 @@ func allowedLocations(ctx context.Context, rt ownerRuntime, opts Options, ch bud
 		if err != nil {
 			return nil, err
 		}
-		out[loc] = locBudget{lc.HasBudget, lc.BudgetBytes}
+		out[loc] = lc
 	}
 	return out, nil
 }
@@ -94,8 +88,10 @@ type splitLoad struct {
 // may not use ([Options].Location and [Options].Locations), a location
 // listed twice, bytes ≤ 0, an empty key or a nil loader
 // ([*system.InvalidInputError], nothing changed); a part larger than its
-// location's whole budget ([*system.BudgetError], checked before the
-// lookup); the rest as for Load. Versions: a hit 0; a load 1 per part; a
+// location's whole budget, or parts at the members of a shared budget
+// ([system.Options].SharedBudgets) above its figure together
+// ([*system.BudgetError], checked before the lookup); the rest as for
+// Load. Versions: a hit 0; a load 1 per part; a
 // failed load 2 per part.
 func LoadSplit[T any](ctx context.Context, c *Cache, key string, parts []Part, idle func(T) bool, loader func(ctx context.Context) (T, error), opts ...LoadOption) (Lease[T], error) {
 	sl, err := c.checkParts(key, parts)
@@ -114,10 +110,15 @@ func LoadSplit[T any](ctx context.Context, c *Cache, key string, parts []Part, i
 	if c.isClosed() {
 		return Lease[T]{}, c.closedErr()
 	}
-	for _, p := range sl.parts {
-		if b := c.locs[p.Location]; b.has && p.Bytes > b.bytes {
-			return Lease[T]{}, c.tooLargeAt(ctx, p.Location, p.Bytes)
-		}
+	specs := make([]budget.ReservationSpec, len(sl.parts))
+	for i, p := range sl.parts {
+		specs[i] = budget.ReservationSpec{Location: p.Location, Bytes: p.Bytes, Owner: c.owner}
+	}
+	if _, never := budget.Refusal(specs, c.locs); never {
+		// A part above its location's budget, or parts above their shared
+		// budget's figure together: refused with the figures now.
+		_, err := busyRefusals(ctx, c.rt, key, specs)
+		return Lease[T]{}, err
 	}
 	lo := newLoadOptions(opts)
 	lo.split = sl
@@ -155,13 +156,18 @@ func (c *Cache) checkParts(key string, parts []Part) (*splitLoad, error) {
 	return sl, nil
 }
 
-// tooLargeAt is the refusal of bytes larger than loc's whole budget.
+// tooLargeAt is the refusal of bytes that can never fit at loc (more
+// than its whole budget or its shared budget's figure), with loc's
+// figures now.
 func (c *Cache) tooLargeAt(ctx context.Context, loc string, bytes int64) error {
 	ch, err := c.rt.Charges(ctx, loc, c.owner)
 	if err != nil {
 		return err
 	}
-	return &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
+	if be := ch.TooLarge(bytes); be != nil {
+		return be
+	}
+	return ch.Short(bytes) // not reached: budgets are fixed
 }
 
 // loadSpecs is the reservations of a load of key: its peak at the cache's
@@ -268,14 +274,34 @@ func (l Lease[T]) Parts() []Part {
 	return l.e.partsOf()
 }
 
-// busyRefusals is busyRefusal over a request's reservations: the first
-// location that has no room for its part, or, when every location has
-// room now, again (decide again).
+// busyRefusals is busyRefusal over a request's reservations, admitted
+// together (budget.Refusal): a *system.BudgetError for parts that can
+// never fit, a *system.CacheBusyError for the first location (or shared
+// budget) that has no room for its part now, or, when there is room for
+// every part now, again (decide again) with a CacheBusyError at the
+// first part's location to give up with.
 func busyRefusals(ctx context.Context, rt ownerRuntime, key string, specs []budget.ReservationSpec) (again bool, err error) {
+	at := make(map[string]budget.OwnerCharges, len(specs))
 	for _, s := range specs {
-		if again, err = busyRefusal(ctx, rt, s.Location, s.Owner, key, s.Bytes); !again {
+		ch, err := rt.Charges(ctx, s.Location, s.Owner)
+		if err != nil {
 			return false, err
 		}
+		if !ch.HasBudget {
+			if err := budget.AccountingOverflow(ch.Location, ch.UsedBytes, ch.ReservedBytes, s.Bytes); err != nil {
+				return false, err // no budget to be short of: one rule with the ledger's
+			}
+		}
+		at[s.Location] = ch
 	}
-	return true, err
+	be, never := budget.Refusal(specs, at)
+	switch {
+	case never:
+		return false, be
+	case be != nil:
+		return false, &system.CacheBusyError{Key: key, Location: be.Location, Refusal: be}
+	}
+	s := specs[0]
+	ch := at[s.Location]
+	return true, &system.CacheBusyError{Key: key, Location: s.Location, Refusal: &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: s.Bytes}}
 }

@@ -353,25 +353,3 @@ func idleBudgeted(e *cacheEntry) bool { return e.charge == "" && e.evictable() }
 // maxRaces bounds the decisions again after runs that met concurrent
 // changes (each is another caller's progress, so this is rarely reached).
 const maxRaces = 16
-
-// busyRefusal is a *system.CacheBusyError with the location's figures
-// now, or a *system.BudgetError for bytes above the whole budget; again
-// when the figures now leave room for bytes (room was made since the
-// decision: decide again rather than refuse with figures that fit).
-func busyRefusal(ctx context.Context, rt ownerRuntime, loc, owner, key string, bytes int64) (again bool, err error) {
-	ch, err := rt.Charges(ctx, loc, owner)
-	if err != nil {
-		return false, err
-	}
-	if !ch.HasBudget {
-		if err := budget.AccountingOverflow(ch.Location, ch.UsedBytes, ch.ReservedBytes, bytes); err != nil {
-			return false, err // no budget to be short of: one rule with the ledger's
-		}
-	}
-	be := &system.BudgetError{Location: ch.Location, BudgetBytes: ch.BudgetBytes, UsedBytes: ch.UsedBytes, ReservedBytes: ch.ReservedBytes, RequestedBytes: bytes}
-	if ch.HasBudget && bytes > ch.BudgetBytes {
-		return false, be
-	}
-	again = !ch.HasBudget || ch.UsedBytes+ch.ReservedBytes+bytes <= ch.BudgetBytes
-	return again, &system.CacheBusyError{Key: key, Location: loc, Refusal: be}
-}
