@@ -277,6 +277,6 @@
 // released leases, malformed locations, sizes ≤ 0) is [*InvalidInputError],
 // matching errors.Is(err, ErrInvalidInput). A cap over a group of
 // reservations ([Ledger.ReserveCapped], such as the write pipeline's
-// device clones) refuses with its own [*CapError], never a BudgetError:
+// device clones and their landing buffers) refuses with its own [*CapError], never a BudgetError:
 // no location refused anything.
 package budget

@@ -162,18 +162,24 @@ func (p *Pipeline) abandonLandings(ls []*landing) {
 }
 
 // reserveLanding reserves a landing buffer of n bytes at the pinned
-// location. When the budget is short it waits for landing buffers of other
-// tasks to be released (their pool writes free them), then tries again;
-// with none held but its own task's (own bytes), waiting could never end,
-// so the budget refusal is returned. Landing bytes in use are thus bounded
-// by the pinned budget, and a burst of deferred tasks is slowed down, not
-// failed.
+// location, in the group of the cap "<Name>/landings" of
+// Config.CloneBudgetBytes (the landing buffers of a task are the size of
+// its clones, which that figure bounds). When the budget or the cap is
+// short it waits for landing buffers of other tasks to be released (their
+// pool writes free them), then tries again; with none held but its own
+// task's (own bytes), waiting could never end, so the refusal is
+// returned. Landing bytes in use are thus bounded by the cap and the
+// pinned budget, and a burst of deferred tasks is slowed down, not
+// failed. Like the clones, landing buffers order themselves: they are not
+// refused for room that callers waiting at the pinned location hold
+// (they would fail or stall the pipeline for an unrelated caller), and
+// such a caller waits for at most the cap's bytes of them in flight.
 func (p *Pipeline) reserveLanding(ctx context.Context, name string, n, own int64) error {
 	for {
 		p.landMu.Lock()
 		freed := p.landFreed
 		p.landMu.Unlock()
-		err := p.rt.Reserve(ctx, p.cfg.Pinned, name, n)
+		err := p.rt.ReserveCapped(ctx, p.cfg.Pinned, name, p.cfg.Name+"/landings", p.cfg.CloneBudgetBytes, n)
 		if err == nil {
 			p.landMu.Lock()
 			p.landHeld += n
@@ -181,7 +187,8 @@ func (p *Pipeline) reserveLanding(ctx context.Context, name string, n, own int64
 			return nil
 		}
 		var be *budget.BudgetError
-		if !errors.As(err, &be) {
+		var ce *budget.CapError
+		if !errors.As(err, &be) && !errors.As(err, &ce) {
 			return err
 		}
 		p.landMu.Lock()

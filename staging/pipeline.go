@@ -24,7 +24,8 @@ type Runtime interface {
 	// *budget.CapError (the group's figures) when the group's bytes plus
 	// bytes would exceed the cap, else as Reserve. Unreserve gives the
 	// reservation's bytes back to the group. The pipeline's device clones
-	// are such a group, "<Name>/clones" of Config.CloneBudgetBytes.
+	// are such a group, "<Name>/clones" of Config.CloneBudgetBytes, and
+	// so are their landing buffers, "<Name>/landings" of the same figure.
 	ReserveCapped(ctx context.Context, loc, name, capName string, capBytes, bytes int64) error
 	Unreserve(ctx context.Context, name string) error
 }
@@ -71,7 +72,8 @@ type Config struct {
 	// CloneBudgetBytes is the GPU-byte budget of JOIN_ON_FINISH device
 	// clones (0: that mode is refused): the cap "<Name>/clones" in the
 	// runtime's ledger (Runtime.ReserveCapped). Each clone is a
-	// reservation on Device in its group while it lives.
+	// reservation on Device in its group while it lives. The same figure
+	// caps their landing buffers at Pinned, "<Name>/landings".
 	CloneBudgetBytes int64
 
 	// Eager runs without copy streams, copy queues or committer: a save's
