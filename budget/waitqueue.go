@@ -17,6 +17,8 @@ import (
 //     needs room at one of its locations is still waiting — except ahead
 //     waiters that allow bypass: those never hold up a later one.
 //   - A waiter with no location is always eligible and holds up nobody.
+//   - The members of a shared budget ([WaitQueue.ShareBudgets]) count as
+//     one location here: room taken at one is taken from the others.
 //
 // So a big waiter at the head of its location is never starved by later
 // small ones that would fit in the room it waits for, unless it opted in
@@ -60,6 +62,9 @@ func (e *QueueFullError) Is(target error) bool { return target == ErrBusy }
 type waitItem struct {
 	id   WaitID
 	spec WaitSpec
+	// reach is spec.Locations with the other members of their shared
+	// budgets: where the waiter holds up, and is held up by, others.
+	reach []string
 }
 
 // WaitQueue is the ordered set of waiters. Not safe for concurrent use.
@@ -69,6 +74,48 @@ type WaitQueue struct {
 	items []waitItem // class descending, then arrival
 	// blocked is Eligible's scratch (reused: no allocation per call).
 	blocked []string
+	// members maps each member of a shared budget to all its group's
+	// members (ShareBudgets); nil: none.
+	members map[string][]string
+}
+
+// ShareBudgets makes the queue treat the members of each group as one
+// location when it decides who holds up whom (Eligible, Ahead, Holding):
+// a waiter at one member holds up later callers at every member, since
+// they draw on one figure. [Ledger.WithHeld] applies the same to calls
+// that do not wait. Call it before the first Push; the groups are not
+// checked here (the ledger checks them).
+func (q *WaitQueue) ShareBudgets(groups []SharedBudget) {
+	q.members = nil
+	for _, g := range groups {
+		for _, loc := range g.Locations {
+			if q.members == nil {
+				q.members = map[string][]string{}
+			}
+			q.members[loc] = slices.Clone(g.Locations)
+		}
+	}
+}
+
+// reach returns locs with the other members of their shared budgets
+// (locs itself when none is a member).
+func (q *WaitQueue) reach(locs []string) []string {
+	if q.members == nil {
+		return locs
+	}
+	var out []string
+	for _, loc := range locs {
+		ms, ok := q.members[loc]
+		if !ok {
+			ms = []string{loc}
+		}
+		for _, m := range ms {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 // NewWaitQueue returns an empty queue bounded to max waiters (0:
@@ -102,7 +149,7 @@ func (q *WaitQueue) Push(spec WaitSpec) (WaitID, error) {
 	for at > 0 && q.items[at-1].spec.Class < spec.Class {
 		at--
 	}
-	q.items = slices.Insert(q.items, at, waitItem{id: q.next, spec: spec})
+	q.items = slices.Insert(q.items, at, waitItem{id: q.next, spec: spec, reach: q.reach(spec.Locations)})
 	return q.next, nil
 }
 
@@ -123,11 +170,11 @@ func (q *WaitQueue) Remove(id WaitID) bool {
 func (q *WaitQueue) Eligible(dst []WaitID) []WaitID {
 	blocked := q.blocked[:0]
 	for _, it := range q.items {
-		if !overlaps(it.spec.Locations, blocked) {
+		if !overlaps(it.reach, blocked) {
 			dst = append(dst, it.id)
 		}
 		if !it.spec.AllowBypass {
-			for _, loc := range it.spec.Locations {
+			for _, loc := range it.reach {
 				if !slices.Contains(blocked, loc) {
 					blocked = append(blocked, loc)
 				}
@@ -146,8 +193,9 @@ func (q *WaitQueue) Eligible(dst []WaitID) []WaitID {
 // arrivals of its class or lower that would each fit).
 func (q *WaitQueue) Ahead(spec WaitSpec) int {
 	n := 0
+	reach := q.reach(spec.Locations)
 	for _, it := range q.items {
-		if it.spec.Class >= spec.Class && !it.spec.AllowBypass && overlaps(it.spec.Locations, spec.Locations) {
+		if it.spec.Class >= spec.Class && !it.spec.AllowBypass && overlaps(it.reach, reach) {
 			n++
 		}
 	}
@@ -182,21 +230,22 @@ func (q *WaitQueue) HeldAt(class int) map[string]int {
 // (not allowing bypass, at one of its locations): 0 when it is eligible
 // or not in the queue.
 func (q *WaitQueue) Holding(id WaitID) int {
+	var reach []string
+	for _, it := range q.items {
+		if it.id == id {
+			reach = it.reach
+		}
+	}
 	n := 0
 	for _, it := range q.items {
 		if it.id == id {
 			return n
 		}
-		if !it.spec.AllowBypass && overlaps(it.spec.Locations, q.specOf(id).Locations) {
+		if !it.spec.AllowBypass && overlaps(it.reach, reach) {
 			n++
 		}
 	}
 	return 0
-}
-
-func (q *WaitQueue) specOf(id WaitID) WaitSpec {
-	s, _ := q.Spec(id)
-	return s
 }
 
 // Position returns a waiter's place in queue order (0: the head); false

@@ -78,6 +78,31 @@ func TestWaitQueueEligible(t *testing.T) {
 	}
 }
 
+// The members of a shared budget count as one location: a waiter at one
+// holds up later waiters and new callers at the others, and is held up
+// by them; a location outside the group is not.
+func TestWaitQueueSharedBudgets(t *testing.T) {
+	q, err := NewWaitQueue(0)
+	require.NoError(t, err)
+	q.ShareBudgets([]SharedBudget{{Name: "igpu", Locations: []string{"cuda:0", "pageable-host"}, Bytes: 100}})
+	gpu, err := q.Push(WaitSpec{Name: "gpu", Locations: []string{"cuda:0"}})
+	require.NoError(t, err)
+	host, err := q.Push(WaitSpec{Name: "host", Locations: []string{"pageable-host"}})
+	require.NoError(t, err)
+	pinned, err := q.Push(WaitSpec{Name: "pinned", Locations: []string{"pinned-host"}})
+	require.NoError(t, err)
+	assert.Equal(t, []WaitID{gpu, pinned}, q.Eligible(nil), "host waits behind gpu: one figure")
+	assert.Equal(t, 1, q.Holding(host))
+	assert.Equal(t, 0, q.Holding(pinned))
+	assert.Equal(t, 2, q.Ahead(WaitSpec{Name: "new", Locations: []string{"pageable-host"}}))
+	assert.Equal(t, 1, q.Ahead(WaitSpec{Name: "new", Locations: []string{"pinned-host"}}), "only the waiter at pinned-host")
+	assert.Equal(t, 0, q.Ahead(WaitSpec{Name: "new", Locations: []string{"cuda:1"}}))
+	assert.Equal(t, map[string]int{"cuda:0": 1, "pageable-host": 1, "pinned-host": 1}, q.HeldAt(0),
+		"HeldAt names the waiters' own locations; the ledger extends them to their groups")
+	require.True(t, q.Remove(gpu))
+	assert.Equal(t, []WaitID{host, pinned}, q.Eligible(nil))
+}
+
 func TestWaitQueueBound(t *testing.T) {
 	_, err := NewWaitQueue(-1)
 	var ie *InvalidInputError

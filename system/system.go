@@ -335,7 +335,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	if opts.AllocTimeout < 0 {
 		return nil, &budget.InvalidInputError{Message: fmt.Sprintf("allocation timeout %s is negative", opts.AllocTimeout)}
 	}
-	room, err := newWaitRoom(opts.MaxWaiters, opts.Locations)
+	room, err := newWaitRoom(opts.MaxWaiters, opts.Locations, opts.SharedBudgets)
 	if err != nil {
 		return nil, err
 	}

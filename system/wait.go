@@ -125,11 +125,12 @@ type waiter struct {
 	tries  int       // the turns it has been given
 }
 
-func newWaitRoom(max int, locs []LocationConfig) (*waitRoom, error) {
+func newWaitRoom(max int, locs []LocationConfig, shared []SharedBudget) (*waitRoom, error) {
 	q, err := budget.NewWaitQueue(max)
 	if err != nil {
 		return nil, err
 	}
+	q.ShareBudgets(shared) // checked by the ledger, which Start creates next
 	budgets := map[string]int64{}
 	for _, l := range locs {
 		if l.HasBudget {

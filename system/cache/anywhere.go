@@ -88,7 +88,7 @@ func LoadOn[T any](ctx context.Context, c *Cache, key string, tiers [][]string, 
 	}
 	spec := budget.WaitSpec{Name: key, Class: wc.Class, Locations: all, AllowBypass: wc.Bypass}
 	var l Lease[T]
-	err = c.rt.Wait(ctx, spec, wc.Notify, func() (bool, error) {
+	err = c.waitRoom(ctx, spec, wc.Notify, func() (bool, error) {
 		l, err = loadOnce(ctx, c, key, tiers, bytes, idle, loader, lo, -1)
 		return !cacheWaitable(err), err
 	})

@@ -63,7 +63,10 @@ func (b *MemoryBudget) Location() string { return b.loc }
 //
 // Errors: bytes < 0 ([*system.InvalidInputError]); more than the whole budget
 // ([*system.BudgetError]); short with nothing idle to evict ([*system.CacheBusyError],
-// errors.Is [system.ErrBusy]); [system.ErrClosed]; ctx.Err() (nothing reserved).
+// errors.Is [system.ErrBusy]); callers waiting for room at the location
+// ahead of it (a [*system.CacheBusyError] with Waiters: it does not take
+// the room they wait for, unless it is part of a load, see docs/cache.md);
+// [system.ErrClosed]; ctx.Err() (nothing reserved).
 // Versions: 1 (0 for zero bytes), plus those of the plan's evictions.
 func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReservation, error) {
 	if bytes < 0 {
@@ -75,6 +78,9 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 			return nil, err
 		}
 		return r, nil
+	}
+	if err := b.heldUp(ctx); err != nil {
+		return nil, err
 	}
 	name := fmt.Sprintf("%s/budget#%d", b.owner, b.seq.Add(1))
 	if err := admitCharge(ctx, b.Cache(), b.rt, b.loc, b.owner, "", name, bytes); err != nil {
@@ -94,6 +100,27 @@ func (b *MemoryBudget) Reserve(ctx context.Context, bytes int64) (*MemoryReserva
 func (b *MemoryBudget) ReservedBytes(ctx context.Context) (int64, error) {
 	ch, err := b.rt.Charges(ctx, b.loc, b.owner)
 	return ch.OwnedBytes, err
+}
+
+// heldUp refuses a reservation (or a growth) that would take room that
+// callers waiting at the budget's location, or at another member of its
+// shared budget, wait for: a [*system.CacheBusyError] with Waiters, as
+// for a load that does not wait (docs/semantics.md, "Waiting for room").
+// A reservation that is part of a load is not held up: one made with the
+// context of a loader of the cache (a waiting load's turn, or a load that
+// looked at the waiters before it started), or through the budget of a
+// [LoadBudgeted] entry still loading.
+func (b *MemoryBudget) heldUp(ctx context.Context) error {
+	if c := b.cache.Value(); c != nil && inLoader(ctx, c, "") {
+		return nil
+	}
+	if e := b.entry.Value(); e != nil && e.loading() {
+		return nil
+	}
+	if n := b.rt.WaitersAhead(budget.WaitSpec{Name: "memory budget", Locations: []string{b.loc}}); n > 0 {
+		return &system.CacheBusyError{Location: b.loc, Waiters: n}
+	}
+	return nil
 }
 
 func (b *MemoryBudget) admit(ctx context.Context, total int64, try func(context.Context) error) error {
@@ -135,7 +162,8 @@ func (r *MemoryReservation) Name() string {
 // Resize changes the reservation to bytes (> 0), for memory that grows or
 // shrinks in place. Shrinking is always admitted; growing is admitted like
 // a reservation of the difference, evicting idle cache entries as
-// [MemoryBudget.Reserve] does. On error nothing changed. A zero-byte
+// [MemoryBudget.Reserve] does (and refused, as it is, while callers wait
+// for room ahead of it). On error nothing changed. A zero-byte
 // reservation cannot be resized (reserve anew). Versions: 1 (0 when the
 // size does not change), plus 1 per eviction.
 //
@@ -163,8 +191,14 @@ func (r *MemoryReservation) Resize(ctx context.Context, bytes int64) error {
 		r.mu.Unlock()
 		return nil
 	}
+	grows := bytes > r.bytes
 	r.mu.Unlock()
 	b := r.b
+	if grows {
+		if err := b.heldUp(ctx); err != nil {
+			return err
+		}
+	}
 	for {
 		err := r.resizeOnce(ctx, bytes)
 		var cb *budget.ChargeBusyError

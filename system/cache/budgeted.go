@@ -20,6 +20,13 @@ func (c *Cache) entryBudget(e *cacheEntry) *MemoryBudget {
 	return &b
 }
 
+// loading says whether e's load is still in flight.
+func (e *cacheEntry) loading() bool {
+	e.c.mu.Lock()
+	defer e.c.mu.Unlock()
+	return e.flight != nil
+}
+
 // allocAdded files the reservation name, made through e's budget, under
 // e: one of its charges, indexed while e is ready, offered with it.
 func (e *cacheEntry) allocAdded(name string) {

@@ -106,7 +106,11 @@ type Cache struct {
 	// closeTurn serializes Close (one token): a Close waiting for its
 	// turn honours its context.
 	closeTurn chan struct{}
-	closeErr  error
+	// life ends when Close begins (endLife): it ends the waits for room
+	// of the cache's loads (waitRoom).
+	life     context.Context
+	endLife  context.CancelFunc
+	closeErr error
 
 	// detachedLive counts entries Close drained whose release has not
 	// run yet (still leased, so still charged).
@@ -210,6 +214,7 @@ func New(ctx context.Context, sys *system.System, opts Options) (*Cache, error) 
 		closeTurn: make(chan struct{}, 1),
 		frequency: opts.Frequency,
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	// The location is checked before the name is taken: a cache refused
 	// for its location leaves its name free.
 	ch, err := rt.Charges(ctx, c.loc, ownerName(opts.Name))
@@ -399,7 +404,7 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 	}
 	var l Lease[T]
 	var err error
-	err = c.rt.Wait(ctx, spec, wc.Notify, func() (bool, error) {
+	err = c.waitRoom(ctx, spec, wc.Notify, func() (bool, error) {
 		l, err = load(ctx, c, key, peak, idle, loader, lo)
 		return !cacheWaitable(err), err
 	})
@@ -407,6 +412,29 @@ func loadWaiting[T any](ctx context.Context, c *Cache, key string, peak int64, i
 		return Lease[T]{}, err
 	}
 	return l, nil
+}
+
+// waitRoom is the runtime's wait for room of one of c's loads (each turn
+// is try). The cache's Close ends it with [system.ErrCacheClosed], and
+// waits for it to leave the runtime's queue (it counts as the cache's
+// work, like a load in flight).
+func (c *Cache) waitRoom(ctx context.Context, spec budget.WaitSpec, notify func(system.WaitState), try func() (bool, error)) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.closedErr()
+	}
+	c.busy++
+	c.mu.Unlock()
+	defer c.workDone()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
+	err := c.rt.Wait(wctx, spec, notify, try)
+	if errors.Is(err, context.Canceled) && ctx.Err() == nil && c.life.Err() != nil {
+		return c.closedErr() // ended by Close, not by the caller
+	}
+	return err
 }
 
 // present says whether key is resident or loading.

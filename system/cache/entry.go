@@ -237,7 +237,8 @@ func (c *Cache) waitQuiet(ctx context.Context) error {
 }
 
 // Close closes the cache: new loads and evictions get [system.ErrClosed]; loads
-// in flight have their context canceled and are waited for; every entry
+// in flight have their context canceled and are waited for, and so are
+// loads waiting for room (they return [system.ErrCacheClosed]); every entry
 // that no lease, pin or keep-alive holds is released (its value closed,
 // then its charge released), whether idle or not — a value's Close must
 // wait for its own device work. An entry still held is released when its
@@ -264,6 +265,7 @@ func (c *Cache) Close(ctx context.Context) error {
 		return c.closeErr
 	}
 	c.closed = true
+	c.endLife()         // loads waiting for room leave the queue (waitRoom)
 	c.stopTimerLocked() // no expiry after Close
 	if c.sp.stop != nil {
 		c.sp.stop() // a Demote under way is told (spill.go)
