@@ -99,4 +99,7 @@ func TestCacheLoadOnMostFree(t *testing.T) {
 	for _, l := range []cache.Lease[string]{a, b, c2} {
 		require.NoError(t, l.Release())
 	}
+	_, err = loadOn(ctx, c, "d", 10, cache.WithTie(cache.Tie(42)))
+	require.ErrorIs(t, err, system.ErrInvalidInput, "an unknown tie is refused, not taken as the default")
+	assert.Equal(t, []string{"a", "b", "c"}, cacheKeys(c), "nothing loaded for it")
 }

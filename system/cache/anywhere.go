@@ -52,7 +52,8 @@ func (t tieOption) applyLoad(o loadOptions) loadOptions {
 //
 // Every location must be the cache's [Options].Location or one of its
 // [Options].Locations, listed once. Errors: empty tiers or a bad location,
-// bytes ≤ 0, an empty key, a nil loader ([*system.InvalidInputError]);
+// bytes ≤ 0, an empty key, a nil loader, an unknown [Tie]
+// ([*system.InvalidInputError], nothing changed);
 // bytes larger than the whole budget of every location
 // ([*system.BudgetError]); every location short with nothing idle to evict
 // ([*system.CacheBusyError] for the last one tried); the rest as for Load.
@@ -72,6 +73,9 @@ func LoadOn[T any](ctx context.Context, c *Cache, key string, tiers [][]string, 
 		return Lease[T]{}, c.closedErr()
 	}
 	lo := newLoadOptions(opts)
+	if lo.tie != TieFirstListed && lo.tie != TieMostFree {
+		return Lease[T]{}, &budget.InvalidInputError{Message: fmt.Sprintf("cache key %q: unknown tie %d (TieFirstListed or TieMostFree)", key, lo.tie)}
+	}
 	wc := lo.wait
 	lo.wait = system.WaitConfig{} // each try is one; waiting is LoadOn's
 	var fitsSomewhere bool
