@@ -323,7 +323,8 @@ type Stats struct {
 	// out.
 	Evictions uint64
 	// Expirations counts, of Evictions, the entries whose keep-alive ran
-	// out (0: unloaded when idle).
+	// out, a keep-alive of 0 included (such an entry is unloaded as soon
+	// as it is idle, and counted here).
 	Expirations uint64
 	// LocationUsedBytes and LocationReservedBytes are the location's
 	// figures, every owner's charges included.
