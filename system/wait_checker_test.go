@@ -34,6 +34,12 @@ import (
 //     fits is refused with a *WaitersAheadError while one is queued, and
 //     admitted otherwise.
 //
+// Odd seeds run the same model over a shared budget: cuda:0 (its own
+// budget above the figure) and pageable-host (none) share the checker's
+// figure, and every waiter and call picks one of the two at random. The
+// members count as one location (docs/semantics.md), so the model is
+// unchanged: one pool of bytes, one queue.
+//
 // Bounded by default (a few hundred steps); RESIDENCY_SOAK (a Go duration)
 // runs it that long instead. The seed is in every failure message;
 // RESIDENCY_WAIT_SEED replays one.
@@ -93,19 +99,41 @@ type waitChecker struct {
 	holders   map[string]*Scope
 	sizes     map[string]int64
 	class     map[string]int
+	loc       map[string]string // where each waiter and call reserves
 	launched  int
 	admittedN int
 	canceledN int
 	fresh     []string // admitted during the current step
+	shared    bool     // the shared-budget mode (odd seeds)
 }
 
+// checkerHost is the other member of the shared budget (shared mode).
+const checkerHost = "pageable-host"
+
 func newWaitChecker(t *testing.T, seed uint64) *waitChecker {
+	shared := seed%2 == 1
 	locs := []LocationConfig{Limit(gpu, checkerBudget)}
-	backend := testsys.Soft(t, locs, testsys.Capacity(map[string]int64{gpu: checkerBudget}))
-	s, err := Start(context.Background(), Options{Locations: locs, Backend: backend, MaxWaiters: 64})
+	opts := Options{MaxWaiters: 64}
+	if shared {
+		// The group's figure binds: cuda:0's own budget is above it.
+		locs = []LocationConfig{Limit(gpu, checkerBudget+checkerBudget/2), NoLimit(checkerHost)}
+		opts.SharedBudgets = []SharedBudget{{Name: "igpu", Locations: []string{gpu, checkerHost}, Bytes: checkerBudget}}
+	}
+	opts.Locations = locs
+	opts.Backend = testsys.Soft(t, locs, testsys.Capacity(map[string]int64{gpu: locs[0].BudgetBytes}))
+	s, err := Start(context.Background(), opts)
 	require.NoError(t, err)
-	return &waitChecker{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s: s, w: watchRoom(s),
-		out: make(chan admitted, 64), waiting: map[string]*modelWaiter{}, holders: map[string]*Scope{}, sizes: map[string]int64{}, class: map[string]int{}}
+	return &waitChecker{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s: s, w: watchRoom(s), shared: shared,
+		out: make(chan admitted, 64), waiting: map[string]*modelWaiter{}, holders: map[string]*Scope{}, sizes: map[string]int64{}, class: map[string]int{}, loc: map[string]string{}}
+}
+
+// pick is the location of a new waiter or call: cuda:0, or in shared mode
+// either member.
+func (c *waitChecker) pick() string {
+	if c.shared && c.rng.IntN(2) == 1 {
+		return checkerHost
+	}
+	return gpu
 }
 
 func (c *waitChecker) fatalf(format string, args ...any) {
@@ -144,7 +172,12 @@ func (c *waitChecker) spawn() {
 	if mw.bypass {
 		opts = append(opts, WaitAllowBypass())
 	}
-	admitAsync(ctx, c.s, mw.name, mw.size, c.out, opts...)
+	loc := c.pick()
+	c.loc[mw.name] = loc
+	go func() {
+		sc, _, err := c.s.Admit(ctx, resvAt(mw.name, loc, mw.size), append([]WaitOption{WaitForRoom()}, opts...)...)
+		c.out <- admitted{mw.name, sc, err}
+	}()
 	// Wait until it is queued or has returned, so queue order is spawn order.
 	c.waitFor(func() bool {
 		if _, ok := c.waiting[mw.name]; !ok {
@@ -172,22 +205,28 @@ func (c *waitChecker) direct(i int) {
 	for n := range c.holders {
 		used += c.sizes[n]
 	}
-	held := 0
+	// The waiters that hold the room, by the location they name; the
+	// refusal names the member with the most (the call's own on a tie)
+	// and their number.
+	held, at := 0, map[string]int{}
 	for _, mw := range c.waiting {
 		if !mw.bypass {
 			held++
+			at[c.loc[mw.name]]++
 		}
 	}
-	sc, _, err := c.s.Admit(context.Background(), resv(name, size))
+	loc := c.pick()
+	most := max(at[gpu], at[checkerHost])
+	sc, _, err := c.s.Admit(context.Background(), resvAt(name, loc, size))
 	var wa *WaitersAheadError
 	switch {
 	case size > checkerBudget-used:
 		if err == nil || errors.Is(err, ErrBusy) {
-			c.fatalf("step %d: %s (%d bytes) does not fit the %d free bytes: want a refusal for room, got %v", i, name, size, checkerBudget-used, err)
+			c.fatalf("step %d: %s (%d bytes at %s) does not fit the %d free bytes: want a refusal for room, got %v", i, name, size, loc, checkerBudget-used, err)
 		}
 	case held > 0:
-		if !errors.As(err, &wa) || wa.Waiters != held || wa.Location != gpu || !errors.Is(err, ErrBusy) {
-			c.fatalf("step %d: %s (%d bytes, %d free) with %d waiters holding the room: want a *WaitersAheadError for %d waiters, got %v", i, name, size, checkerBudget-used, held, held, err)
+		if !errors.As(err, &wa) || wa.Waiters != most || at[wa.Location] != most || (at[loc] == most && wa.Location != loc) || !errors.Is(err, ErrBusy) {
+			c.fatalf("step %d: %s (%d bytes at %s, %d free) with waiters holding the room (%v): want a *WaitersAheadError for %d waiters, got %v", i, name, size, loc, checkerBudget-used, at, most, err)
 		}
 	default:
 		if err != nil {
@@ -297,8 +336,12 @@ func (c *waitChecker) check(i int) {
 	if err != nil {
 		c.fatalf("snapshot: %v", err)
 	}
-	if l := snap.Locations[0]; l.UsedBytes+l.ReservedBytes != used {
-		c.fatalf("step %d: the ledger charges %d, the holders %d", i, l.UsedBytes+l.ReservedBytes, used)
+	var charged int64
+	for _, l := range snap.Locations {
+		charged += l.UsedBytes + l.ReservedBytes
+	}
+	if charged != used {
+		c.fatalf("step %d: the ledger charges %d, the holders %d", i, charged, used)
 	}
 	order := make([]*modelWaiter, 0, len(c.waiting))
 	for _, mw := range c.waiting {

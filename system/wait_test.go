@@ -96,8 +96,11 @@ func (w *roomWatch) settled(t testing.TB) {
 	})
 }
 
-func resv(name string, bytes int64) Request {
-	return Request{Name: name, Reservations: []ReservationSpec{{Name: name, Location: gpu, Bytes: bytes}}}
+func resv(name string, bytes int64) Request { return resvAt(name, gpu, bytes) }
+
+// resvAt is a request of one reservation of bytes at loc.
+func resvAt(name, loc string, bytes int64) Request {
+	return Request{Name: name, Reservations: []ReservationSpec{{Name: name, Location: loc, Bytes: bytes}}}
 }
 
 type admitted struct {
