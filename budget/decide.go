@@ -8,6 +8,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -264,7 +265,14 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.reservationAdds[loc] += r.Bytes
+		if lc := &l.locs[loc]; !lc.hasBudget && d.reservationAdds[loc] > math.MaxInt64-lc.used-lc.reserved-r.Bytes {
+			// Beyond the byte accounting of a location without a budget,
+			// as Reserve refuses it (used+reserved+sum ≤ MaxInt64 held
+			// before this reservation, so nothing above wraps).
+			return nil, invalidf("request %q: its reservations at %s would overflow its byte accounting (used %d + reserved %d + %d asked before + %d)",
+				req.Name, lc.name, lc.used, lc.reserved, d.reservationAdds[loc], r.Bytes)
+		}
+		d.reservationAdds[loc] = addSat(d.reservationAdds[loc], r.Bytes)
 	}
 	if req.TieBreak > TieMostFree {
 		return nil, invalidf("request %q: unknown tie-break %d (want TieFirstListed or TieMostFree)", req.Name, uint8(req.TieBreak))

@@ -119,7 +119,7 @@ func (d *decider) add(loc int, b int64) {
 	if d.adds[loc] == 0 {
 		d.touched = append(d.touched, loc)
 	}
-	d.adds[loc] += b
+	d.adds[loc] = addSat(d.adds[loc], b)
 }
 
 // addEnters counts what entering each requirement at its chosen location
@@ -190,6 +190,9 @@ func (d *decider) chooseVictims(ev *evaluation) string {
 	for _, loc := range d.touched {
 		lc := &l.locs[loc]
 		if !lc.hasBudget {
+			if err := AccountingOverflow(lc.name, lc.used, lc.reserved, d.adds[loc]); err != nil {
+				return err.Error() // no eviction makes room in the accounting itself
+			}
 			continue
 		}
 		if n := d.adds[loc] - (lc.budget - lc.used - lc.reserved); n > 0 {

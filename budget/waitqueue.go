@@ -321,7 +321,7 @@ func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64,
 		if !ok || r.Bytes <= 0 {
 			continue
 		}
-		if sums[r.Location] += r.Bytes; sums[r.Location] > b {
+		if sums[r.Location] = addSat(sums[r.Location], r.Bytes); sums[r.Location] > b {
 			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at %s, more than its whole budget of %d: it can never be admitted", req.Name, sums[r.Location], r.Location, b)}
 		}
 	}
