@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"math/big"
 	"slices"
 )
 
@@ -279,6 +280,11 @@ func (q *WaitQueue) Spec(id WaitID) (WaitSpec, bool) {
 	return WaitSpec{}, false
 }
 
+// bigSum is a+b in decimal, exactly (it may exceed int64).
+func bigSum(a, b int64) string {
+	return new(big.Int).Add(big.NewInt(a), big.NewInt(b)).String()
+}
+
 func overlaps(a, b []string) bool {
 	for _, x := range a {
 		if slices.Contains(b, x) {
@@ -321,9 +327,10 @@ func CannotFit(req Request, budgets map[string]int64, bytes func(Handle) (int64,
 		if !ok || r.Bytes <= 0 {
 			continue
 		}
-		if sums[r.Location] = addSat(sums[r.Location], r.Bytes); sums[r.Location] > b {
-			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at %s, more than its whole budget of %d: it can never be admitted", req.Name, sums[r.Location], r.Location, b)}
+		if r.Bytes > b-sums[r.Location] { // sums stay ≤ b: nothing wraps
+			return &PlanError{Reason: fmt.Sprintf("request %q reserves %s bytes at %s, more than its whole budget of %d: it can never be admitted", req.Name, bigSum(sums[r.Location], r.Bytes), r.Location, b)}
 		}
+		sums[r.Location] += r.Bytes
 	}
 	for _, rq := range req.Requirements {
 		n, ok := bytes(rq.Handle)
@@ -366,9 +373,10 @@ func CannotFitShared(req Request, groups []SharedBudget, bytes func(Handle) (int
 		if !ok || r.Bytes <= 0 {
 			continue
 		}
-		if sums[i] = addSat(sums[i], r.Bytes); sums[i] > groups[i].Bytes {
-			return &PlanError{Reason: fmt.Sprintf("request %q reserves %d bytes at the members of shared budget %q, more than its whole figure of %d: it can never be admitted", req.Name, sums[i], groups[i].Name, groups[i].Bytes)}
+		if r.Bytes > groups[i].Bytes-sums[i] { // sums stay ≤ the figure: nothing wraps
+			return &PlanError{Reason: fmt.Sprintf("request %q reserves %s bytes at the members of shared budget %q, more than its whole figure of %d: it can never be admitted", req.Name, bigSum(sums[i], r.Bytes), groups[i].Name, groups[i].Bytes)}
 		}
+		sums[i] += r.Bytes
 	}
 	for _, rq := range req.Requirements {
 		n, ok := bytes(rq.Handle)

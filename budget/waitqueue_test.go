@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -145,7 +146,7 @@ func TestCannotFit(t *testing.T) {
 	h := Handle{Manager: "m", ID: 1, Name: "w"}
 	sizes := map[uint64]int64{1: 80}
 	bytes := func(h Handle) (int64, bool) { n, ok := sizes[h.ID]; return n, ok }
-	budgets := map[string]int64{"cuda:0": 100, "cuda:1": 50}
+	budgets := map[string]int64{"cuda:0": 100, "cuda:1": 50, "cuda:2": math.MaxInt64}
 	cases := []struct {
 		name  string
 		req   Request
@@ -155,6 +156,8 @@ func TestCannotFit(t *testing.T) {
 		{"one reservation too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:1", Bytes: 51}}}, true},
 		{"two add up too big", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: 60}, {Name: "b", Location: "cuda:0", Bytes: 41}}}, true},
 		{"no budget", Request{Reservations: []ReservationSpec{{Name: "a", Location: "pageable-host", Bytes: 1 << 40}}}, false},
+		{"a sum above int64 at a budget of MaxInt64", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:2", Bytes: math.MaxInt64}, {Name: "b", Location: "cuda:2", Bytes: math.MaxInt64}}}, true},
+		{"a sum above int64 at a small budget", Request{Reservations: []ReservationSpec{{Name: "a", Location: "cuda:0", Bytes: math.MaxInt64}, {Name: "b", Location: "cuda:0", Bytes: 2}}}, true},
 		{"value fits one tier location", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}, {"cuda:0"}}}}}, false},
 		{"value fits nowhere", Request{Requirements: []Requirement{{Handle: h, Tiers: [][]string{{"cuda:1"}}}}}, true},
 		{"unknown value", Request{Requirements: []Requirement{{Handle: Handle{ID: 9}, Tiers: [][]string{{"cuda:1"}}}}}, false},
