@@ -58,14 +58,17 @@ type Config struct {
 	// supervisor's goroutine and must not block (package system wakes
 	// the callers waiting for room with it).
 	OnRoom func()
-	// HeldRoom, when set, returns the room earlier waiters hold for a
-	// call of class 0 that does not wait: how many hold each location
-	// (budget.WaitQueue.HeldAt). The supervisor runs such calls — place,
-	// copy, move, register at a location, reserve, an execute, a scope
-	// entry, an admit not ordered by the wait queue — under
-	// budget.Ledger.WithHeld with it. It runs on the supervisor's
-	// goroutine and must not wait for the supervisor.
-	HeldRoom func() map[string]int
+	// HeldRoom, when set, returns the room the waiters ahead of a call
+	// hold: how many of them name each location. For a call of class
+	// that is not queued (waiter 0) they are the waiters of its class or
+	// higher; for a queued waiter's turn, those ahead of it
+	// (budget.WaitQueue.HeldAhead). The supervisor runs the calls that
+	// may charge bytes — place, copy, move, register at a location,
+	// reserve, an execute, a scope entry (class 0), an admit that does
+	// not order itself (its Class and Waiter) — and Decide and Explain
+	// (class 0) under budget.Ledger.WithHeld with it. It runs on the
+	// supervisor's goroutine and must not wait for the supervisor.
+	HeldRoom func(class int, waiter uint64) map[string]int
 }
 
 // Engine is a running set of actors around one ledger.
@@ -81,7 +84,7 @@ type Engine struct {
 	hooks        testhooks.Knobs
 	obs          Observer
 	onRoom       func()
-	heldRoom     func() map[string]int
+	heldRoom     func(class int, waiter uint64) map[string]int
 	stateLimit   int
 	allocTimeout time.Duration
 	locations    map[string]*actor.PID

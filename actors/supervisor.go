@@ -122,8 +122,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	}()
 	s.handling, s.hooked = msg, false
 	s.drainOffers() // the caches' pending offers first (offers.go)
-	if s.takesRoom(msg) {
-		s.ledger.WithHeld(s.eng.heldRoom(), func() { s.receive(ctx, msg) })
+	if class, waiter, ok := s.takesRoom(msg); ok {
+		s.ledger.WithHeld(s.eng.heldRoom(class, waiter), func() { s.receive(ctx, msg) })
 	} else {
 		s.receive(ctx, msg)
 	}
@@ -131,25 +131,27 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	s.noteRoom()
 }
 
-// takesRoom reports whether msg is a call that does not wait for room
-// and may charge bytes: while earlier waiters hold a location's room, it
-// takes none of it (budget/held.go). A waiting call's try, a cache's
-// load (the cache orders its own loads against the queue) and the write
-// pipeline's clone reservations are not. Decide and Explain change
-// nothing but run under the same rule, so that each answers as the call
-// it predicts (Admit without a wait option, Execute) would be answered.
-func (s *supervisor) takesRoom(msg any) bool {
+// takesRoom reports whether msg is a call that may charge bytes where
+// waiters ahead of it hold the room, and whose room (class, waiter: see
+// Config.HeldRoom) it must not take (budget/held.go): a call that does
+// not wait (class 0), or a waiting Admit's try (its class, and its id
+// once queued). A cache's load (the cache orders its own loads against
+// the queue) and the write pipeline's clone and landing reservations are
+// not. Decide and Explain change nothing but run under the rule of a
+// call that does not wait, so that each answers as the call it predicts
+// (Admit without a wait option, Execute) would be answered.
+func (s *supervisor) takesRoom(msg any) (class int, waiter uint64, ok bool) {
 	if s.eng.heldRoom == nil {
-		return false
+		return 0, 0, false
 	}
 	switch m := msg.(type) {
 	case *messages.Transition, *messages.Register, *messages.Reserve, *messages.Execute, *messages.EnterScope,
 		*messages.Decide, *messages.Explain:
-		return true
+		return 0, 0, true
 	case *messages.Admit:
-		return !m.Ordered
+		return m.Class, m.Waiter, !m.Ordered
 	}
-	return false
+	return 0, 0, false
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {

@@ -259,8 +259,9 @@
 //
 // The runtime keeps callers that wait for room in a [WaitQueue] (classes,
 // then arrival). A call that does not wait runs under [Ledger.WithHeld]
-// with the queue's [WaitQueue.HeldAt]: a new charge at a location an
-// earlier waiter names (or at a member of its shared budget) is refused
+// with the queue's [WaitQueue.HeldAt], and a waiting call's try with
+// [WaitQueue.HeldAhead] (the waiters ahead of it): a new charge at a
+// location such a waiter names (or at a member of its shared budget) is refused
 // with a [*WaitersAheadError] after the budget check, nothing changed;
 // the controller treats such an assignment as infeasible and drops a
 // victim instead of demoting it into held room (held.go;

@@ -23,7 +23,10 @@ import "fmt"
 // feasible otherwise, Decide refuses with *WaitersAheadError.
 //
 // The ledger does not know the waiters: the runtime computes held from its
-// queue (WaitQueue.HeldAt) at the step that runs the call.
+// queue at the step that runs the call (WaitQueue.HeldAt for a call that
+// does not wait, WaitQueue.HeldAhead for a waiting call's try: so no try
+// takes room a waiter ahead of it holds, even for a temporary outside
+// the locations it names).
 
 // WaitersAheadError refuses a call that does not wait for room: it needs
 // a new charge at Location, where Waiters earlier callers wait for room

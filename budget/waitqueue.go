@@ -227,6 +227,39 @@ func (q *WaitQueue) HeldAt(class int) map[string]int {
 	return held
 }
 
+// HeldAhead returns the room held for a try of the waiter id (0: a
+// caller of class that is not queued, which is HeldAt(class)): how many
+// of the waiters ahead of it in queue order that do not allow bypass
+// name each location. The runtime runs a waiting caller's try under
+// [Ledger.WithHeld] with it, so that no try takes room a waiter ahead of
+// it waits for — not even outside the locations the caller names (a
+// reconstruction's temporary at its source, a demotion into a spill
+// target). nil when none holds any.
+func (q *WaitQueue) HeldAhead(id WaitID, class int) map[string]int {
+	if id == 0 {
+		return q.HeldAt(class)
+	}
+	var held map[string]int
+	for _, it := range q.items {
+		if it.id == id {
+			return held
+		}
+		if it.spec.AllowBypass {
+			continue
+		}
+		for i, loc := range it.spec.Locations {
+			if slices.Contains(it.spec.Locations[:i], loc) {
+				continue
+			}
+			if held == nil {
+				held = map[string]int{}
+			}
+			held[loc]++
+		}
+	}
+	return held
+}
+
 // Holding returns how many waiters ahead of the waiter id hold it up
 // (not allowing bypass, at one of its locations): 0 when it is eligible
 // or not in the queue.

@@ -104,6 +104,27 @@ func TestWaitQueueSharedBudgets(t *testing.T) {
 	assert.Equal(t, []WaitID{host, pinned}, q.Eligible(nil))
 }
 
+// HeldAhead: a caller not yet queued is held by the waiters of its class
+// or higher (HeldAt); a queued waiter's try by those ahead of it, bypass
+// ones aside, whatever their locations.
+func TestWaitQueueHeldAhead(t *testing.T) {
+	q, err := NewWaitQueue(0)
+	require.NoError(t, err)
+	hi, err := q.Push(WaitSpec{Name: "hi", Class: 2, Locations: []string{"pageable-host"}})
+	require.NoError(t, err)
+	_, err = q.Push(WaitSpec{Name: "by", Class: 1, Locations: []string{"cuda:1"}, AllowBypass: true})
+	require.NoError(t, err)
+	mid, err := q.Push(WaitSpec{Name: "mid", Class: 1, Locations: []string{"cuda:0", "cuda:0"}})
+	require.NoError(t, err)
+	lo, err := q.Push(WaitSpec{Name: "lo", Locations: []string{"cuda:0"}})
+	require.NoError(t, err)
+	assert.Nil(t, q.HeldAhead(hi, 2), "the head: nobody ahead")
+	assert.Equal(t, map[string]int{"pageable-host": 1}, q.HeldAhead(mid, 1))
+	assert.Equal(t, map[string]int{"pageable-host": 1, "cuda:0": 1}, q.HeldAhead(lo, 0))
+	assert.Equal(t, q.HeldAt(1), q.HeldAhead(0, 1))
+	assert.Equal(t, map[string]int{"pageable-host": 1, "cuda:0": 2}, q.HeldAhead(0, 0))
+}
+
 func TestWaitQueueBound(t *testing.T) {
 	_, err := NewWaitQueue(-1)
 	var ie *InvalidInputError

@@ -169,9 +169,15 @@ type Admit struct {
 	Request    budget.Request
 	StateLimit int
 	Scope      string
-	// Ordered: the wait queue ordered this call (a waiting call's try, a
-	// cache's load), so room earlier waiters hold does not refuse it.
+	// Ordered: the call orders itself against the wait queue (a cache's
+	// load), so room earlier waiters hold does not refuse it.
 	Ordered bool
+	// Class and Waiter say whose room the call must not take (unless
+	// Ordered): the waiters of Class or higher when Waiter is 0 (a call
+	// that does not wait is class 0), else those ahead of the queued
+	// waiter Waiter (its turn).
+	Class   int
+	Waiter  uint64
 	ReplyTo *actor.PID
 }
 

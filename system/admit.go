@@ -52,15 +52,15 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	defer s.stats.admitted(ctx, time.Now(), &dec, &rerr)
 	wc := waitConfigOf(opts)
 	if !wc.Wait {
-		return s.admitOnce(ctx, req, limit, false)
+		return s.admitOnce(ctx, req, limit, 0, 0)
 	}
 	if err := s.refusal(ctx); err != nil {
 		return nil, Decision{}, err
 	}
 	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
-	rerr = s.room.wait(ctx, spec, wc.Notify, func() (bool, error) {
-		sc, dec, rerr = s.admitOnce(ctx, req, limit, true)
+	rerr = s.room.wait(ctx, spec, wc.Notify, true, func(id budget.WaitID) (bool, error) {
+		sc, dec, rerr = s.admitOnce(ctx, req, limit, wc.Class, id)
 		if !roomWaitable(rerr) {
 			return true, rerr
 		}
@@ -78,15 +78,17 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	return sc, dec, nil
 }
 
-// admitOnce is one Admit: one request to the runtime. ordered: the wait
-// queue ordered the call (a waiting caller's try), so room held for
-// earlier waiters does not refuse it; a call that does not wait is not.
-func (s *System) admitOnce(ctx context.Context, req Request, limit int, ordered bool) (*Scope, Decision, error) {
+// admitOnce is one Admit: one request to the runtime, made under the
+// room held by the waiters ahead of it — for a call of class that is not
+// queued (waiter 0: a call that does not wait is class 0), every waiter
+// of its class or higher; for a queued waiter's turn, those ahead of it
+// in the queue (budget.WaitQueue.HeldAhead).
+func (s *System) admitOnce(ctx context.Context, req Request, limit int, class int, waiter budget.WaitID) (*Scope, Decision, error) {
 	sc := s.NewScope(Plan{})
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	r, err := s.call(ctx, func(p *actor.PID) any {
-		return &messages.Admit{Request: req, StateLimit: limit, Scope: sc.name, Ordered: ordered, ReplyTo: p}
+		return &messages.Admit{Request: req, StateLimit: limit, Scope: sc.name, Class: class, Waiter: uint64(waiter), ReplyTo: p}
 	}, sc.exitLate)
 	if err != nil {
 		return nil, Decision{}, err

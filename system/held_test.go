@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -181,4 +182,104 @@ func TestDecideAndExplainSeeTheRoomWaitersHold(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ex.Feasible, ex.Reason)
 	require.NoError(t, a.sc.Exit(ctx))
+}
+
+// A waiting call held up by an earlier waiter is still checked before it
+// queues (docs/semantics.md, "Order of checks", "Never fits"): invalid
+// input, an unconfigured location and a request that can never fit are
+// refused at once, also with the queue full; a request that would fit
+// where nobody waits is admitted there at once. Its try takes no room
+// the waiters ahead hold. Before, such a call was queued without a try:
+// the three bad requests waited until their deadline (or, with the queue
+// full, got a *QueueFullError), and the tiered one waited for cuda:0.
+func TestHeldUpWaitingCallIsCheckedBeforeItQueues(t *testing.T) {
+	ctx := context.Background()
+	s := startGPU(t, 100, func(o *Options) {
+		o.Locations = append(o.Locations, Limit("cuda:1", 100))
+		o.MaxWaiters = 1
+	})
+	w := watchRoom(s)
+	holder := mustAdmit(t, s, "holder", 60)
+	out := make(chan admitted, 1)
+	admitAsync(ctx, s, "big", 80, out)
+	w.queued(t, "big")
+
+	for _, tc := range []struct {
+		req  Request
+		want any
+	}{
+		{resv("huge", 101), new(*PlanError)},
+		{Request{Name: "neg", Reservations: []ReservationSpec{{Name: "neg", Location: gpu, Bytes: -5}}}, new(*InvalidInputError)},
+		{Request{Name: "absent", Reservations: []ReservationSpec{{Name: "a", Location: gpu, Bytes: 1}, {Name: "b", Location: "cuda:7", Bytes: 1}}}, new(*UnavailableError)},
+	} {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _, err := s.Admit(wctx, tc.req, WaitForRoom())
+		cancel()
+		require.ErrorAs(t, err, tc.want, tc.req.Name)
+	}
+	w.queued(t, "big")
+
+	v, err := s.Register(ctx, Value{Name: "v", Bytes: 10, Source: "pageable-host", Loader: zeros(10), Mode: Replicable})
+	require.NoError(t, err)
+	sc, d, err := s.Admit(ctx, Request{Name: "tiered", Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}, {"cuda:1"}}}}}, WaitForRoom())
+	require.NoError(t, err, "admitted where nobody waits, without queueing")
+	assert.Equal(t, "cuda:1", d.Plan.Enter[0].Location, "not in the room big waits for")
+	require.NoError(t, sc.Exit(ctx))
+
+	require.NoError(t, holder.Exit(ctx))
+	a := recv(t, out)
+	require.NoError(t, a.err)
+	require.NoError(t, a.sc.Exit(ctx))
+}
+
+// A waiting call's try takes no room that a waiter ahead of it holds,
+// even outside the locations it names: here a later waiter whose value
+// is reconstructed into cuda:0 through a temporary at pageable-host,
+// where an earlier waiter waits. It waits behind, and the earlier waiter
+// is admitted when the holder leaves. Before, its try ran without that
+// rule: it took 30 bytes at pageable-host for its temporary and the
+// earlier waiter, refused, waited for its load.
+func TestWaitingTryTakesNoHeldRoomForATemporary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := startGPU(t, 100, func(o *Options) {
+		o.Locations = []LocationConfig{Limit("pageable-host", 100), Limit(gpu, 100)}
+	})
+	w := watchRoom(s)
+	v, err := s.Register(ctx, Value{Name: "v", Bytes: 30, Mode: Replicable, Source: "pageable-host", Loader: zeros(30)})
+	require.NoError(t, err)
+	holder, _, err := s.Admit(ctx, resvAt("holder", "pageable-host", 60))
+	require.NoError(t, err)
+	first := make(chan admitted, 1)
+	go func() {
+		sc, _, err := s.Admit(ctx, resvAt("w1", "pageable-host", 80), WaitForRoom())
+		first <- admitted{"w1", sc, err}
+	}()
+	w.queued(t, "w1")
+
+	later := Request{Name: "w2", Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}}}}}
+	_, _, err = s.Admit(ctx, later)
+	var wa *WaitersAheadError
+	require.ErrorAs(t, err, &wa, "without waiting: refused for the held room of its temporary")
+	second := make(chan admitted, 1)
+	go func() {
+		sc, _, err := s.Admit(ctx, later, WaitForRoom())
+		second <- admitted{"w2", sc, err}
+	}()
+	w.queued(t, "w1", "w2")
+	snap, err := s.Snapshot(ctx)
+	require.NoError(t, err)
+	for _, l := range snap.Locations {
+		if l.Location == "pageable-host" {
+			assert.Equal(t, int64(60), l.UsedBytes+l.ReservedBytes+l.TemporaryBytes, "w2's try took no room at pageable-host")
+		}
+	}
+
+	require.NoError(t, holder.Exit(ctx))
+	a := recv(t, first)
+	require.NoError(t, a.err, "w1 is admitted first")
+	require.NoError(t, a.sc.Exit(ctx))
+	b := recv(t, second)
+	require.NoError(t, b.err)
+	require.NoError(t, b.sc.Exit(ctx))
 }

@@ -226,7 +226,7 @@ func (o Owners) Refusal(ctx context.Context) error { return o.s.refusal(ctx) }
 // notify (nil: none) is told when it is queued and after each
 // refused turn.
 func (o Owners) Wait(ctx context.Context, spec budget.WaitSpec, notify func(budget.WaitState), try func() (bool, error)) error {
-	return o.s.room.wait(ctx, spec, notify, try)
+	return o.s.room.wait(ctx, spec, notify, false, func(budget.WaitID) (bool, error) { return try() })
 }
 
 // WaitersAhead returns how many callers waiting for room hold up a

@@ -345,7 +345,7 @@ func Start(ctx context.Context, opts Options) (*System, error) {
 	}
 	events := newEventLog(log, opts)
 	room.events = events
-	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Knobs: opts.knobs, Observer: events, OnRoom: room.signal, HeldRoom: room.heldRoom})
+	eng, err := actors.Start(actors.Config{Ledger: lcfg, Backend: backend, Logger: log, StateLimit: opts.StateLimit, AllocTimeout: opts.AllocTimeout, Knobs: opts.knobs, Observer: events, OnRoom: room.signal, HeldRoom: func(class int, waiter uint64) map[string]int { return room.heldRoom(class, budget.WaitID(waiter)) }})
 	if err != nil {
 		return nil, err
 	}

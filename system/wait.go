@@ -205,17 +205,18 @@ func (r *waitRoom) changedLocked() {
 	}
 }
 
-// heldRoom is budget.WaitQueue.HeldAt(0) under the room's lock: the
-// room earlier waiters hold, which a call that does not wait must not
-// take (the supervisor runs such calls under budget.Ledger.WithHeld).
-// Nil, without the lock, while nobody waits.
-func (r *waitRoom) heldRoom() map[string]int {
+// heldRoom is budget.WaitQueue.HeldAhead under the room's lock: the
+// room the waiters ahead of a call hold, which it must not take (the
+// supervisor runs calls that do not wait, class 0 and id 0, and the
+// tries of waiting calls under budget.Ledger.WithHeld with it). Nil,
+// without the lock, while nobody waits.
+func (r *waitRoom) heldRoom(class int, id budget.WaitID) map[string]int {
 	if r.queued.Load() == 0 {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.q.HeldAt(0)
+	return r.q.HeldAhead(id, class)
 }
 
 // ahead is budget.WaitQueue.Ahead under the room's lock: how many
@@ -231,16 +232,19 @@ func (r *waitRoom) ahead(spec budget.WaitSpec) int {
 
 // wait tries the caller described by spec at once — unless waiters
 // ahead of it (its class or higher, at one of its locations, not
-// allowing bypass) hold it up: it never takes room they wait for — and
-// queues it only after that try is refused, or when it was held up. It
-// then calls try on each of its turns until try reports done (admitted,
-// or refused for a reason that waiting cannot change), ctx ends or the
-// room closes. A full queue refuses at once with a [*QueueFullError]
+// allowing bypass) hold it up and heldTry is false: a try that respects
+// the room they hold (heldTry: the runtime runs it under
+// budget.Ledger.WithHeld) may still be made, to check the call and
+// admit it elsewhere — and queues it only after that try is refused, or
+// when it was held up. It then calls try on each of its turns until try
+// reports done (admitted, or refused for a reason that waiting cannot
+// change), ctx ends or the room closes. try is given the caller's id in
+// the queue (0 before it is queued). A full queue refuses at once with a [*QueueFullError]
 // (errors.Is [ErrBusy]): a call that fits at once never gets it.
 // notify (nil: none) is told when the caller is queued and after each
 // refused turn. Whatever happens, the caller leaves the queue before
 // wait returns.
-func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(WaitState), try func() (done bool, err error)) error {
+func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(WaitState), heldTry bool, try func(id budget.WaitID) (done bool, err error)) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -250,8 +254,9 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 	r.mu.Unlock()
 	ep := r.epoch.Load() // room made after this gives a queued caller a turn
 	var refusal error
-	if !held {
-		done, err := try()
+	tried := !held || heldTry
+	if tried {
+		done, err := try(0)
 		if done {
 			return err
 		}
@@ -269,8 +274,8 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 		r.events.waitEnded(spec, err, 0, 0, n)
 		return err
 	}
-	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now(), tried: !held, epoch: ep}
-	if !held {
+	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now(), tried: tried, epoch: ep}
+	if tried {
 		w.tries = 1 // its try before it was queued
 	}
 	r.ws[id] = w
@@ -292,7 +297,7 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 		case <-r.done:
 			return r.leave(id, w, ErrClosed)
 		}
-		done, err := try()
+		done, err := try(id)
 		if done {
 			return r.leave(id, w, err)
 		}

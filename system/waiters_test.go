@@ -70,9 +70,9 @@ func TestWaitersSnapshotInQueueOrder(t *testing.T) {
 	assert.Equal(t, []WaiterInfo{
 		{Name: "b", Class: 3, Locations: []string{gpu}, Since: t0.Add(time.Second), Tries: 1, Eligible: true},
 		{Name: "a", Locations: []string{gpu}, Since: t0, Tries: 1},
-		{Name: "c", Locations: []string{gpu}, AllowBypass: true, Since: t0.Add(time.Second)},
+		{Name: "c", Locations: []string{gpu}, AllowBypass: true, Since: t0.Add(time.Second), Tries: 1},
 		{Name: "k", Locations: []string{gpu}, Since: t0.Add(time.Second)},
-	}, got, "a was tried when it came; b, ahead at the same location, holds up the rest")
+	}, got, "a, b and c were tried when they came (c held up by a, under the room a holds); the cache's load k, held up, queued without a try; b, ahead at the same location, holds up the rest")
 
 	got[0].Locations[0] = "elsewhere"
 	assert.Equal(t, got[1:], s.Waiters()[1:], "a second look sees the same")
