@@ -3,7 +3,10 @@ package budget
 // Plan runs: a plan executed step by step on the ledger (scopes and
 // execute).
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // RunOptions configures [Ledger.StartRun].
 type RunOptions struct {
@@ -76,7 +79,9 @@ func (l *Ledger) StartRun(p Plan, opts RunOptions) (*Run, error) {
 		if errors.As(err, &wa) {
 			// Blocked by room earlier waiters hold (WithHeld): busy,
 			// not infeasible.
-			return nil, &WaitersAheadError{Location: wa.Location, Waiters: wa.Waiters, Detail: ex.Reason}
+			// The detail names the step; the reason ends with the
+			// refusal's own words, which Error already says.
+			return nil, &WaitersAheadError{Location: wa.Location, Waiters: wa.Waiters, Detail: strings.TrimSuffix(ex.Reason, ": "+wa.Error())}
 		}
 		return nil, &PlanError{Reason: ex.Reason}
 	}

@@ -171,6 +171,8 @@ func TestDecideAndExplainSeeTheRoomWaitersHold(t *testing.T) {
 	assert.Contains(t, ex.Reason, "wait for room at "+gpu)
 	_, err = s.Execute(ctx, plan)
 	require.ErrorIs(t, err, ErrBusy, "the call Explain predicted")
+	require.ErrorAs(t, err, &wa)
+	assert.Equal(t, "reservation 0 (small: 5 bytes at "+gpu+")", wa.Detail, "the step, without the refusal's words again")
 
 	require.NoError(t, holder.Exit(ctx))
 	a := recv(t, out)
