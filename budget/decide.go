@@ -197,6 +197,10 @@ type decider struct {
 	failures   []string
 	failureSet map[string]bool
 	lastFail   string
+	// shortLoc and shortN: the first budget shortfall that blocked an
+	// assignment (PlanError's Location and Shortfall); shortLoc -1: none.
+	shortLoc int
+	shortN   int64
 	// heldBlock is the first assignment's refusal for room held by
 	// earlier waiters (Ledger.WithHeld), nil when none was.
 	heldBlock *WaitersAheadError
@@ -218,6 +222,7 @@ func (l *Ledger) newDecider(req Request) (*decider, error) {
 	}
 	d := &decider{
 		l:               l,
+		shortLoc:        -1,
 		req:             req,
 		reqs:            make([]decideReq, len(req.Requirements)),
 		required:        make(map[*value]bool, len(req.Requirements)),
@@ -368,7 +373,19 @@ func (d *decider) search(limit int) (Decision, error) {
 		err.Detail = d.infeasibleReason(explored)
 		return Decision{}, &err
 	}
-	return Decision{}, &PlanError{Reason: d.infeasibleReason(explored)}
+	pe := &PlanError{Reason: d.infeasibleReason(explored)}
+	if d.shortLoc >= 0 {
+		pe.Location, pe.Shortfall = d.l.locs[d.shortLoc].name, d.shortN
+	}
+	return Decision{}, pe
+}
+
+// noteShort records a budget shortfall of n bytes at loc that blocked an
+// assignment, if it is the first.
+func (d *decider) noteShort(loc int, n int64) {
+	if d.shortLoc < 0 {
+		d.shortLoc, d.shortN = loc, n
+	}
 }
 
 type scanResult struct {

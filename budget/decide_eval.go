@@ -206,6 +206,7 @@ func (d *decider) chooseVictims(ev *evaluation) string {
 	for _, sf := range d.short {
 		e := d.victimsAt(sf.loc, sf.n)
 		if !e.ok {
+			d.noteShort(sf.loc, sf.n)
 			return e.fail
 		}
 		s := d.streams[sf.loc]

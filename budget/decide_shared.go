@@ -39,6 +39,12 @@ func (d *decider) sharedVictims(ev *evaluation) string {
 		}
 		list, prefix, skipped := d.mergedCandidates(gi+1, ev.victims, n)
 		if prefix[len(prefix)-1] < n {
+			for _, m := range g.members {
+				if d.adds[m] > 0 {
+					d.noteShort(m, n)
+					break
+				}
+			}
 			return d.sharedReason(g, n, prefix[len(prefix)-1], skipped)
 		}
 		pos := leastValuableSet(prefix, n, nil)

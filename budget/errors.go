@@ -72,6 +72,13 @@ func (e *BudgetError) Error() string {
 // actions begin. Reason says what blocked, in words.
 type PlanError struct {
 	Reason string
+	// Location and Shortfall: where, and by how many bytes, the first
+	// assignment the controller found blocked by a budget was short
+	// (after what its victims could free); "" and 0 when no budget
+	// blocked it. A shared budget's shortfall names the first of its
+	// members the assignment adds bytes at.
+	Location  string `json:",omitempty"`
+	Shortfall int64  `json:",omitempty"`
 }
 
 func (e *PlanError) Error() string { return "residency plan error: " + e.Reason }

@@ -285,3 +285,45 @@ func TestWaitingTryTakesNoHeldRoomForATemporary(t *testing.T) {
 	require.NoError(t, b.err)
 	require.NoError(t, b.sc.Exit(ctx))
 }
+
+// WaitNotify tells a waiting Admit where its last try was short and by
+// how much, from the controller's refusal (a *PlanError's Location and
+// Shortfall): at a location's budget, and at a shared budget's figure
+// (named by the member the request adds bytes at). Before, both were
+// empty for an Admit: only a cache's refusals carried figures.
+func TestWaitNotifyTellsAnAdmitsShortfall(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		opts  func(*Options)
+		at    string
+		short int64
+	}{
+		{"location budget", nil, gpu, 40},
+		{"shared budget", func(o *Options) {
+			o.Locations = []LocationConfig{NoLimit("pageable-host"), Limit(gpu, 200)}
+			o.SharedBudgets = []SharedBudget{{Name: "igpu", Locations: []string{"pageable-host", gpu}, Bytes: 100}}
+		}, gpu, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []func(*Options)
+			if tc.opts != nil {
+				opts = append(opts, tc.opts)
+			}
+			s := startGPU(t, 100, opts...)
+			holder := mustAdmit(t, s, "holder", 60)
+			states := make(chan WaitState, 4)
+			out := make(chan admitted, 1)
+			admitAsync(ctx, s, "big", 80, out, WaitNotify(func(st WaitState) { states <- st }))
+			st := <-states
+			assert.Equal(t, tc.at, st.Location)
+			assert.Equal(t, tc.short, st.Shortfall)
+			var pe *PlanError
+			require.ErrorAs(t, st.Refusal, &pe)
+			require.NoError(t, holder.Exit(ctx))
+			a := recv(t, out)
+			require.NoError(t, a.err)
+			require.NoError(t, a.sc.Exit(ctx))
+		})
+	}
+}

@@ -328,11 +328,14 @@ func (r *waitRoom) notify(notify func(WaitState), id budget.WaitID, spec budget.
 func shortOf(err error) (string, int64) {
 	var be *BudgetError
 	var cb *CacheBusyError
+	var pe *PlanError
 	switch {
 	case errors.As(err, &cb):
 		return cb.Refusal.Short()
 	case errors.As(err, &be):
 		return be.Short()
+	case errors.As(err, &pe):
+		return pe.Location, pe.Shortfall
 	}
 	return "", 0
 }
