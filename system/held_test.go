@@ -327,3 +327,41 @@ func TestWaitNotifyTellsAnAdmitsShortfall(t *testing.T) {
 		})
 	}
 }
+
+// A waiter refused only for room a waiter ahead of it held is tried again
+// when that waiter leaves the queue, though no room was made: here the
+// earlier waiter gives up (its context ends). Before, it was tried again
+// only after the next release of room, and here none came.
+func TestWaiterHeldUpByAnotherIsTriedWhenItLeaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := startGPU(t, 100, func(o *Options) {
+		o.Locations = []LocationConfig{Limit("pageable-host", 100), Limit(gpu, 100)}
+	})
+	w := watchRoom(s)
+	v, err := s.Register(ctx, Value{Name: "v", Bytes: 30, Mode: Replicable, Source: "pageable-host", Loader: zeros(30)})
+	require.NoError(t, err)
+	holder, _, err := s.Admit(ctx, resvAt("holder", "pageable-host", 60))
+	require.NoError(t, err)
+	w1ctx, giveUp := context.WithCancel(ctx)
+	first := make(chan admitted, 1)
+	go func() {
+		sc, _, err := s.Admit(w1ctx, resvAt("w1", "pageable-host", 80), WaitForRoom())
+		first <- admitted{"w1", sc, err}
+	}()
+	w.queued(t, "w1")
+	second := make(chan admitted, 1)
+	go func() {
+		sc, _, err := s.Admit(ctx, Request{Name: "w2", Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}}}}}, WaitForRoom())
+		second <- admitted{"w2", sc, err}
+	}()
+	w.queued(t, "w1", "w2")
+	w.settled(t)
+
+	giveUp()
+	require.ErrorIs(t, recv(t, first).err, context.Canceled)
+	b := recv(t, second)
+	require.NoError(t, b.err, "w2's temporary fits the 40 free bytes at pageable-host once w1 is gone")
+	require.NoError(t, b.sc.Exit(ctx))
+	require.NoError(t, holder.Exit(ctx))
+}

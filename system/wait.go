@@ -99,6 +99,8 @@ type waitRoom struct {
 	started bool          // the dispatcher goroutine runs
 	stopped chan struct{} // closed when the dispatcher has returned
 	scratch []budget.WaitID
+	// departs counts the waiters that left the queue (guarded by mu).
+	departs uint64
 	// budgets of the budgeted locations (fixed for the runtime's life),
 	// for refusing at once what can never fit.
 	budgets map[string]int64
@@ -123,6 +125,11 @@ type waiter struct {
 	epoch  uint64    // the epoch when it got its last turn
 	since  time.Time // when it was queued
 	tries  int       // the turns it has been given
+	// held: its last try was refused for room a waiter ahead of it held
+	// (a *WaitersAheadError), so a waiter leaving the queue after that
+	// try began (departs) gives it another turn, room made or not.
+	held    bool
+	departs uint64
 }
 
 func newWaitRoom(max int, locs []LocationConfig, shared []SharedBudget) (*waitRoom, error) {
@@ -185,10 +192,10 @@ func (r *waitRoom) dispatchLocked() {
 	r.scratch = r.q.Eligible(r.scratch[:0])
 	for _, id := range r.scratch {
 		w := r.ws[id]
-		if w.trying || (w.tried && w.epoch >= ep) {
+		if w.trying || (w.tried && w.epoch >= ep && !(w.held && r.departs > w.departs)) {
 			continue
 		}
-		w.trying, w.tried, w.epoch = true, true, ep
+		w.trying, w.tried, w.epoch, w.departs = true, true, ep, r.departs
 		w.tries++
 		w.turn <- struct{}{}
 	}
@@ -251,6 +258,7 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 		return ErrClosed
 	}
 	held := r.q.Ahead(spec) > 0
+	departs := r.departs
 	r.mu.Unlock()
 	ep := r.epoch.Load() // room made after this gives a queued caller a turn
 	var refusal error
@@ -274,7 +282,7 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 		r.events.waitEnded(spec, err, 0, 0, n)
 		return err
 	}
-	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now(), tried: tried, epoch: ep}
+	w := &waiter{turn: make(chan struct{}, 1), spec: spec, since: r.now(), tried: tried, epoch: ep, held: heldRefusal(refusal), departs: departs}
 	if tried {
 		w.tries = 1 // its try before it was queued
 	}
@@ -302,11 +310,18 @@ func (r *waitRoom) wait(ctx context.Context, spec budget.WaitSpec, notify func(W
 			return r.leave(id, w, err)
 		}
 		r.mu.Lock()
-		w.trying = false
-		r.dispatchLocked() // a signal during the try gives it another turn
+		w.trying, w.held = false, heldRefusal(err)
+		r.dispatchLocked() // a signal, or a departure it waited for, during the try gives it another turn
 		r.mu.Unlock()
 		r.notify(notify, id, spec, err)
 	}
+}
+
+// heldRefusal says whether a try was refused for room that waiters ahead
+// of it hold (it may be admitted once one of them leaves the queue).
+func heldRefusal(err error) bool {
+	var wa *WaitersAheadError
+	return errors.As(err, &wa)
 }
 
 // notify tells a queued caller where it stands (nil notify: nothing).
@@ -347,6 +362,7 @@ func (r *waitRoom) leave(id budget.WaitID, w *waiter, err error) error {
 	if r.q.Remove(id) {
 		delete(r.ws, id)
 		r.queued.Add(-1)
+		r.departs++
 	}
 	if !r.closed {
 		r.dispatchLocked()

@@ -40,31 +40,50 @@ import (
 // members count as one location (docs/semantics.md), so the model is
 // unchanged: one pool of bytes, one queue.
 //
-// Bounded by default (a few hundred steps); RESIDENCY_SOAK (a Go duration)
-// runs it that long instead. The seed is in every failure message;
-// RESIDENCY_WAIT_SEED replays one.
-//
-// It runs one seed: its bounds are steps, not seeds.
+// Bounded by default (a few hundred steps of one seed); RESIDENCY_SOAK
+// (a Go duration) runs seeds one after another for that long instead,
+// each for at most waitSoakChunk, so that a soak runs both modes. The
+// seed is in every failure message; RESIDENCY_WAIT_SEED replays one.
 func TestWaitingAdmissionChecker(t *testing.T) {
-	seed, ok := waitSeeds.Replayed(t)
-	if !ok {
+	seed, replayed := waitSeeds.Replayed(t)
+	if !replayed {
 		seed = uint64(time.Now().UnixNano())
 	}
-	steps, until := 300, time.Time{}
-	if d := checkharness.Soak(t); d > 0 {
-		steps, until = 0, time.Now().Add(d)
+	soak := checkharness.Soak(t)
+	if soak == 0 {
+		runWaitSeed(t, seed, 300, time.Time{})
+		return
 	}
+	end := time.Now().Add(soak)
+	for n := 0; time.Now().Before(end); n++ {
+		until := time.Now().Add(waitSoakChunk)
+		if until.After(end) {
+			until = end
+		}
+		runWaitSeed(t, seed+uint64(n), 0, until)
+		if replayed {
+			break
+		}
+	}
+}
+
+// waitSoakChunk is how long a soak runs one seed.
+const waitSoakChunk = 30 * time.Second
+
+// runWaitSeed runs one seed for steps steps (0: until until), then drains.
+func runWaitSeed(t *testing.T, seed uint64, steps int, until time.Time) {
 	t.Logf("seed %d (replay: %s)", seed, waitSeeds.Replay(seed))
 	c := newWaitChecker(t, seed)
+	c.soaking = steps == 0
 	defer c.shutdown()
 	for i := 0; steps == 0 || i < steps; i++ {
-		if !until.IsZero() && time.Now().After(until) {
+		if steps == 0 && time.Now().After(until) {
 			break
 		}
 		c.step(i)
 	}
 	c.drain()
-	t.Logf("seed %d: %d waiters, %d admitted, %d canceled", seed, c.launched, c.admittedN, c.canceledN)
+	t.Logf("seed %d (shared budget: %v): %d waiters, %d admitted, %d canceled", seed, c.shared, c.launched, c.admittedN, c.canceledN)
 }
 
 const checkerBudget = 100
@@ -105,6 +124,7 @@ type waitChecker struct {
 	canceledN int
 	fresh     []string // admitted during the current step
 	shared    bool     // the shared-budget mode (odd seeds)
+	soaking   bool     // steps are not bounded (RESIDENCY_SOAK)
 }
 
 // checkerHost is the other member of the shared budget (shared mode).
@@ -138,7 +158,12 @@ func (c *waitChecker) pick() string {
 
 func (c *waitChecker) fatalf(format string, args ...any) {
 	c.t.Helper()
-	c.t.Fatalf("seed %d (replay: %s): "+format, append([]any{c.seed, waitSeeds.Replay(c.seed)}, args...)...)
+	replay := waitSeeds.Replay(c.seed)
+	if c.soaking {
+		// A bounded run stops at 300 steps: a soak's failure may come later.
+		replay = checkharness.SoakEnv + "=" + waitSoakChunk.String() + " " + replay
+	}
+	c.t.Fatalf("seed %d (replay: %s): "+format, append([]any{c.seed, replay}, args...)...)
 }
 
 func (c *waitChecker) step(i int) {
