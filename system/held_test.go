@@ -242,32 +242,15 @@ func TestHeldUpWaitingCallIsCheckedBeforeItQueues(t *testing.T) {
 // rule: it took 30 bytes at pageable-host for its temporary and the
 // earlier waiter, refused, waited for its load.
 func TestWaitingTryTakesNoHeldRoomForATemporary(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := startGPU(t, 100, func(o *Options) {
-		o.Locations = []LocationConfig{Limit("pageable-host", 100), Limit(gpu, 100)}
-	})
-	w := watchRoom(s)
-	v, err := s.Register(ctx, Value{Name: "v", Bytes: 30, Mode: Replicable, Source: "pageable-host", Loader: zeros(30)})
-	require.NoError(t, err)
-	holder, _, err := s.Admit(ctx, resvAt("holder", "pageable-host", 60))
-	require.NoError(t, err)
-	first := make(chan admitted, 1)
-	go func() {
-		sc, _, err := s.Admit(ctx, resvAt("w1", "pageable-host", 80), WaitForRoom())
-		first <- admitted{"w1", sc, err}
-	}()
+	ctx, s, w, v, holder := startTemporaryCase(t)
+	first := admitWaiting(ctx, s, resvAt("w1", "pageable-host", 80))
 	w.queued(t, "w1")
 
-	later := Request{Name: "w2", Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}}}}}
-	_, _, err = s.Admit(ctx, later)
+	later := reconstructed("w2", v)
+	_, _, err := s.Admit(ctx, later)
 	var wa *WaitersAheadError
 	require.ErrorAs(t, err, &wa, "without waiting: refused for the held room of its temporary")
-	second := make(chan admitted, 1)
-	go func() {
-		sc, _, err := s.Admit(ctx, later, WaitForRoom())
-		second <- admitted{"w2", sc, err}
-	}()
+	second := admitWaiting(ctx, s, later)
 	w.queued(t, "w1", "w2")
 	snap, err := s.Snapshot(ctx)
 	require.NoError(t, err)
@@ -333,28 +316,11 @@ func TestWaitNotifyTellsAnAdmitsShortfall(t *testing.T) {
 // earlier waiter gives up (its context ends). Before, it was tried again
 // only after the next release of room, and here none came.
 func TestWaiterHeldUpByAnotherIsTriedWhenItLeaves(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := startGPU(t, 100, func(o *Options) {
-		o.Locations = []LocationConfig{Limit("pageable-host", 100), Limit(gpu, 100)}
-	})
-	w := watchRoom(s)
-	v, err := s.Register(ctx, Value{Name: "v", Bytes: 30, Mode: Replicable, Source: "pageable-host", Loader: zeros(30)})
-	require.NoError(t, err)
-	holder, _, err := s.Admit(ctx, resvAt("holder", "pageable-host", 60))
-	require.NoError(t, err)
+	ctx, s, w, v, holder := startTemporaryCase(t)
 	w1ctx, giveUp := context.WithCancel(ctx)
-	first := make(chan admitted, 1)
-	go func() {
-		sc, _, err := s.Admit(w1ctx, resvAt("w1", "pageable-host", 80), WaitForRoom())
-		first <- admitted{"w1", sc, err}
-	}()
+	first := admitWaiting(w1ctx, s, resvAt("w1", "pageable-host", 80))
 	w.queued(t, "w1")
-	second := make(chan admitted, 1)
-	go func() {
-		sc, _, err := s.Admit(ctx, Request{Name: "w2", Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}}}}}, WaitForRoom())
-		second <- admitted{"w2", sc, err}
-	}()
+	second := admitWaiting(ctx, s, reconstructed("w2", v))
 	w.queued(t, "w1", "w2")
 	w.settled(t)
 
@@ -364,4 +330,38 @@ func TestWaiterHeldUpByAnotherIsTriedWhenItLeaves(t *testing.T) {
 	require.NoError(t, b.err, "w2's temporary fits the 40 free bytes at pageable-host once w1 is gone")
 	require.NoError(t, b.sc.Exit(ctx))
 	require.NoError(t, holder.Exit(ctx))
+}
+
+// startTemporaryCase starts a runtime whose pageable-host (100) holds a
+// 60-byte reservation, "holder", and the source of v (30 bytes, not
+// resident): reconstructing v into cuda:0 charges a 30-byte temporary at
+// pageable-host. The context ends with the test (20 s at most).
+func startTemporaryCase(t *testing.T) (context.Context, *System, *roomWatch, Handle, *Scope) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s := startGPU(t, 100, func(o *Options) {
+		o.Locations = []LocationConfig{Limit("pageable-host", 100), Limit(gpu, 100)}
+	})
+	v, err := s.Register(ctx, Value{Name: "v", Bytes: 30, Mode: Replicable, Source: "pageable-host", Loader: zeros(30)})
+	require.NoError(t, err)
+	holder, _, err := s.Admit(ctx, resvAt("holder", "pageable-host", 60))
+	require.NoError(t, err)
+	return ctx, s, watchRoom(s), v, holder
+}
+
+// reconstructed is a request for v at cuda:0.
+func reconstructed(name string, v Handle) Request {
+	return Request{Name: name, Requirements: []Requirement{{Handle: v, Tiers: [][]string{{gpu}}}}}
+}
+
+// admitWaiting runs a waiting Admit of req on its own goroutine; its
+// result arrives on the channel returned.
+func admitWaiting(ctx context.Context, s *System, req Request) <-chan admitted {
+	out := make(chan admitted, 1)
+	go func() {
+		sc, _, err := s.Admit(ctx, req, WaitForRoom())
+		out <- admitted{req.Name, sc, err}
+	}()
+	return out
 }
