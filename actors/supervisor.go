@@ -122,8 +122,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	}()
 	s.handling, s.hooked = msg, false
 	s.drainOffers() // the caches' pending offers first (offers.go)
-	if class, waiter, ok := s.takesRoom(msg); ok {
-		s.ledger.WithHeld(s.eng.heldRoom(class, waiter), func() { s.receive(ctx, msg) })
+	if held, ok := s.heldFor(msg); ok {
+		s.ledger.WithHeld(held, func() { s.receive(ctx, msg) })
 	} else {
 		s.receive(ctx, msg)
 	}
@@ -131,27 +131,32 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	s.noteRoom()
 }
 
-// takesRoom reports whether msg is a call that may charge bytes where
-// waiters ahead of it hold the room, and whose room (class, waiter: see
-// Config.HeldRoom) it must not take (budget/held.go): a call that does
-// not wait (class 0), or a waiting Admit's try (its class, and its id
-// once queued). A cache's load (the cache orders its own loads against
-// the queue) and the write pipeline's clone and landing reservations are
-// not. Decide and Explain change nothing but run under the rule of a
-// call that does not wait, so that each answers as the call it predicts
-// (Admit without a wait option, Execute) would be answered.
-func (s *supervisor) takesRoom(msg any) (class int, waiter uint64, ok bool) {
+// heldFor returns the room msg must not take (budget/held.go), when msg
+// is a call that may charge bytes where waiters ahead of it hold the
+// room: a call that does not wait (class 0: Config.HeldRoom), a waiting
+// Admit's try (its class, and its id once queued), or an owner's Admit
+// (a cache's load or reservation), which orders itself against the queue
+// at the locations it names and so is held only elsewhere (a demotion
+// into a spill target, a temporary at a source). The write pipeline's
+// clone and landing reservations are not held. Decide and Explain change
+// nothing but run under the rule of a call that does not wait, so that
+// each answers as the call it predicts (Admit without a wait option,
+// Execute) would be answered.
+func (s *supervisor) heldFor(msg any) (map[string]int, bool) {
 	if s.eng.heldRoom == nil {
-		return 0, 0, false
+		return nil, false
 	}
 	switch m := msg.(type) {
 	case *messages.Transition, *messages.Register, *messages.Reserve, *messages.Execute, *messages.EnterScope,
 		*messages.Decide, *messages.Explain:
-		return 0, 0, true
+		return s.eng.heldRoom(0, 0), true
 	case *messages.Admit:
-		return m.Class, m.Waiter, !m.Ordered
+		if m.Ordered {
+			return s.ledger.HeldOutside(s.eng.heldRoom(0, 0), budget.RequestLocations(m.Request)), true
+		}
+		return s.eng.heldRoom(m.Class, m.Waiter), true
 	}
-	return 0, 0, false
+	return nil, false
 }
 
 func (s *supervisor) receive(ctx actor.Context, msg any) {

@@ -1,6 +1,9 @@
 package budget
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // ---- room held for earlier waiters ------------------------------------------
 //
@@ -71,6 +74,64 @@ func (l *Ledger) WithHeld(held map[string]int, f func()) {
 		}
 	}
 	f()
+}
+
+// HeldOutside returns held without the locations of locs and the other
+// members of their shared budgets: the room earlier waiters hold away
+// from where a call that orders itself against the wait queue charges
+// (a cache's load checks those locations itself), so that such a call
+// takes none of it elsewhere — no demotion into a held spill target, no
+// temporary at a held source. nil when nothing is left.
+func (l *Ledger) HeldOutside(held map[string]int, locs []string) map[string]int {
+	var out map[string]int
+	for name, n := range held {
+		i, ok := l.locIndex[name]
+		if !ok || n <= 0 || l.reaches(i, locs) {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// reaches says whether location i is one of locs or shares a shared
+// budget with one of them.
+func (l *Ledger) reaches(i int, locs []string) bool {
+	for _, name := range locs {
+		j, ok := l.locIndex[name]
+		if !ok {
+			continue
+		}
+		if j == i || (l.locs[i].shared > 0 && l.locs[i].shared == l.locs[j].shared) {
+			return true
+		}
+	}
+	return false
+}
+
+// RequestLocations returns every location req names (its requirements'
+// tiers, then its reservations), each once, in that order.
+func RequestLocations(req Request) []string {
+	var out []string
+	add := func(loc string) {
+		if !slices.Contains(out, loc) {
+			out = append(out, loc)
+		}
+	}
+	for _, rq := range req.Requirements {
+		for _, tier := range rq.Tiers {
+			for _, loc := range tier {
+				add(loc)
+			}
+		}
+	}
+	for _, rs := range req.Reservations {
+		add(rs.Location)
+	}
+	return out
 }
 
 // heldErr is the refusal of a new charge at loc while earlier waiters

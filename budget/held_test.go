@@ -227,3 +227,16 @@ func TestWithHeldNestsAndRestores(t *testing.T) {
 	})
 	require.NoError(t, l.Reserve("cuda:0", "d", 1), "nothing held after a panic")
 }
+
+// HeldOutside leaves out the locations a call names and the members of
+// their shared budgets; RequestLocations lists tiers, then reservations.
+func TestHeldOutside(t *testing.T) {
+	l := igpu(t) // cuda:0 and pageable-host share a budget; pinned-host does not
+	held := map[string]int{"cuda:0": 1, "pinned-host": 2, "pageable-host": 3, "cuda:9": 1}
+	assert.Equal(t, map[string]int{"pinned-host": 2}, l.HeldOutside(held, []string{"pageable-host"}), "its group with it; unknown names dropped")
+	assert.Equal(t, map[string]int{"cuda:0": 1, "pageable-host": 3}, l.HeldOutside(held, []string{"pinned-host"}))
+	assert.Nil(t, l.HeldOutside(held, []string{"cuda:0", "pinned-host"}))
+	req := Request{Requirements: []Requirement{{Tiers: [][]string{{"cuda:0", "cuda:1"}, {"pinned-host"}}}},
+		Reservations: []ReservationSpec{{Location: "cuda:1"}, {Location: "pageable-host"}}}
+	assert.Equal(t, []string{"cuda:0", "cuda:1", "pinned-host", "pageable-host"}, RequestLocations(req))
+}

@@ -169,8 +169,10 @@ type Admit struct {
 	Request    budget.Request
 	StateLimit int
 	Scope      string
-	// Ordered: the call orders itself against the wait queue (a cache's
-	// load), so room earlier waiters hold does not refuse it.
+	// Ordered: the call orders itself against the wait queue at the
+	// locations it names (a cache's load), so room earlier waiters hold
+	// there does not refuse it; elsewhere (a spill target, a source) it
+	// does.
 	Ordered bool
 	// Class and Waiter say whose room the call must not take (unless
 	// Ordered): the waiters of Class or higher when Waiter is 0 (a call

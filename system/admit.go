@@ -57,7 +57,7 @@ func (s *System) AdmitWithLimit(ctx context.Context, req Request, limit int, opt
 	if err := s.refusal(ctx); err != nil {
 		return nil, Decision{}, err
 	}
-	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: requestLocations(req), AllowBypass: wc.Bypass}
+	spec := budget.WaitSpec{Name: req.Name, Class: wc.Class, Locations: budget.RequestLocations(req), AllowBypass: wc.Bypass}
 	checked := false
 	rerr = s.room.wait(ctx, spec, wc.Notify, true, func(id budget.WaitID) (bool, error) {
 		sc, dec, rerr = s.admitOnce(ctx, req, limit, wc.Class, id)

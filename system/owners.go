@@ -122,8 +122,10 @@ func (d offerSource) DrainOffers(sink actors.OfferSink) { d.co.DrainOffers(sink)
 // decision (the evidence) and the run's error. A reply that comes
 // after ctx ended is handed back (its owned reservations released).
 // The owner orders its calls against the wait queue itself
-// ([Owners.WaitersAhead], [Owners.Wait]): room held for earlier waiters does
-// not refuse this call.
+// ([Owners.WaitersAhead], [Owners.Wait]) at the locations req names: room
+// held there for earlier waiters does not refuse this call. Room held
+// elsewhere does: the plan drops a victim rather than demote it into a
+// held spill target.
 func (o Owners) Admit(ctx context.Context, req budget.Request) (budget.Decision, error) {
 	s := o.s
 	r, err := s.call(ctx, func(p *actor.PID) any {

@@ -526,24 +526,3 @@ func (s *System) cannotFit(ctx context.Context, req Request) error {
 	return budget.CannotFitShared(req, s.shared, size)
 }
 
-// requestLocations lists the locations a request may need room at: every
-// location of every requirement's tiers and of its reservations.
-func requestLocations(req Request) []string {
-	var out []string
-	add := func(loc string) {
-		if !slices.Contains(out, loc) {
-			out = append(out, loc)
-		}
-	}
-	for _, rq := range req.Requirements {
-		for _, tier := range rq.Tiers {
-			for _, loc := range tier {
-				add(loc)
-			}
-		}
-	}
-	for _, rs := range req.Reservations {
-		add(rs.Location)
-	}
-	return out
-}

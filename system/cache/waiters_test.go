@@ -164,3 +164,78 @@ func TestWaiterAtOneMemberHoldsTheSharedBudget(t *testing.T) {
 	require.NoError(t, <-waited)
 	require.NoError(t, <-later)
 }
+
+// A cache's load, or a reservation of its memory budget, takes no room
+// that a waiter holds elsewhere: its plan drops a victim rather than
+// demote it into a spill target where a caller waits. Before, the
+// demotion took 30 of the 40 bytes free at pageable-host, where a
+// waiter needed them, and with the demoted copy leased the waiter could
+// never be admitted.
+func TestCacheLoadDemotesNothingIntoHeldRoom(t *testing.T) {
+	for name, reserve := range map[string]func(context.Context, *cache.Cache) (func() error, error){
+		"load": func(ctx context.Context, c *cache.Cache) (func() error, error) {
+			l, err := cache.Load(ctx, c, "k", 80, nil, intLoader(80))
+			return l.Release, err
+		},
+		"memory budget": func(ctx context.Context, c *cache.Cache) (func() error, error) {
+			r, err := c.Budget().Reserve(ctx, 80)
+			if err != nil {
+				return nil, err
+			}
+			return r.Release, nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sys, err := startSoft(t, ctx, system.Options{
+				Locations: []system.LocationConfig{system.Limit(host, 100), system.Limit(gpu0, 100)},
+				Spill:     map[string]string{gpu0: host},
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sys.Close(context.Background()) })
+			c, err := cache.New(ctx, sys, cache.Options{Location: gpu0})
+			require.NoError(t, err)
+			v, err := sys.Register(ctx, system.Value{Name: "v", Bytes: 30, Mode: system.Replicable, Source: host, Loader: zeroLoader})
+			require.NoError(t, err)
+			require.NoError(t, sys.Place(ctx, v, gpu0))
+			holder, _, err := sys.Admit(ctx, system.Request{Name: "holder", Reservations: []system.ReservationSpec{{Name: "holder", Location: host, Bytes: 60}}})
+			require.NoError(t, err)
+			waited := make(chan error, 1)
+			go func() {
+				sc, _, err := sys.Admit(ctx, system.Request{Name: "w1", Reservations: []system.ReservationSpec{{Name: "w1", Location: host, Bytes: 80}}}, system.WaitForRoom())
+				if err == nil {
+					err = sc.Exit(context.Background())
+				}
+				waited <- err
+			}()
+			awaitWaiters(t, ctx, sys, 1)
+
+			release, err := reserve(ctx, c)
+			require.NoError(t, err, "v makes the room at cuda:0")
+			assert.Equal(t, int64(60), charged(t, ctx, sys, host), "v was dropped, not demoted into the room w1 waits for")
+			require.NoError(t, release())
+			require.NoError(t, holder.Exit(ctx))
+			require.NoError(t, <-waited)
+		})
+	}
+}
+
+func zeroLoader(_ context.Context, dst []byte) error {
+	clear(dst)
+	return nil
+}
+
+// charged is loc's used and reserved bytes now.
+func charged(t *testing.T, ctx context.Context, sys *system.System, loc string) int64 {
+	t.Helper()
+	snap, err := sys.Snapshot(ctx)
+	require.NoError(t, err)
+	for _, l := range snap.Locations {
+		if l.Location == loc {
+			return l.UsedBytes + l.ReservedBytes
+		}
+	}
+	t.Fatalf("no location %s", loc)
+	return 0
+}
