@@ -12,10 +12,14 @@ import (
 
 // Admit asks the controller for a decision on req and enters it as a scope
 // in one step of the runtime: nothing can change the state between the
-// decision and the entry, so under load it never fails with a
-// [*StaleStateError] (the two-step path, [System.Decide] then
+// decision and the start of the entry, so under load it never fails with
+// a [*StaleStateError] (the two-step path, [System.Decide] then
 // [System.ScopeFor] and [Scope.Enter], does as soon as other callers commit
-// in between; keep it for what-if questions).
+// in between; keep it for what-if questions). One exception: while a
+// demotion the plan needs copies its victim to the spill target, other
+// calls run, and may take the room the plan's drops freed; the entry
+// then fails with a [*PlanExecutionError] (its victims stay evicted), and
+// a waiting Admit is tried again.
 //
 // On success the scope is entered (a lease on every entered endpoint, the
 // decision's reservations owned by the scope) and the decision is returned

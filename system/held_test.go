@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/residency-go/residency/internal/testsys"
 )
 
 // No starvation by calls that do not wait (docs/semantics.md, "Waiting
@@ -364,4 +366,47 @@ func admitWaiting(ctx context.Context, s *System, req Request) <-chan admitted {
 		out <- admitted{req.Name, sc, err}
 	}()
 	return out
+}
+
+// While an Admit's demotion copies its victim, other calls run and may
+// take the room the plan's drops freed: the entry then fails in its
+// reserve phase. A waiting Admit is tried again rather than given that
+// failure (before, it returned the *PlanExecutionError, found by an
+// outside stress test).
+func TestWaitingAdmitIsTriedAgainWhenItsRoomIsTakenDuringADemotion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	locs := []LocationConfig{NoLimit("pageable-host"), Limit("cuda:1", 100)}
+	s, err := Start(ctx, Options{Locations: locs, Spill: map[string]string{"cuda:1": "pageable-host"},
+		Backend: testsys.Soft(t, locs, testsys.Bandwidth(100))}) // a 40-byte copy takes about 0.4 s
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	v1, err := s.Register(ctx, Value{Name: "v1", Bytes: 30, At: "cuda:1", Data: make([]byte, 30), Mode: Replicable})
+	require.NoError(t, err)
+	require.NoError(t, s.Copy(ctx, v1, "cuda:1", "pageable-host")) // v1 is dropped as a victim
+	v2, err := s.Register(ctx, Value{Name: "v2", Bytes: 40, Source: "pageable-host", Loader: zeros(40), Mode: Replicable})
+	require.NoError(t, err)
+	require.NoError(t, s.Place(ctx, v2, "cuda:1")) // v2 is demoted as a victim: a copy to pageable-host
+	out := admitWaiting(ctx, s, resvAt("a", "cuda:1", 100))
+	// Once v1's drop committed, 60 bytes are free while v2's copy runs.
+	require.Eventually(t, func() bool {
+		sn, err := s.Snapshot(ctx)
+		require.NoError(t, err)
+		for _, l := range sn.Locations {
+			if l.Location == "cuda:1" {
+				return l.UsedBytes+l.ReservedBytes == 40
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.Reserve(ctx, "cuda:1", "b", 60), "takes the room a's drop freed")
+	select {
+	case a := <-out:
+		t.Fatalf("a returned while b holds the room: %v", a.err)
+	case <-time.After(time.Second): // a's demotion ended long ago: it waits again
+	}
+	require.NoError(t, s.Unreserve(ctx, "b"))
+	a := recv(t, out)
+	require.NoError(t, a.err)
+	require.NoError(t, a.sc.Exit(ctx))
 }

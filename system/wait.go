@@ -497,6 +497,12 @@ func roomWaitable(err error) bool {
 		// its offer, or the entry left its cache by another way before
 		// its step (the run failed, nothing admitted): decide again.
 		return true
+	case errors.As(err, &xe) && (errors.As(xe.Cause, &be) || errors.Is(xe.Cause, ErrBusy)):
+		// The run paused for a demotion's copy, and meanwhile another
+		// call took the room its drops had freed (or protected what it
+		// was to evict): nothing of the request was admitted, its victims
+		// stay evicted; decide again.
+		return true
 	case err == nil, errors.As(err, &xe), errors.As(err, &qf), errors.Is(err, ErrClosed):
 		return false
 	case errors.As(err, &pe), errors.As(err, &be), errors.Is(err, ErrBusy):
@@ -525,4 +531,3 @@ func (s *System) cannotFit(ctx context.Context, req Request) error {
 	}
 	return budget.CannotFitShared(req, s.shared, size)
 }
-
