@@ -31,11 +31,12 @@ import (
 // takes room a waiter ahead of it holds, even for a temporary outside
 // the locations it names).
 
-// WaitersAheadError refuses a call that does not wait for room: it needs
-// a new charge at Location, where Waiters earlier callers wait for room
-// (of the call's class or higher, not allowing bypass). It matches
-// errors.Is(err, ErrBusy). Nothing changed. Wait with a wait option to be
-// queued behind them, or retry once they are admitted.
+// WaitersAheadError refuses a call that does not wait for room, or one
+// try of a call that does: it needs a new charge at Location, where
+// Waiters earlier callers wait for room (of the call's class or higher,
+// not allowing bypass). It matches errors.Is(err, ErrBusy). Nothing
+// changed. Wait with a wait option to be queued behind them, or retry
+// once they are admitted (a waiting call is tried again by itself).
 type WaitersAheadError struct {
 	Location string
 	Waiters  int
@@ -45,7 +46,7 @@ type WaitersAheadError struct {
 }
 
 func (e *WaitersAheadError) Error() string {
-	s := fmt.Sprintf("residency busy: %d earlier callers wait for room at %s, and a call that does not wait takes none of it (wait for room to be queued behind them, or retry)", e.Waiters, e.Location)
+	s := fmt.Sprintf("residency busy: %d earlier callers wait for room at %s, and a later call takes none of it (wait for room to be queued behind them, or retry)", e.Waiters, e.Location)
 	if e.Detail != "" {
 		s += "; " + e.Detail
 	}

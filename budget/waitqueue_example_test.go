@@ -55,6 +55,6 @@ func ExampleLedger_WithHeld() {
 		fmt.Println(l.Reserve("cuda:1", "kv", 10))
 	})
 	// Output:
-	// residency busy: 1 earlier callers wait for room at cuda:0, and a call that does not wait takes none of it (wait for room to be queued behind them, or retry)
+	// residency busy: 1 earlier callers wait for room at cuda:0, and a later call takes none of it (wait for room to be queued behind them, or retry)
 	// <nil>
 }
