@@ -31,9 +31,11 @@ import (
 // that with its own context. The runtime's Close (package system) closes
 // a pipeline opened on it first, with its context.
 //
-// Close is idempotent: later calls return the first result (once the
-// close has finished, or their context ended). Stats keeps working after
-// Close.
+// Close is idempotent: later calls return the first result once the
+// close has finished (or when their context ends first) — except that a
+// *CloseIncompleteError is reported only while its work runs: once the
+// rest of the close has finished, a later call returns the plain ctx
+// error the first call matched. Stats keeps working after Close.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		if p.unregister != nil {

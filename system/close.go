@@ -211,15 +211,56 @@ func (s *System) closeComponents(ctx context.Context) error {
 // runtime started is left running after Close returns. The errors of the
 // steps (a [*CloseError] per component, a [*StillRunningError], an
 // [*OutstandingError]) are joined (errors.As finds each). Idempotent:
-// later calls return the first result. After a fatal stop Close frees
-// every device buffer and returns the [*FatalError].
+// later calls return the first result. A call made while the first is
+// under way waits for its result until its own ctx ends (then it returns
+// ctx.Err()); one made from a component's close function (step 1) with
+// the context that function was given returns at once with an
+// [*InvalidInputError], since it would wait for itself. After a fatal
+// stop Close frees every device buffer and returns the [*FatalError].
 func (s *System) Close(ctx context.Context) error {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed.Load() {
-		return s.closeErr
+	if done := s.closeDone; done != nil {
+		s.closeMu.Unlock()
+		if ctx.Value(closingKey{}) == s {
+			return &InvalidInputError{Message: "System.Close called from a component's close with the context it was given: it would wait for itself"}
+		}
+		select {
+		case <-done:
+			return s.closeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	compErr := s.closeComponents(ctx)
+	s.closeDone = make(chan struct{})
+	s.closeMu.Unlock()
+	defer close(s.closeDone)
+	return s.close(ctx)
+}
+
+// closingKey marks the context Close hands to the components' close
+// functions (its value is the System).
+type closingKey struct{}
+
+// awaitClose waits, until ctx ends, for a Close under way to finish (at
+// once when none is).
+func (s *System) awaitClose(ctx context.Context) error {
+	s.closeMu.Lock()
+	done := s.closeDone
+	s.closeMu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close is the first Close: the steps above.
+func (s *System) close(ctx context.Context) error {
+	compErr := s.closeComponents(context.WithValue(ctx, closingKey{}, s))
 	s.closed.Store(true)
 	s.room.close() // every caller waiting for room returns ErrClosed
 	for s.inflight.Load() > 0 {
@@ -255,7 +296,7 @@ func (s *System) Close(ctx context.Context) error {
 	if r := s.stillRunning(ctx); r != nil {
 		running, stopErr = r, nil // stopErr's cause, reported by r
 	} else if forced {
-		running = fmt.Errorf("residency: close stopped waiting at its deadline (%w); what was in flight failed (%w) and has returned since", ctx.Err(), ErrAbandoned)
+		running = fmt.Errorf("residency: close stopped waiting at its deadline (%w); what the runtime had in flight failed (%w) and has returned since", ctx.Err(), ErrAbandoned)
 	}
 	s.finishClose()
 	var outErr error

@@ -272,10 +272,14 @@ type System struct {
 	// inflight counts the callers between their closed check and their
 	// send: Close waits for it to reach zero.
 	inflight atomic.Int64
-	closeMu  sync.Mutex
-	closeErr error
-	closedOK bool
-	final    budget.Snapshot
+	// closeMu guards closeDone: nil until the first Close begins, closed
+	// when it ends. The first Close writes closeErr, closedOK and final
+	// before it closes closeDone; others read them after.
+	closeMu   sync.Mutex
+	closeDone chan struct{}
+	closeErr  error
+	closedOK  bool
+	final     budget.Snapshot
 
 	scopeSeq  atomic.Uint64
 	eventSeq  atomic.Uint64
@@ -654,8 +658,9 @@ func (s *System) Execute(ctx context.Context, plan Plan) (_ Report, err error) {
 // it returns the final snapshot taken at shutdown.
 func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s.closed.Load() {
-		s.closeMu.Lock()
-		defer s.closeMu.Unlock()
+		if err := s.awaitClose(ctx); err != nil {
+			return Snapshot{}, err
+		}
 		if s.closedOK {
 			return s.final, nil
 		}

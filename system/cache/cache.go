@@ -761,6 +761,12 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	case peak > 0 && n < peak:
 		err = c.resize(e.charge, n)
 	}
+	if err == nil && c.interrupted(f) {
+		// Close canceled the load's context: the value is not kept,
+		// whether or not the loader heeded the cancellation, and its
+		// callers are told the cache closed (settle).
+		err = system.ErrCacheClosed
+	}
 	if l := loadingOf(ctx); l != nil && l.c == c && l.key == e.key {
 		c.settleCopy(l.warm, err == nil) // before the entry is ready: one copy of a key at a time
 	}
@@ -777,6 +783,13 @@ func runLoad[T any](ctx context.Context, c *Cache, e *cacheEntry, f *cacheFlight
 	}
 	e.box, e.bytes = &v, n
 	c.settle(e, f, nil)
+}
+
+// interrupted says whether the cache's Close canceled f's load.
+func (c *Cache) interrupted(f *cacheFlight) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f.closing
 }
 
 // isZero says whether v is its type's zero value (a nil pointer, a nil
