@@ -3,10 +3,7 @@ package budget
 // Plan runs: a plan executed step by step on the ledger (scopes and
 // execute).
 
-import (
-	"errors"
-	"strings"
-)
+import "errors"
 
 // RunOptions configures [Ledger.StartRun].
 type RunOptions struct {
@@ -79,9 +76,14 @@ func (l *Ledger) StartRun(p Plan, opts RunOptions) (*Run, error) {
 		if errors.As(err, &wa) {
 			// Blocked by room earlier waiters hold (WithHeld): busy,
 			// not infeasible.
-			// The detail names the step; the reason ends with the
-			// refusal's own words, which Error already says.
-			return nil, &WaitersAheadError{Location: wa.Location, Waiters: wa.Waiters, Detail: strings.TrimSuffix(ex.Reason, ": "+wa.Error())}
+			// The detail names the step; the refusal's own words are
+			// Error's already.
+			detail := ex.Reason
+			var se *stepError
+			if errors.As(err, &se) {
+				detail = se.Step
+			}
+			return nil, &WaitersAheadError{Location: wa.Location, Waiters: wa.Waiters, Detail: detail}
 		}
 		return nil, &PlanError{Reason: ex.Reason}
 	}

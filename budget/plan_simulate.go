@@ -146,6 +146,17 @@ func (l *Ledger) Explain(p Plan) Explanation {
 	return ex
 }
 
+// stepError is a simulated step's refusal: which step (its Step words,
+// "reservation 0 (name: bytes at loc)"), and why (Err).
+type stepError struct {
+	Step string
+	Err  error
+}
+
+func (e *stepError) Error() string { return e.Step + ": " + e.Err.Error() }
+
+func (e *stepError) Unwrap() error { return e.Err }
+
 // explain returns the explanation and, when infeasible, the error that
 // stopped the simulation.
 func (l *Ledger) explain(p Plan) (Explanation, error) {
@@ -160,7 +171,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 	for i, a := range p.Reclaim {
 		if a.Charge != "" {
 			if err := c.simEvictCharge(a); err != nil {
-				return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
+				return fail(&stepError{Step: fmt.Sprintf("reclaim %d (%s)", i, a), Err: err})
 			}
 			continue
 		}
@@ -169,7 +180,7 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		if a.To != "" {
 			adm, err := c.demote(v, loc, c.locIndex[a.To])
 			if err != nil {
-				return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
+				return fail(&stepError{Step: fmt.Sprintf("reclaim %d (%s)", i, a), Err: err})
 			}
 			if adm.Pending {
 				if _, err := c.Complete(adm.ID); err != nil {
@@ -180,20 +191,20 @@ func (l *Ledger) explain(p Plan) (Explanation, error) {
 		}
 		m, err := c.checkEvict(v, loc)
 		if err != nil {
-			return fail(fmt.Errorf("reclaim %d (%s): %w", i, a, err))
+			return fail(&stepError{Step: fmt.Sprintf("reclaim %d (%s)", i, a), Err: err})
 		}
 		c.removeMat(v, m, RemovalReclaim)
 	}
 	for i, r := range p.Reservations {
 		if err := c.reserve(r.Location, r.Name, r.Bytes, "plan"); err != nil {
-			return fail(fmt.Errorf("reservation %d (%s): %w", i, r, err))
+			return fail(&stepError{Step: fmt.Sprintf("reservation %d (%s)", i, r), Err: err})
 		}
 	}
 	for i, a := range p.Enter {
 		v := c.simValue(a.Handle.ID)
 		adm, err := c.enter(v, a)
 		if err != nil {
-			return fail(fmt.Errorf("enter %d (%s): %w", i, a, err))
+			return fail(&stepError{Step: fmt.Sprintf("enter %d (%s)", i, a), Err: err})
 		}
 		if adm.Pending {
 			if _, err := c.Complete(adm.ID); err != nil {
